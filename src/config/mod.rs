@@ -1,0 +1,310 @@
+//! Validated configuration: TOML or `mcpServers` JSON → [`Config`].
+//!
+//! Loading is two-step. A strict serde layer (`raw`, every struct
+//! `deny_unknown_fields`) accepts the text; then validate-and-fill
+//! (`validate`) checks every value against the ranges in [`crate::limits`]
+//! and fills in defaults. The result is a fully resolved [`Config`]: nothing
+//! downstream has to look at an `Option` for a value that has a default.
+//!
+//! Every error is a [`ConfigError`] whose message names the file and the key
+//! path, e.g. `config.toml: upstream[1].url: must be an http:// or https:// URL`.
+//!
+//! # TOML shape
+//!
+//! ```toml
+//! [server]                                      # whole section optional
+//! listen = "127.0.0.1:8737"                     # IP:port, default limits::DEFAULT_LISTEN
+//! allowed_origins = ["https://app.example"]     # extra allowed Origin values, scheme://host[:port]
+//! allowed_hosts = ["gateway.local"]             # extra allowed Host names (port ignored)
+//! max_body_bytes = 1048576                      # 1..=limits::MAX_BODY_BYTES_CEILING
+//! session_capacity = 256                        # 1..=limits::SESSION_CAPACITY_CEILING
+//! session_idle_timeout = "30m"                  # humantime, MIN..=MAX_SESSION_IDLE_TIMEOUT
+//! keepalive = "15s"                             # humantime, 1s..=60s
+//! max_connections = 256                         # 1..=65536
+//! tool_name_separator = "__"                    # 1..=4 chars of [A-Za-z0-9_.-]
+//! tool_names = "strict"                         # "strict" | "spec"
+//! metrics_listen = "127.0.0.1:9737"             # optional IP:port
+//!
+//! [[upstream]]                                  # 1..=limits::MAX_UPSTREAMS of these
+//! name = "fs"                                   # required, 1..=32 of [A-Za-z0-9_-], unique
+//! transport = "stdio"                           # "stdio" | "http" | "builtin"
+//! command = "npx"                               # stdio: required
+//! args = ["-y", "x"]                            # stdio
+//! env = { KEY = "v" }                           # stdio
+//! cwd = "/srv"                                  # stdio
+//! url = "https://h/mcp"                         # http: required
+//! headers = { "X-Api-Key" = "..." }             # http
+//! bearer_token_file = "$CREDENTIALS_DIRECTORY/token"  # http
+//! enabled = true
+//! era = "auto"                                  # "auto" | "legacy" | "modern"
+//! prefix = "fs"                                 # default = name; "" allowed
+//! call_timeout = "60s"                          # 1s..=1h
+//! max_in_flight = 64                            # 1..=limits::MAX_IN_FLIGHT_CEILING
+//! max_result_bytes = 8388608                    # 1024..=256 MiB
+//! ```
+//!
+//! `transport` may be omitted when exactly one of `command` / `url` is given
+//! (it is then `stdio` / `http`). A key that does not belong to the upstream's
+//! transport (e.g. `url` on a stdio upstream) is an error.
+//!
+//! # `mcpServers` JSON
+//!
+//! The file Claude Desktop, Cursor and similar hosts already use:
+//! `{"mcpServers": {"<name>": {"command", "args", "env", "cwd"} | {"url", "headers"}}}`
+//! with optional `"type"` (`stdio`, `http`, `streamable-http`, `streamableHttp`;
+//! `sse` is rejected) and `"disabled": true`. VS Code's top-level `"servers"`
+//! is accepted when `"mcpServers"` is absent. Host-specific keys are ignored
+//! with a warning. The `[server]` section gets its defaults.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+mod mcp_servers;
+mod raw;
+mod render;
+mod validate;
+
+/// Whole validated config.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Downstream face settings (`[server]`).
+    pub server: ServerConfig,
+    /// Upstreams in file order (`[[upstream]]` / `mcpServers` entries),
+    /// including disabled ones.
+    pub upstreams: Vec<UpstreamConfig>,
+    /// File the config came from; `None` for [`Config::embedded_default`].
+    pub source: Option<PathBuf>,
+}
+
+/// The `[server]` section, every value resolved (defaults filled in).
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Downstream listen address (`listen`).
+    pub listen: std::net::SocketAddr,
+    /// Extra allowed `Origin` values, exact match, lower-cased
+    /// `scheme://host[:port]` (`allowed_origins`).
+    pub allowed_origins: Vec<String>,
+    /// Extra allowed `Host` header host names, lower-cased, no port
+    /// (`allowed_hosts`); IPv6 literals keep their brackets.
+    pub allowed_hosts: Vec<String>,
+    /// Request body limit in bytes (`max_body_bytes`).
+    pub max_body_bytes: usize,
+    /// Capacity of the legacy session table (`session_capacity`).
+    pub session_capacity: usize,
+    /// Idle timeout of a legacy session (`session_idle_timeout`); never zero.
+    pub session_idle_timeout: Duration,
+    /// SSE keep-alive comment period (`keepalive`).
+    pub keepalive: Duration,
+    /// Maximum concurrent downstream connections (`max_connections`).
+    pub max_connections: usize,
+    /// Separator between upstream prefix and tool name (`tool_name_separator`).
+    pub tool_name_separator: String,
+    /// Exposed tool name rule (`tool_names`).
+    pub tool_names: ToolNameRule,
+    /// Prometheus listen address (`metrics_listen`); `None` = no metrics listener.
+    pub metrics_listen: Option<std::net::SocketAddr>,
+}
+
+/// Rule for exposed tool names (`server.tool_names`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolNameRule {
+    /// `"strict"`: the conservative character set most hosts accept.
+    Strict,
+    /// `"spec"`: whatever the MCP specification allows.
+    Spec,
+}
+
+/// Protocol era of an upstream (`upstream.era`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Era {
+    /// `"auto"`: probe the upstream.
+    Auto,
+    /// `"legacy"`: `initialize` + sessions (2025-03-26 … 2025-11-25).
+    Legacy,
+    /// `"modern"`: stateless (2026-07-28).
+    Modern,
+}
+
+/// One upstream, every value resolved (defaults filled in).
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    /// Unique name, 1..=32 of `[A-Za-z0-9_-]`.
+    pub name: String,
+    /// Effective prefix of exposed names: `prefix` or, when absent, `name`.
+    /// May be empty. Unique among enabled upstreams.
+    pub prefix: String,
+    /// `enabled` (JSON: `!disabled`), default `true`.
+    pub enabled: bool,
+    /// `era`, default [`Era::Auto`].
+    pub era: Era,
+    /// Per-call timeout (`call_timeout`), default [`crate::limits::DEFAULT_CALL_TIMEOUT`].
+    pub call_timeout: Duration,
+    /// In-flight table capacity (`max_in_flight`).
+    pub max_in_flight: usize,
+    /// Largest accepted single upstream message in bytes (`max_result_bytes`).
+    pub max_result_bytes: usize,
+    /// How to reach it.
+    pub transport: Transport,
+}
+
+/// How an upstream is reached (`upstream.transport`).
+#[derive(Debug, Clone)]
+pub enum Transport {
+    /// A child process speaking newline-delimited JSON-RPC on stdin/stdout.
+    /// `command` is non-empty; `cwd` `None` = inherit.
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: BTreeMap<String, String>,
+        cwd: Option<PathBuf>,
+    },
+    /// A remote streamable-HTTP server. `url` is a validated http(s) URL
+    /// (no fragment); `headers` names are valid HTTP header names and values
+    /// valid header values; `bearer_token_file` is the path with
+    /// `$CREDENTIALS_DIRECTORY/` already expanded (the file is read by the
+    /// transport, not here).
+    Http {
+        url: String,
+        headers: BTreeMap<String, String>,
+        bearer_token_file: Option<PathBuf>,
+    },
+    /// The in-process `edge` tools.
+    Builtin,
+}
+
+/// Why a config could not be loaded. `Display` always starts with the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read: `"<path>: <io error>"`.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The text is not well-formed TOML / JSON: `"<path>: line L, column C: <what>"`.
+    #[error("{}: {message}", path.display())]
+    Parse { path: PathBuf, message: String },
+    /// A key is unknown, has the wrong type, or its value is out of range:
+    /// `"<path>: <key path>: <what>"`, e.g. `upstream[1].url` or `mcpServers.fs.url`.
+    #[error("{}: {key}: {message}", path.display())]
+    Invalid {
+        path: PathBuf,
+        key: String,
+        message: String,
+    },
+}
+
+impl ConfigError {
+    /// Key path the error is about (`upstream[0].url`), if it is about a key.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ConfigError::Invalid { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+}
+
+impl Default for ServerConfig {
+    /// Every `[server]` key at its default from [`crate::limits`].
+    fn default() -> Self {
+        validate::default_server()
+    }
+}
+
+impl Config {
+    /// Reads and validates the config file at `path`.
+    ///
+    /// Format: `.json` → `mcpServers` JSON, `.toml` → TOML, anything else is
+    /// sniffed (first non-space character `{` → JSON, else TOML).
+    /// `$CREDENTIALS_DIRECTORY/` in `bearer_token_file` is expanded from the
+    /// process environment.
+    ///
+    /// # Errors
+    /// [`ConfigError::Io`] if the file can't be read (or isn't UTF-8),
+    /// [`ConfigError::Parse`] for malformed text, [`ConfigError::Invalid`]
+    /// for anything else.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let ext = path.extension().and_then(|e| e.to_str());
+        let json = match ext.map(str::to_ascii_lowercase).as_deref() {
+            Some("json") => true,
+            Some("toml") => false,
+            _ => strip_bom(&text).trim_start().starts_with('{'),
+        };
+        if json {
+            Config::from_mcp_servers_json(&text, path)
+        } else {
+            Config::from_toml_str(&text, path)
+        }
+    }
+
+    /// Parses and validates TOML `text`; `origin` is the file name used in
+    /// error messages and stored as [`Config::source`].
+    ///
+    /// # Errors
+    /// [`ConfigError::Parse`] or [`ConfigError::Invalid`], see [`Config::load`].
+    pub fn from_toml_str(text: &str, origin: &Path) -> Result<Config, ConfigError> {
+        Self::from_toml_str_with_env(text, origin, &process_env)
+    }
+
+    /// Parses and validates `mcpServers` JSON `text`; `origin` as in
+    /// [`Config::from_toml_str`]. Every upstream gets the defaults of the
+    /// TOML keys JSON can't express, the server section gets its defaults.
+    ///
+    /// # Errors
+    /// [`ConfigError::Parse`] for malformed JSON, [`ConfigError::Invalid`]
+    /// (key paths like `mcpServers.fs.url`) for anything else.
+    pub fn from_mcp_servers_json(text: &str, origin: &Path) -> Result<Config, ConfigError> {
+        let ctx = validate::Ctx::new(origin, &process_env);
+        mcp_servers::parse(strip_bom(text), &ctx)
+    }
+
+    /// The config used when no file is given: `[server]` defaults (listen
+    /// [`crate::limits::DEFAULT_LISTEN`]) and one enabled `builtin` upstream
+    /// named and prefixed `edge`.
+    pub fn embedded_default() -> Config {
+        Config {
+            server: ServerConfig::default(),
+            upstreams: vec![validate::upstream_with_defaults(
+                "edge".to_owned(),
+                Transport::Builtin,
+            )],
+            source: None,
+        }
+    }
+
+    /// The resolved config as TOML that [`Config::from_toml_str`] accepts
+    /// again: every key with its resolved value, durations as humantime
+    /// strings, unset optional keys as comments. Secrets are masked: header
+    /// values and secret-looking env values (names containing TOKEN, SECRET,
+    /// KEY, PASS, AUTH, CREDENTIAL) become `"***"`, URL userinfo and query
+    /// become `***` (also in `args`), as do args after or inside secret-looking
+    /// flags (`--api-key X`, `--token=X`). `bearer_token_file` is printed.
+    pub fn render_masked(&self) -> String {
+        render::render(self)
+    }
+
+    /// [`Config::from_toml_str`] with an injectable environment lookup.
+    pub(crate) fn from_toml_str_with_env(
+        text: &str,
+        origin: &Path,
+        env: &dyn Fn(&str) -> Option<OsString>,
+    ) -> Result<Config, ConfigError> {
+        let ctx = validate::Ctx::new(origin, env);
+        let raw = raw::parse(strip_bom(text), &ctx)?;
+        validate::config(&ctx, raw)
+    }
+}
+
+fn process_env(name: &str) -> Option<OsString> {
+    std::env::var_os(name)
+}
+
+fn strip_bom(text: &str) -> &str {
+    text.strip_prefix('\u{feff}').unwrap_or(text)
+}

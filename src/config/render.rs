@@ -1,0 +1,308 @@
+//! `Config::render_masked`: the resolved config as TOML, secrets masked.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use super::{Config, Era, ToolNameRule, Transport};
+
+/// Replacement for a masked value.
+const MASK: &str = "***";
+/// Upper-case fragments of names whose values are treated as secrets.
+const SECRET_WORDS: [&str; 6] = ["TOKEN", "SECRET", "KEY", "PASS", "AUTH", "CREDENTIAL"];
+
+pub(super) fn render(cfg: &Config) -> String {
+    let mut o = String::new();
+    o.push_str("# mcp-edge resolved configuration (secrets masked)\n");
+    match &cfg.source {
+        Some(p) => line(&mut o, "# source: ", &path(p)),
+        None => o.push_str("# source: embedded default\n"),
+    }
+
+    let s = &cfg.server;
+    o.push_str("\n[server]\n");
+    kv(&mut o, "listen", quote(&s.listen.to_string()));
+    kv(&mut o, "allowed_origins", array(&s.allowed_origins));
+    kv(&mut o, "allowed_hosts", array(&s.allowed_hosts));
+    kv(&mut o, "max_body_bytes", s.max_body_bytes.to_string());
+    kv(&mut o, "session_capacity", s.session_capacity.to_string());
+    kv(
+        &mut o,
+        "session_idle_timeout",
+        duration(s.session_idle_timeout),
+    );
+    kv(&mut o, "keepalive", duration(s.keepalive));
+    kv(&mut o, "max_connections", s.max_connections.to_string());
+    kv(&mut o, "tool_name_separator", quote(&s.tool_name_separator));
+    let rule = match s.tool_names {
+        ToolNameRule::Strict => "strict",
+        ToolNameRule::Spec => "spec",
+    };
+    kv(&mut o, "tool_names", quote(rule));
+    match s.metrics_listen {
+        Some(a) => kv(&mut o, "metrics_listen", quote(&a.to_string())),
+        None => o.push_str("# metrics_listen: not set (no metrics listener)\n"),
+    }
+
+    for up in &cfg.upstreams {
+        o.push_str("\n[[upstream]]\n");
+        kv(&mut o, "name", quote(&up.name));
+        let transport = match up.transport {
+            Transport::Stdio { .. } => "stdio",
+            Transport::Http { .. } => "http",
+            Transport::Builtin => "builtin",
+        };
+        kv(&mut o, "transport", quote(transport));
+        kv(&mut o, "enabled", up.enabled.to_string());
+        let era = match up.era {
+            Era::Auto => "auto",
+            Era::Legacy => "legacy",
+            Era::Modern => "modern",
+        };
+        kv(&mut o, "era", quote(era));
+        kv(&mut o, "prefix", quote(&up.prefix));
+        kv(&mut o, "call_timeout", duration(up.call_timeout));
+        kv(&mut o, "max_in_flight", up.max_in_flight.to_string());
+        kv(&mut o, "max_result_bytes", up.max_result_bytes.to_string());
+        match &up.transport {
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                kv(&mut o, "command", quote(command));
+                kv(&mut o, "args", array(&mask_args(args)));
+                let env = env.iter().map(|(k, v)| {
+                    let v = if is_secret_name(k) { MASK } else { v.as_str() };
+                    (k.as_str(), v.to_owned())
+                });
+                kv(&mut o, "env", inline_table(env));
+                match cwd {
+                    Some(c) => kv(&mut o, "cwd", quote(&path(c))),
+                    None => o.push_str("# cwd: not set (inherits the working directory)\n"),
+                }
+            }
+            Transport::Http {
+                url,
+                headers,
+                bearer_token_file,
+            } => {
+                kv(&mut o, "url", quote(&mask_url(url)));
+                let headers = headers.keys().map(|k| (k.as_str(), MASK.to_owned()));
+                kv(&mut o, "headers", inline_table(headers));
+                match bearer_token_file {
+                    Some(p) => kv(&mut o, "bearer_token_file", quote(&path(p))),
+                    None => o.push_str("# bearer_token_file: not set\n"),
+                }
+            }
+            Transport::Builtin => {}
+        }
+    }
+    o
+}
+
+fn kv(o: &mut String, key: &str, value: String) {
+    let _ = writeln!(o, "{key} = {value}");
+}
+
+fn line(o: &mut String, lead: &str, text: &str) {
+    // A comment must stay on one line.
+    let text: String = text
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    let _ = writeln!(o, "{lead}{text}");
+}
+
+fn path(p: &Path) -> String {
+    p.display().to_string()
+}
+
+fn duration(d: Duration) -> String {
+    quote(&humantime::format_duration(d).to_string())
+}
+
+/// A TOML basic string.
+fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{:04X}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A TOML key: bare when possible.
+fn key(s: &str) -> String {
+    let bare = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if bare {
+        s.to_owned()
+    } else {
+        quote(s)
+    }
+}
+
+fn array(items: &[String]) -> String {
+    let items: Vec<String> = items.iter().map(|s| quote(s)).collect();
+    format!("[{}]", items.join(", "))
+}
+
+fn inline_table<'a>(entries: impl Iterator<Item = (&'a str, String)>) -> String {
+    let entries: Vec<String> = entries
+        .map(|(k, v)| format!("{} = {}", key(k), quote(&v)))
+        .collect();
+    if entries.is_empty() {
+        "{}".to_owned()
+    } else {
+        format!("{{ {} }}", entries.join(", "))
+    }
+}
+
+/// Whether a variable, header or flag name suggests its value is a secret.
+fn is_secret_name(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    SECRET_WORDS.iter().any(|w| upper.contains(w))
+}
+
+/// `scheme://user:pw@host/p?q#f` → `scheme://***@host/p?***#***`; other
+/// strings unchanged.
+fn mask_url(s: &str) -> String {
+    let Some(scheme_end) = s.find("://").map(|i| i + 3) else {
+        return s.to_owned();
+    };
+    let (head, rest) = s.split_at(scheme_end);
+    let auth_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(auth_end);
+    let mut out = head.to_owned();
+    match authority.rfind('@') {
+        Some(at) => {
+            out.push_str(MASK);
+            out.push_str(&authority[at..]);
+        }
+        None => out.push_str(authority),
+    }
+    let (before_frag, frag) = match tail.find('#') {
+        Some(i) => (&tail[..i], true),
+        None => (tail, false),
+    };
+    match before_frag.find('?') {
+        Some(q) => {
+            out.push_str(&before_frag[..=q]);
+            out.push_str(MASK);
+        }
+        None => out.push_str(before_frag),
+    }
+    if frag {
+        out.push('#');
+        out.push_str(MASK);
+    }
+    out
+}
+
+/// Masks secrets in a command line: the value after a secret-looking flag
+/// (`--api-key X`), `--token=X`, `API_KEY=X`, `Authorization: X`, and URL
+/// credentials.
+fn mask_args(args: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut value_is_secret = false;
+    for arg in args {
+        let masked = if value_is_secret {
+            value_is_secret = false;
+            MASK.to_owned()
+        } else if arg.contains("://") && !arg.starts_with('-') {
+            mask_url(arg)
+        } else if let Some((name, value)) = arg.split_once('=') {
+            if is_secret_name(name) {
+                format!("{name}={MASK}")
+            } else {
+                format!("{name}={}", mask_url(value))
+            }
+        } else if arg.starts_with('-') {
+            value_is_secret = is_secret_name(arg.trim_start_matches('-'));
+            arg.clone()
+        } else if let Some((name, _)) = arg.split_once(':') {
+            let header_like = !name.is_empty() && !name.contains(char::is_whitespace);
+            if header_like && is_secret_name(name) {
+                format!("{name}: {MASK}")
+            } else {
+                arg.clone()
+            }
+        } else {
+            arg.clone()
+        };
+        out.push(masked);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn urls() {
+        assert_eq!(mask_url("https://h/mcp"), "https://h/mcp");
+        assert_eq!(
+            mask_url("https://u:p@h:8/p?k=v#f"),
+            "https://***@h:8/p?***#***"
+        );
+        assert_eq!(mask_url("http://h?x"), "http://h?***");
+        assert_eq!(mask_url("plain"), "plain");
+    }
+
+    #[test]
+    fn args() {
+        let got = mask_args(&s(&[
+            "-y",
+            "--api-key",
+            "sk-1",
+            "--token=abc",
+            "API_KEY=xyz",
+            "LOG=debug",
+            "Authorization: Bearer q",
+            "https://u:p@h/x?k=1",
+            "--verbose",
+            "file.txt",
+        ]));
+        assert_eq!(
+            got,
+            s(&[
+                "-y",
+                "--api-key",
+                "***",
+                "--token=***",
+                "API_KEY=***",
+                "LOG=debug",
+                "Authorization: ***",
+                "https://***@h/x?***",
+                "--verbose",
+                "file.txt",
+            ])
+        );
+    }
+
+    #[test]
+    fn quoting() {
+        assert_eq!(quote("a\"b\\c\n\u{1}"), "\"a\\\"b\\\\c\\n\\u0001\"");
+        assert_eq!(key("X-Api-Key"), "X-Api-Key");
+        assert_eq!(key("a b"), "\"a b\"");
+    }
+}

@@ -1,0 +1,436 @@
+//! The `/mcp` endpoint: POST, GET and DELETE for both eras.
+//!
+//! Era per request (`../shared/spec/2026-07-28/versioning.mdx` §Backward
+//! Compatibility, "A dual-era server selects its behavior from how the client
+//! opens"): `initialize` opens a legacy session; a request carrying modern
+//! `_meta` (or a non-legacy `MCP-Protocol-Version`) is served statelessly;
+//! anything else is legacy and needs its `Mcp-Session-Id`
+//! (`../shared/spec/2025-11-25/transports.mdx` §Session Management).
+
+use super::{modern, reply, App, Body};
+use crate::protocol::{self, Message, ProtocolVersion, RpcError};
+use crate::session::{SessionError, SessionId};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use tokio::time::Instant;
+
+/// How one POSTed message is served.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Era {
+    /// In a legacy session with this negotiated version.
+    Legacy(SessionId, ProtocolVersion),
+    /// Modern, stateless.
+    Modern,
+}
+
+/// An HTTP-level refusal: status plus JSON-RPC error (id null).
+struct Refusal(StatusCode, RpcError);
+
+fn refuse(status: StatusCode, code: i64, msg: impl Into<String>) -> Refusal {
+    Refusal(status, RpcError::new(code, msg))
+}
+
+impl Refusal {
+    fn into_response(self, id: Value) -> Response<Body> {
+        reply::json(self.0, &protocol::error_response(id, &self.1))
+    }
+}
+
+/// Entry point for every request on `/mcp`.
+pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
+    if let Err(why) = app.origin.check(req.headers()) {
+        metrics::counter!(crate::metrics::FORBIDDEN).increment(1);
+        tracing::info!("403: {why}");
+        return refuse(
+            StatusCode::FORBIDDEN,
+            protocol::INVALID_REQUEST,
+            format!("Forbidden: {why}"),
+        )
+        .into_response(Value::Null);
+    }
+    match *req.method() {
+        Method::POST => post(app, req).await,
+        Method::GET => get(app, req.headers()),
+        Method::DELETE => delete(app, req.headers()),
+        _ => reply::method_not_allowed(),
+    }
+}
+
+fn session_header(h: &HeaderMap) -> Result<Option<SessionId>, Refusal> {
+    match h.get("mcp-session-id") {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(SessionId::parse)
+            .map(Some)
+            .ok_or_else(|| {
+                refuse(
+                    StatusCode::NOT_FOUND,
+                    protocol::INVALID_REQUEST,
+                    "Session not found",
+                )
+            }),
+    }
+}
+
+fn get(app: Arc<App>, h: &HeaderMap) -> Response<Body> {
+    match session_header(h) {
+        Err(r) => r.into_response(Value::Null),
+        Ok(None) => reply::method_not_allowed(),
+        Ok(Some(id)) => match app
+            .sessions
+            .lock()
+            .expect("sessions")
+            .touch(&id, Instant::now())
+        {
+            Ok(_) => reply::session_stream(app.clone(), id),
+            Err(_) => refuse(
+                StatusCode::NOT_FOUND,
+                protocol::INVALID_REQUEST,
+                "Session not found",
+            )
+            .into_response(Value::Null),
+        },
+    }
+}
+
+fn delete(app: Arc<App>, h: &HeaderMap) -> Response<Body> {
+    match session_header(h) {
+        Err(r) => r.into_response(Value::Null),
+        Ok(None) => reply::method_not_allowed(),
+        Ok(Some(id)) => {
+            let mut t = app.sessions.lock().expect("sessions");
+            if t.remove(&id) {
+                metrics::gauge!(crate::metrics::SESSIONS_ACTIVE).set(t.len() as f64);
+                reply::empty(StatusCode::OK)
+            } else {
+                refuse(
+                    StatusCode::NOT_FOUND,
+                    protocol::INVALID_REQUEST,
+                    "Session not found",
+                )
+                .into_response(Value::Null)
+            }
+        }
+    }
+}
+
+async fn read_body(
+    app: &App,
+    req: Request<Incoming>,
+) -> Result<(HeaderMap, bytes::Bytes), Refusal> {
+    let limit = app.config.server.max_body_bytes;
+    let too_big = || {
+        metrics::counter!(crate::metrics::REFUSED, "limit" => "body_bytes").increment(1);
+        refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            protocol::INVALID_REQUEST,
+            format!("Request body larger than {limit} bytes (server.max_body_bytes)"),
+        )
+    };
+    let declared = req
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_big());
+    }
+    let (parts, body) = req.into_parts();
+    let bytes = http_body_util::Limited::new(body, limit)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                too_big()
+            } else {
+                refuse(
+                    StatusCode::BAD_REQUEST,
+                    protocol::PARSE_ERROR,
+                    format!("Parse error: reading body: {e}"),
+                )
+            }
+        })?
+        .to_bytes();
+    Ok((parts.headers, bytes))
+}
+
+async fn post(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
+    let (headers, bytes) = match read_body(&app, req).await {
+        Ok(x) => x,
+        Err(r) => return r.into_response(Value::Null),
+    };
+    let sse = reply::wants_sse(&headers);
+    let body: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(e) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                protocol::PARSE_ERROR,
+                format!("Parse error: {e}"),
+            )
+            .into_response(Value::Null)
+        }
+    };
+    if let Value::Array(items) = body {
+        return batch(&app, &headers, items, sse).await;
+    }
+    let msg = match protocol::classify(body) {
+        Ok(m) => m,
+        Err((id, e)) => {
+            return reply::json(StatusCode::BAD_REQUEST, &protocol::error_response(id, &e))
+        }
+    };
+    match one(&app, &headers, msg).await {
+        Ok(None) => reply::empty(StatusCode::ACCEPTED),
+        Ok(Some(Answer {
+            response,
+            session,
+            status,
+        })) => reply::answer(status, response, session, sse),
+        Err((id, r)) => r.into_response(id),
+    }
+}
+
+/// What one request produced: the JSON-RPC response, the HTTP status and, for
+/// `initialize`, the new session id.
+struct Answer {
+    response: Value,
+    status: StatusCode,
+    session: Option<SessionId>,
+}
+
+fn decide_era(
+    app: &App,
+    h: &HeaderMap,
+    method: &str,
+    params: Option<&Value>,
+) -> Result<Era, Refusal> {
+    let header_version = h.get("mcp-protocol-version").and_then(|v| v.to_str().ok());
+    let meta_version =
+        protocol::params_meta(params).and_then(|m| m.get(protocol::META_PROTOCOL_VERSION));
+    let legacy_header = header_version
+        .and_then(ProtocolVersion::parse)
+        .is_some_and(|v| v.is_legacy());
+    let session = session_header(h)?;
+    if meta_version.is_some() || (header_version.is_some() && !legacy_header && session.is_none()) {
+        return Ok(Era::Modern);
+    }
+    let Some(id) = session else {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            protocol::INVALID_REQUEST,
+            format!("Bad Request: {method} needs an Mcp-Session-Id (send initialize first) or modern _meta"),
+        ));
+    };
+    // 2025-11-25 transports.mdx §Protocol Version Header: absent → 2025-03-26; unsupported → 400.
+    if let Some(hv) = header_version {
+        if !legacy_header {
+            return Err(refuse(
+                StatusCode::BAD_REQUEST,
+                protocol::INVALID_REQUEST,
+                format!("Bad Request: unsupported MCP-Protocol-Version {hv:?} in a legacy session"),
+            ));
+        }
+    }
+    match app
+        .sessions
+        .lock()
+        .expect("sessions")
+        .touch(&id, Instant::now())
+    {
+        Ok(s) => Ok(Era::Legacy(id, s.version)),
+        Err(_) => Err(refuse(
+            StatusCode::NOT_FOUND,
+            protocol::INVALID_REQUEST,
+            "Session not found",
+        )),
+    }
+}
+
+async fn one(app: &App, h: &HeaderMap, msg: Message) -> Result<Option<Answer>, (Value, Refusal)> {
+    match msg {
+        Message::Response { .. } => Ok(None), // answers to server requests we never send
+        Message::Notification { method, params } => {
+            if method == "notifications/initialized" {
+                if let Ok(Some(id)) = session_header(h) {
+                    app.sessions.lock().expect("sessions").mark_initialized(&id);
+                }
+            }
+            let _ = params;
+            Ok(None)
+        }
+        Message::Request { id, method, params } => {
+            if method == "initialize" {
+                return initialize(app, id, params.as_ref()).map(Some);
+            }
+            let era = decide_era(app, h, &method, params.as_ref()).map_err(|r| (id.clone(), r))?;
+            if era == Era::Modern {
+                if let Err(e) = modern::validate(h, &method, params.as_ref()) {
+                    return Err((id, Refusal(StatusCode::BAD_REQUEST, e)));
+                }
+            }
+            let outcome = app.call(&method, params, era == Era::Modern).await;
+            let label = crate::metrics::method_label(&method);
+            let status = match &outcome {
+                Err(e) if era == Era::Modern && e.code == protocol::METHOD_NOT_FOUND => {
+                    StatusCode::NOT_FOUND
+                }
+                _ => StatusCode::OK,
+            };
+            metrics::counter!(crate::metrics::REQUESTS, "method" => label, "outcome" => if outcome.is_ok() { "ok" } else { "error" }).increment(1);
+            let response = match outcome {
+                Ok(r) => protocol::result_response(
+                    id,
+                    if era == Era::Modern {
+                        modern::decorate(&method, r)
+                    } else {
+                        r
+                    },
+                ),
+                Err(e) => protocol::error_response(id, &e),
+            };
+            Ok(Some(Answer {
+                response,
+                status,
+                session: None,
+            }))
+        }
+    }
+}
+
+/// `initialize`: version negotiation and a new session
+/// (`../shared/spec/2025-11-25/lifecycle.mdx` §Version Negotiation).
+fn initialize(app: &App, id: Value, params: Option<&Value>) -> Result<Answer, (Value, Refusal)> {
+    let asked = params
+        .and_then(|p| p.get("protocolVersion"))
+        .and_then(Value::as_str);
+    let Some(asked) = asked else {
+        return Ok(Answer {
+            response: protocol::error_response(
+                id,
+                &RpcError::new(
+                    protocol::INVALID_PARAMS,
+                    "Invalid params: initialize needs params.protocolVersion",
+                ),
+            ),
+            status: StatusCode::OK,
+            session: None,
+        });
+    };
+    let version = match ProtocolVersion::parse(asked) {
+        Some(v) if v.is_legacy() => v,
+        _ => ProtocolVersion::LATEST_LEGACY,
+    };
+    let mut table = app.sessions.lock().expect("sessions");
+    let sid = match table.insert(version, Instant::now()) {
+        Ok(s) => s,
+        Err(SessionError::Full { capacity }) => {
+            let r = RpcError::new(
+                protocol::SESSIONS_FULL,
+                format!("Session table full ({capacity} sessions); retry later"),
+            );
+            return Err((id, Refusal(StatusCode::SERVICE_UNAVAILABLE, r)));
+        }
+        Err(e) => {
+            return Err((
+                id,
+                refuse(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    protocol::INTERNAL_ERROR,
+                    e.to_string(),
+                ),
+            ))
+        }
+    };
+    metrics::gauge!(crate::metrics::SESSIONS_ACTIVE).set(table.len() as f64);
+    drop(table);
+    metrics::counter!(crate::metrics::REQUESTS, "method" => "initialize", "outcome" => "ok")
+        .increment(1);
+    let result = json!({
+        "protocolVersion": version.as_str(),
+        "capabilities": App::capabilities(),
+        "serverInfo": App::server_info(),
+        "instructions": app.instructions(),
+    });
+    Ok(Answer {
+        response: protocol::result_response(id, result),
+        status: StatusCode::OK,
+        session: Some(sid),
+    })
+}
+
+async fn batch(app: &App, h: &HeaderMap, items: Vec<Value>, sse: bool) -> Response<Body> {
+    // JSON-RPC batches exist only in 2025-03-26 (removed in 2025-06-18).
+    let sid = match session_header(h) {
+        Ok(Some(id)) => id,
+        Ok(None) | Err(_) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                protocol::INVALID_REQUEST,
+                "Invalid Request: JSON-RPC batches are accepted only in 2025-03-26 sessions",
+            )
+            .into_response(Value::Null)
+        }
+    };
+    let version = app
+        .sessions
+        .lock()
+        .expect("sessions")
+        .touch(&sid, Instant::now());
+    match version {
+        Err(_) => {
+            return refuse(
+                StatusCode::NOT_FOUND,
+                protocol::INVALID_REQUEST,
+                "Session not found",
+            )
+            .into_response(Value::Null)
+        }
+        Ok(s) if s.version != ProtocolVersion::V2025_03_26 => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                protocol::INVALID_REQUEST,
+                "Invalid Request: JSON-RPC batches are accepted only in 2025-03-26 sessions",
+            )
+            .into_response(Value::Null)
+        }
+        Ok(_) => {}
+    }
+    if items.is_empty() {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            protocol::INVALID_REQUEST,
+            "Invalid Request: empty batch",
+        )
+        .into_response(Value::Null);
+    }
+    let mut out = Vec::new();
+    for item in items {
+        let answer = match protocol::classify(item) {
+            Err((id, e)) => Some(protocol::error_response(id, &e)),
+            Ok(Message::Request { id, method, .. }) if method == "initialize" => {
+                Some(protocol::error_response(
+                    id,
+                    &RpcError::new(
+                        protocol::INVALID_REQUEST,
+                        "Invalid Request: initialize must not be part of a batch",
+                    ),
+                ))
+            }
+            Ok(m) => match one(app, h, m).await {
+                Ok(a) => a.map(|a| a.response),
+                Err((id, r)) => Some(protocol::error_response(id, &r.1)),
+            },
+        };
+        out.extend(answer);
+    }
+    if out.is_empty() {
+        return reply::empty(StatusCode::ACCEPTED);
+    }
+    reply::answer(StatusCode::OK, Value::Array(out), None, sse)
+}

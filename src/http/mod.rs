@@ -1,0 +1,290 @@
+//! The downstream face: the listener, the `/mcp` endpoint for both eras, and
+//! request checks. [`Gateway::start`] wires everything together.
+//!
+//! Connections are limited by a semaphore whose permit is taken *before*
+//! `accept` and moved into the connection's task, so excess clients wait in
+//! the kernel backlog instead of costing memory here.
+
+pub mod checks;
+pub mod endpoint;
+pub mod modern;
+pub mod reply;
+
+use crate::config::Config;
+use crate::protocol::{self, ProtocolVersion, RpcError};
+use crate::router::Router;
+use crate::session::Table;
+use crate::supervisor::{OwnedTask, Supervisor};
+use crate::upstream::Upstream;
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::combinators::UnsyncBoxBody;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+
+/// Response body type of every handler.
+pub type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+/// Shared state of the downstream endpoint.
+pub struct App {
+    /// The validated config.
+    pub config: Config,
+    /// Legacy sessions (fixed capacity).
+    pub sessions: Mutex<Table>,
+    /// Catalog and routing.
+    pub router: Router,
+    /// Origin/Host policy.
+    pub origin: checks::OriginPolicy,
+}
+
+impl App {
+    /// The capabilities mcp-edge announces in `initialize` and `server/discover`.
+    pub fn capabilities() -> Value {
+        json!({"tools": {}, "prompts": {}, "resources": {}, "completions": {}, "logging": {}})
+    }
+
+    /// `Implementation` of mcp-edge.
+    pub fn server_info() -> Value {
+        json!({"name": "mcp-edge", "version": env!("CARGO_PKG_VERSION")})
+    }
+
+    /// Instructions naming the upstreams and their tool prefixes.
+    pub fn instructions(&self) -> String {
+        let sep = &self.config.server.tool_name_separator;
+        let list: Vec<String> = self
+            .router
+            .upstreams()
+            .iter()
+            .filter(|u| u.config.enabled)
+            .map(|u| {
+                if u.config.prefix.is_empty() {
+                    format!("'{}' (unprefixed)", u.name())
+                } else {
+                    format!("'{}' (tools named {}{}…)", u.name(), u.config.prefix, sep)
+                }
+            })
+            .collect();
+        format!(
+            "mcp-edge gateway aggregating upstream MCP servers: {}.",
+            list.join(", ")
+        )
+    }
+
+    /// Answers one request after the era checks: lifecycle methods here,
+    /// everything else through the router.
+    pub async fn call(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        modern: bool,
+    ) -> Result<Value, RpcError> {
+        match method {
+            "ping" => Ok(json!({})),
+            "server/discover" if modern => Ok(json!({
+                "supportedVersions": ProtocolVersion::supported_json(),
+                "capabilities": App::capabilities(),
+                "_meta": {protocol::META_SERVER_INFO: App::server_info()},
+                "instructions": self.instructions(),
+            })),
+            _ => self.router.dispatch(method, params).await,
+        }
+    }
+}
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// Binding the listen address failed.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The configured address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// A running gateway. Dropping it aborts its tasks; [`Gateway::shutdown`] stops it in order.
+pub struct Gateway {
+    addr: SocketAddr,
+    app: Arc<App>,
+    supervisor: Supervisor,
+    shutdown: watch::Sender<bool>,
+    _tasks: Vec<OwnedTask>,
+}
+
+impl Gateway {
+    /// Binds `server.listen`, starts one owner task per enabled upstream, the
+    /// accept loop and the session sweep. Errors: [`GatewayError::Bind`].
+    pub async fn start(config: Config) -> Result<Gateway, GatewayError> {
+        let upstreams: Vec<Arc<Upstream>> = config
+            .upstreams
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Upstream::new(i, c.clone()))
+            .collect();
+        let listener = TcpListener::bind(config.server.listen)
+            .await
+            .map_err(|source| GatewayError::Bind {
+                addr: config.server.listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| GatewayError::Bind {
+            addr: config.server.listen,
+            source,
+        })?;
+        let s = &config.server;
+        let app = Arc::new(App {
+            sessions: Mutex::new(Table::new(s.session_capacity, s.session_idle_timeout)),
+            router: Router::new(
+                upstreams.clone(),
+                s.tool_names,
+                s.tool_name_separator.clone(),
+            ),
+            origin: checks::OriginPolicy::new(addr, &s.allowed_hosts, &s.allowed_origins),
+            config: config.clone(),
+        });
+        let supervisor = Supervisor::start(&upstreams);
+        let (shutdown, _) = watch::channel(false);
+        let mut tasks = vec![
+            OwnedTask::spawn(accept_loop(listener, app.clone(), shutdown.subscribe())),
+            OwnedTask::spawn(sweep(app.clone(), shutdown.subscribe())),
+        ];
+        if let Some(m) = s.metrics_listen {
+            match TcpListener::bind(m).await {
+                Ok(l) => tasks.push(OwnedTask::spawn(crate::metrics::serve(
+                    l,
+                    shutdown.subscribe(),
+                ))),
+                Err(e) => tracing::warn!("metrics listener {m}: {e}"),
+            }
+        }
+        Ok(Gateway {
+            addr,
+            app,
+            supervisor,
+            shutdown,
+            _tasks: tasks,
+        })
+    }
+
+    /// The bound address (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Shared state (sessions, router, upstreams).
+    pub fn app(&self) -> &Arc<App> {
+        &self.app
+    }
+
+    /// Waits until every enabled upstream has settled its first attempt
+    /// (ready or failed), or `budget` passed. Returns how many are ready.
+    pub async fn wait_upstreams(&self, budget: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + budget;
+        for up in self
+            .app
+            .router
+            .upstreams()
+            .iter()
+            .filter(|u| u.config.enabled)
+        {
+            let mut rx = up.subscribe();
+            let _ = tokio::time::timeout_at(
+                deadline,
+                rx.wait_for(|s| !matches!(s, crate::upstream::Status::Connecting)),
+            )
+            .await;
+        }
+        self.ready_upstreams()
+    }
+
+    /// Number of upstreams in `Ready`.
+    pub fn ready_upstreams(&self) -> usize {
+        self.app
+            .router
+            .upstreams()
+            .iter()
+            .filter(|u| matches!(u.status(), crate::upstream::Status::Ready { .. }))
+            .count()
+    }
+
+    /// Number of upstream owner tasks alive.
+    pub fn live_owner_tasks(&self) -> usize {
+        self.supervisor.live_tasks()
+    }
+
+    /// Stops accepting, stops every upstream (stdio children get EOF, HTTP
+    /// sessions get DELETE), waiting up to 5 s.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        self.supervisor.shutdown(Duration::from_secs(5)).await;
+    }
+}
+
+async fn accept_loop(listener: TcpListener, app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
+    let permits = Arc::new(Semaphore::new(app.config.server.max_connections));
+    loop {
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => p.expect("semaphore never closed"),
+            _ = shutdown.changed() => return,
+        };
+        let (stream, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!("accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.changed() => return,
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        // The connection's own future: lives as long as the client's socket.
+        tokio::spawn(async move {
+            let _permit = permit;
+            let svc = hyper::service::service_fn(move |req| route(app.clone(), req));
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await
+            {
+                tracing::debug!("connection: {e}");
+            }
+        });
+    }
+}
+
+async fn route(app: Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    if req.uri().path() == "/mcp" {
+        Ok(endpoint::handle(app, req).await)
+    } else {
+        Ok(reply::json(
+            StatusCode::NOT_FOUND,
+            &json!({"error": format!("no such path {}; the MCP endpoint is /mcp", req.uri().path())}),
+        ))
+    }
+}
+
+/// One timer for the whole table: removes idle sessions every
+/// `min(idle_timeout / 4, 60 s)` (lookups also expire lazily).
+async fn sweep(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
+    let period = (app.config.server.session_idle_timeout / 4).min(Duration::from_secs(60));
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(period) => {}
+            _ = shutdown.changed() => return,
+        }
+        let mut t = app.sessions.lock().expect("sessions");
+        t.expire(tokio::time::Instant::now());
+        metrics::gauge!(crate::metrics::SESSIONS_ACTIVE).set(t.len() as f64);
+    }
+}

@@ -1,0 +1,251 @@
+//! Rules for modern (2026-07-28) requests on the downstream endpoint.
+//!
+//! - `MCP-Protocol-Version` header must equal `_meta["io.modelcontextprotocol/protocolVersion"]`
+//!   (`../shared/spec/2026-07-28/transports-streamable-http.mdx` §Protocol Version Header);
+//! - unsupported version → 400 + -32022 listing supported versions (`versioning.mdx`);
+//! - `io.modelcontextprotocol/clientCapabilities` is required → else 400 + -32602 (`index.mdx` §_meta);
+//! - `Mcp-Method` must equal `method`; `Mcp-Name` must equal `params.name`/`params.uri`
+//!   for `tools/call`, `prompts/get`, `resources/read`, decoded from `=?base64?…?=`
+//!   first → else 400 + -32020 (§Standard Request Headers, §Value Encoding, §Server Validation);
+//! - every result carries `resultType`, and cacheable results `ttlMs`/`cacheScope`
+//!   (`index.mdx` §ResultType; `server-utilities-caching.mdx` §Cacheable Results).
+
+use crate::limits;
+use crate::protocol::{self, ProtocolVersion, RpcError};
+use base64::Engine;
+use http::HeaderMap;
+use serde_json::{json, Value};
+
+fn header<'a>(h: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, RpcError> {
+    match h.get(name) {
+        None => Ok(None),
+        Some(v) => v.to_str().map(Some).map_err(|_| {
+            RpcError::new(
+                protocol::HEADER_MISMATCH,
+                format!("Header mismatch: {name} has invalid characters"),
+            )
+        }),
+    }
+}
+
+/// Decodes a header value that may use the Base64 sentinel `=?base64?…?=`.
+pub fn decode_sentinel(v: &str) -> Option<String> {
+    match v
+        .strip_prefix("=?base64?")
+        .and_then(|r| r.strip_suffix("?="))
+    {
+        Some(b64) => base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok()),
+        None => Some(v.to_string()),
+    }
+}
+
+/// Validates a modern request's headers against its body. Errors carry the
+/// JSON-RPC code; every one of them is answered with HTTP 400.
+pub fn validate(h: &HeaderMap, method: &str, params: Option<&Value>) -> Result<(), RpcError> {
+    let meta = protocol::params_meta(params);
+    let body_version = meta
+        .and_then(|m| m.get(protocol::META_PROTOCOL_VERSION))
+        .and_then(Value::as_str);
+    let header_version = header(h, "mcp-protocol-version")?;
+    let version = match (header_version, body_version) {
+        (None, _) => {
+            return Err(RpcError::new(
+                protocol::HEADER_MISMATCH,
+                "Header mismatch: required header MCP-Protocol-Version is missing",
+            ))
+        }
+        (Some(hv), None) => {
+            if ProtocolVersion::parse(hv) != Some(ProtocolVersion::MODERN) {
+                return Err(RpcError::unsupported_version(hv));
+            }
+            return Err(RpcError::new(
+                protocol::INVALID_PARAMS,
+                format!("Invalid params: _meta[\"{}\"] is required", protocol::META_PROTOCOL_VERSION),
+            ));
+        }
+        (Some(hv), Some(bv)) if hv != bv => {
+            return Err(RpcError::new(
+                protocol::HEADER_MISMATCH,
+                format!("Header mismatch: MCP-Protocol-Version header value '{hv}' does not match body value '{bv}'"),
+            ))
+        }
+        (Some(hv), Some(_)) => hv,
+    };
+    if ProtocolVersion::parse(version) != Some(ProtocolVersion::MODERN) {
+        return Err(RpcError::unsupported_version(version));
+    }
+    if !meta.is_some_and(|m| {
+        m.get(protocol::META_CLIENT_CAPABILITIES)
+            .is_some_and(Value::is_object)
+    }) {
+        return Err(RpcError::new(
+            protocol::INVALID_PARAMS,
+            format!(
+                "Invalid params: _meta[\"{}\"] is required",
+                protocol::META_CLIENT_CAPABILITIES
+            ),
+        ));
+    }
+    match header(h, "mcp-method")? {
+        None => {
+            return Err(RpcError::new(
+                protocol::HEADER_MISMATCH,
+                "Header mismatch: required header Mcp-Method is missing",
+            ))
+        }
+        Some(m) if m != method => {
+            return Err(RpcError::new(
+                protocol::HEADER_MISMATCH,
+                format!("Header mismatch: Mcp-Method header value '{m}' does not match body value '{method}'"),
+            ))
+        }
+        Some(_) => {}
+    }
+    if let Some(body_name) = protocol::routed_name(method, params) {
+        let raw = header(h, "mcp-name")?.ok_or_else(|| {
+            RpcError::new(
+                protocol::HEADER_MISMATCH,
+                "Header mismatch: required header Mcp-Name is missing",
+            )
+        })?;
+        let decoded = decode_sentinel(raw).ok_or_else(|| {
+            RpcError::new(
+                protocol::HEADER_MISMATCH,
+                "Header mismatch: Mcp-Name has an invalid Base64 value",
+            )
+        })?;
+        if decoded != body_name {
+            return Err(RpcError::new(
+                protocol::HEADER_MISMATCH,
+                format!("Header mismatch: Mcp-Name header value '{decoded}' does not match body value '{body_name}'"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// True for the methods whose results are cacheable (`server-utilities-caching.mdx`).
+pub fn is_cacheable(method: &str) -> bool {
+    matches!(
+        method,
+        "server/discover"
+            | "tools/list"
+            | "prompts/list"
+            | "resources/list"
+            | "resources/templates/list"
+            | "resources/read"
+    )
+}
+
+/// Adds `resultType: "complete"` when absent and, on cacheable complete
+/// results, `ttlMs` and `cacheScope` when absent (an upstream's own values win).
+pub fn decorate(method: &str, mut result: Value) -> Value {
+    if let Some(o) = result.as_object_mut() {
+        let rt = o.entry("resultType").or_insert_with(|| json!("complete"));
+        let complete = rt.as_str() == Some("complete");
+        if complete && is_cacheable(method) {
+            o.entry("ttlMs")
+                .or_insert_with(|| json!(limits::DEFAULT_LIST_TTL_MS));
+            o.entry("cacheScope").or_insert_with(|| json!("public"));
+        }
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hm(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut m = HeaderMap::new();
+        for (k, v) in pairs {
+            m.insert(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        m
+    }
+
+    fn params(name: &str) -> Value {
+        json!({"name": name, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}}})
+    }
+
+    #[test]
+    fn accepts_matching_headers_including_base64() {
+        let h = hm(&[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "=?base64?bcOpdMOpbw==?="),
+        ]);
+        assert_eq!(validate(&h, "tools/call", Some(&params("météo"))), Ok(()));
+    }
+
+    #[test]
+    fn mismatches_are_32020_and_versions_32022() {
+        let good = [
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "a"),
+        ];
+        assert_eq!(
+            validate(&hm(&good), "tools/call", Some(&params("b")))
+                .unwrap_err()
+                .code,
+            protocol::HEADER_MISMATCH
+        );
+        assert_eq!(
+            validate(&hm(&good[..2]), "tools/call", Some(&params("a")))
+                .unwrap_err()
+                .code,
+            protocol::HEADER_MISMATCH
+        );
+        assert_eq!(
+            validate(&hm(&good), "tools/list", Some(&params("a")))
+                .unwrap_err()
+                .code,
+            protocol::HEADER_MISMATCH
+        );
+        let mut p = params("a");
+        p["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("1900-01-01");
+        let h = hm(&[
+            ("mcp-protocol-version", "1900-01-01"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "a"),
+        ]);
+        let e = validate(&h, "tools/call", Some(&p)).unwrap_err();
+        assert_eq!(e.code, protocol::UNSUPPORTED_PROTOCOL_VERSION);
+        assert_eq!(e.data.unwrap()["supported"][0], "2026-07-28");
+    }
+
+    #[test]
+    fn missing_capabilities_is_invalid_params() {
+        let h = hm(&[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/list"),
+        ]);
+        let p = json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}});
+        assert_eq!(
+            validate(&h, "tools/list", Some(&p)).unwrap_err().code,
+            protocol::INVALID_PARAMS
+        );
+    }
+
+    #[test]
+    fn decorate_adds_only_missing_fields() {
+        let r = decorate("tools/list", json!({"tools": [], "ttlMs": 5}));
+        assert_eq!(
+            r,
+            json!({"tools": [], "ttlMs": 5, "resultType": "complete", "cacheScope": "public"})
+        );
+        let r = decorate("tools/call", json!({"content": []}));
+        assert_eq!(r, json!({"content": [], "resultType": "complete"}));
+        let r = decorate("tools/list", json!({"resultType": "input_required"}));
+        assert_eq!(r, json!({"resultType": "input_required"}));
+    }
+}

@@ -1,0 +1,132 @@
+//! Response framing: JSON or SSE per the client's `Accept`, empty statuses,
+//! and the keep-alive stream of a legacy GET
+//! (`../shared/spec/2025-11-25/transports.mdx` §Sending Messages to the Server,
+//! §Listening for Messages from the Server).
+
+use super::{App, Body};
+use crate::protocol::sse;
+use crate::session::SessionId;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
+use serde_json::Value;
+use std::convert::Infallible;
+use std::sync::Arc;
+use tokio::time::Instant;
+
+/// True when the client accepts SSE but not JSON (then it gets an SSE stream).
+pub fn wants_sse(h: &HeaderMap) -> bool {
+    let accept = h
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    accept.contains("text/event-stream")
+        && !accept.contains("application/json")
+        && !accept.contains("*/*")
+}
+
+fn full(b: impl Into<Bytes>) -> Body {
+    Full::new(b.into())
+        .map_err(|e: Infallible| match e {})
+        .boxed_unsync()
+}
+
+/// A JSON body with `status`.
+pub fn json(status: StatusCode, v: &Value) -> Response<Body> {
+    let mut r = Response::new(full(serde_json::to_vec(v).unwrap_or_default()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// An empty body with `status` (202 for notifications, 200 for DELETE).
+pub fn empty(status: StatusCode) -> Response<Body> {
+    let mut r = Response::new(full(Bytes::new()));
+    *r.status_mut() = status;
+    r
+}
+
+/// 405 with `Allow: POST` (GET/DELETE without a legacy session:
+/// `../shared/spec/2026-07-28/transports-streamable-http.mdx` §Earlier Streamable HTTP Revisions).
+pub fn method_not_allowed() -> Response<Body> {
+    let mut r = json(
+        StatusCode::METHOD_NOT_ALLOWED,
+        &serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": crate::protocol::INVALID_REQUEST,
+            "message": "Method Not Allowed: use POST, or GET/DELETE with an Mcp-Session-Id"}}),
+    );
+    r.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+    r
+}
+
+fn sse_headers(r: &mut Response<Body>) {
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+}
+
+/// A request's answer as JSON, or as a one-event SSE stream when `sse`.
+pub fn answer(
+    status: StatusCode,
+    response: Value,
+    session: Option<SessionId>,
+    sse_wanted: bool,
+) -> Response<Body> {
+    let mut r = if sse_wanted && status == StatusCode::OK {
+        let text = serde_json::to_string(&response).unwrap_or_default();
+        let mut r = Response::new(full(sse::event(&text)));
+        sse_headers(&mut r);
+        r
+    } else {
+        json(status, &response)
+    };
+    if let Some(s) = session {
+        if let Ok(v) = HeaderValue::from_str(&s.to_header()) {
+            r.headers_mut().insert("mcp-session-id", v);
+        }
+    }
+    r
+}
+
+/// The GET stream of a legacy session: keep-alive comments every
+/// `server.keepalive`; ends when the session is deleted or expires.
+pub fn session_stream(app: Arc<App>, id: SessionId) -> Response<Body> {
+    let period = app.config.server.keepalive;
+    let ticks = tokio_stream_interval(period);
+    let stream = ticks
+        .take_while(move |_| {
+            let alive = app
+                .sessions
+                .lock()
+                .expect("sessions")
+                .peek(&id, Instant::now())
+                .is_some();
+            std::future::ready(alive)
+        })
+        .map(|_| Ok::<_, Infallible>(Frame::data(sse::keepalive())));
+    let mut r = Response::new(BodyExt::boxed_unsync(StreamBody::new(stream)));
+    sse_headers(&mut r);
+    r
+}
+
+fn tokio_stream_interval(
+    period: std::time::Duration,
+) -> impl futures_util::Stream<Item = ()> + Send {
+    futures_util::stream::unfold(
+        tokio::time::interval_at(Instant::now(), period),
+        |mut iv| async move {
+            iv.tick().await;
+            Some(((), iv))
+        },
+    )
+}

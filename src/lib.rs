@@ -1,0 +1,39 @@
+//! # mcp-edge
+//!
+//! A bounded MCP gateway for ARM edge boxes. Several upstream MCP servers
+//! (stdio child processes, remote streamable-HTTP servers, and the built-in
+//! `edge` tools) are aggregated behind one downstream streamable-HTTP
+//! endpoint that speaks both MCP eras (legacy 2025-03-26 … 2025-11-25 with
+//! `initialize` and `Mcp-Session-Id`; modern 2026-07-28, stateless).
+//!
+//! ## Module map (lowest layer first; a module uses only modules above it)
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`limits`] | every capacity, timeout and default, in one place |
+//! | [`protocol`] | JSON-RPC envelope, error codes, era and version rules, SSE codec |
+//! | [`metrics`] | metric names and the Prometheus recorder |
+//! | [`config`] | TOML and `mcpServers` JSON → validated [`config::Config`] |
+//! | [`session`] | the fixed-capacity legacy session table (time passed in) |
+//! | [`upstream`] | transports (`stdio`, `http`, `builtin`), era probe, in-flight table, id remap |
+//! | [`router`] | aggregated catalog, exposed-name mapping, list merge, call routing |
+//! | [`supervisor`] | the owner task per upstream (connect, reconnect), the only spawner of long-lived tasks |
+//! | [`http`] | the downstream face: listener, `/mcp` endpoint, Origin/Host checks, framing |
+//! | [`notify`] | sd-notify (`READY=1`, `STATUS=`, `STOPPING=1`) |
+//!
+//! The binary (`src/main.rs`) is CLI only.
+
+// Errors carry the caller's JSON-RPC id next to the error object; they are
+// built on cold paths only, so their size does not matter.
+#![allow(clippy::result_large_err)]
+
+pub mod config;
+pub mod http;
+pub mod limits;
+pub mod metrics;
+pub mod notify;
+pub mod protocol;
+pub mod router;
+pub mod session;
+pub mod supervisor;
+pub mod upstream;

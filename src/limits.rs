@@ -1,0 +1,73 @@
+//! Every capacity, timeout and default in one place.
+//!
+//! Each value here is the default of a config key (named in its docstring)
+//! or a compiled-in ceiling that no config can exceed. Tables are sized from
+//! these at start-up and never grow.
+
+use std::time::Duration;
+
+/// Default downstream listen address (`server.listen`). Port 8737 is the
+/// documented mcp-edge port; loopback only by default (streamable HTTP
+/// §Security: bind to localhost when running locally).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8737";
+
+/// Default request body limit in bytes (`server.max_body_bytes`): 1 MiB.
+/// Larger bodies get 413 with a JSON-RPC error.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Ceiling for `server.max_body_bytes`: 64 MiB.
+pub const MAX_BODY_BYTES_CEILING: usize = 64 * 1024 * 1024;
+
+/// Default capacity of the legacy session table (`server.session_capacity`).
+pub const DEFAULT_SESSION_CAPACITY: usize = 256;
+/// Compiled-in ceiling of the session table capacity.
+pub const SESSION_CAPACITY_CEILING: usize = 16_384;
+
+/// Default idle timeout of a legacy session (`server.session_idle_timeout`): 30 min.
+pub const DEFAULT_SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// Smallest accepted `server.session_idle_timeout`: 10 s (0/"off" is a config error).
+pub const MIN_SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest accepted `server.session_idle_timeout`: 24 h.
+pub const MAX_SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
+/// Default SSE keep-alive comment period (`server.keepalive`): 15 s.
+pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(15);
+
+/// Maximum concurrent downstream connections (`server.max_connections`).
+/// A permit is taken before `accept`, so excess clients wait in the kernel backlog.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+
+/// Default per-call timeout towards an upstream (`upstream.call_timeout`): 60 s.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Timeout of the connect handshake (`initialize` or `server/discover`) with an upstream.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a stdio `server/discover` era probe waits before deciding "legacy".
+pub const ERA_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Capacity of each upstream's in-flight request table (`upstream.max_in_flight`).
+/// Overflow is an immediate JSON-RPC error naming the upstream.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
+/// Ceiling for `upstream.max_in_flight`.
+pub const MAX_IN_FLIGHT_CEILING: usize = 4096;
+
+/// Largest accepted single message from an upstream, in bytes (stdio line or
+/// HTTP body / SSE event): 8 MiB (`upstream.max_result_bytes`).
+pub const DEFAULT_MAX_RESULT_BYTES: usize = 8 * 1024 * 1024;
+
+/// Most tools (and, separately, prompts and resources) kept per upstream catalog.
+pub const MAX_CATALOG_ENTRIES: usize = 1024;
+/// Most pages followed when listing an upstream; a longer chain is cut with a log line.
+pub const MAX_LIST_PAGES: usize = 64;
+
+/// Number of upstreams a config may declare.
+pub const MAX_UPSTREAMS: usize = 64;
+
+/// Reconnect backoff of the v0 supervisor: first delay.
+pub const RECONNECT_INITIAL: Duration = Duration::from_secs(1);
+/// Reconnect backoff of the v0 supervisor: cap.
+pub const RECONNECT_CAP: Duration = Duration::from_secs(60);
+
+/// Bytes of a stdio upstream's stderr kept per line in the log (longer lines are cut).
+pub const STDERR_LINE_BYTES: usize = 4096;
+
+/// Default `ttlMs` on cacheable modern results (server-utilities-caching.mdx §Cacheable Results).
+pub const DEFAULT_LIST_TTL_MS: u64 = 60_000;

@@ -1,0 +1,102 @@
+//! Metric names (Prometheus conventions, `mcp_edge_` prefix, units in names)
+//! and the recorder. Label sets are bounded: no session ids, no client-chosen
+//! tool names.
+
+/// Counter `{limit}`: requests refused by a configured limit
+/// (`body_bytes`, `session_capacity`, `in_flight`, `result_bytes`, `catalog`, `connections`).
+pub const REFUSED: &str = "mcp_edge_refused_total";
+/// Counter `{reason}`: sessions removed (`idle`, `deleted`).
+pub const SESSIONS_EVICTED: &str = "mcp_edge_sessions_evicted_total";
+/// Gauge: sessions in the table.
+pub const SESSIONS_ACTIVE: &str = "mcp_edge_sessions_active";
+/// Counter `{method, outcome}`: downstream JSON-RPC requests (`method` is one of the known MCP methods or `other`).
+pub const REQUESTS: &str = "mcp_edge_requests_total";
+/// Counter `{reason}`: upstream tools, prompts or resources left out of the merged catalog (`clash`, `invalid_name`, `catalog_full`).
+pub const CATALOG_DROPPED: &str = "mcp_edge_catalog_dropped_total";
+/// Counter `{upstream, outcome}`: upstream connect attempts.
+pub const UPSTREAM_CONNECTS: &str = "mcp_edge_upstream_connects_total";
+/// Gauge `{upstream}`: 1 when the upstream is ready.
+pub const UPSTREAM_READY: &str = "mcp_edge_upstream_ready";
+/// Counter: HTTP requests refused by the Origin/Host check.
+pub const FORBIDDEN: &str = "mcp_edge_http_forbidden_total";
+
+/// Bounds the `method` label to MCP's own method names.
+pub fn method_label(method: &str) -> &'static str {
+    const KNOWN: &[&str] = &[
+        "initialize",
+        "ping",
+        "server/discover",
+        "tools/list",
+        "tools/call",
+        "prompts/list",
+        "prompts/get",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "completion/complete",
+        "logging/setLevel",
+        "subscriptions/listen",
+    ];
+    KNOWN
+        .iter()
+        .find(|m| **m == method)
+        .copied()
+        .unwrap_or("other")
+}
+
+use std::sync::OnceLock;
+
+static PROMETHEUS: OnceLock<Option<metrics_exporter_prometheus::PrometheusHandle>> =
+    OnceLock::new();
+
+/// Installs the Prometheus recorder once per process; `None` if another
+/// recorder was installed first.
+pub fn prometheus() -> Option<&'static metrics_exporter_prometheus::PrometheusHandle> {
+    PROMETHEUS
+        .get_or_init(|| {
+            metrics_exporter_prometheus::PrometheusBuilder::new()
+                .install_recorder()
+                .ok()
+        })
+        .as_ref()
+}
+
+/// Serves `/metrics` (Prometheus text format 0.0.4) and `/healthz` on `listener`.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    use http_body_util::Full;
+    use hyper_util::rt::TokioIo;
+    loop {
+        let stream = tokio::select! {
+            r = listener.accept() => match r { Ok((s, _)) => s, Err(_) => continue },
+            _ = shutdown.changed() => return,
+        };
+        let svc =
+            hyper::service::service_fn(|req: http::Request<hyper::body::Incoming>| async move {
+                let (status, body) = match req.uri().path() {
+                    "/metrics" => match prometheus() {
+                        Some(h) => {
+                            h.run_upkeep();
+                            (200, h.render())
+                        }
+                        None => (503, "metrics recorder not installed\n".to_string()),
+                    },
+                    "/healthz" => (200, "ok\n".to_string()),
+                    _ => (404, "not found\n".to_string()),
+                };
+                let mut r = http::Response::new(Full::new(bytes::Bytes::from(body)));
+                *r.status_mut() = http::StatusCode::from_u16(status).expect("valid status");
+                Ok::<_, std::convert::Infallible>(r)
+            });
+        // Scrapes are short; serve them inline, one at a time (no task per scrape).
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc),
+        )
+        .await;
+    }
+}

@@ -1,0 +1,140 @@
+//! Server-Sent Events codec (WHATWG HTML §9.2 "Server-sent events"), used by
+//! the downstream endpoint to frame responses and by the upstream HTTP client
+//! to read them. Only `data:` lines are collected; `event:`, `id:` and
+//! `retry:` are tolerated and ignored; comment lines (`:`) are keep-alives.
+
+use bytes::Bytes;
+
+/// One SSE event carrying a JSON-RPC message: `event: message`, one `data:` line.
+pub fn event(json: &str) -> Bytes {
+    let mut s = String::with_capacity(json.len() + 24);
+    s.push_str("event: message\ndata: ");
+    // JSON never contains raw newlines inside strings, but pretty-printed
+    // JSON might; split defensively so each line is its own data field.
+    for (i, line) in json.split('\n').enumerate() {
+        if i > 0 {
+            s.push_str("\ndata: ");
+        }
+        s.push_str(line.trim_end_matches('\r'));
+    }
+    s.push_str("\n\n");
+    Bytes::from(s)
+}
+
+/// A keep-alive comment line (`: keep-alive`), ignored by every SSE parser.
+pub fn keepalive() -> Bytes {
+    Bytes::from_static(b": keep-alive\n\n")
+}
+
+/// Error of [`Decoder::push`].
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SseError {
+    /// One event grew past the decoder's limit (bytes).
+    #[error("SSE event larger than {0} bytes")]
+    TooLarge(usize),
+}
+
+/// Incremental SSE decoder with a bound on the bytes buffered for one event.
+#[derive(Debug)]
+pub struct Decoder {
+    line: Vec<u8>,
+    data: String,
+    has_data: bool,
+    max: usize,
+}
+
+impl Decoder {
+    /// A decoder that refuses events (and lines) longer than `max_event_bytes`.
+    pub fn new(max_event_bytes: usize) -> Self {
+        Decoder {
+            line: Vec::new(),
+            data: String::new(),
+            has_data: false,
+            max: max_event_bytes,
+        }
+    }
+
+    /// Feeds bytes; each complete event's data is passed to `out`.
+    pub fn push(&mut self, chunk: &[u8], out: &mut impl FnMut(String)) -> Result<(), SseError> {
+        for &b in chunk {
+            if b == b'\n' {
+                let mut line = std::mem::take(&mut self.line);
+                if line.last() == Some(&b'\r') {
+                    line.pop();
+                }
+                self.line_done(&line, out);
+                self.line = line;
+                self.line.clear();
+            } else {
+                if self.line.len() + self.data.len() >= self.max {
+                    self.line.clear();
+                    self.data.clear();
+                    self.has_data = false;
+                    return Err(SseError::TooLarge(self.max));
+                }
+                self.line.push(b);
+            }
+        }
+        Ok(())
+    }
+
+    fn line_done(&mut self, line: &[u8], out: &mut impl FnMut(String)) {
+        if line.is_empty() {
+            if self.has_data {
+                out(std::mem::take(&mut self.data));
+                self.has_data = false;
+            }
+            return;
+        }
+        if line[0] == b':' {
+            return;
+        }
+        let (field, value) = match line.iter().position(|&c| c == b':') {
+            Some(i) => {
+                let v = &line[i + 1..];
+                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+            }
+            None => (line, &b""[..]),
+        };
+        if field == b"data" {
+            if self.has_data {
+                self.data.push('\n');
+            }
+            self.data.push_str(&String::from_utf8_lossy(value));
+            self.has_data = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_split_events_and_ignores_comments() {
+        let mut d = Decoder::new(1024);
+        let mut got = Vec::new();
+        let input =
+            b": keep-alive\n\nevent: message\r\ndata: {\"a\":\ndata: 1}\r\n\r\nid: 7\ndata: x\n\n";
+        for chunk in input.chunks(3) {
+            d.push(chunk, &mut |e| got.push(e)).unwrap();
+        }
+        assert_eq!(got, vec!["{\"a\":\n1}".to_string(), "x".to_string()]);
+    }
+
+    #[test]
+    fn round_trips_event() {
+        let mut d = Decoder::new(1024);
+        let mut got = Vec::new();
+        d.push(&event("{\"id\":1}"), &mut |e| got.push(e)).unwrap();
+        d.push(&keepalive(), &mut |e| got.push(e)).unwrap();
+        assert_eq!(got, vec!["{\"id\":1}".to_string()]);
+    }
+
+    #[test]
+    fn refuses_oversized_event() {
+        let mut d = Decoder::new(16);
+        let r = d.push(b"data: 0123456789abcdefghij\n\n", &mut |_| {});
+        assert_eq!(r, Err(SseError::TooLarge(16)));
+    }
+}

@@ -1,0 +1,301 @@
+//! The aggregated catalog and call routing.
+//!
+//! Tools and prompts of every ready upstream are merged under exposed names
+//! ([`names`]), in config order and then the upstream's own order, so lists
+//! are deterministic. Resource URIs pass unchanged; `resources/read` goes to
+//! the upstream that listed the URI (or whose template's literal prefix it
+//! matches). The merged view is rebuilt only when an upstream's catalog changed.
+
+pub mod names;
+
+use crate::config::ToolNameRule;
+use crate::protocol::{self, RpcError};
+use crate::upstream::{Catalog, Upstream};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// The merged, namespaced view of every upstream's catalog.
+#[derive(Default)]
+pub struct Merged {
+    snapshot: Vec<Arc<Catalog>>,
+    /// `Tool` objects with exposed names.
+    pub tools: Vec<Value>,
+    tool_routes: HashMap<String, (usize, String)>,
+    /// `Prompt` objects with exposed names.
+    pub prompts: Vec<Value>,
+    prompt_routes: HashMap<String, (usize, String)>,
+    /// `Resource` objects, unchanged.
+    pub resources: Vec<Value>,
+    resource_routes: HashMap<String, usize>,
+    /// `ResourceTemplate` objects, unchanged.
+    pub templates: Vec<Value>,
+    template_routes: Vec<(String, usize)>,
+}
+
+/// Routes downstream requests to upstreams.
+pub struct Router {
+    upstreams: Vec<Arc<Upstream>>,
+    rule: ToolNameRule,
+    separator: String,
+    merged: Mutex<Arc<Merged>>,
+}
+
+fn renamed(item: &Value, key: &str, exposed: &str) -> Value {
+    let mut v = item.clone();
+    if let Some(o) = v.as_object_mut() {
+        o.insert(key.into(), exposed.into());
+    }
+    v
+}
+
+impl Router {
+    /// A router over `upstreams` (in config order).
+    pub fn new(upstreams: Vec<Arc<Upstream>>, rule: ToolNameRule, separator: String) -> Self {
+        Router {
+            upstreams,
+            rule,
+            separator,
+            merged: Mutex::new(Arc::new(Merged::default())),
+        }
+    }
+
+    /// The upstreams, in config order.
+    pub fn upstreams(&self) -> &[Arc<Upstream>] {
+        &self.upstreams
+    }
+
+    /// The merged view, rebuilt if any upstream catalog changed since last time.
+    pub fn merged(&self) -> Arc<Merged> {
+        let current: Vec<Arc<Catalog>> = self.upstreams.iter().map(|u| u.catalog()).collect();
+        let mut g = self.merged.lock().expect("merged lock");
+        let same = g.snapshot.len() == current.len()
+            && g.snapshot
+                .iter()
+                .zip(&current)
+                .all(|(a, b)| Arc::ptr_eq(a, b));
+        if !same {
+            *g = Arc::new(self.build(current));
+        }
+        g.clone()
+    }
+
+    fn expose_all(
+        &self,
+        kind: &str,
+        up: &Upstream,
+        items: &[Value],
+        out: &mut Vec<Value>,
+        routes: &mut HashMap<String, (usize, String)>,
+    ) {
+        for item in items {
+            let Some(original) = item.get("name").and_then(Value::as_str) else {
+                metrics::counter!(crate::metrics::CATALOG_DROPPED, "reason" => "invalid_name")
+                    .increment(1);
+                tracing::warn!(upstream = %up.name(), "{kind} without a name left out");
+                continue;
+            };
+            let exposed = names::expose(self.rule, &up.config.prefix, &self.separator, original);
+            if let Some((other, _)) = routes.get(&exposed) {
+                metrics::counter!(crate::metrics::CATALOG_DROPPED, "reason" => "clash")
+                    .increment(1);
+                tracing::warn!(upstream = %up.name(), "{kind} {original:?} left out: exposed name {exposed:?} already taken by upstream {:?}", self.upstreams[*other].name());
+                continue;
+            }
+            out.push(renamed(item, "name", &exposed));
+            routes.insert(exposed, (up.index, original.to_string()));
+        }
+    }
+
+    fn build(&self, snapshot: Vec<Arc<Catalog>>) -> Merged {
+        let mut m = Merged::default();
+        for (up, cat) in self.upstreams.iter().zip(&snapshot) {
+            self.expose_all("tool", up, &cat.tools, &mut m.tools, &mut m.tool_routes);
+            self.expose_all(
+                "prompt",
+                up,
+                &cat.prompts,
+                &mut m.prompts,
+                &mut m.prompt_routes,
+            );
+            for r in &cat.resources {
+                if let Some(uri) = r.get("uri").and_then(Value::as_str) {
+                    if m.resource_routes.contains_key(uri) {
+                        metrics::counter!(crate::metrics::CATALOG_DROPPED, "reason" => "clash")
+                            .increment(1);
+                        continue;
+                    }
+                    m.resource_routes.insert(uri.to_string(), up.index);
+                    m.resources.push(r.clone());
+                }
+            }
+            for t in &cat.templates {
+                if let Some(tpl) = t.get("uriTemplate").and_then(Value::as_str) {
+                    let prefix = tpl.split('{').next().unwrap_or("").to_string();
+                    m.template_routes.push((prefix, up.index));
+                    m.templates.push(t.clone());
+                }
+            }
+        }
+        // Longest literal prefix wins when templates overlap.
+        m.template_routes
+            .sort_by_key(|r| std::cmp::Reverse(r.0.len()));
+        m.snapshot = snapshot;
+        m
+    }
+
+    /// The upstream whose namespace `exposed` falls in, when it is not ready
+    /// (so a call to a down upstream's tool gets an error naming it).
+    fn owner_by_prefix(&self, exposed: &str) -> Option<&Arc<Upstream>> {
+        self.upstreams.iter().find(|u| {
+            !u.config.prefix.is_empty()
+                && exposed.starts_with(&format!("{}{}", u.config.prefix, self.separator))
+        })
+    }
+
+    fn unknown(&self, kind: &str, name: &str) -> RpcError {
+        if let Some(up) = self.owner_by_prefix(name) {
+            if up.negotiated().is_none() {
+                return RpcError::new(
+                    protocol::UPSTREAM_UNAVAILABLE,
+                    format!(
+                        "upstream '{}' is not available ({})",
+                        up.name(),
+                        up.status().describe()
+                    ),
+                )
+                .with_data(json!({"upstream": up.name()}));
+            }
+        }
+        RpcError::new(protocol::INVALID_PARAMS, format!("Unknown {kind}: {name}"))
+    }
+
+    fn route_uri(&self, m: &Merged, uri: &str) -> Option<usize> {
+        if let Some(i) = m.resource_routes.get(uri) {
+            return Some(*i);
+        }
+        if let Some((_, i)) = m
+            .template_routes
+            .iter()
+            .find(|(p, _)| !p.is_empty() && uri.starts_with(p.as_str()))
+        {
+            return Some(*i);
+        }
+        // A single upstream serving resources takes every URI.
+        let mut with = self
+            .upstreams
+            .iter()
+            .filter(|u| u.negotiated().is_some_and(|n| n.has("resources")));
+        match (with.next(), with.next()) {
+            (Some(u), None) => Some(u.index),
+            _ => None,
+        }
+    }
+
+    async fn forward(
+        &self,
+        idx: usize,
+        method: &str,
+        params: Option<Value>,
+    ) -> Result<Value, RpcError> {
+        self.upstreams[idx]
+            .call(method, params)
+            .await
+            .map_err(|e| e.to_rpc())
+    }
+
+    /// Handles one downstream request that is routed to upstreams (everything
+    /// but the lifecycle methods, which the endpoint answers itself).
+    /// Errors: -32601 unknown method, -32602 unknown tool/prompt/resource or
+    /// bad params, gateway-local -31000… for upstream failures, or the
+    /// upstream's own error unchanged.
+    pub async fn dispatch(&self, method: &str, params: Option<Value>) -> Result<Value, RpcError> {
+        let cursor = params.as_ref().and_then(|p| p.get("cursor"));
+        if method.ends_with("/list") && cursor.is_some_and(|c| !c.is_null()) {
+            return Err(RpcError::new(
+                protocol::INVALID_PARAMS,
+                "Invalid cursor: mcp-edge returns complete lists",
+            ));
+        }
+        let m = self.merged();
+        match method {
+            "tools/list" => Ok(json!({"tools": m.tools})),
+            "prompts/list" => Ok(json!({"prompts": m.prompts})),
+            "resources/list" => Ok(json!({"resources": m.resources})),
+            "resources/templates/list" => Ok(json!({"resourceTemplates": m.templates})),
+            "tools/call" | "prompts/get" => {
+                let (kind, routes) = if method == "tools/call" {
+                    ("tool", &m.tool_routes)
+                } else {
+                    ("prompt", &m.prompt_routes)
+                };
+                let mut params = params
+                    .ok_or_else(|| RpcError::new(protocol::INVALID_PARAMS, "missing params"))?;
+                let name = params.get("name").and_then(Value::as_str).ok_or_else(|| {
+                    RpcError::new(protocol::INVALID_PARAMS, "params.name must be a string")
+                })?;
+                let (idx, original) = routes
+                    .get(name)
+                    .cloned()
+                    .ok_or_else(|| self.unknown(kind, name))?;
+                params["name"] = Value::String(original);
+                self.forward(idx, method, Some(params)).await
+            }
+            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+                let uri = params
+                    .as_ref()
+                    .and_then(|p| p.get("uri"))
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| {
+                        RpcError::new(protocol::INVALID_PARAMS, "params.uri must be a string")
+                    })?;
+                let idx = self.route_uri(&m, uri).ok_or_else(|| {
+                    RpcError::new(
+                        protocol::INVALID_PARAMS,
+                        format!("Resource not found: {uri}"),
+                    )
+                    .with_data(json!({"uri": uri}))
+                })?;
+                self.forward(idx, method, params).await
+            }
+            "completion/complete" => {
+                let mut params = params
+                    .ok_or_else(|| RpcError::new(protocol::INVALID_PARAMS, "missing params"))?;
+                let r = params.get("ref").cloned().unwrap_or(Value::Null);
+                let idx = match r.get("type").and_then(Value::as_str) {
+                    Some("ref/prompt") => {
+                        let name = r.get("name").and_then(Value::as_str).unwrap_or("");
+                        let (idx, original) = m
+                            .prompt_routes
+                            .get(name)
+                            .cloned()
+                            .ok_or_else(|| self.unknown("prompt", name))?;
+                        params["ref"]["name"] = Value::String(original);
+                        idx
+                    }
+                    Some("ref/resource") => {
+                        let uri = r.get("uri").and_then(Value::as_str).unwrap_or("");
+                        self.route_uri(&m, uri).ok_or_else(|| {
+                            RpcError::new(
+                                protocol::INVALID_PARAMS,
+                                format!("Resource not found: {uri}"),
+                            )
+                        })?
+                    }
+                    _ => {
+                        return Err(RpcError::new(
+                            protocol::INVALID_PARAMS,
+                            "params.ref must be a ref/prompt or ref/resource",
+                        ))
+                    }
+                };
+                self.forward(idx, method, Some(params)).await
+            }
+            "logging/setLevel" => Ok(json!({})),
+            _ => Err(RpcError::new(
+                protocol::METHOD_NOT_FOUND,
+                format!("Method not found: {method}"),
+            )),
+        }
+    }
+}

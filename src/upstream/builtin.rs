@@ -1,0 +1,880 @@
+//! The in-process upstream named `edge`: read-only MCP tools about the box
+//! (Linux only).
+//!
+//! Tools (every name matches `[A-Za-z0-9_-]{1,64}`):
+//!
+//! | tool | source | structuredContent |
+//! |---|---|---|
+//! | `uptime` | `/proc/uptime` | `seconds`, `human` |
+//! | `load_average` | `/proc/loadavg`, [`std::thread::available_parallelism`] | `load_1m`, `load_5m`, `load_15m`, `cpus` |
+//! | `memory` | `/proc/meminfo` | `total_bytes`, `available_bytes`, `free_bytes`, `swap_total_bytes`, `swap_free_bytes` |
+//! | `disk_usage` | `statvfs(3)` on argument `path` (default `/`) | `path`, `total_bytes`, `free_bytes`, `available_bytes`, `used_bytes` |
+//! | `thermal` | `/sys/class/thermal/thermal_zone*/{type,temp}` | `zones` [{`zone`, `type`, `celsius`}], `note` |
+//!
+//! Results follow `CallToolResult` and the list follows `ListToolsResult` /
+//! `Tool` in `../shared/spec/2025-11-25/schema.json`. A successful call has
+//! one short human-readable text block plus `structuredContent` matching the
+//! tool's `outputSchema`. A failure of the tool itself (unreadable or
+//! unparsable file, missing path, hung mount) is a result with
+//! `isError: true` and one text block saying what went wrong, without
+//! `structuredContent` (so clients do not validate it against the
+//! `outputSchema`). Only an unknown tool name or malformed arguments are
+//! protocol errors ([`BuiltinError`], JSON-RPC -32602 at the caller).
+//!
+//! All file paths are resolved under a root directory (`/` in production) so
+//! tests can feed fixture `/proc` and `/sys` trees.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+
+/// Server name reported for the `edge` upstream (`serverInfo.name`).
+pub const SERVER_NAME: &str = "mcp-edge-builtin";
+/// Server version reported for the `edge` upstream (`serverInfo.version`):
+/// the crate version.
+pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Server name and version to report for the `edge` upstream:
+/// `("mcp-edge-builtin", env!("CARGO_PKG_VERSION"))`.
+pub fn server_info() -> (&'static str, &'static str) {
+    (SERVER_NAME, SERVER_VERSION)
+}
+
+/// A `tools/call` that cannot be run at all. The caller maps both variants
+/// to JSON-RPC error -32602 (Invalid params). Failures while running a tool
+/// are not errors here: they are `CallToolResult`s with `isError: true`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BuiltinError {
+    /// No built-in tool has this name (the name is carried verbatim).
+    #[error("unknown tool: {0}")]
+    UnknownTool(String),
+    /// `arguments` is not an object, has an unknown property, or a property
+    /// of the wrong type (the message says which).
+    #[error("invalid arguments: {0}")]
+    InvalidArguments(String),
+}
+
+/// Most `statvfs` calls running at once. A call on a hung network mount
+/// never returns and pins a blocking thread; this bounds how many can pile up.
+const MAX_STATVFS_IN_FLIGHT: usize = 4;
+/// How long `disk_usage` waits for `statvfs` before reporting a hung mount.
+const STATVFS_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most thermal zones reported (sorted by zone number; the rest are dropped).
+const MAX_THERMAL_ZONES: usize = 128;
+
+/// Number of `statvfs` calls currently running on the blocking pool.
+static STATVFS_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+/// The `tools/list` result, `ListToolsResult` in
+/// `../shared/spec/2025-11-25/schema.json`: `{"tools": [Tool, ...]}`, no
+/// `nextCursor` (one page).
+///
+/// Each `Tool` has `name`, `title`, `description`, `inputSchema` (an object
+/// schema; `disk_usage` takes an optional string `path`, the others take no
+/// arguments), `outputSchema` (the shape of `structuredContent`) and
+/// `annotations` `{readOnlyHint: true, openWorldHint: false}`. Units are in
+/// the field names: `*_bytes` are bytes, `seconds` are seconds, `celsius`
+/// are degrees Celsius.
+pub fn list_tools() -> Value {
+    let annotations = json!({ "readOnlyHint": true, "openWorldHint": false });
+    let no_args = json!({ "type": "object", "properties": {}, "additionalProperties": false });
+    let bytes = |d: &str| json!({ "type": "integer", "minimum": 0, "description": d });
+    json!({ "tools": [
+        {
+            "name": "uptime",
+            "title": "Uptime",
+            "description": "Time since the box booted, from /proc/uptime: seconds and a human-readable string.",
+            "inputSchema": no_args,
+            "outputSchema": {
+                "type": "object",
+                "properties": {
+                    "seconds": { "type": "number", "minimum": 0, "description": "Seconds since boot." },
+                    "human": { "type": "string", "description": "The same as days/hours/minutes/seconds, e.g. \"3d 4h 5m 6s\"." }
+                },
+                "required": ["seconds", "human"]
+            },
+            "annotations": annotations
+        },
+        {
+            "name": "load_average",
+            "title": "Load average",
+            "description": "1-, 5- and 15-minute load averages from /proc/loadavg, with the number of CPUs this process may use.",
+            "inputSchema": no_args,
+            "outputSchema": {
+                "type": "object",
+                "properties": {
+                    "load_1m": { "type": "number", "minimum": 0, "description": "Load average over 1 minute." },
+                    "load_5m": { "type": "number", "minimum": 0, "description": "Load average over 5 minutes." },
+                    "load_15m": { "type": "number", "minimum": 0, "description": "Load average over 15 minutes." },
+                    "cpus": { "type": "integer", "minimum": 1, "description": "CPUs available to this process (affinity and cgroup quota aware)." }
+                },
+                "required": ["load_1m", "load_5m", "load_15m", "cpus"]
+            },
+            "annotations": annotations
+        },
+        {
+            "name": "memory",
+            "title": "Memory",
+            "description": "RAM and swap from /proc/meminfo, in bytes.",
+            "inputSchema": no_args,
+            "outputSchema": {
+                "type": "object",
+                "properties": {
+                    "total_bytes": bytes("MemTotal: usable RAM."),
+                    "available_bytes": bytes("MemAvailable: estimate of RAM available for new work without swapping."),
+                    "free_bytes": bytes("MemFree: RAM not used at all."),
+                    "swap_total_bytes": bytes("SwapTotal."),
+                    "swap_free_bytes": bytes("SwapFree.")
+                },
+                "required": ["total_bytes", "available_bytes", "free_bytes", "swap_total_bytes", "swap_free_bytes"]
+            },
+            "annotations": annotations
+        },
+        {
+            "name": "disk_usage",
+            "title": "Disk usage",
+            "description": "Size and free space of the filesystem holding an absolute path (statvfs), in bytes.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "path": {
+                        "type": "string",
+                        "description": "Absolute path of any file or directory on the filesystem to inspect.",
+                        "default": "/"
+                    }
+                },
+                "additionalProperties": false
+            },
+            "outputSchema": {
+                "type": "object",
+                "properties": {
+                    "path": { "type": "string", "description": "The path that was inspected." },
+                    "total_bytes": bytes("Filesystem size."),
+                    "free_bytes": bytes("Free space, including blocks reserved for root."),
+                    "available_bytes": bytes("Free space available to unprivileged users."),
+                    "used_bytes": bytes("total_bytes - free_bytes.")
+                },
+                "required": ["path", "total_bytes", "free_bytes", "available_bytes", "used_bytes"]
+            },
+            "annotations": annotations
+        },
+        {
+            "name": "thermal",
+            "title": "Thermal zones",
+            "description": "Temperature of every thermal zone in /sys/class/thermal, in degrees Celsius. Empty (with a note) in most containers and VMs.",
+            "inputSchema": no_args,
+            "outputSchema": {
+                "type": "object",
+                "properties": {
+                    "zones": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "zone": { "type": "string", "description": "Directory name, e.g. thermal_zone0." },
+                                "type": { "type": ["string", "null"], "description": "Sensor type, e.g. cpu-thermal; null if unreadable." },
+                                "celsius": { "type": ["number", "null"], "description": "Temperature in degrees Celsius; null if unreadable." },
+                                "error": { "type": "string", "description": "Why type or celsius is null." }
+                            },
+                            "required": ["zone", "type", "celsius"]
+                        }
+                    },
+                    "note": { "type": "string", "description": "Present when no zone was found." }
+                },
+                "required": ["zones"]
+            },
+            "annotations": annotations
+        }
+    ] })
+}
+
+/// Runs built-in tool `name` and returns its `tools/call` result,
+/// `CallToolResult` in `../shared/spec/2025-11-25/schema.json`:
+///
+/// - success: `{"content": [{"type": "text", "text": <one line>}],
+///   "structuredContent": {...}, "isError": false}`, with `structuredContent`
+///   as in the tool's `outputSchema` from [`list_tools`];
+/// - tool failure (unreadable or unparsable `/proc`/`/sys` file, missing or
+///   inaccessible `disk_usage` path, `statvfs` not returning within 10 s):
+///   `{"content": [{"type": "text", "text": <what failed>}], "isError": true}`.
+///
+/// `arguments` may be absent, `null` or an object. Errors:
+/// [`BuiltinError::UnknownTool`] for a name not in [`list_tools`];
+/// [`BuiltinError::InvalidArguments`] for non-object arguments, a property
+/// the tool does not take, or a `disk_usage` `path` that is not a non-empty
+/// absolute path string without NUL bytes.
+pub async fn call_tool(name: &str, arguments: Option<&Value>) -> Result<Value, BuiltinError> {
+    call_tool_at(Path::new("/"), name, arguments).await
+}
+
+/// [`call_tool`] with `/proc` and `/sys` read under `root`.
+async fn call_tool_at(
+    root: &Path,
+    name: &str,
+    arguments: Option<&Value>,
+) -> Result<Value, BuiltinError> {
+    let cpus = || std::thread::available_parallelism().map_or(1, |n| n.get());
+    match name {
+        "uptime" => {
+            no_arguments(name, arguments)?;
+            Ok(uptime_at(root).await)
+        }
+        "load_average" => {
+            no_arguments(name, arguments)?;
+            Ok(load_average_at(root, cpus()).await)
+        }
+        "memory" => {
+            no_arguments(name, arguments)?;
+            Ok(memory_at(root).await)
+        }
+        "disk_usage" => {
+            let path = disk_usage_path(arguments)?;
+            Ok(disk_usage(path).await)
+        }
+        "thermal" => {
+            no_arguments(name, arguments)?;
+            Ok(thermal_at(root).await)
+        }
+        other => Err(BuiltinError::UnknownTool(other.to_owned())),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Arguments
+
+/// The argument object, treating absent and `null` as empty.
+fn argument_object(arguments: Option<&Value>) -> Result<Option<&Map<String, Value>>, BuiltinError> {
+    match arguments {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(map)) => Ok(Some(map)),
+        Some(_) => Err(BuiltinError::InvalidArguments(
+            "arguments must be an object".to_owned(),
+        )),
+    }
+}
+
+/// Rejects any argument for a tool that takes none.
+fn no_arguments(tool: &str, arguments: Option<&Value>) -> Result<(), BuiltinError> {
+    match argument_object(arguments)?.and_then(|m| m.keys().next()) {
+        None => Ok(()),
+        Some(key) => Err(BuiltinError::InvalidArguments(format!(
+            "tool `{tool}` takes no arguments, got `{key}`"
+        ))),
+    }
+}
+
+/// The validated `path` argument of `disk_usage` (default `/`).
+fn disk_usage_path(arguments: Option<&Value>) -> Result<PathBuf, BuiltinError> {
+    let invalid = |m: &str| Err(BuiltinError::InvalidArguments(m.to_owned()));
+    let Some(map) = argument_object(arguments)? else {
+        return Ok(PathBuf::from("/"));
+    };
+    if let Some(key) = map.keys().find(|k| *k != "path") {
+        return Err(BuiltinError::InvalidArguments(format!(
+            "tool `disk_usage` takes only `path`, got `{key}`"
+        )));
+    }
+    match map.get("path") {
+        None | Some(Value::Null) => Ok(PathBuf::from("/")),
+        Some(Value::String(s)) if s.is_empty() => invalid("`path` must not be empty"),
+        Some(Value::String(s)) if s.contains('\0') => invalid("`path` must not contain NUL"),
+        Some(Value::String(s)) if !s.starts_with('/') => invalid("`path` must be absolute"),
+        Some(Value::String(s)) => Ok(PathBuf::from(s)),
+        Some(_) => invalid("`path` must be a string"),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Results
+
+/// A successful `CallToolResult`.
+fn success(text: String, structured: Value) -> Value {
+    json!({
+        "content": [{ "type": "text", "text": text }],
+        "structuredContent": structured,
+        "isError": false
+    })
+}
+
+/// A `CallToolResult` reporting a tool failure.
+fn failure(text: String) -> Value {
+    json!({
+        "content": [{ "type": "text", "text": text }],
+        "isError": true
+    })
+}
+
+/// Reads a small text file under `root`; the error names the absolute path.
+async fn read_under(root: &Path, rel: &str) -> Result<String, String> {
+    let path = root.join(rel);
+    tokio::fs::read_to_string(&path)
+        .await
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
+/// Reads `rel` under `root` and parses it, turning any failure into an
+/// `isError` result.
+async fn read_parsed<T>(
+    root: &Path,
+    rel: &str,
+    parse: impl FnOnce(&str) -> Result<T, String>,
+) -> Result<T, Value> {
+    let text = read_under(root, rel).await.map_err(failure)?;
+    parse(&text).map_err(|e| failure(format!("cannot parse /{rel}: {e}")))
+}
+
+// ---------------------------------------------------------------------------
+// uptime
+
+async fn uptime_at(root: &Path) -> Value {
+    match read_parsed(root, "proc/uptime", parse_uptime).await {
+        Ok(seconds) => {
+            let human = human_duration(seconds);
+            success(
+                format!("up {human} ({} s since boot)", seconds as u64),
+                json!({ "seconds": seconds, "human": human }),
+            )
+        }
+        Err(result) => result,
+    }
+}
+
+/// First field of `/proc/uptime`: seconds since boot.
+fn parse_uptime(text: &str) -> Result<f64, String> {
+    let field = text.split_whitespace().next().ok_or("file is empty")?;
+    parse_non_negative(field)
+}
+
+/// A finite, non-negative decimal number.
+fn parse_non_negative(field: &str) -> Result<f64, String> {
+    match field.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("`{field}` is not a non-negative number")),
+    }
+}
+
+/// Whole seconds as `"3d 4h 5m 6s"`, starting at the largest non-zero unit.
+fn human_duration(seconds: f64) -> String {
+    let total = seconds as u64; // saturating, fraction dropped
+    let parts = [
+        (total / 86_400, "d"),
+        (total % 86_400 / 3_600, "h"),
+        (total % 3_600 / 60, "m"),
+        (total % 60, "s"),
+    ];
+    let first = parts.iter().position(|(n, _)| *n > 0).unwrap_or(3);
+    parts[first..]
+        .iter()
+        .map(|(n, unit)| format!("{n}{unit}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+// ---------------------------------------------------------------------------
+// load_average
+
+async fn load_average_at(root: &Path, cpus: usize) -> Value {
+    match read_parsed(root, "proc/loadavg", parse_loadavg).await {
+        Ok([l1, l5, l15]) => success(
+            format!("load average {l1:.2} {l5:.2} {l15:.2} (1/5/15 min) on {cpus} CPUs"),
+            json!({ "load_1m": l1, "load_5m": l5, "load_15m": l15, "cpus": cpus }),
+        ),
+        Err(result) => result,
+    }
+}
+
+/// The first three fields of `/proc/loadavg`.
+fn parse_loadavg(text: &str) -> Result<[f64; 3], String> {
+    let mut fields = text.split_whitespace();
+    let mut out = [0.0; 3];
+    for slot in &mut out {
+        let field = fields.next().ok_or("fewer than three fields")?;
+        *slot = parse_non_negative(field)?;
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------
+// memory
+
+/// Values from `/proc/meminfo`, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MemInfo {
+    total: u64,
+    available: u64,
+    free: u64,
+    swap_total: u64,
+    swap_free: u64,
+}
+
+async fn memory_at(root: &Path) -> Value {
+    match read_parsed(root, "proc/meminfo", parse_meminfo).await {
+        Ok(m) => success(
+            format!(
+                "memory: {} available of {} ({} free); swap: {} free of {}",
+                human_bytes(m.available),
+                human_bytes(m.total),
+                human_bytes(m.free),
+                human_bytes(m.swap_free),
+                human_bytes(m.swap_total)
+            ),
+            json!({
+                "total_bytes": m.total,
+                "available_bytes": m.available,
+                "free_bytes": m.free,
+                "swap_total_bytes": m.swap_total,
+                "swap_free_bytes": m.swap_free
+            }),
+        ),
+        Err(result) => result,
+    }
+}
+
+/// `/proc/meminfo` lines look like `MemTotal:       24684092 kB`; the kernel's
+/// "kB" is KiB. All five keys are required.
+fn parse_meminfo(text: &str) -> Result<MemInfo, String> {
+    const KEYS: [&str; 5] = [
+        "MemTotal",
+        "MemAvailable",
+        "MemFree",
+        "SwapTotal",
+        "SwapFree",
+    ];
+    let mut values: [Option<u64>; 5] = [None; 5];
+    for line in text.lines() {
+        let Some((key, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let Some(i) = KEYS.iter().position(|k| *k == key.trim()) else {
+            continue;
+        };
+        let mut words = rest.split_whitespace();
+        let number = words.next().unwrap_or("");
+        let value: u64 = number
+            .parse()
+            .map_err(|_| format!("{key}: `{number}` is not a whole number"))?;
+        let bytes = match words.next() {
+            Some("kB") => value
+                .checked_mul(1024)
+                .ok_or_else(|| format!("{key}: {value} kB overflows"))?,
+            None => value,
+            Some(unit) => return Err(format!("{key}: unknown unit `{unit}`")),
+        };
+        values[i] = Some(bytes);
+    }
+    let get = |i: usize| values[i].ok_or_else(|| format!("{} is missing", KEYS[i]));
+    Ok(MemInfo {
+        total: get(0)?,
+        available: get(1)?,
+        free: get(2)?,
+        swap_total: get(3)?,
+        swap_free: get(4)?,
+    })
+}
+
+/// Bytes with a binary unit and one decimal, e.g. `1.5 GiB`, `512 B`.
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+// ---------------------------------------------------------------------------
+// disk_usage
+
+/// Filesystem sizes from `statvfs`, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DiskUsage {
+    total: u64,
+    free: u64,
+    available: u64,
+}
+
+/// Decrements [`STATVFS_IN_FLIGHT`] when the blocking call ends (even if it
+/// ends after the caller gave up waiting).
+struct InFlightGuard;
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        STATVFS_IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+async fn disk_usage(path: PathBuf) -> Value {
+    let shown = path.display().to_string();
+    let reserved = STATVFS_IN_FLIGHT.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+        (n < MAX_STATVFS_IN_FLIGHT).then_some(n + 1)
+    });
+    if reserved.is_err() {
+        return failure(format!(
+            "disk_usage: {MAX_STATVFS_IN_FLIGHT} earlier calls are still waiting on their filesystems (hung network mount?); try again later"
+        ));
+    }
+    let guard = InFlightGuard;
+    let task = tokio::task::spawn_blocking(move || {
+        let _guard = guard;
+        statvfs(&path)
+    });
+    match tokio::time::timeout(STATVFS_TIMEOUT, task).await {
+        Ok(Ok(Ok(d))) => {
+            let used = d.total.saturating_sub(d.free);
+            // Like df: share of the space a user could have that is used.
+            let usable = used.saturating_add(d.available);
+            let percent = if usable == 0 {
+                0.0
+            } else {
+                used as f64 * 100.0 / usable as f64
+            };
+            success(
+                format!(
+                    "{shown}: {} available of {} ({percent:.0}% used)",
+                    human_bytes(d.available),
+                    human_bytes(d.total)
+                ),
+                json!({
+                    "path": shown,
+                    "total_bytes": d.total,
+                    "free_bytes": d.free,
+                    "available_bytes": d.available,
+                    "used_bytes": used
+                }),
+            )
+        }
+        Ok(Ok(Err(e))) => failure(format!("cannot stat filesystem of {shown}: {e}")),
+        Ok(Err(e)) => failure(format!("statvfs of {shown} failed: {e}")),
+        Err(_) => failure(format!(
+            "statvfs of {shown} did not return within {} s (hung network mount?)",
+            STATVFS_TIMEOUT.as_secs()
+        )),
+    }
+}
+
+/// `statvfs(3)`; blocking, may hang on a network filesystem.
+#[allow(clippy::unnecessary_cast)] // field widths differ between targets
+fn statvfs(path: &Path) -> std::io::Result<DiskUsage> {
+    let c_path = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "path contains NUL"))?;
+    // SAFETY: all-zero is a valid `statvfs` (plain integers).
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c_path` is NUL-terminated and outlives the call; `st` is a
+    // valid, writable `statvfs`.
+    if unsafe { libc::statvfs(c_path.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let frsize = if st.f_frsize != 0 {
+        st.f_frsize as u64
+    } else {
+        st.f_bsize as u64
+    };
+    Ok(DiskUsage {
+        total: (st.f_blocks as u64).saturating_mul(frsize),
+        free: (st.f_bfree as u64).saturating_mul(frsize),
+        available: (st.f_bavail as u64).saturating_mul(frsize),
+    })
+}
+
+// ---------------------------------------------------------------------------
+// thermal
+
+async fn thermal_at(root: &Path) -> Value {
+    let dir = root.join("sys/class/thermal");
+    let mut zones: Vec<(u64, String)> = Vec::new();
+    match tokio::fs::read_dir(&dir).await {
+        Ok(mut entries) => loop {
+            match entries.next_entry().await {
+                Ok(Some(entry)) => {
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    let index = name
+                        .strip_prefix("thermal_zone")
+                        .and_then(|n| n.parse::<u64>().ok());
+                    if let Some(index) = index {
+                        zones.push((index, name));
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => return failure(format!("cannot list {}: {e}", dir.display())),
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return failure(format!("cannot list {}: {e}", dir.display())),
+    }
+    zones.sort_unstable();
+    zones.truncate(MAX_THERMAL_ZONES);
+
+    if zones.is_empty() {
+        let note = "no thermal zones under /sys/class/thermal (usual in containers and VMs)";
+        return success(note.to_owned(), json!({ "zones": [], "note": note }));
+    }
+
+    let mut items = Vec::with_capacity(zones.len());
+    let mut texts = Vec::with_capacity(zones.len());
+    for (_, zone) in zones {
+        let base = format!("sys/class/thermal/{zone}");
+        let kind = read_under(root, &format!("{base}/type"))
+            .await
+            .map(|t| t.trim().to_owned());
+        let celsius = read_parsed(root, &format!("{base}/temp"), parse_millicelsius).await;
+        let label = kind.as_deref().unwrap_or("?");
+        let mut item = json!({
+            "zone": zone,
+            "type": kind.as_ref().ok(),
+            "celsius": celsius.as_ref().ok(),
+        });
+        let mut errors = Vec::new();
+        if let Err(e) = &kind {
+            errors.push(e.clone());
+        }
+        match &celsius {
+            Ok(c) => texts.push(format!("{zone} ({label}) {c:.1} °C")),
+            Err(result) => {
+                errors.push(result_text(result));
+                texts.push(format!("{zone} ({label}) unreadable"));
+            }
+        }
+        if !errors.is_empty() {
+            item["error"] = Value::String(errors.join("; "));
+        }
+        items.push(item);
+    }
+    success(texts.join("; "), json!({ "zones": items }))
+}
+
+/// A `temp` file: integer millidegrees Celsius (may be negative) → °C.
+fn parse_millicelsius(text: &str) -> Result<f64, String> {
+    let field = text.trim();
+    field
+        .parse::<i64>()
+        .map(|m| m as f64 / 1000.0)
+        .map_err(|_| format!("`{field}` is not an integer (millidegrees Celsius)"))
+}
+
+/// The text of a result built by [`failure`].
+fn result_text(result: &Value) -> String {
+    result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    /// A temp root with the given files (relative paths) written into it.
+    fn fixture(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (rel, content) in files {
+            let path = dir.path().join(rel);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, content).unwrap();
+        }
+        dir
+    }
+
+    fn text(result: &Value) -> &str {
+        result["content"][0]["text"].as_str().unwrap()
+    }
+
+    fn assert_error(result: &Value, needle: &str) {
+        assert_eq!(result["isError"], true, "{result}");
+        assert!(result.get("structuredContent").is_none(), "{result}");
+        assert!(text(result).contains(needle), "{result}");
+    }
+
+    #[tokio::test]
+    async fn uptime_from_fixture() {
+        let root = fixture(&[("proc/uptime", "273906.52 1000.00\n")]);
+        let r = call_tool_at(root.path(), "uptime", None).await.unwrap();
+        assert_eq!(r["isError"], false);
+        assert_eq!(r["structuredContent"]["seconds"], 273906.52);
+        assert_eq!(r["structuredContent"]["human"], "3d 4h 5m 6s");
+        assert_eq!(text(&r), "up 3d 4h 5m 6s (273906 s since boot)");
+    }
+
+    #[tokio::test]
+    async fn uptime_parse_errors_are_results() {
+        for bad in ["", "abc 1.0", "-5 1", "nan 1", "inf 1"] {
+            let root = fixture(&[("proc/uptime", bad)]);
+            let r = call_tool_at(root.path(), "uptime", None).await.unwrap();
+            assert_error(&r, "cannot parse /proc/uptime");
+        }
+    }
+
+    #[tokio::test]
+    async fn missing_proc_file_is_error_result() {
+        let root = fixture(&[]);
+        for tool in ["uptime", "load_average", "memory"] {
+            let r = call_tool_at(root.path(), tool, None).await.unwrap();
+            assert_error(&r, "cannot read");
+        }
+    }
+
+    #[test]
+    fn human_duration_units() {
+        assert_eq!(human_duration(0.4), "0s");
+        assert_eq!(human_duration(59.9), "59s");
+        assert_eq!(human_duration(3600.0), "1h 0m 0s");
+        assert_eq!(human_duration(86_400.0 + 61.0), "1d 0h 1m 1s");
+    }
+
+    #[tokio::test]
+    async fn load_average_from_fixture() {
+        let root = fixture(&[("proc/loadavg", "1.27 0.36 0.12 5/100 4984\n")]);
+        let r = load_average_at(root.path(), 4).await;
+        assert_eq!(
+            r["structuredContent"],
+            json!({ "load_1m": 1.27, "load_5m": 0.36, "load_15m": 0.12, "cpus": 4 })
+        );
+        assert_eq!(
+            text(&r),
+            "load average 1.27 0.36 0.12 (1/5/15 min) on 4 CPUs"
+        );
+        let root = fixture(&[("proc/loadavg", "1.0 2.0\n")]);
+        let r = load_average_at(root.path(), 4).await;
+        assert_error(&r, "fewer than three fields");
+    }
+
+    const MEMINFO: &str = "MemTotal:       24684092 kB\nMemFree:        22788856 kB\nMemAvailable:   24102548 kB\nBuffers:           16552 kB\nSwapTotal:       1048576 kB\nSwapFree:         524288 kB\nHugePages_Total:       0\n";
+
+    #[tokio::test]
+    async fn memory_from_fixture() {
+        let root = fixture(&[("proc/meminfo", MEMINFO)]);
+        let r = call_tool_at(root.path(), "memory", Some(&json!({})))
+            .await
+            .unwrap();
+        assert_eq!(
+            r["structuredContent"],
+            json!({
+                "total_bytes": 24684092u64 * 1024,
+                "available_bytes": 24102548u64 * 1024,
+                "free_bytes": 22788856u64 * 1024,
+                "swap_total_bytes": 1024u64 * 1024 * 1024,
+                "swap_free_bytes": 512u64 * 1024 * 1024
+            })
+        );
+        assert_eq!(
+            text(&r),
+            "memory: 23.0 GiB available of 23.5 GiB (21.7 GiB free); swap: 512.0 MiB free of 1.0 GiB"
+        );
+    }
+
+    #[tokio::test]
+    async fn memory_missing_or_bad_field_is_error_result() {
+        let root = fixture(&[("proc/meminfo", "MemTotal: 1 kB\nMemFree: 1 kB\n")]);
+        let r = memory_at(root.path()).await;
+        assert_error(&r, "MemAvailable is missing");
+        let root = fixture(&[("proc/meminfo", &MEMINFO.replace("22788856", "x"))]);
+        let r = memory_at(root.path()).await;
+        assert_error(&r, "MemFree: `x` is not a whole number");
+    }
+
+    #[test]
+    fn human_bytes_units() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(u64::MAX), "16.0 EiB");
+    }
+
+    #[tokio::test]
+    async fn thermal_from_fixture() {
+        let root = fixture(&[
+            ("sys/class/thermal/thermal_zone0/type", "cpu-thermal\n"),
+            ("sys/class/thermal/thermal_zone0/temp", "48312\n"),
+            ("sys/class/thermal/thermal_zone10/type", "gpu-thermal\n"),
+            ("sys/class/thermal/thermal_zone10/temp", "-1500\n"),
+            ("sys/class/thermal/thermal_zone2/type", "broken\n"),
+            ("sys/class/thermal/thermal_zone2/temp", "\n"),
+            ("sys/class/thermal/cooling_device0/type", "fan\n"),
+        ]);
+        let r = call_tool_at(root.path(), "thermal", None).await.unwrap();
+        assert_eq!(r["isError"], false);
+        let zones = &r["structuredContent"]["zones"];
+        assert_eq!(zones.as_array().unwrap().len(), 3);
+        assert_eq!(
+            zones[0],
+            json!({ "zone": "thermal_zone0", "type": "cpu-thermal", "celsius": 48.312 })
+        );
+        assert_eq!(zones[1]["zone"], "thermal_zone2");
+        assert_eq!(zones[1]["celsius"], Value::Null);
+        assert!(zones[1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("is not an integer"));
+        assert_eq!(
+            zones[2],
+            json!({ "zone": "thermal_zone10", "type": "gpu-thermal", "celsius": -1.5 })
+        );
+        assert!(r["structuredContent"].get("note").is_none());
+        assert_eq!(
+            text(&r),
+            "thermal_zone0 (cpu-thermal) 48.3 °C; thermal_zone2 (broken) unreadable; thermal_zone10 (gpu-thermal) -1.5 °C"
+        );
+    }
+
+    #[tokio::test]
+    async fn thermal_none_is_empty_with_note() {
+        // Neither a missing class directory nor an empty one is an error.
+        for root in [fixture(&[]), fixture(&[("sys/class/thermal/.keep", "")])] {
+            let r = thermal_at(root.path()).await;
+            assert_eq!(r["isError"], false);
+            assert_eq!(r["structuredContent"]["zones"], json!([]));
+            assert!(r["structuredContent"]["note"]
+                .as_str()
+                .unwrap()
+                .contains("no thermal zones"));
+        }
+    }
+
+    #[test]
+    fn disk_usage_path_validation() {
+        assert_eq!(disk_usage_path(None).unwrap(), PathBuf::from("/"));
+        assert_eq!(
+            disk_usage_path(Some(&json!({ "path": null }))).unwrap(),
+            PathBuf::from("/")
+        );
+        assert_eq!(
+            disk_usage_path(Some(&json!({ "path": "/tmp" }))).unwrap(),
+            PathBuf::from("/tmp")
+        );
+        for bad in [
+            json!([]),
+            json!({ "path": 3 }),
+            json!({ "path": "" }),
+            json!({ "path": "rel/ative" }),
+            json!({ "path": "/a\u{0}b" }),
+            json!({ "path": "/", "other": 1 }),
+        ] {
+            assert!(
+                matches!(
+                    disk_usage_path(Some(&bad)),
+                    Err(BuiltinError::InvalidArguments(_))
+                ),
+                "{bad}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn statvfs_cap_is_released() {
+        // Several sequential calls must not leak in-flight slots.
+        let dir = tempfile::tempdir().unwrap();
+        for _ in 0..(MAX_STATVFS_IN_FLIGHT * 2) {
+            let r = disk_usage(dir.path().to_owned()).await;
+            assert_eq!(r["isError"], false, "{r}");
+        }
+    }
+}

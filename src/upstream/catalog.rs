@@ -1,0 +1,84 @@
+//! One upstream's catalog: its tools, prompts, resources and resource
+//! templates, as listed by the upstream (names not yet namespaced).
+//!
+//! Lists are followed page by page (`nextCursor`,
+//! `../shared/spec/2025-11-25/schema.json` `PaginatedResult`) with a page cap
+//! and a repeated-cursor check, so a looping upstream cannot hang a refresh.
+//! Each kind keeps at most [`limits::MAX_CATALOG_ENTRIES`] entries; the rest
+//! are dropped with a log line and a metric.
+
+use super::{Negotiated, Upstream};
+use crate::limits;
+use serde_json::{json, Value};
+
+/// The four lists of one upstream; each entry is the upstream's JSON, unchanged.
+#[derive(Debug, Default, Clone)]
+pub struct Catalog {
+    /// `Tool` objects.
+    pub tools: Vec<Value>,
+    /// `Prompt` objects.
+    pub prompts: Vec<Value>,
+    /// `Resource` objects.
+    pub resources: Vec<Value>,
+    /// `ResourceTemplate` objects.
+    pub templates: Vec<Value>,
+}
+
+impl Catalog {
+    /// Lists everything the upstream's capabilities announce. A failing list
+    /// leaves that kind empty (logged) rather than failing the connection.
+    pub async fn fetch(up: &Upstream, neg: &Negotiated) -> Catalog {
+        let mut c = Catalog::default();
+        if neg.has("tools") {
+            c.tools = list_all(up, "tools/list", "tools").await;
+        }
+        if neg.has("prompts") {
+            c.prompts = list_all(up, "prompts/list", "prompts").await;
+        }
+        if neg.has("resources") {
+            c.resources = list_all(up, "resources/list", "resources").await;
+            c.templates = list_all(up, "resources/templates/list", "resourceTemplates").await;
+        }
+        c
+    }
+}
+
+async fn list_all(up: &Upstream, method: &str, key: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut seen: Vec<String> = Vec::new();
+    for _ in 0..limits::MAX_LIST_PAGES {
+        let params = cursor.as_ref().map(|c| json!({"cursor": c}));
+        let page = match up.call(method, params).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(upstream = %up.name(), "{method} failed: {e}");
+                return out;
+            }
+        };
+        if let Some(items) = page.get(key).and_then(Value::as_array) {
+            for item in items {
+                if out.len() >= limits::MAX_CATALOG_ENTRIES {
+                    metrics::counter!(crate::metrics::CATALOG_DROPPED, "reason" => "catalog_full")
+                        .increment(1);
+                    tracing::warn!(upstream = %up.name(), "{method}: more than {} entries; the rest are left out", limits::MAX_CATALOG_ENTRIES);
+                    return out;
+                }
+                out.push(item.clone());
+            }
+        }
+        match page.get("nextCursor").and_then(Value::as_str) {
+            Some(next) if !next.is_empty() => {
+                if seen.iter().any(|s| s == next) {
+                    tracing::warn!(upstream = %up.name(), "{method}: cursor {next:?} repeated; stopping");
+                    return out;
+                }
+                seen.push(next.to_string());
+                cursor = Some(next.to_string());
+            }
+            _ => return out,
+        }
+    }
+    tracing::warn!(upstream = %up.name(), "{method}: more than {} pages; stopping", limits::MAX_LIST_PAGES);
+    out
+}

@@ -1,0 +1,256 @@
+//! Era detection and the opening exchange with an upstream.
+//!
+//! - `era = "modern"`: `server/discover` (`../shared/spec/2026-07-28/server-discover.mdx`).
+//! - `era = "legacy"`: `initialize` + `notifications/initialized`
+//!   (`../shared/spec/2025-11-25/lifecycle.mdx` §Initialization).
+//! - `era = "auto"`: probe with `server/discover`; a `DiscoverResult` or a
+//!   recognized modern error means modern, anything else (other error, HTTP
+//!   4xx without a modern body, timeout) means legacy
+//!   (`../shared/spec/2026-07-28/versioning.mdx` §Backward Compatibility;
+//!   `transports-stdio.mdx` and `transports-streamable-http.mdx` §Backward Compatibility).
+
+use super::{Conn, SendError};
+use crate::config::Era;
+use crate::limits;
+use crate::protocol::{self, ProtocolVersion};
+use serde_json::{json, Map, Value};
+use std::time::Duration;
+
+/// The era spoken with one upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamEra {
+    /// `initialize`-based, with the negotiated version.
+    Legacy(ProtocolVersion),
+    /// 2026-07-28: `_meta` and routing headers on every request.
+    Modern,
+}
+
+/// What the opening exchange learnt about an upstream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Negotiated {
+    /// The era (and legacy version) in use.
+    pub era: UpstreamEra,
+    /// The upstream's `capabilities` object.
+    pub capabilities: Value,
+    /// The upstream's `serverInfo` (`Implementation`), if it sent one.
+    pub server_info: Option<Value>,
+    /// The upstream's `instructions`, if any.
+    pub instructions: Option<String>,
+}
+
+impl Negotiated {
+    /// True when the upstream declared capability `name` (e.g. `"tools"`).
+    pub fn has(&self, name: &str) -> bool {
+        self.capabilities.get(name).is_some_and(|v| !v.is_null())
+    }
+}
+
+/// Why a handshake failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HandshakeError {
+    /// Transport or protocol failure during the exchange.
+    #[error("{step}: {source}")]
+    Send {
+        /// `server/discover` or `initialize`.
+        step: &'static str,
+        /// What went wrong.
+        source: SendError,
+    },
+    /// The upstream answered with something mcp-edge cannot speak.
+    #[error("{0}")]
+    Incompatible(String),
+}
+
+fn client_info() -> Value {
+    json!({"name": "mcp-edge", "version": env!("CARGO_PKG_VERSION")})
+}
+
+/// The `_meta` fields every modern request carries (2026-07-28 index.mdx §_meta).
+fn modern_meta(meta: &mut Map<String, Value>) {
+    meta.insert(
+        protocol::META_PROTOCOL_VERSION.into(),
+        ProtocolVersion::MODERN.as_str().into(),
+    );
+    meta.entry(protocol::META_CLIENT_CAPABILITIES)
+        .or_insert_with(|| json!({}));
+    meta.entry(protocol::META_CLIENT_INFO)
+        .or_insert_with(client_info);
+}
+
+/// Adapts a caller's params to the upstream's era: a modern upstream gets the
+/// per-request `_meta` fields (the caller's capabilities are kept when it sent
+/// them); a legacy upstream gets the `io.modelcontextprotocol/*` request
+/// fields removed (it negotiated them in `initialize`). Every other `_meta`
+/// key (e.g. `progressToken`, vendor keys) passes unchanged.
+pub fn adapt_params(era: UpstreamEra, params: Option<Value>) -> Option<Value> {
+    match era {
+        UpstreamEra::Modern => {
+            let mut p = match params {
+                Some(Value::Object(o)) => o,
+                _ => Map::new(),
+            };
+            let meta = p.entry("_meta").or_insert_with(|| json!({}));
+            if !meta.is_object() {
+                *meta = json!({});
+            }
+            modern_meta(meta.as_object_mut().expect("object"));
+            Some(Value::Object(p))
+        }
+        UpstreamEra::Legacy(_) => {
+            let mut params = params?;
+            if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
+                meta.remove(protocol::META_PROTOCOL_VERSION);
+                meta.remove(protocol::META_CLIENT_INFO);
+                meta.remove(protocol::META_CLIENT_CAPABILITIES);
+                if meta.is_empty() {
+                    params
+                        .as_object_mut()
+                        .expect("params object")
+                        .remove("_meta");
+                }
+            }
+            Some(params)
+        }
+    }
+}
+
+/// Runs the opening exchange for the configured era.
+pub async fn open(conn: &Conn, era: Era) -> Result<Negotiated, HandshakeError> {
+    if let Conn::Builtin = conn {
+        return Ok(Negotiated {
+            era: UpstreamEra::Modern,
+            capabilities: json!({"tools": {}}),
+            server_info: Some(
+                json!({"name": "mcp-edge-builtin", "version": env!("CARGO_PKG_VERSION")}),
+            ),
+            instructions: None,
+        });
+    }
+    match era {
+        Era::Modern => discover(conn, limits::CONNECT_TIMEOUT).await,
+        Era::Legacy => initialize(conn).await,
+        Era::Auto => match discover(conn, limits::ERA_PROBE_TIMEOUT).await {
+            Ok(n) => Ok(n),
+            Err(HandshakeError::Send {
+                source: SendError::Auth(s),
+                step,
+            }) => Err(HandshakeError::Send {
+                step,
+                source: SendError::Auth(s),
+            }),
+            Err(e @ HandshakeError::Incompatible(_)) => Err(e),
+            Err(HandshakeError::Send { source, .. }) => {
+                if let SendError::Rpc(r) | SendError::Http { rpc: Some(r), .. } = &source {
+                    if r.is_modern_error() {
+                        return Err(HandshakeError::Incompatible(format!(
+                            "upstream is modern but refused server/discover: {r}"
+                        )));
+                    }
+                }
+                tracing::debug!(error = %source, "server/discover probe failed; falling back to initialize");
+                initialize(conn).await
+            }
+        },
+    }
+}
+
+async fn discover(conn: &Conn, timeout: Duration) -> Result<Negotiated, HandshakeError> {
+    let params = adapt_params(UpstreamEra::Modern, None);
+    let r = conn
+        .send("server/discover", params, UpstreamEra::Modern, timeout)
+        .await
+        .map_err(|source| HandshakeError::Send {
+            step: "server/discover",
+            source,
+        })?;
+    let versions = r.get("supportedVersions").and_then(Value::as_array);
+    let speaks = versions.is_some_and(|v| {
+        v.iter()
+            .any(|x| x.as_str() == Some(ProtocolVersion::MODERN.as_str()))
+    });
+    if !speaks {
+        return Err(HandshakeError::Incompatible(format!(
+            "server/discover lists no version mcp-edge speaks: {}",
+            versions
+                .map(|v| Value::Array(v.clone()).to_string())
+                .unwrap_or_else(|| "none".into())
+        )));
+    }
+    Ok(Negotiated {
+        era: UpstreamEra::Modern,
+        capabilities: r.get("capabilities").cloned().unwrap_or_else(|| json!({})),
+        server_info: r
+            .get("_meta")
+            .and_then(|m| m.get(protocol::META_SERVER_INFO))
+            .cloned(),
+        instructions: r
+            .get("instructions")
+            .and_then(Value::as_str)
+            .map(String::from),
+    })
+}
+
+async fn initialize(conn: &Conn) -> Result<Negotiated, HandshakeError> {
+    let asked = ProtocolVersion::LATEST_LEGACY;
+    let params = json!({
+        "protocolVersion": asked.as_str(),
+        "capabilities": {},
+        "clientInfo": client_info(),
+    });
+    let r = conn
+        .send(
+            "initialize",
+            Some(params),
+            UpstreamEra::Legacy(asked),
+            limits::CONNECT_TIMEOUT,
+        )
+        .await
+        .map_err(|source| HandshakeError::Send {
+            step: "initialize",
+            source,
+        })?;
+    let got = r
+        .get("protocolVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let version = match ProtocolVersion::parse(got) {
+        Some(v) if v.is_legacy() => v,
+        _ => {
+            return Err(HandshakeError::Incompatible(format!(
+                "initialize answered protocolVersion {got:?}, which mcp-edge does not speak"
+            )))
+        }
+    };
+    let era = UpstreamEra::Legacy(version);
+    conn.notify("notifications/initialized", None, era)
+        .await
+        .map_err(|source| HandshakeError::Send {
+            step: "notifications/initialized",
+            source,
+        })?;
+    Ok(Negotiated {
+        era,
+        capabilities: r.get("capabilities").cloned().unwrap_or_else(|| json!({})),
+        server_info: r.get("serverInfo").cloned(),
+        instructions: r
+            .get("instructions")
+            .and_then(Value::as_str)
+            .map(String::from),
+    })
+}
+
+/// Re-runs `initialize` on a legacy HTTP upstream whose session expired (404).
+pub async fn reinitialize(conn: &super::http::HttpConn, neg: &Negotiated) -> Result<(), SendError> {
+    if !conn.session_expired() {
+        return Ok(()); // another caller already re-initialized
+    }
+    let UpstreamEra::Legacy(v) = neg.era else {
+        return Err(SendError::Transport("404 from a modern upstream".into()));
+    };
+    let params =
+        json!({"protocolVersion": v.as_str(), "capabilities": {}, "clientInfo": client_info()});
+    conn.send("initialize", Some(params), neg.era, limits::CONNECT_TIMEOUT)
+        .await?;
+    conn.notify("notifications/initialized", None, neg.era)
+        .await
+}

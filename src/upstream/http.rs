@@ -1,0 +1,343 @@
+//! The streamable-HTTP client transport, on hyper with rustls (ring provider).
+//!
+//! Each request is one POST answered by JSON or an SSE stream
+//! (`../shared/spec/2026-07-28/transports-streamable-http.mdx` §Sending Messages,
+//! §Receiving Messages). Legacy upstreams keep the `Mcp-Session-Id` the
+//! `initialize` answer carried (`../shared/spec/2025-11-25/transports.mdx`
+//! §Session Management); modern ones get `MCP-Protocol-Version`, `Mcp-Method`
+//! and `Mcp-Name` headers (§Request Metadata).
+
+use super::handshake::UpstreamEra;
+use super::SendError;
+use crate::config::{Transport, UpstreamConfig};
+use crate::protocol::{self, sse, Message, RpcError};
+use base64::Engine;
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::sync::{Notify, Semaphore};
+
+type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// A streamable-HTTP upstream.
+pub struct HttpConn {
+    client: HttpsClient,
+    url: Uri,
+    headers: HeaderMap,
+    session: RwLock<Option<HeaderValue>>,
+    expired: std::sync::atomic::AtomicBool,
+    permits: Semaphore,
+    next_id: AtomicU64,
+    max_bytes: usize,
+    list_changed: Arc<Notify>,
+}
+
+/// Why an HTTP upstream could not be set up (bad URL, unreadable token file, no TLS roots).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct SetupError(String);
+
+fn https_client() -> Result<HttpsClient, SetupError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_native_roots(provider)
+        .map_err(|e| SetupError(format!("TLS set-up: {e}")))?;
+    let connector = builder.https_or_http().enable_http1().build();
+    Ok(Client::builder(TokioExecutor::new()).build(connector))
+}
+
+impl HttpConn {
+    /// Prepares the client: parses the URL, reads `bearer_token_file` (trimmed)
+    /// into `Authorization: Bearer …`, loads the system's TLS roots.
+    pub fn new(cfg: &UpstreamConfig, list_changed: Arc<Notify>) -> Result<Self, SetupError> {
+        let Transport::Http {
+            url,
+            headers,
+            bearer_token_file,
+        } = &cfg.transport
+        else {
+            return Err(SetupError("not an http upstream".into()));
+        };
+        let url: Uri = url.parse().map_err(|e| SetupError(format!("url: {e}")))?;
+        let mut map = HeaderMap::new();
+        for (k, v) in headers {
+            let name = HeaderName::from_bytes(k.as_bytes())
+                .map_err(|e| SetupError(format!("headers.{k}: {e}")))?;
+            let value =
+                HeaderValue::from_str(v).map_err(|e| SetupError(format!("headers.{k}: {e}")))?;
+            map.insert(name, value);
+        }
+        if let Some(path) = bearer_token_file {
+            let token = std::fs::read_to_string(path)
+                .map_err(|e| SetupError(format!("bearer_token_file {}: {e}", path.display())))?;
+            let mut v =
+                HeaderValue::from_str(&format!("Bearer {}", token.trim())).map_err(|_| {
+                    SetupError(format!(
+                        "bearer_token_file {}: not a valid token",
+                        path.display()
+                    ))
+                })?;
+            v.set_sensitive(true);
+            map.insert(header::AUTHORIZATION, v);
+        }
+        Ok(HttpConn {
+            client: https_client()?,
+            url,
+            headers: map,
+            session: RwLock::new(None),
+            expired: false.into(),
+            permits: Semaphore::new(cfg.max_in_flight),
+            next_id: AtomicU64::new(1),
+            max_bytes: cfg.max_result_bytes,
+            list_changed,
+        })
+    }
+
+    /// True after a 404 ended the legacy session (cleared by the next `initialize`).
+    pub fn session_expired(&self) -> bool {
+        self.expired.load(Ordering::Acquire)
+    }
+
+    fn build(
+        &self,
+        method: &str,
+        body: &Value,
+        era: UpstreamEra,
+        params: Option<&Value>,
+    ) -> Result<Request<Full<Bytes>>, SendError> {
+        let bytes = serde_json::to_vec(body).map_err(|e| SendError::Transport(e.to_string()))?;
+        let mut req = Request::builder()
+            .method(Method::POST)
+            .uri(self.url.clone())
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json, text/event-stream")
+            .body(Full::new(Bytes::from(bytes)))
+            .map_err(|e| SendError::Transport(e.to_string()))?;
+        let h = req.headers_mut();
+        for (k, v) in &self.headers {
+            h.insert(k.clone(), v.clone());
+        }
+        match era {
+            UpstreamEra::Modern => {
+                h.insert(
+                    "mcp-protocol-version",
+                    HeaderValue::from_static("2026-07-28"),
+                );
+                if let Ok(v) = HeaderValue::from_str(method) {
+                    h.insert("mcp-method", v);
+                }
+                if let Some(name) = protocol::routed_name(method, params) {
+                    h.insert("mcp-name", header_safe(name));
+                }
+            }
+            UpstreamEra::Legacy(v) => {
+                if method != "initialize" {
+                    if v != crate::protocol::ProtocolVersion::V2025_03_26 {
+                        h.insert("mcp-protocol-version", HeaderValue::from_static(v.as_str()));
+                    }
+                    if let Some(s) = self.session.read().expect("session lock").clone() {
+                        h.insert("mcp-session-id", s);
+                    }
+                }
+            }
+        }
+        Ok(req)
+    }
+
+    /// Sends one request; waits up to `timeout` for the answer.
+    pub async fn send(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        era: UpstreamEra,
+        timeout: Duration,
+    ) -> Result<Value, SendError> {
+        let _permit = self.permits.try_acquire().map_err(|_| SendError::Busy)?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let msg = protocol::request(json!(id), method, params);
+        let req = self.build(method, &msg, era, msg.get("params"))?;
+        let had_session = self.session.read().expect("session lock").is_some();
+        match tokio::time::timeout(timeout, self.exchange(req, method, id)).await {
+            Err(_) => Err(SendError::Timeout),
+            Ok(Err(SendError::Http { status: 404, .. }))
+                if had_session && method != "initialize" =>
+            {
+                self.expired.store(true, Ordering::Release);
+                Err(SendError::SessionExpired)
+            }
+            Ok(r) => r,
+        }
+    }
+
+    /// Sends one notification (expects 202 Accepted).
+    pub async fn notify(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        era: UpstreamEra,
+    ) -> Result<(), SendError> {
+        let msg = protocol::notification(method, params);
+        let req = self.build(method, &msg, era, None)?;
+        let resp = self
+            .client
+            .request(req)
+            .await
+            .map_err(|e| SendError::Transport(format!("POST: {e}")))?;
+        let status = resp.status();
+        let _ = resp.into_body().collect().await;
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(SendError::Http {
+                status: status.as_u16(),
+                rpc: None,
+            })
+        }
+    }
+
+    async fn exchange(
+        &self,
+        req: Request<Full<Bytes>>,
+        method: &str,
+        id: u64,
+    ) -> Result<Value, SendError> {
+        let resp = self
+            .client
+            .request(req)
+            .await
+            .map_err(|e| SendError::Transport(format!("POST: {e}")))?;
+        let status = resp.status();
+        if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+            // The challenge (WWW-Authenticate) stays here: never passed downstream.
+            return Err(SendError::Auth(status.as_u16()));
+        }
+        if method == "initialize" && status.is_success() {
+            if let Some(s) = resp.headers().get("mcp-session-id") {
+                *self.session.write().expect("session lock") = Some(s.clone());
+                self.expired.store(false, Ordering::Release);
+            }
+        }
+        let is_sse = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let mut body = resp.into_body();
+        if is_sse && status.is_success() {
+            let mut dec = sse::Decoder::new(self.max_bytes);
+            let mut found: Option<Result<Value, RpcError>> = None;
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(|e| SendError::Transport(format!("SSE body: {e}")))?;
+                let Some(data) = frame.data_ref() else {
+                    continue;
+                };
+                let mut events = Vec::new();
+                dec.push(data, &mut |e| events.push(e))
+                    .map_err(|_| SendError::TooLarge)?;
+                for e in events {
+                    if let Some(r) = self.on_message(&e, id) {
+                        found = Some(r);
+                    }
+                }
+                if found.is_some() {
+                    break; // the response ends the request (dropping the body closes the stream)
+                }
+            }
+            return match found {
+                Some(Ok(v)) => Ok(v),
+                Some(Err(e)) => Err(SendError::Rpc(e)),
+                None => Err(SendError::Transport(
+                    "SSE stream ended without a response".into(),
+                )),
+            };
+        }
+        let bytes = http_body_util::Limited::new(body, self.max_bytes)
+            .collect()
+            .await
+            .map_err(|e| {
+                if e.is::<http_body_util::LengthLimitError>() {
+                    SendError::TooLarge
+                } else {
+                    SendError::Transport(format!("body: {e}"))
+                }
+            })?
+            .to_bytes();
+        let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
+        if !status.is_success() {
+            let rpc = parsed
+                .as_ref()
+                .and_then(|v| v.get("error"))
+                .map(RpcError::from_json);
+            return Err(SendError::Http {
+                status: status.as_u16(),
+                rpc,
+            });
+        }
+        let v = parsed.ok_or_else(|| SendError::Transport("response body is not JSON".into()))?;
+        match protocol::classify(v) {
+            Ok(Message::Response { outcome: Ok(r), .. }) => Ok(r),
+            Ok(Message::Response {
+                outcome: Err(e), ..
+            }) => Err(SendError::Rpc(e)),
+            _ => Err(SendError::Transport(
+                "response is not a JSON-RPC response".into(),
+            )),
+        }
+    }
+
+    /// Handles one SSE message; returns the outcome if it is the response to `id`.
+    fn on_message(&self, data: &str, id: u64) -> Option<Result<Value, RpcError>> {
+        let v: Value = serde_json::from_str(data).ok()?;
+        match protocol::classify(v) {
+            Ok(Message::Response { id: rid, outcome }) if rid.as_u64() == Some(id) => Some(outcome),
+            Ok(Message::Notification { method, .. }) if method.ends_with("/list_changed") => {
+                self.list_changed.notify_one();
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// Ends the legacy session with DELETE (2025-11-25 transports.mdx §Session Management).
+    pub async fn close(&self) {
+        let Some(s) = self.session.write().expect("session lock").take() else {
+            return;
+        };
+        let mut req = Request::builder()
+            .method(Method::DELETE)
+            .uri(self.url.clone())
+            .header("mcp-session-id", s)
+            .body(Full::new(Bytes::new()))
+            .expect("static request");
+        for (k, v) in &self.headers {
+            req.headers_mut().insert(k.clone(), v.clone());
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.client.request(req)).await;
+    }
+}
+
+/// Encodes a value for `Mcp-Name` (§Value Encoding): plain when it is visible
+/// ASCII without edge whitespace and not sentinel-shaped, else `=?base64?…?=`.
+pub fn header_safe(v: &str) -> HeaderValue {
+    let sentinel_shaped = v.starts_with("=?base64?") && v.ends_with("?=");
+    let plain = !v.is_empty()
+        && v.bytes().all(|b| (0x20..=0x7e).contains(&b))
+        && !v.starts_with(' ')
+        && !v.ends_with(' ')
+        && !sentinel_shaped;
+    let s = if plain {
+        v.to_string()
+    } else {
+        format!(
+            "=?base64?{}?=",
+            base64::engine::general_purpose::STANDARD.encode(v)
+        )
+    };
+    HeaderValue::from_str(&s).unwrap_or_else(|_| HeaderValue::from_static(""))
+}

@@ -1,0 +1,262 @@
+//! The stdio transport: a child process speaking newline-delimited JSON-RPC on
+//! stdin/stdout, logging on stderr (`../shared/spec/2026-07-28/transports-stdio.mdx`;
+//! `../shared/spec/2025-11-25/transports.mdx` §stdio).
+//!
+//! [`open`] spawns the child and returns the connection plus its *driver*: a
+//! future that reads stdout (answers go to the [`InFlight`] table) and stderr
+//! (into the log) and ends, with a reason, when the child exits. The owner
+//! task polls the driver; no task is spawned here.
+
+use super::inflight::InFlight;
+use super::SendError;
+use crate::config::UpstreamConfig;
+use crate::limits;
+use crate::protocol::{self, Message, RpcError};
+use serde_json::{json, Value};
+use std::future::Future;
+use std::pin::Pin;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::{Mutex, Notify};
+
+/// A future that runs a connection's I/O and returns why it ended.
+pub type Driver = Pin<Box<dyn Future<Output = String> + Send>>;
+
+/// Writer half and in-flight table of a stdio child.
+pub struct StdioConn {
+    stdin: Arc<Mutex<Option<ChildStdin>>>,
+    inflight: InFlight,
+}
+
+/// Spawns the child of a stdio upstream. Errors: the spawn's I/O error text.
+pub fn open(
+    cfg: &UpstreamConfig,
+    list_changed: Arc<Notify>,
+) -> Result<(StdioConn, Driver), String> {
+    let crate::config::Transport::Stdio {
+        command,
+        args,
+        env,
+        cwd,
+    } = &cfg.transport
+    else {
+        return Err("not a stdio upstream".into());
+    };
+    let mut cmd = Command::new(command);
+    cmd.args(args)
+        .envs(env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {command:?}: {e}"))?;
+    let stdin = Arc::new(Mutex::new(child.stdin.take()));
+    let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+    let stderr = BufReader::new(child.stderr.take().expect("piped stderr"));
+    let inflight = InFlight::new(cfg.max_in_flight);
+    let driver = drive(
+        cfg.name.clone(),
+        child,
+        stdout,
+        stderr,
+        stdin.clone(),
+        inflight.clone(),
+        cfg.max_result_bytes,
+        list_changed,
+    );
+    Ok((StdioConn { stdin, inflight }, Box::pin(driver)))
+}
+
+/// Reads one line of at most `max` bytes into `buf` (without the newline).
+/// Returns `Ok(false)` at EOF, and `Err(true)` after skipping an over-long line.
+async fn read_line_bounded<R: AsyncBufRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<Result<bool, bool>> {
+    buf.clear();
+    let mut too_long = false;
+    loop {
+        let avail = r.fill_buf().await?;
+        if avail.is_empty() {
+            return Ok(if too_long {
+                Err(true)
+            } else {
+                Ok(!buf.is_empty())
+            });
+        }
+        let (chunk, done) = match avail.iter().position(|&b| b == b'\n') {
+            Some(i) => (&avail[..i], Some(i + 1)),
+            None => (avail, None),
+        };
+        if !too_long {
+            if buf.len() + chunk.len() > max {
+                too_long = true;
+                buf.clear();
+            } else {
+                buf.extend_from_slice(chunk);
+            }
+        }
+        let used = done.unwrap_or(avail.len());
+        r.consume(used);
+        if done.is_some() {
+            return Ok(if too_long { Err(true) } else { Ok(true) });
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn drive(
+    name: String,
+    mut child: Child,
+    mut stdout: BufReader<tokio::process::ChildStdout>,
+    mut stderr: BufReader<tokio::process::ChildStderr>,
+    stdin: Arc<Mutex<Option<ChildStdin>>>,
+    inflight: InFlight,
+    max_bytes: usize,
+    list_changed: Arc<Notify>,
+) -> String {
+    let mut line = Vec::new();
+    let mut err_line = Vec::new();
+    let mut stderr_open = true;
+    let reason = loop {
+        tokio::select! {
+            r = read_line_bounded(&mut stdout, &mut line, max_bytes) => match r {
+                Err(e) => break format!("reading stdout: {e}"),
+                Ok(Ok(false)) => break "stdout closed".to_string(),
+                Ok(Err(_)) => {
+                    metrics::counter!(crate::metrics::REFUSED, "limit" => "result_bytes").increment(1);
+                    tracing::warn!(upstream = %name, limit = max_bytes, "dropped an over-long message from upstream");
+                }
+                Ok(Ok(true)) => on_line(&name, &line, &inflight, &stdin, &list_changed).await,
+            },
+            r = read_line_bounded(&mut stderr, &mut err_line, limits::STDERR_LINE_BYTES), if stderr_open => match r {
+                Ok(Ok(true)) => tracing::info!(upstream = %name, "stderr: {}", String::from_utf8_lossy(&err_line)),
+                Ok(Err(_)) => tracing::info!(upstream = %name, "stderr: (line longer than {} bytes cut)", limits::STDERR_LINE_BYTES),
+                Ok(Ok(false)) | Err(_) => stderr_open = false,
+            },
+            status = child.wait() => break match status {
+                Ok(s) => format!("process exited ({s})"),
+                Err(e) => format!("waiting for process: {e}"),
+            },
+        }
+    };
+    inflight.fail_all();
+    // Give the child a moment to exit after closing stdin, then kill it.
+    stdin.lock().await.take();
+    if tokio::time::timeout(Duration::from_secs(2), child.wait())
+        .await
+        .is_err()
+    {
+        let _ = child.kill().await;
+    }
+    reason
+}
+
+async fn on_line(
+    name: &str,
+    line: &[u8],
+    inflight: &InFlight,
+    stdin: &Mutex<Option<ChildStdin>>,
+    list_changed: &Notify,
+) {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return;
+    }
+    let v: Value = match serde_json::from_slice(line) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!(upstream = %name, "ignoring a non-JSON line on stdout: {e}");
+            return;
+        }
+    };
+    match protocol::classify(v) {
+        Ok(Message::Response { id, outcome }) => {
+            if !inflight.complete(&id, outcome) {
+                tracing::debug!(upstream = %name, %id, "answer for a request nobody waits for");
+            }
+        }
+        Ok(Message::Notification { method, .. }) => {
+            if method.ends_with("/list_changed") {
+                list_changed.notify_one();
+            }
+        }
+        Ok(Message::Request { id, method, .. }) => {
+            // Server-to-client requests: answer the harmless ones, refuse the rest.
+            let reply = match method.as_str() {
+                "ping" => protocol::result_response(id, json!({})),
+                "roots/list" => protocol::result_response(id, json!({"roots": []})),
+                _ => protocol::error_response(
+                    id,
+                    &RpcError::new(
+                        protocol::METHOD_NOT_FOUND,
+                        format!("mcp-edge does not relay {method} to its clients"),
+                    ),
+                ),
+            };
+            let _ = write_line(stdin, &reply).await;
+        }
+        Err((_, e)) => tracing::warn!(upstream = %name, "ignoring an invalid message: {e}"),
+    }
+}
+
+async fn write_line(stdin: &Mutex<Option<ChildStdin>>, msg: &Value) -> Result<(), SendError> {
+    let mut bytes = serde_json::to_vec(msg).map_err(|e| SendError::Transport(e.to_string()))?;
+    bytes.push(b'\n');
+    let mut g = stdin.lock().await;
+    let w = g
+        .as_mut()
+        .ok_or_else(|| SendError::Transport("stdin closed".into()))?;
+    w.write_all(&bytes)
+        .await
+        .map_err(|e| SendError::Transport(format!("writing stdin: {e}")))?;
+    w.flush()
+        .await
+        .map_err(|e| SendError::Transport(format!("writing stdin: {e}")))
+}
+
+impl StdioConn {
+    /// Sends a request with a fresh upstream id and waits for its answer.
+    pub async fn send(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        timeout: Duration,
+    ) -> Result<Value, SendError> {
+        let mut ticket = self.inflight.reserve().ok_or(SendError::Busy)?;
+        let msg = protocol::request(json!(ticket.upstream_id()), method, params);
+        write_line(&self.stdin, &msg).await?;
+        match tokio::time::timeout(timeout, &mut ticket.rx).await {
+            Err(_) => {
+                // Tell the upstream to stop (2025-11-25 utilities-cancellation.mdx).
+                let note = protocol::notification(
+                    "notifications/cancelled",
+                    Some(json!({"requestId": ticket.upstream_id(), "reason": "timeout"})),
+                );
+                let _ = write_line(&self.stdin, &note).await;
+                Err(SendError::Timeout)
+            }
+            Ok(Err(_)) => Err(SendError::Transport("connection lost".into())),
+            Ok(Ok(Ok(v))) => Ok(v),
+            Ok(Ok(Err(e))) => Err(SendError::Rpc(e)),
+        }
+    }
+
+    /// Sends a notification.
+    pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), SendError> {
+        write_line(&self.stdin, &protocol::notification(method, params)).await
+    }
+
+    /// Closes stdin: the child sees EOF and should exit (transports-stdio.mdx §Shutdown).
+    pub async fn close(&self) {
+        self.stdin.lock().await.take();
+    }
+}

@@ -1,0 +1,403 @@
+//! Config layer: fixtures under `tests/fixtures/config/{valid,invalid}`.
+//!
+//! Every file in `valid/` must load. Every file in `invalid/` must fail, and
+//! the error message must contain the file name and each expectation: for
+//! TOML the leading `# expect: <substring>` lines, for anything else the
+//! lines of the sibling `<stem>.expect` file.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use mcp_edge::config::{Config, ConfigError, Era, ToolNameRule, Transport};
+use mcp_edge::limits;
+
+fn fixtures(kind: &str) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/config")
+        .join(kind);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file() && p.extension().is_none_or(|e| e != "expect"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn fixture(kind: &str, name: &str) -> Config {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/config")
+        .join(kind)
+        .join(name);
+    Config::load(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn expectations(path: &Path) -> Vec<String> {
+    let found: Vec<String> = if path.extension().is_some_and(|e| e == "toml") {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map_while(|l| l.strip_prefix("# expect:"))
+            .map(|s| s.trim().to_owned())
+            .collect()
+    } else {
+        let exp = path.with_extension("expect");
+        std::fs::read_to_string(&exp)
+            .unwrap_or_else(|e| panic!("{}: needs a sibling .expect file: {e}", path.display()))
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    assert!(
+        !found.is_empty(),
+        "{}: no expectation (`# expect: <substring>` first line or a .expect file)",
+        path.display()
+    );
+    found
+}
+
+#[test]
+fn every_valid_fixture_loads() {
+    let files = fixtures("valid");
+    assert!(files.len() >= 5, "{files:?}");
+    for path in files {
+        let cfg = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(cfg.source.as_deref(), Some(path.as_path()));
+        assert!(!cfg.upstreams.is_empty());
+    }
+}
+
+#[test]
+fn every_invalid_fixture_fails_naming_file_and_key() {
+    let files = fixtures("invalid");
+    assert!(files.len() >= 14, "{files:?}");
+    for path in files {
+        let expect = expectations(&path);
+        let err = match Config::load(&path) {
+            Ok(_) => panic!("{}: loaded, but it is an invalid fixture", path.display()),
+            Err(e) => e.to_string(),
+        };
+        let prefix = format!("{}: ", path.display());
+        assert!(
+            err.starts_with(&prefix),
+            "{err:?} doesn't start with {prefix:?}"
+        );
+        for want in expect {
+            assert!(
+                err.contains(&want),
+                "{}:\n  error:  {err}\n  wanted: {want}",
+                path.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn error_message_shape() {
+    let text = r#"
+[[upstream]]
+name = "a"
+command = "a"
+
+[[upstream]]
+name = "b"
+url = "gopher://h"
+"#;
+    let err = Config::from_toml_str(text, Path::new("config.toml")).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "config.toml: upstream[1].url: must be an http:// or https:// URL"
+    );
+    assert_eq!(err.key(), Some("upstream[1].url"));
+    assert!(matches!(err, ConfigError::Invalid { .. }));
+}
+
+#[test]
+fn unknown_key_is_named_and_typed() {
+    let text = "[[upstream]]\nname = \"a\"\ncommand = \"a\"\nautoApprove = []\n";
+    let err = Config::from_toml_str(text, Path::new("c.toml")).unwrap_err();
+    assert_eq!(err.key(), Some("upstream[0].autoApprove"));
+    assert!(
+        err.to_string().contains("unknown key `autoApprove`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn syntax_error_is_a_parse_error_with_position() {
+    let err = Config::from_toml_str("[server]\nlisten = \n", Path::new("c.toml")).unwrap_err();
+    assert!(matches!(err, ConfigError::Parse { .. }), "{err:?}");
+    assert!(
+        err.to_string().starts_with("c.toml: line 2, column"),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_file_is_an_io_error_naming_the_path() {
+    let err = Config::load(Path::new("/nonexistent/mcp-edge.toml")).unwrap_err();
+    assert!(matches!(err, ConfigError::Io { .. }));
+    assert!(err.to_string().starts_with("/nonexistent/mcp-edge.toml: "));
+}
+
+#[test]
+fn too_many_upstreams() {
+    let mut text = String::new();
+    for i in 0..=limits::MAX_UPSTREAMS {
+        text.push_str(&format!("[[upstream]]\nname = \"u{i}\"\ncommand = \"x\"\n"));
+    }
+    let err = Config::from_toml_str(&text, Path::new("c.toml")).unwrap_err();
+    assert_eq!(err.key(), Some("upstream"), "{err}");
+    text.truncate(text.rfind("[[upstream]]").unwrap());
+    Config::from_toml_str(&text, Path::new("c.toml")).unwrap();
+}
+
+#[test]
+fn minimal_stdio_gets_every_default() {
+    let cfg = fixture("valid", "minimal_stdio.toml");
+    let s = &cfg.server;
+    assert_eq!(s.listen, limits::DEFAULT_LISTEN.parse().unwrap());
+    assert!(s.allowed_origins.is_empty() && s.allowed_hosts.is_empty());
+    assert_eq!(s.max_body_bytes, limits::DEFAULT_MAX_BODY_BYTES);
+    assert_eq!(s.session_capacity, limits::DEFAULT_SESSION_CAPACITY);
+    assert_eq!(s.session_idle_timeout, limits::DEFAULT_SESSION_IDLE_TIMEOUT);
+    assert_eq!(s.keepalive, limits::DEFAULT_KEEPALIVE);
+    assert_eq!(s.max_connections, limits::DEFAULT_MAX_CONNECTIONS);
+    assert_eq!(s.tool_name_separator, "__");
+    assert_eq!(s.tool_names, ToolNameRule::Strict);
+    assert_eq!(s.metrics_listen, None);
+    let [up] = &cfg.upstreams[..] else {
+        panic!("{:?}", cfg.upstreams)
+    };
+    assert_eq!((up.name.as_str(), up.prefix.as_str()), ("fs", "fs"));
+    assert!(up.enabled);
+    assert_eq!(up.era, Era::Auto);
+    assert_eq!(up.call_timeout, limits::DEFAULT_CALL_TIMEOUT);
+    assert_eq!(up.max_in_flight, limits::DEFAULT_MAX_IN_FLIGHT);
+    assert_eq!(up.max_result_bytes, limits::DEFAULT_MAX_RESULT_BYTES);
+    match &up.transport {
+        Transport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => {
+            assert_eq!(command, "npx");
+            assert!(args.is_empty() && env.is_empty() && cwd.is_none());
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn full_example_resolves_every_key() {
+    let cfg = fixture("valid", "full.toml");
+    let s = &cfg.server;
+    assert_eq!(s.listen.to_string(), "0.0.0.0:8737");
+    assert_eq!(
+        s.allowed_origins,
+        ["https://app.example", "http://localhost:5173"]
+    );
+    assert_eq!(s.allowed_hosts, ["gateway.local", "edge-01.lan"]);
+    assert_eq!(s.max_body_bytes, 2 * 1024 * 1024);
+    assert_eq!(s.session_capacity, 512);
+    assert_eq!(s.session_idle_timeout, Duration::from_secs(45 * 60));
+    assert_eq!(s.keepalive, Duration::from_secs(20));
+    assert_eq!(s.max_connections, 1024);
+    assert_eq!(s.tool_name_separator, ".");
+    assert_eq!(s.tool_names, ToolNameRule::Spec);
+    assert_eq!(s.metrics_listen.unwrap().to_string(), "127.0.0.1:9737");
+
+    let names: Vec<_> = cfg.upstreams.iter().map(|u| u.name.as_str()).collect();
+    assert_eq!(names, ["fs", "remote", "edge", "old"]);
+    let fs = &cfg.upstreams[0];
+    assert_eq!(fs.prefix, "files");
+    assert_eq!(fs.era, Era::Legacy);
+    assert_eq!(fs.call_timeout, Duration::from_secs(120));
+    assert_eq!((fs.max_in_flight, fs.max_result_bytes), (16, 1024 * 1024));
+    match &fs.transport {
+        Transport::Stdio { args, env, cwd, .. } => {
+            assert_eq!(args.len(), 3);
+            assert_eq!(env["NODE_ENV"], "production");
+            assert_eq!(cwd.as_deref(), Some(Path::new("/srv")));
+        }
+        other => panic!("{other:?}"),
+    }
+    let remote = &cfg.upstreams[1];
+    assert_eq!(
+        (remote.prefix.as_str(), remote.era),
+        ("remote", Era::Modern)
+    );
+    match &remote.transport {
+        Transport::Http {
+            url,
+            headers,
+            bearer_token_file,
+        } => {
+            assert_eq!(url, "https://mcp.example.com/mcp");
+            assert_eq!(headers["X-Tenant"], "acme");
+            assert_eq!(
+                bearer_token_file.as_deref(),
+                Some(Path::new("/run/credentials/mcp-edge/remote-token"))
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(cfg.upstreams[2].transport, Transport::Builtin));
+    assert_eq!(cfg.upstreams[2].prefix, "");
+    // Disabled upstreams may share a prefix with an enabled one.
+    assert!(!cfg.upstreams[3].enabled);
+    assert_eq!(cfg.upstreams[3].prefix, "files");
+}
+
+#[test]
+fn claude_desktop_file() {
+    let cfg = fixture("valid", "claude_desktop.json");
+    // Server section defaults.
+    assert_eq!(cfg.server.listen, limits::DEFAULT_LISTEN.parse().unwrap());
+    let [fs, git] = &cfg.upstreams[..] else {
+        panic!("{:?}", cfg.upstreams)
+    };
+    assert_eq!(
+        (fs.name.as_str(), fs.prefix.as_str()),
+        ("filesystem", "filesystem")
+    );
+    assert!(fs.enabled);
+    assert_eq!(fs.call_timeout, limits::DEFAULT_CALL_TIMEOUT);
+    match &fs.transport {
+        Transport::Stdio {
+            command, args, env, ..
+        } => {
+            assert_eq!(command, "npx");
+            assert_eq!(args[0], "-y");
+            assert_eq!(env["BRAVE_API_KEY"], "fixture-secret");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!git.enabled);
+    match &git.transport {
+        Transport::Stdio { cwd, .. } => assert_eq!(cwd.as_deref(), Some(Path::new("/srv/repo"))),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn mcp_servers_with_url() {
+    let cfg = fixture("valid", "mcp_url.json");
+    assert_eq!(cfg.upstreams.len(), 3);
+    for up in &cfg.upstreams {
+        assert!(matches!(up.transport, Transport::Http { .. }), "{up:?}");
+    }
+    match &cfg.upstreams[0].transport {
+        Transport::Http {
+            url,
+            headers,
+            bearer_token_file,
+        } => {
+            assert_eq!(url, "https://mcp.example.com/mcp");
+            assert_eq!(headers["Authorization"], "Bearer fixture-secret");
+            assert!(bearer_token_file.is_none());
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn format_is_sniffed_without_known_extension() {
+    let cfg = fixture("valid", "sniffed_json.conf");
+    assert_eq!(cfg.upstreams[0].name, "fs");
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("mcp-edge.conf");
+    std::fs::write(&toml, "[[upstream]]\nname = \"t\"\ncommand = \"x\"\n").unwrap();
+    assert_eq!(Config::load(&toml).unwrap().upstreams[0].name, "t");
+}
+
+#[test]
+fn embedded_default() {
+    let cfg = Config::embedded_default();
+    assert!(cfg.source.is_none());
+    assert_eq!(cfg.server.listen, limits::DEFAULT_LISTEN.parse().unwrap());
+    assert_eq!(
+        cfg.server.session_capacity,
+        limits::DEFAULT_SESSION_CAPACITY
+    );
+    let [edge] = &cfg.upstreams[..] else {
+        panic!("{:?}", cfg.upstreams)
+    };
+    assert_eq!((edge.name.as_str(), edge.prefix.as_str()), ("edge", "edge"));
+    assert!(edge.enabled);
+    assert!(matches!(edge.transport, Transport::Builtin));
+    // The rendering of the default is itself a valid config.
+    Config::from_toml_str(&cfg.render_masked(), Path::new("default.toml")).unwrap();
+}
+
+#[test]
+fn render_masks_secrets() {
+    let headers = fixture("valid", "http_headers.toml").render_masked();
+    assert!(!headers.contains("sk-fixture-header-secret"), "{headers}");
+    assert!(headers.contains("X-Api-Key = \"***\""), "{headers}");
+    assert!(headers.contains("User-Agent = \"***\""), "{headers}");
+
+    let full = fixture("valid", "full.toml").render_masked();
+    assert!(!full.contains("ghp_fixture_secret"), "{full}");
+    assert!(full.contains("GITHUB_TOKEN = \"***\""), "{full}");
+    assert!(full.contains("NODE_ENV = \"production\""), "{full}");
+    assert!(
+        full.contains("bearer_token_file = \"/run/credentials/mcp-edge/remote-token\""),
+        "{full}"
+    );
+    assert!(full.contains("session_idle_timeout = \"45m\""), "{full}");
+    assert!(full.contains("call_timeout = \"2m\""), "{full}");
+    assert!(
+        full.contains("metrics_listen = \"127.0.0.1:9737\""),
+        "{full}"
+    );
+
+    for name in ["claude_desktop.json", "mcp_url.json"] {
+        let out = fixture("valid", name).render_masked();
+        assert!(!out.contains("fixture-secret"), "{out}");
+    }
+
+    let text = r#"
+[[upstream]]
+name = "r"
+url = "https://alice:hunter2@mcp.example/v1/mcp?api_key=abc123"
+
+[[upstream]]
+name = "s"
+command = "mcp-remote"
+args = ["https://mcp.example/mcp?token=xyz789", "--header", "Authorization: Bearer qqq111", "--api-key", "k-555"]
+env = { DB_PASSWORD = "pw-1", Auth_Header = "a-2", PATH = "/usr/bin" }
+"#;
+    let out = Config::from_toml_str(text, Path::new("c.toml"))
+        .unwrap()
+        .render_masked();
+    for secret in [
+        "alice", "hunter2", "abc123", "xyz789", "qqq111", "k-555", "pw-1", "a-2",
+    ] {
+        assert!(!out.contains(secret), "{secret} leaked:\n{out}");
+    }
+    assert!(
+        out.contains("url = \"https://***@mcp.example/v1/mcp?***\""),
+        "{out}"
+    );
+    assert!(out.contains("PATH = \"/usr/bin\""), "{out}");
+}
+
+#[test]
+fn render_round_trips() {
+    for path in fixtures("valid") {
+        let first = Config::load(&path).unwrap().render_masked();
+        let again = Config::from_toml_str(&first, &path)
+            .unwrap_or_else(|e| {
+                panic!(
+                    "re-parsing the rendering of {}: {e}\n{first}",
+                    path.display()
+                )
+            })
+            .render_masked();
+        assert_eq!(first, again, "{}", path.display());
+    }
+}
