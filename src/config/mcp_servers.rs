@@ -24,6 +24,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use super::fields;
 use super::validate::{self, key_segment, Ctx, Kind};
 use super::{Config, ConfigError, Transport};
 
@@ -107,7 +108,7 @@ pub(super) fn parse(text: &str, ctx: &Ctx) -> Result<Config> {
     let mut upstreams = Vec::with_capacity(servers.0.len());
     for (i, (name, raw)) in servers.0.iter().enumerate() {
         let base = format!("{list_key}.{}", key_segment(name));
-        validate::check_name(ctx, &base, name)?;
+        fields::check_name(ctx, &base, name)?;
         if servers.0[..i].iter().any(|(n, _)| n == name) {
             return Err(ctx.err(base, "given twice"));
         }
@@ -222,11 +223,11 @@ fn server(ctx: &Ctx, base: &str, name: &str, entry: Pairs<Value>) -> Result<supe
             warn_placeholders(ctx, &k("args"), &args);
             warn_placeholders(ctx, &k("env"), env.values());
             Transport::Stdio {
-                command: validate::check_command(ctx, &k("command"), command)?,
-                args: validate::check_args(ctx, &k("args"), args)?,
-                env: validate::check_env(ctx, &k("env"), env)?,
+                command: fields::check_command(ctx, &k("command"), command)?,
+                args: fields::check_args(ctx, &k("args"), args)?,
+                env: fields::check_env(ctx, &k("env"), env)?,
                 cwd: cwd
-                    .map(|c| validate::check_cwd(ctx, &k("cwd"), c))
+                    .map(|c| fields::check_cwd(ctx, &k("cwd"), c))
                     .transpose()?,
             }
         }
@@ -237,8 +238,8 @@ fn server(ctx: &Ctx, base: &str, name: &str, entry: Pairs<Value>) -> Result<supe
             warn_placeholders(ctx, &k("url"), [&url]);
             warn_placeholders(ctx, &k("headers"), headers.values());
             Transport::Http {
-                url: validate::check_url(ctx, &k("url"), url)?,
-                headers: validate::check_headers(ctx, &k("headers"), headers, false)?,
+                url: fields::check_url(ctx, &k("url"), url)?,
+                headers: fields::check_headers(ctx, &k("headers"), headers, false)?,
                 bearer_token_file: None,
             }
         }

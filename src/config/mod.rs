@@ -61,9 +61,11 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod fields;
 mod mcp_servers;
 mod raw;
 mod render;
+mod server;
 mod validate;
 
 /// Whole validated config.

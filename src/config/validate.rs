@@ -1,41 +1,25 @@
 //! Validate-and-fill: raw values → typed [`Config`], defaults from
-//! [`crate::limits`]. Field checks are shared with the `mcpServers` loader.
+//! [`crate::limits`]. Cross-upstream checks and the shared helpers live here;
+//! `[server]` is in `server`, per-field upstream checks in `fields`.
 
-use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use super::raw::{RawConfig, RawDuration, RawInt, RawServer, RawUpstream};
+use super::fields::{
+    bearer_token_file, check_args, check_command, check_cwd, check_env, check_headers, check_name,
+    check_url,
+};
+use super::raw::{RawConfig, RawDuration, RawInt, RawUpstream};
+use super::server;
 use super::{Config, ConfigError, Era, ServerConfig, ToolNameRule, Transport, UpstreamConfig};
 use crate::limits;
 
-// Ranges the brief fixes that have no constant in `limits` (yet).
-const MIN_KEEPALIVE: Duration = Duration::from_secs(1);
-const MAX_KEEPALIVE: Duration = Duration::from_secs(60);
-const MAX_CONNECTIONS_CEILING: usize = 65_536;
+// Documented ranges that have no constant in `limits` (yet).
 const MIN_CALL_TIMEOUT: Duration = Duration::from_secs(1);
 const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(3600);
 const MIN_RESULT_BYTES: usize = 1024;
 const MAX_RESULT_BYTES_CEILING: usize = 256 * 1024 * 1024;
-/// Longest upstream name / prefix.
-const MAX_NAME_LEN: usize = 32;
-/// Longest `tool_name_separator`.
-const MAX_SEPARATOR_LEN: usize = 4;
-/// Environment variable expanded in `bearer_token_file` (systemd credentials).
-const CREDENTIALS_VAR: &str = "CREDENTIALS_DIRECTORY";
-/// Headers the HTTP transport sets itself (lower case).
-const TRANSPORT_HEADERS: &[&str] = &[
-    "host",
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "content-type",
-    "accept",
-    "mcp-session-id",
-    "mcp-protocol-version",
-];
 
 /// Where errors point: the file, plus the environment used for expansion.
 pub(super) struct Ctx<'a> {
@@ -50,6 +34,11 @@ impl<'a> Ctx<'a> {
 
     pub(super) fn path(&self) -> &Path {
         self.path
+    }
+
+    /// The environment variable `name`, from the injected lookup.
+    pub(super) fn env_var(&self, name: &str) -> Option<OsString> {
+        (self.env)(name)
     }
 
     pub(super) fn err(&self, key: impl Into<String>, message: impl Into<String>) -> ConfigError {
@@ -80,7 +69,7 @@ pub(super) fn key_segment(s: &str) -> String {
     }
 }
 
-fn is_name_char(c: char) -> bool {
+pub(super) fn is_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_' || c == '-'
 }
 
@@ -119,7 +108,7 @@ pub(super) fn upstream_with_defaults(name: String, transport: Transport) -> Upst
 
 /// The TOML file: raw → typed.
 pub(super) fn config(ctx: &Ctx, raw: RawConfig) -> Result<Config> {
-    let server = server(ctx, raw.server.unwrap_or_default())?;
+    let server = server::server(ctx, raw.server.unwrap_or_default())?;
     check_count(ctx, "upstream", "[[upstream]] table", raw.upstream.len())?;
     let mut upstreams = Vec::with_capacity(raw.upstream.len());
     for (i, r) in raw.upstream.into_iter().enumerate() {
@@ -195,104 +184,6 @@ pub(super) fn finish(
         server,
         upstreams: upstreams.into_iter().map(|(_, u)| u).collect(),
         source: Some(ctx.path().to_path_buf()),
-    })
-}
-
-fn server(ctx: &Ctx, raw: RawServer) -> Result<ServerConfig> {
-    let d = default_server();
-    let k = |f: &str| format!("server.{f}");
-    let listen = match raw.listen {
-        Some(s) => socket_addr(ctx, &k("listen"), &s)?,
-        None => d.listen,
-    };
-    let metrics_listen = match raw.metrics_listen {
-        Some(s) => {
-            let addr = socket_addr(ctx, &k("metrics_listen"), &s)?;
-            if addr == listen && addr.port() != 0 {
-                return Err(ctx.err(k("metrics_listen"), "must differ from server.listen"));
-            }
-            Some(addr)
-        }
-        None => None,
-    };
-    let mut allowed_origins = Vec::new();
-    for (i, o) in raw.allowed_origins.unwrap_or_default().iter().enumerate() {
-        let o = origin(o).map_err(|m| ctx.err(format!("server.allowed_origins[{i}]"), m))?;
-        allowed_origins.push(o);
-    }
-    let mut allowed_hosts = Vec::new();
-    for (i, h) in raw.allowed_hosts.unwrap_or_default().iter().enumerate() {
-        let h = host_name(h).map_err(|m| ctx.err(format!("server.allowed_hosts[{i}]"), m))?;
-        allowed_hosts.push(h);
-    }
-    let tool_name_separator = match raw.tool_name_separator {
-        Some(s) => {
-            let n = s.chars().count();
-            let ok = (1..=MAX_SEPARATOR_LEN).contains(&n)
-                && s.chars().all(|c| is_name_char(c) || c == '.');
-            if !ok {
-                return Err(ctx.err(
-                    k("tool_name_separator"),
-                    format!("must be 1 to {MAX_SEPARATOR_LEN} characters of [A-Za-z0-9_.-]"),
-                ));
-            }
-            s
-        }
-        None => d.tool_name_separator,
-    };
-    let tool_names = match raw.tool_names.as_deref() {
-        None => d.tool_names,
-        Some("strict") => ToolNameRule::Strict,
-        Some("spec") => ToolNameRule::Spec,
-        Some(_) => {
-            return Err(ctx.err(k("tool_names"), "must be \"strict\" or \"spec\""));
-        }
-    };
-    Ok(ServerConfig {
-        listen,
-        allowed_origins,
-        allowed_hosts,
-        max_body_bytes: int(
-            ctx,
-            &k("max_body_bytes"),
-            raw.max_body_bytes,
-            (1, limits::MAX_BODY_BYTES_CEILING),
-            d.max_body_bytes,
-        )?,
-        session_capacity: int(
-            ctx,
-            &k("session_capacity"),
-            raw.session_capacity,
-            (1, limits::SESSION_CAPACITY_CEILING),
-            d.session_capacity,
-        )?,
-        session_idle_timeout: duration(
-            ctx,
-            &k("session_idle_timeout"),
-            raw.session_idle_timeout.as_ref(),
-            (
-                limits::MIN_SESSION_IDLE_TIMEOUT,
-                limits::MAX_SESSION_IDLE_TIMEOUT,
-            ),
-            d.session_idle_timeout,
-        )?,
-        keepalive: duration(
-            ctx,
-            &k("keepalive"),
-            raw.keepalive.as_ref(),
-            (MIN_KEEPALIVE, MAX_KEEPALIVE),
-            d.keepalive,
-        )?,
-        max_connections: int(
-            ctx,
-            &k("max_connections"),
-            raw.max_connections,
-            (1, MAX_CONNECTIONS_CEILING),
-            d.max_connections,
-        )?,
-        tool_name_separator,
-        tool_names,
-        metrics_listen,
     })
 }
 
@@ -480,237 +371,7 @@ fn upstream(ctx: &Ctx, base: &str, raw: RawUpstream) -> Result<UpstreamConfig> {
     Ok(up)
 }
 
-/// Upstream name (or non-empty prefix): 1..=32 of `[A-Za-z0-9_-]`.
-pub(super) fn check_name(ctx: &Ctx, key: &str, s: &str) -> Result<()> {
-    if s.is_empty() || s.chars().count() > MAX_NAME_LEN || !s.chars().all(is_name_char) {
-        return Err(ctx.err(
-            key,
-            format!("{s:?} must be 1 to {MAX_NAME_LEN} characters of [A-Za-z0-9_-]"),
-        ));
-    }
-    Ok(())
-}
-
-pub(super) fn check_command(ctx: &Ctx, key: &str, s: String) -> Result<String> {
-    if s.trim().is_empty() {
-        return Err(ctx.err(key, "must not be empty"));
-    }
-    no_nul(ctx, key, &s)?;
-    Ok(s)
-}
-
-pub(super) fn check_args(ctx: &Ctx, key: &str, args: Vec<String>) -> Result<Vec<String>> {
-    for (i, a) in args.iter().enumerate() {
-        no_nul(ctx, &format!("{key}[{i}]"), a)?;
-    }
-    Ok(args)
-}
-
-pub(super) fn check_env(
-    ctx: &Ctx,
-    key: &str,
-    env: BTreeMap<String, String>,
-) -> Result<BTreeMap<String, String>> {
-    for (name, value) in &env {
-        let k = format!("{key}.{}", key_segment(name));
-        if name.is_empty() || name.contains(['=', '\0']) {
-            return Err(ctx.err(
-                k,
-                "environment variable names must be non-empty without '='",
-            ));
-        }
-        no_nul(ctx, &k, value)?;
-    }
-    Ok(env)
-}
-
-pub(super) fn check_cwd(ctx: &Ctx, key: &str, s: String) -> Result<PathBuf> {
-    if s.is_empty() {
-        return Err(ctx.err(
-            key,
-            "must not be empty (omit it to inherit the working directory)",
-        ));
-    }
-    no_nul(ctx, key, &s)?;
-    Ok(PathBuf::from(s))
-}
-
-fn no_nul(ctx: &Ctx, key: &str, s: &str) -> Result<()> {
-    if s.contains('\0') {
-        return Err(ctx.err(key, "must not contain a NUL character"));
-    }
-    Ok(())
-}
-
-/// An `http://` / `https://` URL with a host and no fragment. The URL is
-/// never echoed in the error: it may carry credentials.
-pub(super) fn check_url(ctx: &Ctx, key: &str, s: String) -> Result<String> {
-    const BAD: &str = "must be an http:// or https:// URL";
-    let lower = s.get(..8).unwrap_or(&s).to_ascii_lowercase();
-    if !(lower.starts_with("http://") || lower.starts_with("https://")) {
-        return Err(ctx.err(key, BAD));
-    }
-    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(ctx.err(key, format!("{BAD} without spaces or control characters")));
-    }
-    if s.contains('#') {
-        return Err(ctx.err(key, format!("{BAD} without a #fragment")));
-    }
-    let uri: http::Uri = s
-        .parse()
-        .map_err(|e| ctx.err(key, format!("{BAD} ({e})")))?;
-    if uri.authority().is_none_or(|a| a.host().is_empty()) {
-        return Err(ctx.err(key, format!("{BAD} with a host")));
-    }
-    Ok(s)
-}
-
-/// Header names and values; never echoes a value (it may be a secret).
-pub(super) fn check_headers(
-    ctx: &Ctx,
-    key: &str,
-    headers: BTreeMap<String, String>,
-    has_bearer_file: bool,
-) -> Result<BTreeMap<String, String>> {
-    let mut seen = Vec::with_capacity(headers.len());
-    for (name, value) in &headers {
-        let k = format!("{key}.{}", key_segment(name));
-        let parsed = http::HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| ctx.err(&k, format!("{name:?} is not a valid HTTP header name")))?;
-        let lower = parsed.as_str();
-        if TRANSPORT_HEADERS.contains(&lower) {
-            return Err(ctx.err(&k, "is set by the HTTP transport and can't be configured"));
-        }
-        if lower == "authorization" && has_bearer_file {
-            return Err(ctx.err(&k, "conflicts with bearer_token_file; use one or the other"));
-        }
-        if seen.contains(&parsed) {
-            return Err(ctx.err(&k, "duplicate header (names are case-insensitive)"));
-        }
-        seen.push(parsed);
-        if http::HeaderValue::from_str(value).is_err() {
-            return Err(ctx.err(
-                &k,
-                "value is not a valid HTTP header value (printable ASCII, no line breaks)",
-            ));
-        }
-    }
-    Ok(headers)
-}
-
-/// Path, with a leading `$CREDENTIALS_DIRECTORY/` expanded.
-fn bearer_token_file(ctx: &Ctx, key: &str, s: &str) -> Result<PathBuf> {
-    if s.is_empty() {
-        return Err(ctx.err(key, "must not be empty"));
-    }
-    no_nul(ctx, key, s)?;
-    for lead in ["$CREDENTIALS_DIRECTORY/", "${CREDENTIALS_DIRECTORY}/"] {
-        if let Some(rest) = s.strip_prefix(lead) {
-            if rest.is_empty() {
-                return Err(ctx.err(key, format!("name a file inside {lead}")));
-            }
-            let dir = (ctx.env)(CREDENTIALS_VAR)
-                .filter(|d| !d.is_empty())
-                .ok_or_else(|| {
-                    ctx.err(
-                        key,
-                        "starts with $CREDENTIALS_DIRECTORY/ but the CREDENTIALS_DIRECTORY \
-                         environment variable is not set (systemd sets it with LoadCredential=)",
-                    )
-                })?;
-            return Ok(PathBuf::from(dir).join(rest));
-        }
-    }
-    if s.starts_with('$') {
-        return Err(ctx.err(key, "only a leading $CREDENTIALS_DIRECTORY/ is expanded"));
-    }
-    Ok(PathBuf::from(s))
-}
-
-fn socket_addr(ctx: &Ctx, key: &str, s: &str) -> Result<SocketAddr> {
-    s.parse().map_err(|_| {
-        ctx.err(
-            key,
-            format!(
-                "{s:?} must be an IP:port address such as \"127.0.0.1:8737\" or \"[::1]:8737\""
-            ),
-        )
-    })
-}
-
-/// `scheme://host[:port]`, lower-cased.
-fn origin(s: &str) -> std::result::Result<String, String> {
-    let shape = format!("{s:?} must be an origin: scheme://host[:port], no path");
-    if s == "*" {
-        return Err("wildcards are not supported; list each origin".to_owned());
-    }
-    if s == "null" {
-        return Err("the opaque origin \"null\" can't be allowed".to_owned());
-    }
-    let (scheme, authority) = s.split_once("://").ok_or_else(|| shape.clone())?;
-    let scheme_ok = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
-        && scheme
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
-    if !scheme_ok {
-        return Err(shape);
-    }
-    if authority.ends_with('/') {
-        return Err(format!("{shape} (drop the trailing \"/\")"));
-    }
-    let (host, port) = split_port(authority);
-    if let Some(p) = port {
-        if p.parse::<u16>().map_or(true, |p| p == 0) {
-            return Err(shape);
-        }
-    }
-    if !host_ok(host) {
-        return Err(shape);
-    }
-    Ok(s.to_ascii_lowercase())
-}
-
-/// A `Host` header host name without port, lower-cased.
-fn host_name(s: &str) -> std::result::Result<String, String> {
-    if s == "*" {
-        return Err("wildcards are not supported; list each host name".to_owned());
-    }
-    if split_port(s).1.is_some() {
-        return Err(format!("{s:?}: give the host name without a port"));
-    }
-    if !host_ok(s) {
-        return Err(format!(
-            "{s:?} must be a host name, IPv4 address or [IPv6] address"
-        ));
-    }
-    Ok(s.to_ascii_lowercase())
-}
-
-/// `host[:port]` → (host, port); IPv6 literals keep their brackets.
-fn split_port(s: &str) -> (&str, Option<&str>) {
-    let bracket_end = if s.starts_with('[') {
-        s.find(']')
-    } else {
-        None
-    };
-    let search_from = bracket_end.unwrap_or(0);
-    match s[search_from..].rfind(':') {
-        Some(i) => (&s[..search_from + i], Some(&s[search_from + i + 1..])),
-        None => (s, None),
-    }
-}
-
-fn host_ok(h: &str) -> bool {
-    if let Some(inner) = h.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
-        return inner.parse::<std::net::Ipv6Addr>().is_ok();
-    }
-    !h.is_empty()
-        && h.len() <= 253
-        && h.split('.')
-            .all(|label| !label.is_empty() && label.chars().all(is_name_char))
-}
-
-fn int(
+pub(super) fn int(
     ctx: &Ctx,
     key: &str,
     raw: Option<RawInt>,
@@ -726,7 +387,7 @@ fn int(
     }
 }
 
-fn duration(
+pub(super) fn duration(
     ctx: &Ctx,
     key: &str,
     raw: Option<&RawDuration>,
@@ -769,7 +430,7 @@ mod tests {
 
     fn load(text: &str, creds: Option<&str>) -> Result<Config> {
         let env = move |k: &str| {
-            assert_eq!(k, CREDENTIALS_VAR);
+            assert_eq!(k, "CREDENTIALS_DIRECTORY");
             creds.map(OsString::from)
         };
         Config::from_toml_str_with_env(text, Path::new("t.toml"), &env)
@@ -808,23 +469,6 @@ mod tests {
         let text = format!("{HTTP}bearer_token_file = \"/etc/tok\"\n");
         let env = |_: &str| -> Option<OsString> { panic!("env read") };
         Config::from_toml_str_with_env(&text, Path::new("t.toml"), &env).unwrap();
-    }
-
-    #[test]
-    fn origins_and_hosts() {
-        assert_eq!(
-            origin("HTTPS://App.Example:8443").unwrap(),
-            "https://app.example:8443"
-        );
-        assert!(origin("https://app.example/").is_err());
-        assert!(origin("https://u@app.example").is_err());
-        assert!(origin("https://[::1]:3000").is_ok());
-        assert!(origin("https://h:0").is_err());
-        assert!(origin("*").is_err());
-        assert_eq!(host_name("Gateway.Local").unwrap(), "gateway.local");
-        assert!(host_name("gateway.local:8737").is_err());
-        assert!(host_name("[::1]").is_ok());
-        assert!(host_name("a..b").is_err());
     }
 
     #[test]

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""A small scriptable MCP upstream over stdio, for fault and routing tests.
+
+Python standard library only. Usage: fake_upstream.py [--era legacy|modern] [--name N]
+
+Tools: echo(text), slow_echo(text, ms) (answers out of order), exotic (unknown
+content type, annotations, _meta extension keys), whoami (returns the name it
+was called by), stats (requests seen), crash (exits), big(bytes).
+Also one prompt (greet) and one resource (fake://<name>/readme).
+"""
+import json, sys, threading, time
+
+args = sys.argv[1:]
+era = args[args.index("--era") + 1] if "--era" in args else "legacy"
+name = args[args.index("--name") + 1] if "--name" in args else "fake"
+lock = threading.Lock()
+seen = {"requests": 0, "methods": []}
+initialized = False
+LONG = "a_really_long_tool_name_that_goes_on_and_on_past_the_sixty_four_char_limit"
+TOOLS = [
+    {"name": "echo", "description": "Echo text", "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}},
+    {"name": "slow_echo", "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}, "ms": {"type": "integer"}}}},
+    {"name": "exotic", "inputSchema": {"type": "object"}, "x-vendor-field": {"kept": True}},
+    {"name": "weird.name/with:chars", "inputSchema": {"type": "object"}},
+    {"name": LONG, "inputSchema": {"type": "object"}},
+    {"name": "stats", "inputSchema": {"type": "object"}},
+    {"name": "crash", "inputSchema": {"type": "object"}},
+    {"name": "big", "inputSchema": {"type": "object", "properties": {"bytes": {"type": "integer"}}}},
+]
+
+
+def send(msg):
+    with lock:
+        sys.stdout.write(json.dumps(msg) + "\n")
+        sys.stdout.flush()
+
+
+def result(id, r):
+    if era == "modern" and isinstance(r, dict):
+        r.setdefault("resultType", "complete")
+    send({"jsonrpc": "2.0", "id": id, "result": r})
+
+
+def error(id, code, message):
+    send({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+
+
+def text(t):
+    return {"content": [{"type": "text", "text": t}]}
+
+
+def call_tool(id, params):
+    tool = params.get("name")
+    a = params.get("arguments") or {}
+    if tool == "echo":
+        result(id, text(f"{name}:{a.get('text', '')}"))
+    elif tool == "slow_echo":
+        def later():
+            time.sleep(a.get("ms", 100) / 1000)
+            result(id, text(f"{name}:{a.get('text', '')}"))
+        threading.Thread(target=later, daemon=True).start()
+    elif tool == "exotic":
+        result(id, {
+            "content": [{"type": "hologram", "data": "3d", "annotations": {"audience": ["user"], "x-depth": 7}}],
+            "_meta": {"com.example/trace": "abc-123"},
+            "vendorExtension": {"nested": [1, 2, 3]},
+        })
+    elif tool in ("weird.name/with:chars", LONG):
+        result(id, text(f"called as {tool}"))
+    elif tool == "stats":
+        result(id, text(json.dumps(seen)))
+    elif tool == "crash":
+        sys.stderr.write("fake upstream crashing on purpose\n")
+        sys.stderr.flush()
+        sys.exit(3)
+    elif tool == "big":
+        result(id, text("x" * int(a.get("bytes", 1000))))
+    else:
+        error(id, -32602, f"Unknown tool: {tool}")
+
+
+def handle(msg):
+    global initialized
+    method = msg.get("method")
+    id = msg.get("id")
+    params = msg.get("params") or {}
+    if id is None:
+        if method == "notifications/initialized":
+            initialized = True
+        return
+    seen["requests"] += 1
+    seen["methods"].append(method)
+    meta = params.get("_meta") or {}
+    if era == "modern":
+        if method == "initialize":
+            return error(id, -32601, "Method not found: initialize (modern-only server; supports 2026-07-28)")
+        if meta.get("io.modelcontextprotocol/protocolVersion") != "2026-07-28":
+            return error(id, -32022, "Unsupported protocol version")
+        if method == "server/discover":
+            return result(id, {"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}, "prompts": {}, "resources": {}},
+                               "_meta": {"io.modelcontextprotocol/serverInfo": {"name": name, "version": "1"}}})
+    else:
+        if method == "initialize":
+            return result(id, {"protocolVersion": params.get("protocolVersion", "2025-11-25"),
+                               "capabilities": {"tools": {"listChanged": True}, "prompts": {}, "resources": {}},
+                               "serverInfo": {"name": name, "version": "1"}})
+        if not initialized:
+            return error(id, -32600, f"Server not initialized (got {method})")
+        if any(k.startswith("io.modelcontextprotocol/") for k in meta):
+            return error(id, -32602, "legacy upstream got modern _meta keys")
+    if method == "ping":
+        result(id, {})
+    elif method == "tools/list":
+        result(id, {"tools": TOOLS})
+    elif method == "tools/call":
+        call_tool(id, params)
+    elif method == "prompts/list":
+        result(id, {"prompts": [{"name": "greet", "arguments": [{"name": "who"}]}]})
+    elif method == "prompts/get":
+        who = (params.get("arguments") or {}).get("who", "world")
+        result(id, {"messages": [{"role": "user", "content": {"type": "text", "text": f"hello {who} from {name}"}}]})
+    elif method == "resources/list":
+        result(id, {"resources": [{"uri": f"fake://{name}/readme", "name": "readme"}]})
+    elif method == "resources/templates/list":
+        result(id, {"resourceTemplates": []})
+    elif method == "resources/read":
+        result(id, {"contents": [{"uri": params.get("uri"), "text": f"readme of {name}"}]})
+    else:
+        error(id, -32601, f"Method not found: {method}")
+
+
+for line in sys.stdin:
+    line = line.strip()
+    if line:
+        handle(json.loads(line))

@@ -1,0 +1,640 @@
+//! End-to-end behaviour of the downstream endpoint against the fake upstream:
+//! both eras, routing, id remapping, and every refusal the v0 issue lists.
+
+mod support;
+use serde_json::{json, Value};
+use support::*;
+
+#[tokio::test]
+async fn legacy_session_lists_and_calls_namespaced_tools() {
+    let gw = start(
+        "",
+        &(fake_block("alpha", "legacy", "") + &fake_block("beta", "modern", "")),
+    )
+    .await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let list = call(addr, &sid, json!(1), "tools/list", json!({})).await;
+    let names = tool_names(&list);
+    assert!(names.contains(&"alpha__echo".to_string()), "{names:?}");
+    assert!(names.contains(&"beta__echo".to_string()), "{names:?}");
+    // Deterministic order: config order, then the upstream's own order.
+    let first_beta = names.iter().position(|n| n.starts_with("beta__")).unwrap();
+    assert!(names[..first_beta].iter().all(|n| n.starts_with("alpha__")));
+    let a = call(
+        addr,
+        &sid,
+        json!(2),
+        "tools/call",
+        json!({"name": "alpha__echo", "arguments": {"text": "hi"}}),
+    )
+    .await;
+    assert_eq!(text_of(&a), "alpha:hi");
+    // beta is modern-only: it got _meta and answered through its own era.
+    let b = call(
+        addr,
+        &sid,
+        json!(3),
+        "tools/call",
+        json!({"name": "beta__echo", "arguments": {"text": "yo"}}),
+    )
+    .await;
+    assert_eq!(text_of(&b), "beta:yo");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn version_negotiation_echoes_supported_and_falls_back_to_latest_legacy() {
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    for (asked, got) in [
+        ("2025-03-26", "2025-03-26"),
+        ("2025-06-18", "2025-06-18"),
+        ("2024-11-05", "2025-11-25"),
+        ("2026-07-28", "2025-11-25"),
+    ] {
+        let r = post(gw.local_addr(), &[], &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": asked, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})).await;
+        assert_eq!(r.body["result"]["protocolVersion"], got, "asked {asked}");
+        let sid = r.header("mcp-session-id").unwrap();
+        assert_eq!(sid.len(), 36);
+    }
+}
+
+#[tokio::test]
+async fn same_id_from_two_sessions_gets_each_its_own_answer() {
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let s1 = legacy_session(addr, "2025-11-25").await;
+    let s2 = legacy_session(addr, "2025-11-25").await;
+    // The first call is slower, so answers come back out of order upstream.
+    let c1 = call(
+        addr,
+        &s1,
+        json!(7),
+        "tools/call",
+        json!({"name": "a__slow_echo", "arguments": {"text": "one", "ms": 300}}),
+    );
+    let c2 = call(
+        addr,
+        &s2,
+        json!(7),
+        "tools/call",
+        json!({"name": "a__slow_echo", "arguments": {"text": "two", "ms": 10}}),
+    );
+    let c3 = call(
+        addr,
+        &s2,
+        json!("7"),
+        "tools/call",
+        json!({"name": "a__slow_echo", "arguments": {"text": "three", "ms": 150}}),
+    );
+    let (r1, r2, r3) = tokio::join!(c1, c2, c3);
+    assert_eq!(
+        (text_of(&r1).as_str(), r1.body["id"].clone()),
+        ("a:one", json!(7))
+    );
+    assert_eq!(
+        (text_of(&r2).as_str(), r2.body["id"].clone()),
+        ("a:two", json!(7))
+    );
+    // A string id stays a string.
+    assert_eq!(
+        (text_of(&r3).as_str(), r3.body["id"].clone()),
+        ("a:three", json!("7"))
+    );
+}
+
+#[tokio::test]
+async fn modern_exchange_reaches_a_legacy_only_upstream() {
+    let gw = start("", &fake_block("old", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let d = modern(addr, json!("d1"), "server/discover", json!({})).await;
+    assert_eq!(d.status, 200, "{}", d.raw);
+    let r = &d.body["result"];
+    assert_eq!(r["resultType"], "complete");
+    assert!(r["supportedVersions"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("2026-07-28")));
+    assert!(r["ttlMs"].as_u64().is_some() && r["cacheScope"].is_string());
+    assert!(
+        d.header("mcp-session-id").is_none(),
+        "modern requests get no session"
+    );
+    let l = modern(addr, json!(2), "tools/list", json!({})).await;
+    assert_eq!(l.body["result"]["resultType"], "complete");
+    assert!(l.body["result"]["ttlMs"].is_u64());
+    assert!(tool_names(&l).contains(&"old__echo".to_string()));
+    // The fake legacy upstream errors if it sees modern _meta keys, so this also
+    // proves the gateway strips them for a legacy upstream.
+    let c = modern(
+        addr,
+        json!(3),
+        "tools/call",
+        json!({"name": "old__echo", "arguments": {"text": "m"}}),
+    )
+    .await;
+    assert_eq!(text_of(&c), "old:m");
+    assert_eq!(c.body["result"]["resultType"], "complete");
+}
+
+#[tokio::test]
+async fn modern_header_rules() {
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}});
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "a__echo", "_meta": meta}});
+    // Mcp-Name mismatch → 400 + -32020.
+    let r = post(
+        addr,
+        &[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "a__other"),
+        ],
+        &body,
+    )
+    .await;
+    assert_eq!((r.status, r.error_code()), (400, Some(-32020)), "{}", r.raw);
+    // Mcp-Method mismatch → 400 + -32020.
+    let r = post(
+        addr,
+        &[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/list"),
+            ("mcp-name", "a__echo"),
+        ],
+        &body,
+    )
+    .await;
+    assert_eq!((r.status, r.error_code()), (400, Some(-32020)));
+    // Unsupported version → 400 + -32022 listing the supported versions.
+    let mut b2 = body.clone();
+    b2["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("1900-01-01");
+    let r = post(
+        addr,
+        &[
+            ("mcp-protocol-version", "1900-01-01"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "a__echo"),
+        ],
+        &b2,
+    )
+    .await;
+    assert_eq!((r.status, r.error_code()), (400, Some(-32022)));
+    assert_eq!(r.body["error"]["data"]["supported"][0], "2026-07-28");
+    // Unknown method on the modern path → 404 + -32601.
+    let r = modern(addr, json!(9), "nope/nothing", json!({})).await;
+    assert_eq!((r.status, r.error_code()), (404, Some(-32601)));
+    // GET and DELETE without a legacy session → 405.
+    assert_eq!(request("GET", addr, &[], "").await.status, 405);
+    assert_eq!(request("DELETE", addr, &[], "").await.status, 405);
+}
+
+#[tokio::test]
+async fn legacy_session_rules() {
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    // No session id on a non-initialize request → 400.
+    assert_eq!(post(addr, &[], &list).await.status, 400);
+    // Unknown session → 404.
+    assert_eq!(
+        post(
+            addr,
+            &[("mcp-session-id", "0123456789abcdef0123456789abcdef0000")],
+            &list
+        )
+        .await
+        .status,
+        404
+    );
+    let sid = legacy_session(addr, "2025-06-18").await;
+    // Header absent → treated as 2025-03-26, accepted; unsupported → 400.
+    assert_eq!(
+        post(addr, &[("mcp-session-id", &sid)], &list).await.status,
+        200
+    );
+    assert_eq!(
+        post(
+            addr,
+            &[
+                ("mcp-session-id", &sid),
+                ("mcp-protocol-version", "1999-01-01")
+            ],
+            &list
+        )
+        .await
+        .status,
+        400
+    );
+    // ping is answered by the gateway.
+    let p = call(addr, &sid, json!(5), "ping", json!({})).await;
+    assert_eq!(p.body["result"], json!({}));
+    // SSE when the client accepts only SSE.
+    let r = post(
+        addr,
+        &[("mcp-session-id", &sid), ("accept", "text/event-stream")],
+        &list,
+    )
+    .await;
+    assert!(r
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/event-stream"));
+    assert!(r.raw.starts_with("event: message\ndata: "), "{}", r.raw);
+    assert!(!tool_names(&r).is_empty());
+    // DELETE frees the session; its id is dead afterwards.
+    assert_eq!(
+        request("DELETE", addr, &[("mcp-session-id", &sid)], "")
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        post(addr, &[("mcp-session-id", &sid)], &list).await.status,
+        404
+    );
+    assert_eq!(
+        request("DELETE", addr, &[("mcp-session-id", &sid)], "")
+            .await
+            .status,
+        404
+    );
+    assert_eq!(gw.app().sessions.lock().unwrap().len(), 0);
+}
+
+#[tokio::test]
+async fn batches_only_on_2025_03_26_sessions() {
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let batch = json!([
+        {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": "two", "method": "tools/call", "params": {"name": "a__echo", "arguments": {"text": "b"}}}
+    ]);
+    let old = legacy_session(addr, "2025-03-26").await;
+    let r = post(addr, &[("mcp-session-id", &old)], &batch).await;
+    assert_eq!(r.status, 200, "{}", r.raw);
+    let arr = r.body.as_array().expect("batch answer is an array");
+    assert_eq!(arr.len(), 2);
+    assert_eq!(arr[1]["id"], "two");
+    assert_eq!(arr[1]["result"]["content"][0]["text"], "a:b");
+    let new = legacy_session(addr, "2025-11-25").await;
+    let r = post(addr, &[("mcp-session-id", &new)], &batch).await;
+    assert_eq!((r.status, r.error_code()), (400, Some(-32600)));
+}
+
+#[tokio::test]
+async fn bad_input_gets_the_right_json_rpc_codes() {
+    let gw = start("max_body_bytes = 4096", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let h = [("mcp-session-id", sid.as_str())];
+    let r = request("POST", addr, &h, "{\"jsonrpc\": \"2.0\", ").await;
+    assert_eq!((r.status, r.error_code()), (400, Some(-32700)));
+    let r = post(
+        addr,
+        &h,
+        &json!({"jsonrpc": "1.0", "id": 1, "method": "ping"}),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.error_code(), r.body["id"].clone()),
+        (400, Some(-32600), json!(1))
+    );
+    let r = post(
+        addr,
+        &h,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": [1]}),
+    )
+    .await;
+    assert_eq!(r.error_code(), Some(-32600));
+    let r = post(addr, &h, &json!("just a string")).await;
+    assert_eq!(r.error_code(), Some(-32600));
+    let r = call(addr, &sid, json!(1), "no/such/method", json!({})).await;
+    assert_eq!(r.error_code(), Some(-32601));
+    let r = call(
+        addr,
+        &sid,
+        json!(1),
+        "tools/call",
+        json!({"name": "a__nope"}),
+    )
+    .await;
+    assert_eq!(r.error_code(), Some(-32602));
+    // Body limit → 413 with a JSON-RPC error.
+    let big = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "a__echo", "arguments": {"text": "x".repeat(5000)}}});
+    let r = post(addr, &h, &big).await;
+    assert_eq!(r.status, 413);
+    assert_eq!(r.error_code(), Some(-32600));
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("4096"));
+}
+
+#[tokio::test]
+async fn foreign_origin_or_host_is_403_and_reaches_no_upstream() {
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let before = call(
+        addr,
+        &sid,
+        json!(1),
+        "tools/call",
+        json!({"name": "a__stats"}),
+    )
+    .await;
+    let echo = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "a__echo", "arguments": {"text": "x"}}});
+    let r = post(
+        addr,
+        &[("mcp-session-id", &sid), ("origin", "http://evil.example")],
+        &echo,
+    )
+    .await;
+    assert_eq!(r.status, 403);
+    let r = post(
+        addr,
+        &[("mcp-session-id", &sid), ("host", "evil.example")],
+        &echo,
+    )
+    .await;
+    assert_eq!(r.status, 403);
+    // Loopback origins are fine.
+    let r = post(
+        addr,
+        &[
+            ("mcp-session-id", &sid),
+            ("origin", "http://localhost:6274"),
+        ],
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let after = call(
+        addr,
+        &sid,
+        json!(4),
+        "tools/call",
+        json!({"name": "a__stats"}),
+    )
+    .await;
+    let count = |r: &Reply| {
+        serde_json::from_str::<Value>(&text_of(r)).unwrap()["requests"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(
+        count(&after),
+        count(&before) + 1,
+        "only the second stats call reached the upstream"
+    );
+}
+
+#[tokio::test]
+async fn unknown_fields_are_forwarded_unchanged() {
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let r = call(
+        addr,
+        &sid,
+        json!(1),
+        "tools/call",
+        json!({"name": "a__exotic"}),
+    )
+    .await;
+    assert_eq!(
+        r.body["result"]["content"][0],
+        json!({"type": "hologram", "data": "3d", "annotations": {"audience": ["user"], "x-depth": 7}})
+    );
+    assert_eq!(
+        r.body["result"]["_meta"],
+        json!({"com.example/trace": "abc-123"})
+    );
+    assert_eq!(
+        r.body["result"]["vendorExtension"],
+        json!({"nested": [1, 2, 3]})
+    );
+    let l = call(addr, &sid, json!(2), "tools/list", json!({})).await;
+    let exotic = l.body["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "a__exotic")
+        .unwrap()
+        .clone();
+    assert_eq!(exotic["x-vendor-field"], json!({"kept": true}));
+}
+
+#[tokio::test]
+async fn odd_tool_names_are_mapped_and_called_by_their_original_name() {
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let names = tool_names(&call(addr, &sid, json!(1), "tools/list", json!({})).await);
+    for n in &names {
+        assert!(
+            n.len() <= 64
+                && n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'),
+            "{n}"
+        );
+    }
+    let weird = names
+        .iter()
+        .find(|n| n.starts_with("a__weird_name_with_chars_"))
+        .expect("mapped weird name");
+    let r = call(addr, &sid, json!(2), "tools/call", json!({"name": weird})).await;
+    assert_eq!(text_of(&r), "called as weird.name/with:chars");
+    let long = names
+        .iter()
+        .find(|n| n.starts_with("a__a_really_long"))
+        .expect("mapped long name");
+    assert_eq!(long.len(), 64);
+    let r = call(addr, &sid, json!(3), "tools/call", json!({"name": long})).await;
+    assert!(
+        text_of(&r).starts_with("called as a_really_long_tool_name"),
+        "{}",
+        r.raw
+    );
+}
+
+#[tokio::test]
+async fn prompts_and_resources_are_routed() {
+    let gw = start(
+        "",
+        &(fake_block("a", "legacy", "") + &fake_block("b", "legacy", "")),
+    )
+    .await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let p = call(addr, &sid, json!(1), "prompts/list", json!({})).await;
+    let names: Vec<_> = p.body["result"]["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].clone())
+        .collect();
+    assert_eq!(names, vec![json!("a__greet"), json!("b__greet")]);
+    let g = call(
+        addr,
+        &sid,
+        json!(2),
+        "prompts/get",
+        json!({"name": "b__greet", "arguments": {"who": "pi"}}),
+    )
+    .await;
+    assert_eq!(
+        g.body["result"]["messages"][0]["content"]["text"],
+        "hello pi from b"
+    );
+    let r = call(addr, &sid, json!(3), "resources/list", json!({})).await;
+    assert_eq!(r.body["result"]["resources"].as_array().unwrap().len(), 2);
+    let rr = call(
+        addr,
+        &sid,
+        json!(4),
+        "resources/read",
+        json!({"uri": "fake://b/readme"}),
+    )
+    .await;
+    assert_eq!(rr.body["result"]["contents"][0]["text"], "readme of b");
+    let nf = call(
+        addr,
+        &sid,
+        json!(5),
+        "resources/read",
+        json!({"uri": "fake://zzz/none"}),
+    )
+    .await;
+    assert_eq!(nf.error_code(), Some(-32602));
+}
+
+#[tokio::test]
+async fn a_down_upstream_does_not_break_the_others() {
+    let broken = "[[upstream]]\nname = \"gone\"\ntransport = \"stdio\"\ncommand = \"/nonexistent/mcp-server\"\n";
+    let gw = start("", &(fake_block("a", "legacy", "") + broken)).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let names = tool_names(&call(addr, &sid, json!(1), "tools/list", json!({})).await);
+    assert!(names.iter().all(|n| n.starts_with("a__")), "{names:?}");
+    let r = call(
+        addr,
+        &sid,
+        json!(2),
+        "tools/call",
+        json!({"name": "gone__anything"}),
+    )
+    .await;
+    assert_eq!(
+        r.error_code(),
+        Some(mcp_edge::protocol::UPSTREAM_UNAVAILABLE)
+    );
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("'gone'"),
+        "{}",
+        r.raw
+    );
+    // The crash of an upstream mid-call is a clear error naming it; the others keep serving.
+    let c = call(
+        addr,
+        &sid,
+        json!(3),
+        "tools/call",
+        json!({"name": "a__crash"}),
+    )
+    .await;
+    assert!(
+        c.body["error"]["message"].as_str().unwrap().contains("'a'"),
+        "{}",
+        c.raw
+    );
+    assert_eq!(
+        gw.live_owner_tasks(),
+        2,
+        "one owner task per upstream, whatever happened"
+    );
+}
+
+#[tokio::test]
+async fn call_timeout_names_the_upstream() {
+    let gw = start("", &fake_block("slow", "legacy", "call_timeout = \"1s\"")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let r = call(
+        addr,
+        &sid,
+        json!(1),
+        "tools/call",
+        json!({"name": "slow__slow_echo", "arguments": {"ms": 3000}}),
+    )
+    .await;
+    assert_eq!(r.error_code(), Some(mcp_edge::protocol::UPSTREAM_TIMEOUT));
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("'slow'"));
+    // The connection stays usable.
+    let ok = call(
+        addr,
+        &sid,
+        json!(2),
+        "tools/call",
+        json!({"name": "slow__echo", "arguments": {"text": "still"}}),
+    )
+    .await;
+    assert_eq!(text_of(&ok), "slow:still");
+}
+
+#[tokio::test]
+async fn in_flight_overflow_is_an_immediate_error() {
+    let gw = start("", &fake_block("a", "legacy", "max_in_flight = 1")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let slow = call(
+        addr,
+        &sid,
+        json!(1),
+        "tools/call",
+        json!({"name": "a__slow_echo", "arguments": {"ms": 500, "text": "s"}}),
+    );
+    let fast = async {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        call(
+            addr,
+            &sid,
+            json!(2),
+            "tools/call",
+            json!({"name": "a__echo", "arguments": {"text": "f"}}),
+        )
+        .await
+    };
+    let (s, f) = tokio::join!(slow, fast);
+    assert_eq!(text_of(&s), "a:s");
+    assert_eq!(
+        f.error_code(),
+        Some(mcp_edge::protocol::UPSTREAM_BUSY),
+        "{}",
+        f.raw
+    );
+}
+
+#[tokio::test]
+async fn full_session_table_answers_503() {
+    let gw = start("session_capacity = 2", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    legacy_session(addr, "2025-11-25").await;
+    legacy_session(addr, "2025-11-25").await;
+    let r = post(addr, &[], &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})).await;
+    assert_eq!(
+        (r.status, r.error_code()),
+        (503, Some(mcp_edge::protocol::SESSIONS_FULL))
+    );
+}

@@ -1,0 +1,186 @@
+//! Shared helpers of the integration tests: start a gateway in-process, speak
+//! HTTP to it, and describe the fake upstream of `tests/fake/fake_upstream.py`.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use mcp_edge::config::Config;
+use mcp_edge::http::Gateway;
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// One HTTP answer: status, headers, and the JSON body (the last SSE event's
+/// data when the answer was an SSE stream; `Null` when empty).
+pub struct Reply {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: Value,
+    pub raw: String,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+    pub fn error_code(&self) -> Option<i64> {
+        self.body.get("error")?.get("code")?.as_i64()
+    }
+}
+
+pub async fn request(
+    method: &str,
+    addr: SocketAddr,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Reply {
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let mut b = http::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}/mcp"))
+        .header("content-type", "application/json");
+    if !headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("accept"))
+    {
+        b = b.header("accept", "application/json, text/event-stream");
+    }
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let resp = client
+        .request(b.body(Full::new(Bytes::from(body.to_string()))).unwrap())
+        .await
+        .expect("HTTP request");
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let raw =
+        String::from_utf8_lossy(&resp.into_body().collect().await.unwrap().to_bytes()).to_string();
+    let is_sse = headers
+        .get("content-type")
+        .is_some_and(|v| v.to_str().unwrap().starts_with("text/event-stream"));
+    let body = if is_sse {
+        raw.lines()
+            .rev()
+            .find_map(|l| l.strip_prefix("data: "))
+            .map(|d| serde_json::from_str(d).unwrap())
+            .unwrap_or(Value::Null)
+    } else if raw.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&raw).unwrap_or(Value::Null)
+    };
+    Reply {
+        status,
+        headers,
+        body,
+        raw,
+    }
+}
+
+pub async fn post(addr: SocketAddr, headers: &[(&str, &str)], body: &Value) -> Reply {
+    request("POST", addr, headers, &body.to_string()).await
+}
+
+/// Opens a legacy session with `version`; returns its id.
+pub async fn legacy_session(addr: SocketAddr, version: &str) -> String {
+    let r = post(
+        addr,
+        &[],
+        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.raw);
+    let sid = r.header("mcp-session-id").expect("session id").to_string();
+    let n = post(
+        addr,
+        &[("mcp-session-id", &sid)],
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
+    assert_eq!(n.status, 202);
+    sid
+}
+
+/// A legacy request in session `sid`.
+pub async fn call(addr: SocketAddr, sid: &str, id: Value, method: &str, params: Value) -> Reply {
+    post(
+        addr,
+        &[
+            ("mcp-session-id", sid),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+        &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+    )
+    .await
+}
+
+/// A correct modern (2026-07-28) request with its headers.
+pub async fn modern(addr: SocketAddr, id: Value, method: &str, mut params: Value) -> Reply {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    let name = params
+        .get("name")
+        .or_else(|| params.get("uri"))
+        .and_then(Value::as_str)
+        .map(String::from);
+    let mut h = vec![
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", method),
+    ];
+    if let Some(n) = &name {
+        h.push(("mcp-name", n.as_str()));
+    }
+    post(
+        addr,
+        &h,
+        &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+    )
+    .await
+}
+
+pub fn fake_upstream() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake/fake_upstream.py")
+}
+
+/// A `[[upstream]]` block running the fake upstream over stdio.
+pub fn fake_block(name: &str, era: &str, extra: &str) -> String {
+    format!(
+        "[[upstream]]\nname = \"{name}\"\ntransport = \"stdio\"\ncommand = \"python3\"\nargs = [\"{}\", \"--era\", \"{era}\", \"--name\", \"{name}\"]\n{extra}\n",
+        fake_upstream().display()
+    )
+}
+
+/// Starts a gateway on an ephemeral loopback port with `upstreams` (TOML
+/// `[[upstream]]` blocks) and `server_extra` lines in `[server]`; waits for
+/// every upstream's first attempt to settle.
+pub async fn start(server_extra: &str, upstreams: &str) -> Gateway {
+    let text = format!("[server]\nlisten = \"127.0.0.1:0\"\n{server_extra}\n{upstreams}");
+    let config = Config::from_toml_str(&text, Path::new("test.toml")).expect("valid test config");
+    let gw = Gateway::start(config).await.expect("gateway starts");
+    gw.wait_upstreams(Duration::from_secs(30)).await;
+    gw
+}
+
+pub fn tool_names(list: &Reply) -> Vec<String> {
+    list.body["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tools in {}", list.raw))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+pub fn text_of(r: &Reply) -> String {
+    r.body["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text content in {}", r.raw))
+        .to_string()
+}
