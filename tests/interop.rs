@@ -1,0 +1,142 @@
+//! Interop with real third-party peers (pinned; installed by tests/interop/setup.sh):
+//! upstreams `@modelcontextprotocol/server-everything` over stdio and a Python
+//! `mcp` SDK server over streamable HTTP, at once, behind one mcp-edge endpoint;
+//! downstream clients Python `mcp==1.30.0`, Python `mcp==2.3.0` (modern and
+//! legacy), the TypeScript SDK and the Inspector CLI.
+
+#[path = "common/peers.rs"]
+mod peers;
+mod support;
+
+use peers::ClientKind;
+use serde_json::json;
+
+/// A gateway fronting server-everything (stdio, prefix `everything`) and the
+/// Python fixture server (HTTP, prefix `py`). The guard keeps the fixture alive.
+async fn two_upstreams() -> (mcp_edge::http::Gateway, peers::KillOnDrop) {
+    let (guard, port) = peers::spawn_fixture_http_server();
+    let upstreams = format!(
+        "[[upstream]]\nname = \"everything\"\ntransport = \"stdio\"\ncommand = \"node\"\nargs = [\"{}\", \"stdio\"]\n\n\
+         [[upstream]]\nname = \"py\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n",
+        peers::server_everything_js().display()
+    );
+    let gw = support::start("", &upstreams).await;
+    assert_eq!(gw.ready_upstreams(), 2, "both real upstreams connect");
+    (gw, guard)
+}
+
+const CALLS: &str = r#"[{"name": "everything__echo", "arguments": {"message": "hello edge"}},
+                        {"name": "py__add", "arguments": {"a": 2, "b": 40}}]"#;
+
+async fn check_client(kind: ClientKind) -> serde_json::Value {
+    let (gw, _guard) = two_upstreams().await;
+    let url = format!("http://{}/mcp", gw.local_addr());
+    let out = peers::run_client(kind, &url, CALLS).await;
+    let tools = peers::tool_names(&out);
+    for t in [
+        "everything__echo",
+        "everything__get-sum",
+        "py__add",
+        "py__echo",
+    ] {
+        assert!(
+            tools.contains(&t.to_string()),
+            "{kind:?}: {t} missing from {tools:?}"
+        );
+    }
+    assert!(
+        peers::call_text(&out, 0).contains("hello edge"),
+        "{kind:?}: {}",
+        out["calls"][0]
+    );
+    assert_eq!(
+        peers::call_text(&out, 1),
+        "42",
+        "{kind:?}: {}",
+        out["calls"][1]
+    );
+    gw.shutdown().await;
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_1_30_legacy_client() {
+    let out = check_client(ClientKind::V1).await;
+    assert_eq!(out["protocolVersion"], "2025-11-25");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_2_modern_client() {
+    let out = check_client(ClientKind::V2).await;
+    assert_eq!(
+        out["protocolVersion"], "2026-07-28",
+        "mcp 2.x auto mode should stay modern: {out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_2_legacy_client() {
+    let out = check_client(ClientKind::V2Legacy).await;
+    assert!(
+        out["protocolVersion"]
+            .as_str()
+            .unwrap()
+            .starts_with("2025-"),
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typescript_sdk_client() {
+    check_client(ClientKind::Ts).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspector_cli_lists_tools() {
+    let (gw, _guard) = two_upstreams().await;
+    let out = peers::inspector_tools_list(&format!("http://{}/mcp", gw.local_addr())).await;
+    let names: Vec<&str> = out["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"everything__echo") && names.contains(&"py__add"),
+        "{names:?}"
+    );
+    gw.shutdown().await;
+}
+
+/// The README's default: the built-in `edge` tools, reached by the Inspector CLI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_default_serves_edge_tools_to_the_inspector() {
+    let mut config = mcp_edge::config::Config::embedded_default();
+    config.server.listen = "127.0.0.1:0".parse().unwrap();
+    let gw = mcp_edge::http::Gateway::start(config).await.unwrap();
+    gw.wait_upstreams(std::time::Duration::from_secs(5)).await;
+    let out = peers::inspector_tools_list(&format!("http://{}/mcp", gw.local_addr())).await;
+    let names: Vec<&str> = out["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    for t in [
+        "edge__uptime",
+        "edge__load_average",
+        "edge__memory",
+        "edge__disk_usage",
+        "edge__thermal",
+    ] {
+        assert!(names.contains(&t), "{t} missing from {names:?}");
+    }
+    let py = peers::run_client(
+        ClientKind::V1,
+        &format!("http://{}/mcp", gw.local_addr()),
+        &json!([{"name": "edge__disk_usage", "arguments": {"path": "/"}}]).to_string(),
+    )
+    .await;
+    assert!(peers::call_text(&py, 0).contains("/"), "{}", py["calls"][0]);
+    gw.shutdown().await;
+}
