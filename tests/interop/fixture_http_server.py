@@ -1,0 +1,126 @@
+"""Streamable-HTTP MCP fixture server for mcp-edge interop tests (real Python SDK, mcp==1.30.0).
+
+usage: .venv1/bin/python fixture_http_server.py PORT [--json-response] [--stateless]
+
+Binds 127.0.0.1 only and serves MCP at http://127.0.0.1:PORT/mcp (FastMCP's default
+DNS-rebinding protection stays on: Host must be 127.0.0.1:*, localhost:* or [::1]:*).
+By default the server is stateful (Mcp-Session-Id) and answers POSTs with SSE streams;
+--json-response makes it answer with plain JSON bodies, --stateless drops sessions.
+
+Tools:
+  add(a:int, b:int)  -> content [{"type":"text","text":"<a+b>"}], structuredContent {"result": a+b}
+  echo(text:str)     -> content [{"type":"text","text": text}]   (text returned unchanged)
+  extensions()       -> a result carrying fields no MCP schema defines (see EXTENSIONS_RESULT);
+                        a gateway must forward them byte-for-byte-equivalent (same JSON value)
+  echo_meta()        -> text = JSON of the request's params._meta as the server received it
+                        (lets a test check that _meta keys reach the upstream)
+  sleep_ms(ms:int)   -> waits ms milliseconds, then text "slept <ms> ms" (timeouts / cancellation)
+  notify(steps:int=3)-> sends `steps` notifications/message (info) and, when the request carried
+                        _meta.progressToken, `steps` notifications/progress; text "notified <steps>"
+
+How a test checks unknown-field forwarding: call `extensions` through the gateway with
+client_v1.py (the mcp 1.30 client keeps unknown fields: its models use extra="allow") and
+compare calls[i]["result"] against EXTENSIONS_RESULT below, or at least:
+  result["_meta"]["com.example/trace"] == {"traceId": "4bf92f3577b34da6", "spanId": "00f067aa0ba902b7", "sampled": True}
+  result["com.example/topLevel"] == "top-level unknown field"
+  result["content"][0]["com.example/unknownField"] == {"nested": [1, 2, 3], "flag": True}
+  result["content"][0]["annotations"]["com.example/unknownAnnotation"] == "kept"
+  result["content"][0]["_meta"]["com.example/contentMeta"] == "c-1"
+(The TypeScript SDK client strips unknown keys that its zod schemas do not know, so use the
+Python clients, or raw HTTP, for this check.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+
+import mcp.types as types
+from mcp.server.fastmcp import Context, FastMCP
+
+# The exact JSON the `extensions` tool returns (as sent on the wire, result object of tools/call).
+EXTENSIONS_RESULT = {
+    "_meta": {
+        "com.example/trace": {"traceId": "4bf92f3577b34da6", "spanId": "00f067aa0ba902b7", "sampled": True},
+    },
+    "content": [
+        {
+            "type": "text",
+            "text": "result with extension fields",
+            "annotations": {
+                "audience": ["user"],
+                "priority": 0.5,
+                "com.example/unknownAnnotation": "kept",
+            },
+            "_meta": {"com.example/contentMeta": "c-1"},
+            "com.example/unknownField": {"nested": [1, 2, 3], "flag": True},
+        }
+    ],
+    "isError": False,
+    "com.example/topLevel": "top-level unknown field",
+}
+
+
+def build(port: int, json_response: bool, stateless: bool) -> FastMCP:
+    mcp = FastMCP(
+        "mcp-edge-fixture-http",
+        host="127.0.0.1",
+        port=port,
+        streamable_http_path="/mcp",
+        json_response=json_response,
+        stateless_http=stateless,
+        log_level="WARNING",
+    )
+
+    @mcp.tool()
+    def add(a: int, b: int) -> int:
+        """Add two integers; the text result is the decimal sum."""
+        return a + b
+
+    @mcp.tool()
+    def echo(text: str) -> str:
+        """Return the text unchanged."""
+        return text
+
+    @mcp.tool()
+    def extensions() -> types.CallToolResult:
+        """Return a result carrying unknown fields, an unknown annotation and a _meta extension key."""
+        # model_validate keeps the unknown keys: every mcp 1.x type has extra="allow".
+        return types.CallToolResult.model_validate(EXTENSIONS_RESULT)
+
+    @mcp.tool()
+    def echo_meta(ctx: Context) -> str:
+        """Return the request's params._meta as JSON text (as received by this server)."""
+        meta = ctx.request_context.meta
+        return json.dumps(meta.model_dump(by_alias=True, exclude_none=True) if meta else None, sort_keys=True)
+
+    @mcp.tool()
+    async def sleep_ms(ms: int) -> str:
+        """Sleep for ms milliseconds, then return."""
+        await asyncio.sleep(ms / 1000)
+        return f"slept {ms} ms"
+
+    @mcp.tool()
+    async def notify(ctx: Context, steps: int = 3) -> str:
+        """Send `steps` log notifications and (if a progressToken was given) `steps` progress notifications."""
+        for i in range(1, steps + 1):
+            await ctx.info(f"step {i} of {steps}")
+            await ctx.report_progress(i, steps, f"step {i}")
+            await asyncio.sleep(0.01)
+        return f"notified {steps}"
+
+    return mcp
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("port", type=int)
+    p.add_argument("--json-response", action="store_true")
+    p.add_argument("--stateless", action="store_true")
+    a = p.parse_args()
+    build(a.port, a.json_response, a.stateless).run(transport="streamable-http")
+
+
+if __name__ == "__main__":
+    main()

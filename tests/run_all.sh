@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The project's one test command:  tests/run_all.sh
+#   1. tests/interop/setup.sh      install the pinned real MCP peers into tests/interop/ (fast when present)
+#   2. cargo nextest run --all-targets + cargo test --doc   (cargo test --all-targets when nextest is absent)
+#   3. tests/interop/conformance.sh  official MCP conformance suite against the release gateway
+# Stages 2 and 3 both run even if one fails; the exit code is non-zero if any stage failed.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+failed=()
+
+stage() { printf '\n==== %s ====\n' "$*"; }
+
+stage "1/3 interop peers: tests/interop/setup.sh"
+bash tests/interop/setup.sh   # fatal on failure: nothing below can run without the peers
+
+stage "2/3 cargo tests"
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --all-targets --no-tests=warn || failed+=("cargo nextest")
+  cargo test --doc || failed+=("cargo test --doc")
+else
+  cargo test --all-targets || failed+=("cargo test")
+fi
+
+stage "3/3 conformance: tests/interop/conformance.sh"
+bash tests/interop/conformance.sh || failed+=("conformance")
+
+echo
+if [ "${#failed[@]}" -gt 0 ]; then
+  echo "run_all: FAILED stages: ${failed[*]}"
+  exit 1
+fi
+echo "run_all: all stages passed"
