@@ -71,3 +71,10 @@ pub const STDERR_LINE_BYTES: usize = 4096;
 
 /// Default `ttlMs` on cacheable modern results (server-utilities-caching.mdx §Cacheable Results).
 pub const DEFAULT_LIST_TTL_MS: u64 = 60_000;
+
+/// Messages (request-scoped notifications, relayed server requests) queued for
+/// one downstream SSE response before further ones are dropped (and counted).
+pub const RELAY_QUEUE_DEPTH: usize = 32;
+/// Server→client requests (sampling, elicitation, roots) awaiting a downstream
+/// client's answer, per upstream. Entries older than the call timeout are reclaimed.
+pub const PENDING_SERVER_REQUESTS: usize = 16;

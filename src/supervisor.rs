@@ -83,12 +83,12 @@ fn open(up: &Upstream) -> Result<(Conn, Driver), String> {
     use crate::config::Transport;
     match &up.config.transport {
         Transport::Stdio { .. } => {
-            let (c, d) = stdio::open(&up.config, up.list_changed.clone())?;
+            let (c, d) = stdio::open(&up.config, up.list_changed.clone(), up.relay_ctx())?;
             Ok((Conn::Stdio(c), d))
         }
         Transport::Http { .. } => {
-            let c =
-                HttpConn::new(&up.config, up.list_changed.clone()).map_err(|e| e.to_string())?;
+            let c = HttpConn::new(&up.config, up.list_changed.clone(), up.relay_ctx())
+                .map_err(|e| e.to_string())?;
             Ok((Conn::Http(Box::new(c)), Box::pin(std::future::pending())))
         }
         Transport::Builtin => Ok((Conn::Builtin, Box::pin(std::future::pending()))),

@@ -185,15 +185,35 @@ async fn post(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
             return reply::json(StatusCode::BAD_REQUEST, &protocol::error_response(id, &e))
         }
     };
-    match one(&app, &headers, msg).await {
-        Ok(None) => reply::empty(StatusCode::ACCEPTED),
-        Ok(Some(Answer {
+    match one(&app, &headers, msg, reply::accepts_sse(&headers)).await {
+        Ok(Outcome::Accepted) => reply::empty(StatusCode::ACCEPTED),
+        Ok(Outcome::Answer(Answer {
             response,
             session,
             status,
         })) => reply::answer(status, response, session, sse),
+        Ok(Outcome::Stream(r)) => r,
         Err((id, r)) => r.into_response(id),
     }
+}
+
+/// What one POSTed message produced.
+enum Outcome {
+    /// A notification or response: 202 without body.
+    Accepted,
+    /// A complete JSON-RPC response.
+    Answer(Answer),
+    /// An SSE stream relaying the upstream's messages, then the response.
+    Stream(Response<Body>),
+}
+
+/// Methods whose upstream may send request-scoped notifications or
+/// server→client requests while working.
+fn relayable(method: &str) -> bool {
+    matches!(
+        method,
+        "tools/call" | "prompts/get" | "resources/read" | "completion/complete"
+    )
 }
 
 /// What one request produced: the JSON-RPC response, the HTTP status and, for
@@ -252,21 +272,68 @@ fn decide_era(
     }
 }
 
-async fn one(app: &App, h: &HeaderMap, msg: Message) -> Result<Option<Answer>, (Value, Refusal)> {
+/// Status and framing of a finished call (-32601 on the modern path is 404:
+/// transports-streamable-http.mdx §Protocol Version Header).
+fn finish(id: Value, method: &str, era: Era, outcome: Result<Value, RpcError>) -> Answer {
+    let label = crate::metrics::method_label(method);
+    let status = match &outcome {
+        Err(e) if era == Era::Modern && e.code == protocol::METHOD_NOT_FOUND => {
+            StatusCode::NOT_FOUND
+        }
+        _ => StatusCode::OK,
+    };
+    metrics::counter!(crate::metrics::REQUESTS, "method" => label, "outcome" => if outcome.is_ok() { "ok" } else { "error" }).increment(1);
+    let response = match outcome {
+        Ok(r) if era == Era::Modern => protocol::result_response(id, modern::decorate(method, r)),
+        Ok(r) => protocol::result_response(id, r),
+        Err(e) => protocol::error_response(id, &e),
+    };
+    Answer {
+        response,
+        status,
+        session: None,
+    }
+}
+
+/// A client's answer to a request relayed from an upstream: back to that upstream.
+async fn relayed_answer(app: &App, h: &HeaderMap, id: Value, outcome: Result<Value, RpcError>) {
+    let Some((up, slot, generation)) = crate::upstream::relay::parse_downstream_id(&id) else {
+        return; // not ours
+    };
+    let session = h.get("mcp-session-id").and_then(|v| v.to_str().ok());
+    let (Some(upstream), Some(session)) = (app.router.upstreams().get(up), session) else {
+        return;
+    };
+    if !upstream
+        .answer_relayed(slot, generation, session, outcome)
+        .await
+    {
+        tracing::info!(upstream = %upstream.name(), "dropped an answer to an unknown or expired relayed request");
+    }
+}
+
+async fn one(
+    app: &Arc<App>,
+    h: &HeaderMap,
+    msg: Message,
+    stream_ok: bool,
+) -> Result<Outcome, (Value, Refusal)> {
     match msg {
-        Message::Response { .. } => Ok(None), // answers to server requests we never send
-        Message::Notification { method, params } => {
+        Message::Response { id, outcome } => {
+            relayed_answer(app, h, id, outcome).await;
+            Ok(Outcome::Accepted)
+        }
+        Message::Notification { method, .. } => {
             if method == "notifications/initialized" {
                 if let Ok(Some(id)) = session_header(h) {
                     app.sessions.lock().expect("sessions").mark_initialized(&id);
                 }
             }
-            let _ = params;
-            Ok(None)
+            Ok(Outcome::Accepted)
         }
         Message::Request { id, method, params } => {
             if method == "initialize" {
-                return initialize(app, id, params.as_ref()).map(Some);
+                return initialize(app, id, params.as_ref()).map(Outcome::Answer);
             }
             let era = decide_era(app, h, &method, params.as_ref()).map_err(|r| (id.clone(), r))?;
             if era == Era::Modern {
@@ -274,31 +341,22 @@ async fn one(app: &App, h: &HeaderMap, msg: Message) -> Result<Option<Answer>, (
                     return Err((id, Refusal(StatusCode::BAD_REQUEST, e)));
                 }
             }
-            let outcome = app.call(&method, params, era == Era::Modern).await;
-            let label = crate::metrics::method_label(&method);
-            let status = match &outcome {
-                Err(e) if era == Era::Modern && e.code == protocol::METHOD_NOT_FOUND => {
-                    StatusCode::NOT_FOUND
-                }
-                _ => StatusCode::OK,
-            };
-            metrics::counter!(crate::metrics::REQUESTS, "method" => label, "outcome" => if outcome.is_ok() { "ok" } else { "error" }).increment(1);
-            let response = match outcome {
-                Ok(r) => protocol::result_response(
-                    id,
-                    if era == Era::Modern {
-                        modern::decorate(&method, r)
-                    } else {
-                        r
-                    },
-                ),
-                Err(e) => protocol::error_response(id, &e),
-            };
-            Ok(Some(Answer {
-                response,
-                status,
-                session: None,
-            }))
+            let modern = era == Era::Modern;
+            if stream_ok && relayable(&method) {
+                let session = match era {
+                    Era::Legacy(sid, _) => Some(sid.to_header()),
+                    Era::Modern => None,
+                };
+                let (relay, rx) = crate::upstream::relay::Relay::new(session);
+                let app = app.clone();
+                let fut = async move {
+                    let outcome = app.call(&method, params, modern, Some(relay)).await;
+                    finish(id, &method, era, outcome).response
+                };
+                return Ok(Outcome::Stream(reply::relay_stream(rx, fut)));
+            }
+            let outcome = app.call(&method, params, modern, None).await;
+            Ok(Outcome::Answer(finish(id, &method, era, outcome)))
         }
     }
 }
@@ -364,7 +422,7 @@ fn initialize(app: &App, id: Value, params: Option<&Value>) -> Result<Answer, (V
     })
 }
 
-async fn batch(app: &App, h: &HeaderMap, items: Vec<Value>, sse: bool) -> Response<Body> {
+async fn batch(app: &Arc<App>, h: &HeaderMap, items: Vec<Value>, sse: bool) -> Response<Body> {
     // JSON-RPC batches exist only in 2025-03-26 (removed in 2025-06-18).
     let sid = match session_header(h) {
         Ok(Some(id)) => id,
@@ -422,8 +480,9 @@ async fn batch(app: &App, h: &HeaderMap, items: Vec<Value>, sse: bool) -> Respon
                     ),
                 ))
             }
-            Ok(m) => match one(app, h, m).await {
-                Ok(a) => a.map(|a| a.response),
+            Ok(m) => match one(app, h, m, false).await {
+                Ok(Outcome::Answer(a)) => Some(a.response),
+                Ok(_) => None,
                 Err((id, r)) => Some(protocol::error_response(id, &r.1)),
             },
         };

@@ -84,6 +84,7 @@ impl App {
         method: &str,
         params: Option<Value>,
         modern: bool,
+        relay: Option<crate::upstream::relay::Relay>,
     ) -> Result<Value, RpcError> {
         match method {
             "ping" => Ok(json!({})),
@@ -93,7 +94,7 @@ impl App {
                 "_meta": {protocol::META_SERVER_INFO: App::server_info()},
                 "instructions": self.instructions(),
             })),
-            _ => self.router.dispatch(method, params).await,
+            _ => self.router.dispatch(method, params, relay).await,
         }
     }
 }

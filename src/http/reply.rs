@@ -16,6 +16,13 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use tokio::time::Instant;
 
+/// True when the client accepts SSE at all (then relayed messages can be streamed).
+pub fn accepts_sse(h: &HeaderMap) -> bool {
+    h.get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.to_ascii_lowercase().contains("text/event-stream"))
+}
+
 /// True when the client accepts SSE but not JSON (then it gets an SSE stream).
 pub fn wants_sse(h: &HeaderMap) -> bool {
     let accept = h
@@ -129,4 +136,51 @@ fn tokio_stream_interval(
             Some(((), iv))
         },
     )
+}
+
+enum RelayState<F> {
+    Running(std::pin::Pin<Box<F>>, tokio::sync::mpsc::Receiver<Value>),
+    Draining(Value, tokio::sync::mpsc::Receiver<Value>),
+    Done,
+}
+
+/// An SSE response that streams the messages relayed during a call
+/// (`rx`), then the call's final response (`call`), then ends. Dropping the
+/// body (client gone) drops the call, which frees its in-flight slot.
+pub fn relay_stream<F>(rx: tokio::sync::mpsc::Receiver<Value>, call: F) -> Response<Body>
+where
+    F: std::future::Future<Output = Value> + Send + 'static,
+{
+    let frame = |v: &Value| Ok::<_, Infallible>(Frame::data(sse::event(&v.to_string())));
+    let stream = futures_util::stream::unfold(
+        RelayState::Running(Box::pin(call), rx),
+        move |st| async move {
+            match st {
+                RelayState::Running(mut call, mut rx) => {
+                    tokio::select! {
+                        biased;
+                        m = rx.recv() => match m {
+                            Some(v) => Some((frame(&v), RelayState::Running(call, rx))),
+                            None => {
+                                let fin = call.await;
+                                Some((frame(&fin), RelayState::Done))
+                            }
+                        },
+                        fin = &mut call => match rx.try_recv() {
+                            Ok(v) => Some((frame(&v), RelayState::Draining(fin, rx))),
+                            Err(_) => Some((frame(&fin), RelayState::Done)),
+                        },
+                    }
+                }
+                RelayState::Draining(fin, mut rx) => match rx.try_recv() {
+                    Ok(v) => Some((frame(&v), RelayState::Draining(fin, rx))),
+                    Err(_) => Some((frame(&fin), RelayState::Done)),
+                },
+                RelayState::Done => None,
+            }
+        },
+    );
+    let mut r = Response::new(BodyExt::boxed_unsync(StreamBody::new(stream)));
+    sse_headers(&mut r);
+    r
 }

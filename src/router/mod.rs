@@ -10,6 +10,7 @@ pub mod names;
 
 use crate::config::ToolNameRule;
 use crate::protocol::{self, RpcError};
+use crate::upstream::relay::Relay;
 use crate::upstream::{Catalog, Upstream};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -197,9 +198,10 @@ impl Router {
         idx: usize,
         method: &str,
         params: Option<Value>,
+        relay: Option<Relay>,
     ) -> Result<Value, RpcError> {
         self.upstreams[idx]
-            .call(method, params)
+            .call_relayed(method, params, relay)
             .await
             .map_err(|e| e.to_rpc())
     }
@@ -209,7 +211,12 @@ impl Router {
     /// Errors: -32601 unknown method, -32602 unknown tool/prompt/resource or
     /// bad params, gateway-local -31000… for upstream failures, or the
     /// upstream's own error unchanged.
-    pub async fn dispatch(&self, method: &str, params: Option<Value>) -> Result<Value, RpcError> {
+    pub async fn dispatch(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        relay: Option<Relay>,
+    ) -> Result<Value, RpcError> {
         let cursor = params.as_ref().and_then(|p| p.get("cursor"));
         if method.ends_with("/list") && cursor.is_some_and(|c| !c.is_null()) {
             return Err(RpcError::new(
@@ -239,7 +246,7 @@ impl Router {
                     .cloned()
                     .ok_or_else(|| self.unknown(kind, name))?;
                 params["name"] = Value::String(original);
-                self.forward(idx, method, Some(params)).await
+                self.forward(idx, method, Some(params), relay).await
             }
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
                 let uri = params
@@ -256,7 +263,7 @@ impl Router {
                     )
                     .with_data(json!({"uri": uri}))
                 })?;
-                self.forward(idx, method, params).await
+                self.forward(idx, method, params, relay).await
             }
             "completion/complete" => {
                 let mut params = params
@@ -289,7 +296,7 @@ impl Router {
                         ))
                     }
                 };
-                self.forward(idx, method, Some(params)).await
+                self.forward(idx, method, Some(params), relay).await
             }
             "logging/setLevel" => Ok(json!({})),
             _ => Err(RpcError::new(

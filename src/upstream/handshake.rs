@@ -157,7 +157,13 @@ pub async fn open(conn: &Conn, era: Era) -> Result<Negotiated, HandshakeError> {
 async fn discover(conn: &Conn, timeout: Duration) -> Result<Negotiated, HandshakeError> {
     let params = adapt_params(UpstreamEra::Modern, None);
     let r = conn
-        .send("server/discover", params, UpstreamEra::Modern, timeout)
+        .send(
+            "server/discover",
+            params,
+            UpstreamEra::Modern,
+            timeout,
+            None,
+        )
         .await
         .map_err(|source| HandshakeError::Send {
             step: "server/discover",
@@ -203,6 +209,7 @@ async fn initialize(conn: &Conn) -> Result<Negotiated, HandshakeError> {
             Some(params),
             UpstreamEra::Legacy(asked),
             limits::CONNECT_TIMEOUT,
+            None,
         )
         .await
         .map_err(|source| HandshakeError::Send {
@@ -249,8 +256,14 @@ pub async fn reinitialize(conn: &super::http::HttpConn, neg: &Negotiated) -> Res
     };
     let params =
         json!({"protocolVersion": v.as_str(), "capabilities": {}, "clientInfo": client_info()});
-    conn.send("initialize", Some(params), neg.era, limits::CONNECT_TIMEOUT)
-        .await?;
+    conn.send(
+        "initialize",
+        Some(params),
+        neg.era,
+        limits::CONNECT_TIMEOUT,
+        None,
+    )
+    .await?;
     conn.notify("notifications/initialized", None, neg.era)
         .await
 }

@@ -8,6 +8,7 @@
 //! and `Mcp-Name` headers (§Request Metadata).
 
 use super::handshake::UpstreamEra;
+use super::relay::{relay_request, Relay, RelayCtx};
 use super::SendError;
 use crate::config::{Transport, UpstreamConfig};
 use crate::protocol::{self, sse, Message, RpcError};
@@ -36,6 +37,8 @@ pub struct HttpConn {
     next_id: AtomicU64,
     max_bytes: usize,
     list_changed: Arc<Notify>,
+    ctx: RelayCtx,
+    era: RwLock<UpstreamEra>,
 }
 
 /// Why an HTTP upstream could not be set up (bad URL, unreadable token file, no TLS roots).
@@ -55,7 +58,11 @@ fn https_client() -> Result<HttpsClient, SetupError> {
 impl HttpConn {
     /// Prepares the client: parses the URL, reads `bearer_token_file` (trimmed)
     /// into `Authorization: Bearer …`, loads the system's TLS roots.
-    pub fn new(cfg: &UpstreamConfig, list_changed: Arc<Notify>) -> Result<Self, SetupError> {
+    pub fn new(
+        cfg: &UpstreamConfig,
+        list_changed: Arc<Notify>,
+        ctx: RelayCtx,
+    ) -> Result<Self, SetupError> {
         let Transport::Http {
             url,
             headers,
@@ -96,6 +103,8 @@ impl HttpConn {
             next_id: AtomicU64::new(1),
             max_bytes: cfg.max_result_bytes,
             list_changed,
+            ctx,
+            era: RwLock::new(UpstreamEra::Modern),
         })
     }
 
@@ -130,7 +139,9 @@ impl HttpConn {
                     HeaderValue::from_static("2026-07-28"),
                 );
                 if let Ok(v) = HeaderValue::from_str(method) {
-                    h.insert("mcp-method", v);
+                    if !method.is_empty() {
+                        h.insert("mcp-method", v);
+                    }
                 }
                 if let Some(name) = protocol::routed_name(method, params) {
                     h.insert("mcp-name", header_safe(name));
@@ -157,13 +168,15 @@ impl HttpConn {
         params: Option<Value>,
         era: UpstreamEra,
         timeout: Duration,
+        relay: Option<Relay>,
     ) -> Result<Value, SendError> {
         let _permit = self.permits.try_acquire().map_err(|_| SendError::Busy)?;
+        *self.era.write().expect("era lock") = era;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let msg = protocol::request(json!(id), method, params);
         let req = self.build(method, &msg, era, msg.get("params"))?;
         let had_session = self.session.read().expect("session lock").is_some();
-        match tokio::time::timeout(timeout, self.exchange(req, method, id)).await {
+        match tokio::time::timeout(timeout, self.exchange(req, method, id, relay.as_ref())).await {
             Err(_) => Err(SendError::Timeout),
             Ok(Err(SendError::Http { status: 404, .. }))
                 if had_session && method != "initialize" =>
@@ -206,6 +219,7 @@ impl HttpConn {
         req: Request<Full<Bytes>>,
         method: &str,
         id: u64,
+        relay: Option<&Relay>,
     ) -> Result<Value, SendError> {
         let resp = self
             .client
@@ -241,7 +255,7 @@ impl HttpConn {
                 dec.push(data, &mut |e| events.push(e))
                     .map_err(|_| SendError::TooLarge)?;
                 for e in events {
-                    if let Some(r) = self.on_message(&e, id) {
+                    if let Some(r) = self.on_message(&e, id, relay).await {
                         found = Some(r);
                     }
                 }
@@ -291,8 +305,15 @@ impl HttpConn {
         }
     }
 
-    /// Handles one SSE message; returns the outcome if it is the response to `id`.
-    fn on_message(&self, data: &str, id: u64) -> Option<Result<Value, RpcError>> {
+    /// Handles one SSE message; returns the outcome if it is the response to
+    /// `id`. Notifications go to the call's relay; server→client requests are
+    /// relayed to a legacy caller or refused.
+    async fn on_message(
+        &self,
+        data: &str,
+        id: u64,
+        relay: Option<&Relay>,
+    ) -> Option<Result<Value, RpcError>> {
         let v: Value = serde_json::from_str(data).ok()?;
         match protocol::classify(v) {
             Ok(Message::Response { id: rid, outcome }) if rid.as_u64() == Some(id) => Some(outcome),
@@ -300,7 +321,54 @@ impl HttpConn {
                 self.list_changed.notify_one();
                 None
             }
+            Ok(Message::Notification { method, params }) => {
+                if let Some(r) = relay {
+                    r.forward(protocol::notification(&method, params));
+                }
+                None
+            }
+            Ok(Message::Request {
+                id: rid,
+                method,
+                params,
+            }) => {
+                if relay_request(&self.ctx, relay.cloned(), &rid, &method, params).is_none() {
+                    let reply = match method.as_str() {
+                        "ping" => protocol::result_response(rid, json!({})),
+                        _ => protocol::error_response(
+                            rid,
+                            &RpcError::new(
+                                protocol::METHOD_NOT_FOUND,
+                                format!("mcp-edge has no client to relay {method} to"),
+                            ),
+                        ),
+                    };
+                    let _ = self.respond(&reply).await;
+                }
+                None
+            }
             _ => None,
+        }
+    }
+
+    /// POSTs a JSON-RPC response (to a request the upstream sent) in the session.
+    pub async fn respond(&self, msg: &Value) -> Result<(), SendError> {
+        let era = *self.era.read().expect("era lock");
+        let req = self.build("", msg, era, None)?;
+        let resp = self
+            .client
+            .request(req)
+            .await
+            .map_err(|e| SendError::Transport(format!("POST: {e}")))?;
+        let status = resp.status();
+        let _ = resp.into_body().collect().await;
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(SendError::Http {
+                status: status.as_u16(),
+                rpc: None,
+            })
         }
     }
 

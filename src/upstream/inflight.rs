@@ -7,6 +7,7 @@
 //! oneshot channel. A slot is freed when its [`Ticket`] is dropped (answer,
 //! timeout or caller gone), so an abandoned call cannot leak a slot.
 
+use super::relay::Relay;
 use crate::protocol::RpcError;
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
@@ -18,6 +19,8 @@ pub type Reply = Result<Value, RpcError>;
 struct Slot {
     generation: u32,
     waiter: Option<oneshot::Sender<Reply>>,
+    /// Where this call's relayed messages go, and the caller's own progress token.
+    relay: Option<(Relay, Option<Value>)>,
 }
 
 struct Inner {
@@ -54,6 +57,7 @@ impl Drop for Ticket {
         let s = &mut g.slots[self.slot as usize];
         if s.generation == self.generation {
             s.waiter = None;
+            s.relay = None;
             s.generation = s.generation.wrapping_add(1);
             g.free.push(self.slot);
         }
@@ -68,6 +72,7 @@ impl InFlight {
             .map(|_| Slot {
                 generation: 0,
                 waiter: None,
+                relay: None,
             })
             .collect::<Vec<_>>()
             .into_boxed_slice();
@@ -80,11 +85,18 @@ impl InFlight {
     /// Reserves a slot; `None` when the table is full (the caller answers
     /// with [`crate::protocol::UPSTREAM_BUSY`] at once, nothing is queued).
     pub fn reserve(&self) -> Option<Ticket> {
+        self.reserve_relayed(None)
+    }
+
+    /// Like [`InFlight::reserve`], remembering the call's relay and the
+    /// caller's original `progressToken` (the upstream sees the ticket's id instead).
+    pub fn reserve_relayed(&self, relay: Option<(Relay, Option<Value>)>) -> Option<Ticket> {
         let mut g = self.inner.lock().expect("in-flight lock");
         let slot = g.free.pop()?;
         let (tx, rx) = oneshot::channel();
         let s = &mut g.slots[slot as usize];
         s.waiter = Some(tx);
+        s.relay = relay;
         let generation = s.generation;
         drop(g);
         Some(Ticket {
@@ -110,11 +122,39 @@ impl InFlight {
         }
     }
 
+    /// The relay and original progress token of the call whose upstream id is
+    /// `token` (the rewritten `progressToken`).
+    pub fn progress_target(&self, token: &Value) -> Option<(Relay, Value)> {
+        let n = token.as_u64()?;
+        let (slot, generation) = ((n & 0xffff) as usize, (n >> 16) as u32);
+        let g = self.inner.lock().expect("in-flight lock");
+        let s = g.slots.get(slot)?;
+        if s.generation != generation || s.waiter.is_none() {
+            return None;
+        }
+        let (relay, original) = s.relay.as_ref()?;
+        Some((relay.clone(), original.clone()?))
+    }
+
+    /// The relay of the only call in flight, if exactly one is and it has one
+    /// (unattributable upstream messages go there, or nowhere).
+    pub fn sole_relay(&self) -> Option<Relay> {
+        let g = self.inner.lock().expect("in-flight lock");
+        if g.slots.len() - g.free.len() != 1 {
+            return None;
+        }
+        g.slots
+            .iter()
+            .find(|s| s.waiter.is_some())
+            .and_then(|s| s.relay.as_ref().map(|(r, _)| r.clone()))
+    }
+
     /// Fails every waiter (connection lost): their receivers see a closed channel.
     pub fn fail_all(&self) {
         let mut g = self.inner.lock().expect("in-flight lock");
         for s in g.slots.iter_mut() {
             s.waiter = None;
+            s.relay = None;
         }
     }
 

@@ -11,6 +11,7 @@ pub mod catalog;
 pub mod handshake;
 pub mod http;
 pub mod inflight;
+pub mod relay;
 pub mod stdio;
 
 use crate::config::UpstreamConfig;
@@ -185,11 +186,21 @@ impl Conn {
         params: Option<Value>,
         era: UpstreamEra,
         timeout: Duration,
+        relay: Option<relay::Relay>,
     ) -> Result<Value, SendError> {
         match self {
-            Conn::Stdio(c) => c.send(method, params, timeout).await,
-            Conn::Http(c) => c.send(method, params, era, timeout).await,
+            Conn::Stdio(c) => c.send(method, params, timeout, relay).await,
+            Conn::Http(c) => c.send(method, params, era, timeout, relay).await,
             Conn::Builtin => builtin_send(method, params.as_ref()).await,
+        }
+    }
+
+    /// Sends a JSON-RPC response to a request the upstream sent.
+    pub async fn respond(&self, msg: &Value) -> Result<(), SendError> {
+        match self {
+            Conn::Stdio(c) => c.respond(msg).await,
+            Conn::Http(c) => c.respond(msg).await,
+            Conn::Builtin => Ok(()),
         }
     }
 
@@ -248,6 +259,8 @@ pub struct Upstream {
     /// Woken by `notifications/*/list_changed`: the owner task refreshes the catalog.
     pub(crate) list_changed: Arc<Notify>,
     reinit: tokio::sync::Mutex<()>,
+    /// Server→client requests relayed to downstream clients, awaiting answers.
+    pub(crate) pending: Arc<relay::Pending>,
 }
 
 impl Upstream {
@@ -267,6 +280,7 @@ impl Upstream {
             lost: Notify::new(),
             list_changed: Arc::new(Notify::new()),
             reinit: tokio::sync::Mutex::new(()),
+            pending: Arc::new(relay::Pending::new(crate::limits::PENDING_SERVER_REQUESTS)),
         })
     }
 
@@ -335,13 +349,26 @@ impl Upstream {
     /// `result`. Errors name the upstream ([`CallError`]); a transport error
     /// also wakes the owner task to reconnect.
     pub async fn call(&self, method: &str, params: Option<Value>) -> Result<Value, CallError> {
+        self.call_relayed(method, params, None).await
+    }
+
+    /// [`Upstream::call`] whose request-scoped notifications and server→client
+    /// requests are relayed to the caller through `relay` ([`relay`]).
+    pub async fn call_relayed(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        relay: Option<relay::Relay>,
+    ) -> Result<Value, CallError> {
         let (conn, neg) = self.current().ok_or_else(|| CallError::Unavailable {
             name: self.config.name.clone(),
             state: self.status().describe(),
         })?;
         let params = handshake::adapt_params(neg.era, params);
         let timeout = self.config.call_timeout;
-        let first = conn.send(method, params.clone(), neg.era, timeout).await;
+        let first = conn
+            .send(method, params.clone(), neg.era, timeout, relay.clone())
+            .await;
         let outcome = match first {
             Err(SendError::SessionExpired) => {
                 // Legacy HTTP session ended upstream: one re-initialize, one retry
@@ -352,11 +379,43 @@ impl Upstream {
                         .await
                         .map_err(|e| self.name_send_error(e))?;
                 }
-                conn.send(method, params, neg.era, timeout).await
+                conn.send(method, params, neg.era, timeout, relay).await
             }
             other => other,
         };
         outcome.map_err(|e| self.name_send_error(e))
+    }
+
+    /// Passes a downstream client's answer to a relayed server→client request
+    /// (slot and generation parsed from its id by [`relay::parse_downstream_id`])
+    /// back to the upstream. `false` when no such request awaits `session`'s answer.
+    pub async fn answer_relayed(
+        &self,
+        slot: usize,
+        generation: u32,
+        session: &str,
+        outcome: Result<Value, crate::protocol::RpcError>,
+    ) -> bool {
+        let Some(upstream_id) = self.pending.take(slot, generation, session) else {
+            return false;
+        };
+        let Some((conn, _)) = self.current() else {
+            return false;
+        };
+        let msg = match outcome {
+            Ok(r) => protocol::result_response(upstream_id, r),
+            Err(e) => protocol::error_response(upstream_id, &e),
+        };
+        conn.respond(&msg).await.is_ok()
+    }
+
+    /// What a transport needs to relay this upstream's server→client requests.
+    pub(crate) fn relay_ctx(&self) -> relay::RelayCtx {
+        relay::RelayCtx {
+            index: self.index,
+            pending: self.pending.clone(),
+            max_age: self.config.call_timeout,
+        }
     }
 
     fn name_send_error(&self, e: SendError) -> CallError {

@@ -8,6 +8,7 @@
 //! task polls the driver; no task is spawned here.
 
 use super::inflight::InFlight;
+use super::relay::{relay_request, Relay, RelayCtx};
 use super::SendError;
 use crate::config::UpstreamConfig;
 use crate::limits;
@@ -35,6 +36,7 @@ pub struct StdioConn {
 pub fn open(
     cfg: &UpstreamConfig,
     list_changed: Arc<Notify>,
+    ctx: RelayCtx,
 ) -> Result<(StdioConn, Driver), String> {
     let crate::config::Transport::Stdio {
         command,
@@ -71,6 +73,7 @@ pub fn open(
         inflight.clone(),
         cfg.max_result_bytes,
         list_changed,
+        ctx,
     );
     Ok((StdioConn { stdin, inflight }, Box::pin(driver)))
 }
@@ -123,6 +126,7 @@ async fn drive(
     inflight: InFlight,
     max_bytes: usize,
     list_changed: Arc<Notify>,
+    ctx: RelayCtx,
 ) -> String {
     let mut line = Vec::new();
     let mut err_line = Vec::new();
@@ -136,7 +140,7 @@ async fn drive(
                     metrics::counter!(crate::metrics::REFUSED, "limit" => "result_bytes").increment(1);
                     tracing::warn!(upstream = %name, limit = max_bytes, "dropped an over-long message from upstream");
                 }
-                Ok(Ok(true)) => on_line(&name, &line, &inflight, &stdin, &list_changed).await,
+                Ok(Ok(true)) => on_line(&name, &line, &inflight, &stdin, &list_changed, &ctx).await,
             },
             r = read_line_bounded(&mut stderr, &mut err_line, limits::STDERR_LINE_BYTES), if stderr_open => match r {
                 Ok(Ok(true)) => tracing::info!(upstream = %name, "stderr: {}", String::from_utf8_lossy(&err_line)),
@@ -167,6 +171,7 @@ async fn on_line(
     inflight: &InFlight,
     stdin: &Mutex<Option<ChildStdin>>,
     list_changed: &Notify,
+    ctx: &RelayCtx,
 ) {
     if line.iter().all(u8::is_ascii_whitespace) {
         return;
@@ -184,13 +189,28 @@ async fn on_line(
                 tracing::debug!(upstream = %name, %id, "answer for a request nobody waits for");
             }
         }
-        Ok(Message::Notification { method, .. }) => {
+        Ok(Message::Notification { method, params }) => {
             if method.ends_with("/list_changed") {
                 list_changed.notify_one();
+            } else if method == "notifications/progress" {
+                let token = params.as_ref().and_then(|p| p.get("progressToken"));
+                if let Some((relay, original)) = token.and_then(|t| inflight.progress_target(t)) {
+                    let mut params = params.unwrap_or_default();
+                    params["progressToken"] = original;
+                    relay.forward(protocol::notification(&method, Some(params)));
+                }
+            } else if let Some(relay) = inflight.sole_relay() {
+                relay.forward(protocol::notification(&method, params));
             }
         }
-        Ok(Message::Request { id, method, .. }) => {
-            // Server-to-client requests: answer the harmless ones, refuse the rest.
+        Ok(Message::Request { id, method, params }) => {
+            if method != "ping" {
+                if relay_request(ctx, inflight.sole_relay(), &id, &method, params.clone()).is_some()
+                {
+                    return;
+                }
+            }
+            // Nobody to ask: answer the harmless ones, refuse the rest.
             let reply = match method.as_str() {
                 "ping" => protocol::result_response(id, json!({})),
                 "roots/list" => protocol::result_response(id, json!({"roots": []})),
@@ -198,7 +218,7 @@ async fn on_line(
                     id,
                     &RpcError::new(
                         protocol::METHOD_NOT_FOUND,
-                        format!("mcp-edge does not relay {method} to its clients"),
+                        format!("mcp-edge has no client to relay {method} to"),
                     ),
                 ),
             };
@@ -225,13 +245,32 @@ async fn write_line(stdin: &Mutex<Option<ChildStdin>>, msg: &Value) -> Result<()
 
 impl StdioConn {
     /// Sends a request with a fresh upstream id and waits for its answer.
+    /// With a `relay`, the caller's `_meta.progressToken` is replaced by the
+    /// upstream id (so tokens of different clients cannot collide) and
+    /// restored on the way back.
     pub async fn send(
         &self,
         method: &str,
-        params: Option<Value>,
+        mut params: Option<Value>,
         timeout: Duration,
+        relay: Option<Relay>,
     ) -> Result<Value, SendError> {
-        let mut ticket = self.inflight.reserve().ok_or(SendError::Busy)?;
+        let original = params
+            .as_ref()
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get("progressToken"))
+            .cloned();
+        let mut ticket = self
+            .inflight
+            .reserve_relayed(relay.map(|r| (r, original)))
+            .ok_or(SendError::Busy)?;
+        if let Some(t) = params
+            .as_mut()
+            .and_then(|p| p.get_mut("_meta"))
+            .and_then(|m| m.get_mut("progressToken"))
+        {
+            *t = json!(ticket.upstream_id());
+        }
         let msg = protocol::request(json!(ticket.upstream_id()), method, params);
         write_line(&self.stdin, &msg).await?;
         match tokio::time::timeout(timeout, &mut ticket.rx).await {
@@ -248,6 +287,11 @@ impl StdioConn {
             Ok(Ok(Ok(v))) => Ok(v),
             Ok(Ok(Err(e))) => Err(SendError::Rpc(e)),
         }
+    }
+
+    /// Writes a response (to a request the upstream sent us).
+    pub async fn respond(&self, msg: &Value) -> Result<(), SendError> {
+        write_line(&self.stdin, msg).await
     }
 
     /// Sends a notification.

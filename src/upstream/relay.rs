@@ -1,0 +1,226 @@
+//! Relaying messages an upstream sends *during* a call back to the downstream
+//! caller: request-scoped notifications (`notifications/progress`,
+//! `notifications/message`) and, for legacy sessions, server→client requests
+//! (`sampling/createMessage`, `elicitation/create`, `roots/list`), whose
+//! answers the client POSTs back (`../shared/spec/2025-11-25/transports.mdx`
+//! §Sending Messages to the Server, items 5–6; §Multiple Connections).
+//!
+//! Attribution: progress notifications carry a token the gateway rewrote per
+//! call, so they always reach the right caller. A stdio upstream's other
+//! notifications and requests carry no request id; they are relayed only
+//! when exactly one call with a relay is in flight on that upstream (otherwise
+//! dropped, or refused for requests), so one client never sees another's
+//! messages. HTTP upstreams send them on the call's own SSE stream.
+
+use crate::limits;
+use serde_json::Value;
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// Where a call's relayed messages go: the downstream SSE response of that
+/// call (bounded queue) and, for a legacy caller, its session id (needed to
+/// accept the client's answers to relayed requests).
+#[derive(Clone, Debug)]
+pub struct Relay {
+    /// Queue feeding the downstream SSE stream ([`limits::RELAY_QUEUE_DEPTH`]).
+    pub tx: mpsc::Sender<Value>,
+    /// The caller's legacy session (`Mcp-Session-Id`); `None` for modern callers,
+    /// which get no server→client requests outside MRTR.
+    pub session: Option<String>,
+}
+
+impl Relay {
+    /// A relay and the receiver its SSE stream reads.
+    pub fn new(session: Option<String>) -> (Relay, mpsc::Receiver<Value>) {
+        let (tx, rx) = mpsc::channel(limits::RELAY_QUEUE_DEPTH);
+        (Relay { tx, session }, rx)
+    }
+
+    /// Queues a message; a full queue drops it (counted as `relay_queue`).
+    pub fn forward(&self, msg: Value) -> bool {
+        let ok = self.tx.try_send(msg).is_ok();
+        if !ok {
+            metrics::counter!(crate::metrics::REFUSED, "limit" => "relay_queue").increment(1);
+        }
+        ok
+    }
+}
+
+struct Entry {
+    upstream_id: Value,
+    session: String,
+    created: Instant,
+}
+
+struct Slot {
+    generation: u32,
+    entry: Option<Entry>,
+}
+
+/// Fixed table of server→client requests awaiting the client's answer.
+pub struct Pending {
+    slots: Mutex<Box<[Slot]>>,
+}
+
+/// Prefix of the ids mcp-edge gives relayed requests: `mcp-edge:<upstream>:<slot>:<generation>`.
+const ID_PREFIX: &str = "mcp-edge:";
+
+/// The downstream id of a relayed request (a string, never colliding with client ids' meaning).
+pub fn downstream_id(upstream: usize, slot: usize, generation: u32) -> Value {
+    Value::String(format!("{ID_PREFIX}{upstream}:{slot}:{generation}"))
+}
+
+/// Parses a downstream id minted by [`downstream_id`].
+pub fn parse_downstream_id(id: &Value) -> Option<(usize, usize, u32)> {
+    let mut it = id.as_str()?.strip_prefix(ID_PREFIX)?.split(':');
+    let up = it.next()?.parse().ok()?;
+    let slot = it.next()?.parse().ok()?;
+    let generation = it.next()?.parse().ok()?;
+    it.next().is_none().then_some((up, slot, generation))
+}
+
+impl Pending {
+    /// A table with `capacity` slots, allocated now.
+    pub fn new(capacity: usize) -> Self {
+        let slots = (0..capacity.max(1))
+            .map(|_| Slot {
+                generation: 0,
+                entry: None,
+            })
+            .collect::<Vec<_>>()
+            .into_boxed_slice();
+        Pending {
+            slots: Mutex::new(slots),
+        }
+    }
+
+    /// Records a request the upstream sent with id `upstream_id`, to be answered
+    /// by `session`. Entries older than `max_age` are reclaimed first. Returns
+    /// `(slot, generation)`, or `None` when the table is full.
+    pub fn insert(
+        &self,
+        upstream_id: Value,
+        session: String,
+        now: Instant,
+        max_age: Duration,
+    ) -> Option<(usize, u32)> {
+        let mut g = self.slots.lock().expect("pending lock");
+        for s in g.iter_mut() {
+            if s.entry
+                .as_ref()
+                .is_some_and(|e| now.saturating_duration_since(e.created) >= max_age)
+            {
+                s.entry = None;
+                s.generation = s.generation.wrapping_add(1);
+            }
+        }
+        let (i, s) = g.iter_mut().enumerate().find(|(_, s)| s.entry.is_none())?;
+        s.entry = Some(Entry {
+            upstream_id,
+            session,
+            created: now,
+        });
+        Some((i, s.generation))
+    }
+
+    /// Takes the entry for an answer from `session`; `None` if unknown, already
+    /// answered, reclaimed, or owned by another session.
+    pub fn take(&self, slot: usize, generation: u32, session: &str) -> Option<Value> {
+        let mut g = self.slots.lock().expect("pending lock");
+        let s = g.get_mut(slot)?;
+        if s.generation != generation || s.entry.as_ref()?.session != session {
+            return None;
+        }
+        s.generation = s.generation.wrapping_add(1);
+        s.entry.take().map(|e| e.upstream_id)
+    }
+}
+
+/// What a transport needs to relay one upstream's server→client requests.
+#[derive(Clone)]
+pub struct RelayCtx {
+    /// The upstream's position (part of relayed ids).
+    pub index: usize,
+    /// Its pending server→client requests.
+    pub pending: std::sync::Arc<Pending>,
+    /// How long a relayed request may wait for the client (the call timeout).
+    pub max_age: Duration,
+}
+
+/// Relays a server→client request to the caller behind `relay` (legacy
+/// sessions only); `Some(())` when it was queued.
+pub(crate) fn relay_request(
+    ctx: &RelayCtx,
+    relay: Option<Relay>,
+    id: &Value,
+    method: &str,
+    params: Option<Value>,
+) -> Option<()> {
+    let relay = relay?;
+    let session = relay.session.clone()?;
+    let (slot, generation) = ctx
+        .pending
+        .insert(
+            id.clone(),
+            session,
+            tokio::time::Instant::now(),
+            ctx.max_age,
+        )
+        .or_else(|| {
+            metrics::counter!(crate::metrics::REFUSED, "limit" => "pending_server_requests")
+                .increment(1);
+            None
+        })?;
+    let msg = crate::protocol::request(downstream_id(ctx.index, slot, generation), method, params);
+    relay.forward(msg).then_some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn ids_round_trip() {
+        let id = downstream_id(3, 7, 9);
+        assert_eq!(parse_downstream_id(&id), Some((3, 7, 9)));
+        assert_eq!(parse_downstream_id(&json!("mcp-edge:1:2")), None);
+        assert_eq!(parse_downstream_id(&json!(5)), None);
+    }
+
+    #[test]
+    fn answers_only_from_the_owning_session_and_only_once() {
+        let p = Pending::new(1);
+        let now = Instant::now();
+        let (slot, g) = p
+            .insert(json!(41), "s1".into(), now, Duration::from_secs(60))
+            .unwrap();
+        assert!(
+            p.insert(json!(42), "s1".into(), now, Duration::from_secs(60))
+                .is_none(),
+            "full"
+        );
+        assert_eq!(p.take(slot, g, "s2"), None);
+        assert_eq!(p.take(slot, g, "s1"), Some(json!(41)));
+        assert_eq!(p.take(slot, g, "s1"), None);
+    }
+
+    #[test]
+    fn stale_entries_are_reclaimed() {
+        let p = Pending::new(1);
+        let t0 = Instant::now();
+        let (slot, g) = p
+            .insert(json!(1), "s".into(), t0, Duration::from_secs(10))
+            .unwrap();
+        let again = p.insert(
+            json!(2),
+            "s".into(),
+            t0 + Duration::from_secs(10),
+            Duration::from_secs(10),
+        );
+        assert!(again.is_some());
+        assert_eq!(p.take(slot, g, "s"), None, "the old generation is dead");
+    }
+}
