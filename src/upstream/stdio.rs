@@ -204,11 +204,10 @@ async fn on_line(
             }
         }
         Ok(Message::Request { id, method, params }) => {
-            if method != "ping" {
-                if relay_request(ctx, inflight.sole_relay(), &id, &method, params.clone()).is_some()
-                {
-                    return;
-                }
+            if method != "ping"
+                && relay_request(ctx, inflight.sole_relay(), &id, &method, params.clone()).is_some()
+            {
+                return;
             }
             // Nobody to ask: answer the harmless ones, refuse the rest.
             let reply = match method.as_str() {
