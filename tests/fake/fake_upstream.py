@@ -26,7 +26,10 @@ TOOLS = [
     {"name": "stats", "inputSchema": {"type": "object"}},
     {"name": "crash", "inputSchema": {"type": "object"}},
     {"name": "big", "inputSchema": {"type": "object", "properties": {"bytes": {"type": "integer"}}}},
+    {"name": "progress", "inputSchema": {"type": "object", "properties": {"steps": {"type": "integer"}, "ms": {"type": "integer"}, "tag": {"type": "string"}}}},
+    {"name": "ask", "inputSchema": {"type": "object", "properties": {"question": {"type": "string"}}}},
 ]
+waiting = {}  # id of a request we sent to the client -> [Event, response]
 
 
 def send(msg):
@@ -73,6 +76,32 @@ def call_tool(id, params):
         sys.stderr.write("fake upstream crashing on purpose\n")
         sys.stderr.flush()
         sys.exit(3)
+    elif tool == "progress":
+        token = (params.get("_meta") or {}).get("progressToken")
+        def run():
+            for i in range(a.get("steps", 3)):
+                if token is not None:
+                    send({"jsonrpc": "2.0", "method": "notifications/progress",
+                          "params": {"progressToken": token, "progress": i + 1, "total": a.get("steps", 3)}})
+                send({"jsonrpc": "2.0", "method": "notifications/message",
+                      "params": {"level": "info", "data": f"step {i + 1} of {a.get('tag', '')}"}})
+                time.sleep(a.get("ms", 20) / 1000)
+            result(id, {"content": [{"type": "text", "text": f"done; upstream saw token {json.dumps(token)}"}]})
+        threading.Thread(target=run, daemon=True).start()
+    elif tool == "ask":
+        def run():
+            rid = f"ask-{id}"
+            ev = threading.Event()
+            waiting[rid] = [ev, None]
+            send({"jsonrpc": "2.0", "id": rid, "method": "sampling/createMessage",
+                  "params": {"messages": [{"role": "user", "content": {"type": "text", "text": a.get("question", "?")}}], "maxTokens": 10}})
+            if not ev.wait(10):
+                return error(id, -32603, "client never answered")
+            reply = waiting.pop(rid)[1]
+            if "error" in reply:
+                return result(id, text(f"client refused: {reply['error'].get('message')}"))
+            result(id, text(f"client said: {reply['result']['content']['text']}"))
+        threading.Thread(target=run, daemon=True).start()
     elif tool == "big":
         result(id, text("x" * int(a.get("bytes", 1000))))
     else:
@@ -84,6 +113,10 @@ def handle(msg):
     method = msg.get("method")
     id = msg.get("id")
     params = msg.get("params") or {}
+    if method is None and id in waiting:
+        waiting[id][1] = msg
+        waiting[id][0].set()
+        return
     if id is None:
         if method == "notifications/initialized":
             initialized = True

@@ -1,0 +1,164 @@
+//! Messages an upstream sends during a call reach the calling client, and only
+//! it: progress (token rewritten per call), logging, and server→client
+//! requests whose answers the client POSTs back.
+
+mod support;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use mcp_edge::protocol::sse::Decoder;
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use support::*;
+use tokio::sync::mpsc;
+
+/// POSTs and returns a receiver of the SSE events' JSON, read as they arrive.
+async fn post_streaming(addr: SocketAddr, sid: &str, body: Value) -> mpsc::Receiver<Value> {
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let req = http::Request::post(format!("http://{addr}/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", sid)
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        let mut body = resp.into_body();
+        let mut dec = Decoder::new(1 << 20);
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Some(d) = frame.data_ref() {
+                let mut evs = Vec::new();
+                dec.push(d, &mut |e| evs.push(e)).unwrap();
+                for e in evs {
+                    let _ = tx.send(serde_json::from_str(&e).unwrap()).await;
+                }
+            }
+        }
+    });
+    rx
+}
+
+async fn collect(mut rx: mpsc::Receiver<Value>) -> Vec<Value> {
+    let mut out = Vec::new();
+    while let Some(v) = rx.recv().await {
+        out.push(v);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_reaches_only_its_caller_with_its_own_token() {
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let (s1, s2) = (
+        legacy_session(addr, "2025-11-25").await,
+        legacy_session(addr, "2025-11-25").await,
+    );
+    let call = |id: i64, steps: i64, tag: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "a__progress", "arguments": {"steps": steps, "ms": 30, "tag": tag}, "_meta": {"progressToken": "same-token"}}})
+    };
+    let (r1, r2) = tokio::join!(
+        post_streaming(addr, &s1, call(1, 3, "s1")),
+        post_streaming(addr, &s2, call(1, 5, "s2"))
+    );
+    let (e1, e2) = tokio::join!(collect(r1), collect(r2));
+    for (events, steps, tag) in [(&e1, 3, "s1"), (&e2, 5, "s2")] {
+        let progress: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["method"] == "notifications/progress")
+            .collect();
+        assert_eq!(progress.len(), steps, "{events:?}");
+        assert!(
+            progress
+                .iter()
+                .all(|p| p["params"]["progressToken"] == "same-token"
+                    && p["params"]["total"] == steps)
+        );
+        let last = events.last().unwrap();
+        assert_eq!(last["id"], 1);
+        let text = last["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(
+            !text.contains("same-token"),
+            "the upstream must see a gateway token: {text}"
+        );
+        // Log lines carry no request id: relayed only while one call is in
+        // flight, so a caller never receives the other's.
+        for log in events
+            .iter()
+            .filter(|e| e["method"] == "notifications/message")
+        {
+            assert!(
+                log["params"]["data"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with(&format!("of {tag}")),
+                "{log}"
+            );
+        }
+    }
+    // Alone in flight, every log line is attributable and relayed.
+    let alone = collect(post_streaming(addr, &s1, call(2, 2, "s1")).await).await;
+    assert_eq!(
+        alone
+            .iter()
+            .filter(|e| e["method"] == "notifications/message")
+            .count(),
+        2,
+        "{alone:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampling_request_is_relayed_and_answered_by_the_calling_session_only() {
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let other = legacy_session(addr, "2025-11-25").await;
+    let mut rx = post_streaming(
+        addr,
+        &sid,
+        json!({"jsonrpc": "2.0", "id": "c1", "method": "tools/call",
+        "params": {"name": "a__ask", "arguments": {"question": "2+2?"}}}),
+    )
+    .await;
+    let req = rx.recv().await.expect("relayed request");
+    assert_eq!(req["method"], "sampling/createMessage");
+    let rid = req["id"].clone();
+    assert!(rid.as_str().unwrap().starts_with("mcp-edge:"), "{rid}");
+    let answer = json!({"jsonrpc": "2.0", "id": rid, "result": {"role": "assistant", "model": "m", "content": {"type": "text", "text": "four"}}});
+    // Another session cannot answer it.
+    assert_eq!(
+        post(addr, &[("mcp-session-id", &other)], &answer)
+            .await
+            .status,
+        202
+    );
+    assert_eq!(
+        post(addr, &[("mcp-session-id", &sid)], &answer)
+            .await
+            .status,
+        202
+    );
+    let fin = rx.recv().await.expect("final response");
+    assert_eq!(fin["id"], "c1");
+    assert_eq!(fin["result"]["content"][0]["text"], "client said: four");
+}
+
+#[tokio::test]
+async fn without_a_client_to_ask_the_upstream_gets_an_error() {
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    // JSON-only client: nothing can be relayed, so the upstream's request is refused.
+    let r = post(addr, &[("mcp-session-id", &sid), ("accept", "application/json")],
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "a__ask", "arguments": {}}})).await;
+    assert!(
+        text_of(&r).starts_with("client refused: mcp-edge has no client"),
+        "{}",
+        r.raw
+    );
+}
