@@ -638,3 +638,22 @@ async fn full_session_table_answers_503() {
         (503, Some(mcp_edge::protocol::SESSIONS_FULL))
     );
 }
+
+#[tokio::test]
+async fn upstream_pagination_is_followed_and_a_looping_cursor_cannot_hang_it() {
+    let upstreams = fake_block_args("paged", "legacy", &["--paged", "3"], "")
+        + &fake_block_args("loop", "legacy", &["--looping"], "");
+    let gw = start("", &upstreams).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let names = tool_names(&call(addr, &sid, json!(1), "tools/list", json!({})).await);
+    let paged: Vec<&String> = names.iter().filter(|n| n.starts_with("paged__")).collect();
+    assert_eq!(paged.len(), 10, "all pages of 3 followed: {paged:?}");
+    assert_eq!(paged[0], "paged__echo");
+    // The looping upstream repeats its cursor: its first page is kept, then the listing stops.
+    let looped: Vec<&String> = names.iter().filter(|n| n.starts_with("loop__")).collect();
+    assert_eq!(looped, vec!["loop__echo", "loop__slow_echo"]);
+    // A downstream cursor is refused: the gateway returns complete lists.
+    let r = call(addr, &sid, json!(2), "tools/list", json!({"cursor": "x"})).await;
+    assert_eq!(r.error_code(), Some(-32602));
+}

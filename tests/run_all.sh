@@ -3,6 +3,7 @@
 #   1. tests/interop/setup.sh      install the pinned real MCP peers into tests/interop/ (fast when present)
 #   2. cargo nextest run --all-targets + cargo test --doc   (cargo test --all-targets when nextest is absent)
 #   3. tests/interop/conformance.sh  official MCP conformance suite against the release gateway
+#   4. tests/interop/readme_smoke.sh the README's `cargo run --release` + Inspector CLI lines
 # Stages 2 and 3 both run even if one fails; the exit code is non-zero if any stage failed.
 set -euo pipefail
 
@@ -12,10 +13,10 @@ failed=()
 
 stage() { printf '\n==== %s ====\n' "$*"; }
 
-stage "1/3 interop peers: tests/interop/setup.sh"
+stage "1/4 interop peers: tests/interop/setup.sh"
 bash tests/interop/setup.sh   # fatal on failure: nothing below can run without the peers
 
-stage "2/3 cargo tests"
+stage "2/4 cargo tests"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --all-targets --no-tests=warn || failed+=("cargo nextest")
   cargo test --doc || failed+=("cargo test --doc")
@@ -23,8 +24,11 @@ else
   cargo test --all-targets || failed+=("cargo test")
 fi
 
-stage "3/3 conformance: tests/interop/conformance.sh"
+stage "3/4 conformance: tests/interop/conformance.sh"
 bash tests/interop/conformance.sh || failed+=("conformance")
+
+stage "4/4 README run command: tests/interop/readme_smoke.sh"
+bash tests/interop/readme_smoke.sh || failed+=("readme smoke")
 
 echo
 if [ "${#failed[@]}" -gt 0 ]; then

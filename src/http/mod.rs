@@ -50,9 +50,11 @@ impl App {
         json!({"tools": {}, "prompts": {}, "resources": {}, "completions": {}, "logging": {}})
     }
 
-    /// `Implementation` of mcp-edge.
+    /// `Implementation` of mcp-edge (2025-11-25 schema.json `Implementation`; rmcp's model type).
     pub fn server_info() -> Value {
-        json!({"name": "mcp-edge", "version": env!("CARGO_PKG_VERSION")})
+        let i = rmcp::model::Implementation::new("mcp-edge", env!("CARGO_PKG_VERSION"))
+            .with_title("mcp-edge MCP gateway");
+        serde_json::to_value(i).unwrap_or_else(|_| json!({"name": "mcp-edge"}))
     }
 
     /// Instructions naming the upstreams and their tool prefixes.

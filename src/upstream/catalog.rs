@@ -46,7 +46,8 @@ impl Catalog {
 async fn list_all(up: &Upstream, method: &str, key: &str) -> Vec<Value> {
     let mut out = Vec::new();
     let mut cursor: Option<String> = None;
-    let mut seen: Vec<String> = Vec::new();
+    // Every cursor seen so far, to catch a looping upstream; at most one per page.
+    let mut seen: heapless::Vec<String, { limits::MAX_LIST_PAGES }> = heapless::Vec::new();
     for _ in 0..limits::MAX_LIST_PAGES {
         let params = cursor.as_ref().map(|c| json!({"cursor": c}));
         let page = match up.call(method, params).await {
@@ -73,7 +74,9 @@ async fn list_all(up: &Upstream, method: &str, key: &str) -> Vec<Value> {
                     tracing::warn!(upstream = %up.name(), "{method}: cursor {next:?} repeated; stopping");
                     return out;
                 }
-                seen.push(next.to_string());
+                if seen.push(next.to_string()).is_err() {
+                    break; // page cap reached
+                }
                 cursor = Some(next.to_string());
             }
             _ => return out,

@@ -61,8 +61,10 @@ pub enum HandshakeError {
     Incompatible(String),
 }
 
+/// The `clientInfo` mcp-edge presents upstream (rmcp's `Implementation` model type).
 fn client_info() -> Value {
-    json!({"name": "mcp-edge", "version": env!("CARGO_PKG_VERSION")})
+    let i = rmcp::model::Implementation::new("mcp-edge", env!("CARGO_PKG_VERSION"));
+    serde_json::to_value(i).unwrap_or_else(|_| json!({"name": "mcp-edge"}))
 }
 
 /// The `_meta` fields every modern request carries (2026-07-28 index.mdx §_meta).

@@ -13,6 +13,9 @@ import json, sys, threading, time
 args = sys.argv[1:]
 era = args[args.index("--era") + 1] if "--era" in args else "legacy"
 name = args[args.index("--name") + 1] if "--name" in args else "fake"
+# --paged N: tools/list in pages of N; --looping: every page points to the same cursor.
+page = int(args[args.index("--paged") + 1]) if "--paged" in args else 0
+looping = "--looping" in args
 lock = threading.Lock()
 seen = {"requests": 0, "methods": []}
 initialized = False
@@ -144,7 +147,17 @@ def handle(msg):
     if method == "ping":
         result(id, {})
     elif method == "tools/list":
-        result(id, {"tools": TOOLS})
+        if looping:
+            result(id, {"tools": TOOLS[:2], "nextCursor": "again"})
+        elif page:
+            start = int(params.get("cursor") or 0)
+            nxt = start + page
+            r = {"tools": TOOLS[start:nxt]}
+            if nxt < len(TOOLS):
+                r["nextCursor"] = str(nxt)
+            result(id, r)
+        else:
+            result(id, {"tools": TOOLS})
     elif method == "tools/call":
         call_tool(id, params)
     elif method == "prompts/list":

@@ -152,8 +152,14 @@ pub fn fake_upstream() -> PathBuf {
 
 /// A `[[upstream]]` block running the fake upstream over stdio.
 pub fn fake_block(name: &str, era: &str, extra: &str) -> String {
+    fake_block_args(name, era, &[], extra)
+}
+
+/// [`fake_block`] with extra command-line flags for the fake (e.g. `--paged 3`).
+pub fn fake_block_args(name: &str, era: &str, flags: &[&str], extra: &str) -> String {
+    let flags: String = flags.iter().map(|f| format!(", \"{f}\"")).collect();
     format!(
-        "[[upstream]]\nname = \"{name}\"\ntransport = \"stdio\"\ncommand = \"python3\"\nargs = [\"{}\", \"--era\", \"{era}\", \"--name\", \"{name}\"]\n{extra}\n",
+        "[[upstream]]\nname = \"{name}\"\ntransport = \"stdio\"\ncommand = \"python3\"\nargs = [\"{}\", \"--era\", \"{era}\", \"--name\", \"{name}\"{flags}]\n{extra}\n",
         fake_upstream().display()
     )
 }
