@@ -11,6 +11,7 @@
 //! | module | owns |
 //! |---|---|
 //! | [`limits`] | every capacity, timeout and default, in one place |
+//! | [`alloc`] | the counting global allocator (live/peak heap) and RSS |
 //! | [`protocol`] | JSON-RPC envelope, error codes, era and version rules, SSE codec |
 //! | [`metrics`] | metric names and the Prometheus recorder |
 //! | [`config`] | TOML and `mcpServers` JSON → validated [`config::Config`] |
@@ -27,6 +28,7 @@
 // built on cold paths only, so their size does not matter.
 #![allow(clippy::result_large_err)]
 
+pub mod alloc;
 pub mod config;
 pub mod http;
 pub mod limits;

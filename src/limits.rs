@@ -78,3 +78,21 @@ pub const RELAY_QUEUE_DEPTH: usize = 32;
 /// Server→client requests (sampling, elicitation, roots) awaiting a downstream
 /// client's answer, per upstream. Entries older than the call timeout are reclaimed.
 pub const PENDING_SERVER_REQUESTS: usize = 16;
+
+/// Default `server.session_min_idle_before_evict`: 60 s. When the legacy
+/// session table is full, a new `initialize` evicts the least-recently-used
+/// session idle at least this long; if none is, the client gets 503.
+pub const DEFAULT_SESSION_MIN_IDLE_BEFORE_EVICT: Duration = Duration::from_secs(60);
+/// Ceiling for `server.sse_queue_depth` (default [`RELAY_QUEUE_DEPTH`]).
+pub const RELAY_QUEUE_DEPTH_CEILING: usize = 1024;
+/// Ceiling for `server.max_pending_server_requests` (default [`PENDING_SERVER_REQUESTS`]).
+pub const PENDING_SERVER_REQUESTS_CEILING: usize = 1024;
+/// Ceiling for `upstream.max_catalog_entries` (default [`MAX_CATALOG_ENTRIES`]).
+pub const MAX_CATALOG_ENTRIES_CEILING: usize = 16_384;
+/// Default `upstream.max_catalog_bytes`: 1 MiB of serialized JSON kept per
+/// upstream catalog; entries past the budget are dropped (and counted).
+pub const DEFAULT_MAX_CATALOG_BYTES: usize = 1024 * 1024;
+/// Smallest accepted `upstream.max_catalog_bytes`: 1 KiB.
+pub const MIN_CATALOG_BYTES: usize = 1024;
+/// Ceiling for `upstream.max_catalog_bytes`: 64 MiB.
+pub const MAX_CATALOG_BYTES_CEILING: usize = 64 * 1024 * 1024;

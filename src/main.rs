@@ -8,6 +8,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+#[global_allocator]
+static ALLOC: mcp_edge::alloc::Counting = mcp_edge::alloc::Counting;
+
 /// A bounded MCP gateway for edge boxes: many upstream MCP servers (stdio,
 /// streamable HTTP, built-in) behind one dual-era streamable-HTTP endpoint.
 #[derive(Parser)]

@@ -17,6 +17,14 @@ pub const CATALOG_DROPPED: &str = "mcp_edge_catalog_dropped_total";
 pub const UPSTREAM_CONNECTS: &str = "mcp_edge_upstream_connects_total";
 /// Gauge `{upstream}`: 1 when the upstream is ready.
 pub const UPSTREAM_READY: &str = "mcp_edge_upstream_ready";
+/// Gauge: live heap bytes (counting allocator).
+pub const HEAP_LIVE: &str = "mcp_edge_heap_live_bytes";
+/// Gauge: peak live heap bytes since start.
+pub const HEAP_PEAK: &str = "mcp_edge_heap_peak_bytes";
+/// Counter: heap allocations since start.
+pub const HEAP_ALLOCATIONS: &str = "mcp_edge_heap_allocations_total";
+/// Gauge: resident set size in bytes (`VmRSS`).
+pub const RSS: &str = "mcp_edge_process_resident_memory_bytes";
 /// Counter: HTTP requests refused by the Origin/Host check.
 pub const FORBIDDEN: &str = "mcp_edge_http_forbidden_total";
 
@@ -50,6 +58,23 @@ use std::sync::OnceLock;
 
 static PROMETHEUS: OnceLock<Option<metrics_exporter_prometheus::PrometheusHandle>> =
     OnceLock::new();
+
+/// The value of counter or gauge `name` with label set `labels` (e.g.
+/// `limit="in_flight"`) in the rendered Prometheus text; 0 when absent.
+/// For tests and the status page.
+pub fn read(name: &str, labels: &str) -> f64 {
+    let Some(h) = prometheus() else { return 0.0 };
+    let key = if labels.is_empty() {
+        name.to_string()
+    } else {
+        format!("{name}{{{labels}}}")
+    };
+    h.render()
+        .lines()
+        .find_map(|l| l.strip_prefix(&key).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
 
 /// Installs the Prometheus recorder once per process; `None` if another
 /// recorder was installed first.

@@ -57,20 +57,49 @@ pub struct Session {
     pub initialized: bool,
 }
 
+const NIL: u32 = u32::MAX;
+
 #[derive(Debug)]
 struct Slot {
     secret: [u8; 16],
     session: Option<Session>,
+    /// Neighbours in the recency list (live slots) or the free list.
+    prev: u32,
+    next: u32,
+}
+
+/// Why a session left the table (the `reason` label of `mcp_edge_sessions_evicted_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    /// Idle for `idle_timeout` or longer.
+    Idle,
+    /// Least recently used, evicted to make room for a new `initialize`.
+    Lru,
+    /// Ended by the client (HTTP DELETE).
+    Deleted,
+}
+
+impl Removal {
+    fn label(self) -> &'static str {
+        match self {
+            Removal::Idle => "idle",
+            Removal::Lru => "lru",
+            Removal::Deleted => "deleted",
+        }
+    }
 }
 
 /// Errors of [`Table`].
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SessionError {
-    /// Every slot holds a live (not idle-expired) session: HTTP 503.
-    #[error("session table full ({capacity} sessions)")]
+    /// Every slot holds a session active within `min_idle_before_evict`: HTTP
+    /// 503; `retry_after` is when the least recently used one qualifies.
+    #[error("session table full ({capacity} sessions active); retry in {}s", retry_after.as_secs().max(1))]
     Full {
         /// The table's fixed capacity.
         capacity: usize,
+        /// Until the oldest session may be evicted.
+        retry_after: Duration,
     },
     /// Unknown, deleted or expired id: HTTP 404.
     #[error("unknown or ended session")]
@@ -80,30 +109,51 @@ pub enum SessionError {
     Random(String),
 }
 
-/// Fixed-capacity session table.
+/// Fixed-capacity session table with O(1) insert, lookup, touch and removal.
+///
+/// Live slots form a doubly linked recency list (least recently used at the
+/// head), free slots a singly linked free list, both threaded through the slot
+/// array itself, so the table allocates once and never again. Because `touch`
+/// moves a slot to the tail with `last_seen = now`, the head is always the
+/// session idle the longest: expiry and LRU eviction look only at the head.
 #[derive(Debug)]
 pub struct Table {
     slots: Box<[Slot]>,
     idle_timeout: Duration,
+    min_idle_before_evict: Duration,
     live: usize,
+    head: u32,
+    tail: u32,
+    free: u32,
 }
 
 impl Table {
-    /// A table with `capacity` slots (allocated now, never grown; at most 65,536)
-    /// whose sessions expire after `idle_timeout` without a client request.
-    pub fn new(capacity: usize, idle_timeout: Duration) -> Self {
+    /// A table with `capacity` slots (allocated now, never grown; 1…65,536)
+    /// whose sessions expire after `idle_timeout` without a client request;
+    /// when full, a session idle for `min_idle_before_evict` may be evicted.
+    pub fn new(capacity: usize, idle_timeout: Duration, min_idle_before_evict: Duration) -> Self {
         let capacity = capacity.clamp(1, u16::MAX as usize + 1);
         let slots = (0..capacity)
-            .map(|_| Slot {
+            .map(|i| Slot {
                 secret: [0; 16],
                 session: None,
+                prev: NIL,
+                next: if i + 1 < capacity {
+                    (i + 1) as u32
+                } else {
+                    NIL
+                },
             })
             .collect::<Vec<_>>()
             .into_boxed_slice();
         Table {
             slots,
             idle_timeout,
+            min_idle_before_evict: min_idle_before_evict.min(idle_timeout),
             live: 0,
+            head: NIL,
+            tail: NIL,
+            free: 0,
         }
     }
 
@@ -112,7 +162,7 @@ impl Table {
         self.slots.len()
     }
 
-    /// Sessions currently held (expired ones count until evicted).
+    /// Sessions currently held (expired ones count until removed).
     pub fn len(&self) -> usize {
         self.live
     }
@@ -122,105 +172,136 @@ impl Table {
         self.live == 0
     }
 
-    fn expired(&self, s: &Session, now: Instant) -> bool {
-        now.saturating_duration_since(s.last_seen) >= self.idle_timeout
+    /// Bytes the table occupies (fixed at construction).
+    pub fn footprint_bytes(&self) -> usize {
+        std::mem::size_of::<Self>() + std::mem::size_of_val(&*self.slots)
     }
 
-    /// Creates a session for an `initialize` that negotiated `version`.
-    /// Uses a free slot, else the slot of the session idle the longest if it
-    /// has expired. Errors: [`SessionError::Full`], [`SessionError::Random`].
+    fn unlink(&mut self, i: u32) {
+        let (prev, next) = (self.slots[i as usize].prev, self.slots[i as usize].next);
+        match prev {
+            NIL => self.head = next,
+            p => self.slots[p as usize].next = next,
+        }
+        match next {
+            NIL => self.tail = prev,
+            n => self.slots[n as usize].prev = prev,
+        }
+    }
+
+    fn push_tail(&mut self, i: u32) {
+        let s = &mut self.slots[i as usize];
+        s.prev = self.tail;
+        s.next = NIL;
+        match self.tail {
+            NIL => self.head = i,
+            t => self.slots[t as usize].next = i,
+        }
+        self.tail = i;
+    }
+
+    /// Frees live slot `i`, counting `why`.
+    fn release(&mut self, i: u32, why: Removal) {
+        self.unlink(i);
+        let s = &mut self.slots[i as usize];
+        s.session = None;
+        s.secret = [0; 16];
+        s.prev = NIL;
+        s.next = self.free;
+        self.free = i;
+        self.live -= 1;
+        metrics::counter!(crate::metrics::SESSIONS_EVICTED, "reason" => why.label()).increment(1);
+    }
+
+    fn idle_for(&self, i: u32, now: Instant) -> Duration {
+        let s = self.slots[i as usize].session.as_ref().expect("live slot");
+        now.saturating_duration_since(s.last_seen)
+    }
+
+    /// Creates a session for an `initialize` that negotiated `version`. When
+    /// full, the least recently used session is evicted if it has been idle
+    /// for `min_idle_before_evict` (reason `lru`, or `idle` if it had expired).
+    /// Errors: [`SessionError::Full`] (counted as `session_capacity`), [`SessionError::Random`].
     pub fn insert(
         &mut self,
         version: ProtocolVersion,
         now: Instant,
     ) -> Result<SessionId, SessionError> {
-        let mut free = None;
-        let mut oldest: Option<(usize, Instant)> = None;
-        for (i, slot) in self.slots.iter().enumerate() {
-            match &slot.session {
-                None => {
-                    free = Some(i);
-                    break;
-                }
-                Some(s) if self.expired(s, now) => {
-                    if oldest.is_none_or(|(_, t)| s.last_seen < t) {
-                        oldest = Some((i, s.last_seen));
-                    }
-                }
-                Some(_) => {}
-            }
-        }
-        let idx = match (free, oldest) {
-            (Some(i), _) => i,
-            (None, Some((i, _))) => {
-                self.slots[i].session = None;
-                self.live -= 1;
-                metrics::counter!(crate::metrics::SESSIONS_EVICTED, "reason" => "idle")
-                    .increment(1);
-                i
-            }
-            (None, None) => {
+        if self.free == NIL {
+            let lru = self.head;
+            let idle = self.idle_for(lru, now);
+            if idle >= self.idle_timeout {
+                self.release(lru, Removal::Idle);
+            } else if idle >= self.min_idle_before_evict {
+                self.release(lru, Removal::Lru);
+            } else {
                 metrics::counter!(crate::metrics::REFUSED, "limit" => "session_capacity")
                     .increment(1);
                 return Err(SessionError::Full {
                     capacity: self.capacity(),
+                    retry_after: self.min_idle_before_evict - idle,
                 });
             }
-        };
+        }
         let mut secret = [0u8; 16];
         getrandom::fill(&mut secret).map_err(|e| SessionError::Random(e.to_string()))?;
-        let slot = &mut self.slots[idx];
+        let i = self.free;
+        self.free = self.slots[i as usize].next;
+        let slot = &mut self.slots[i as usize];
         slot.secret = secret;
         slot.session = Some(Session {
             version,
             last_seen: now,
             initialized: false,
         });
+        self.push_tail(i);
         self.live += 1;
         Ok(SessionId {
             secret,
-            slot: idx as u16,
+            slot: i as u16,
         })
     }
 
-    fn find(&mut self, id: &SessionId) -> Option<&mut Slot> {
-        let slot = self.slots.get_mut(id.slot as usize)?;
+    fn find(&self, id: &SessionId) -> Option<u32> {
+        let slot = self.slots.get(id.slot as usize)?;
         // Constant-time comparison of the secret.
         let diff = slot
             .secret
             .iter()
             .zip(id.secret.iter())
             .fold(0u8, |acc, (a, b)| acc | (a ^ b));
-        (diff == 0 && slot.session.is_some()).then_some(slot)
+        (diff == 0 && slot.session.is_some()).then_some(id.slot as u32)
     }
 
     /// Looks up a session for a client request and marks it active at `now`.
     /// An expired session is removed and reported as [`SessionError::NotFound`].
     pub fn touch(&mut self, id: &SessionId, now: Instant) -> Result<Session, SessionError> {
-        let timeout = self.idle_timeout;
-        let slot = self.find(id).ok_or(SessionError::NotFound)?;
-        let s = slot.session.as_mut().expect("find checks presence");
-        if now.saturating_duration_since(s.last_seen) >= timeout {
-            slot.session = None;
-            self.live -= 1;
-            metrics::counter!(crate::metrics::SESSIONS_EVICTED, "reason" => "idle").increment(1);
+        let i = self.find(id).ok_or(SessionError::NotFound)?;
+        if self.idle_for(i, now) >= self.idle_timeout {
+            self.release(i, Removal::Idle);
             return Err(SessionError::NotFound);
         }
+        self.unlink(i);
+        self.push_tail(i);
+        let s = self.slots[i as usize].session.as_mut().expect("live slot");
         s.last_seen = now;
         Ok(*s)
     }
 
-    /// Looks up a session without touching its idle clock (used by GET streams).
-    pub fn peek(&mut self, id: &SessionId, now: Instant) -> Option<Session> {
-        let timeout = self.idle_timeout;
-        let s = self.find(id)?.session?;
-        (now.saturating_duration_since(s.last_seen) < timeout).then_some(s)
+    /// Looks up a session without touching its idle clock (GET streams use
+    /// this: an open stream does not keep a session alive).
+    pub fn peek(&self, id: &SessionId, now: Instant) -> Option<Session> {
+        let i = self.find(id)?;
+        (self.idle_for(i, now) < self.idle_timeout)
+            .then(|| self.slots[i as usize].session.expect("live slot"))
     }
 
     /// Records `notifications/initialized`.
     pub fn mark_initialized(&mut self, id: &SessionId) {
-        if let Some(s) = self.find(id).and_then(|slot| slot.session.as_mut()) {
-            s.initialized = true;
+        if let Some(i) = self.find(id) {
+            if let Some(s) = self.slots[i as usize].session.as_mut() {
+                s.initialized = true;
+            }
         }
     }
 
@@ -228,36 +309,29 @@ impl Table {
     /// if the id was unknown.
     pub fn remove(&mut self, id: &SessionId) -> bool {
         match self.find(id) {
-            Some(slot) => {
-                slot.session = None;
-                slot.secret = [0; 16];
-                self.live -= 1;
-                metrics::counter!(crate::metrics::SESSIONS_EVICTED, "reason" => "deleted")
-                    .increment(1);
+            Some(i) => {
+                self.release(i, Removal::Deleted);
                 true
             }
             None => false,
         }
     }
 
-    /// Removes every session idle for `idle_timeout` or longer; returns how many.
+    /// Removes every session idle for `idle_timeout` or longer (they sit at
+    /// the head of the recency list); returns how many.
     pub fn expire(&mut self, now: Instant) -> usize {
-        let timeout = self.idle_timeout;
         let mut n = 0;
-        for slot in self.slots.iter_mut() {
-            if let Some(s) = &slot.session {
-                if now.saturating_duration_since(s.last_seen) >= timeout {
-                    slot.session = None;
-                    n += 1;
-                }
-            }
-        }
-        self.live -= n;
-        if n > 0 {
-            metrics::counter!(crate::metrics::SESSIONS_EVICTED, "reason" => "idle")
-                .increment(n as u64);
+        while self.head != NIL && self.idle_for(self.head, now) >= self.idle_timeout {
+            self.release(self.head, Removal::Idle);
+            n += 1;
         }
         n
+    }
+
+    /// When the next session will expire if nobody touches it (for the sweep timer).
+    pub fn next_expiry(&self) -> Option<Instant> {
+        let s = self.slots.get(self.head as usize)?.session.as_ref()?;
+        Some(s.last_seen + self.idle_timeout)
     }
 }
 
@@ -269,7 +343,7 @@ mod tests {
 
     #[test]
     fn id_round_trips_and_rejects_garbage() {
-        let mut t = Table::new(4, Duration::from_secs(60));
+        let mut t = Table::new(4, Duration::from_secs(60), Duration::from_secs(60));
         let id = t.insert(V, Instant::now()).unwrap();
         let h = id.to_header();
         assert_eq!(h.len(), 36);
@@ -284,12 +358,15 @@ mod tests {
     #[test]
     fn full_table_refuses_then_reuses_expired_slot() {
         let t0 = Instant::now();
-        let mut t = Table::new(2, Duration::from_secs(60));
+        let mut t = Table::new(2, Duration::from_secs(60), Duration::from_secs(60));
         let a = t.insert(V, t0).unwrap();
         let _b = t.insert(V, t0 + Duration::from_secs(1)).unwrap();
         assert_eq!(
             t.insert(V, t0 + Duration::from_secs(2)),
-            Err(SessionError::Full { capacity: 2 })
+            Err(SessionError::Full {
+                capacity: 2,
+                retry_after: Duration::from_secs(58)
+            })
         );
         // After a's idle timeout its slot is taken over; a is gone.
         let c = t.insert(V, t0 + Duration::from_secs(60)).unwrap();
@@ -302,9 +379,55 @@ mod tests {
     }
 
     #[test]
+    fn full_table_evicts_the_least_recently_used_idle_session() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut t = Table::new(3, s(3600), s(30));
+        let a = t.insert(V, t0).unwrap();
+        let b = t.insert(V, t0).unwrap();
+        let c = t.insert(V, t0).unwrap();
+        // a is used again later, so b is now the least recently used.
+        t.touch(&a, t0 + s(20)).unwrap();
+        // Nobody idle 30 s yet at t0+25: refused, retry when b qualifies.
+        assert_eq!(
+            t.insert(V, t0 + s(25)),
+            Err(SessionError::Full {
+                capacity: 3,
+                retry_after: s(5)
+            })
+        );
+        let d = t.insert(V, t0 + s(31)).unwrap();
+        assert_eq!(
+            t.touch(&b, t0 + s(31)),
+            Err(SessionError::NotFound),
+            "b (LRU) evicted"
+        );
+        for id in [a, c, d] {
+            assert!(t.touch(&id, t0 + s(32)).is_ok());
+        }
+        assert_eq!(t.len(), 3);
+    }
+
+    #[test]
+    fn a_million_inserts_never_grow_the_table() {
+        let mut t = Table::new(64, Duration::from_secs(60), Duration::from_secs(1));
+        let bytes = t.footprint_bytes();
+        let t0 = Instant::now();
+        for n in 0..1_000_000u64 {
+            let now = t0 + Duration::from_millis(n * 20);
+            // 20 ms apart: the 64-slot table is always full of sessions < 1.3 s
+            // idle, so about every other insert evicts the LRU one.
+            let _ = t.insert(V, now);
+            assert!(t.len() <= 64);
+        }
+        assert_eq!(t.footprint_bytes(), bytes);
+        assert_eq!(t.len(), 64);
+    }
+
+    #[test]
     fn delete_frees_at_once_and_id_is_dead() {
         let now = Instant::now();
-        let mut t = Table::new(1, Duration::from_secs(60));
+        let mut t = Table::new(1, Duration::from_secs(60), Duration::from_secs(60));
         let a = t.insert(V, now).unwrap();
         assert!(t.remove(&a));
         assert!(!t.remove(&a));
@@ -317,7 +440,7 @@ mod tests {
     #[test]
     fn touch_keeps_alive_and_expire_sweeps() {
         let t0 = Instant::now();
-        let mut t = Table::new(8, Duration::from_secs(10));
+        let mut t = Table::new(8, Duration::from_secs(10), Duration::from_secs(10));
         let a = t.insert(V, t0).unwrap();
         let b = t.insert(V, t0).unwrap();
         assert!(t.touch(&a, t0 + Duration::from_secs(9)).is_ok());

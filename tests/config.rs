@@ -163,8 +163,17 @@ fn minimal_stdio_gets_every_default() {
     assert_eq!(s.max_body_bytes, limits::DEFAULT_MAX_BODY_BYTES);
     assert_eq!(s.session_capacity, limits::DEFAULT_SESSION_CAPACITY);
     assert_eq!(s.session_idle_timeout, limits::DEFAULT_SESSION_IDLE_TIMEOUT);
+    assert_eq!(
+        s.session_min_idle_before_evict,
+        limits::DEFAULT_SESSION_MIN_IDLE_BEFORE_EVICT
+    );
     assert_eq!(s.keepalive, limits::DEFAULT_KEEPALIVE);
     assert_eq!(s.max_connections, limits::DEFAULT_MAX_CONNECTIONS);
+    assert_eq!(s.sse_queue_depth, limits::RELAY_QUEUE_DEPTH);
+    assert_eq!(
+        s.max_pending_server_requests,
+        limits::PENDING_SERVER_REQUESTS
+    );
     assert_eq!(s.tool_name_separator, "__");
     assert_eq!(s.tool_names, ToolNameRule::Strict);
     assert_eq!(s.metrics_listen, None);
@@ -177,6 +186,8 @@ fn minimal_stdio_gets_every_default() {
     assert_eq!(up.call_timeout, limits::DEFAULT_CALL_TIMEOUT);
     assert_eq!(up.max_in_flight, limits::DEFAULT_MAX_IN_FLIGHT);
     assert_eq!(up.max_result_bytes, limits::DEFAULT_MAX_RESULT_BYTES);
+    assert_eq!(up.max_catalog_entries, limits::MAX_CATALOG_ENTRIES);
+    assert_eq!(up.max_catalog_bytes, limits::DEFAULT_MAX_CATALOG_BYTES);
     match &up.transport {
         Transport::Stdio {
             command,
@@ -204,8 +215,11 @@ fn full_example_resolves_every_key() {
     assert_eq!(s.max_body_bytes, 2 * 1024 * 1024);
     assert_eq!(s.session_capacity, 512);
     assert_eq!(s.session_idle_timeout, Duration::from_secs(45 * 60));
+    assert_eq!(s.session_min_idle_before_evict, Duration::from_secs(5 * 60));
     assert_eq!(s.keepalive, Duration::from_secs(20));
     assert_eq!(s.max_connections, 1024);
+    assert_eq!(s.sse_queue_depth, 64);
+    assert_eq!(s.max_pending_server_requests, 8);
     assert_eq!(s.tool_name_separator, ".");
     assert_eq!(s.tool_names, ToolNameRule::Spec);
     assert_eq!(s.metrics_listen.unwrap().to_string(), "127.0.0.1:9737");
@@ -217,6 +231,10 @@ fn full_example_resolves_every_key() {
     assert_eq!(fs.era, Era::Legacy);
     assert_eq!(fs.call_timeout, Duration::from_secs(120));
     assert_eq!((fs.max_in_flight, fs.max_result_bytes), (16, 1024 * 1024));
+    assert_eq!(
+        (fs.max_catalog_entries, fs.max_catalog_bytes),
+        (256, 512 * 1024)
+    );
     match &fs.transport {
         Transport::Stdio { args, env, cwd, .. } => {
             assert_eq!(args.len(), 3);
@@ -266,6 +284,13 @@ fn claude_desktop_file() {
     );
     assert!(fs.enabled);
     assert_eq!(fs.call_timeout, limits::DEFAULT_CALL_TIMEOUT);
+    assert_eq!(fs.max_catalog_entries, limits::MAX_CATALOG_ENTRIES);
+    assert_eq!(fs.max_catalog_bytes, limits::DEFAULT_MAX_CATALOG_BYTES);
+    assert_eq!(cfg.server.sse_queue_depth, limits::RELAY_QUEUE_DEPTH);
+    assert_eq!(
+        cfg.server.max_pending_server_requests,
+        limits::PENDING_SERVER_REQUESTS
+    );
     match &fs.transport {
         Transport::Stdio {
             command, args, env, ..
@@ -329,6 +354,17 @@ fn embedded_default() {
     assert_eq!((edge.name.as_str(), edge.prefix.as_str()), ("edge", "edge"));
     assert!(edge.enabled);
     assert!(matches!(edge.transport, Transport::Builtin));
+    assert_eq!(
+        cfg.server.session_min_idle_before_evict,
+        limits::DEFAULT_SESSION_MIN_IDLE_BEFORE_EVICT
+    );
+    assert_eq!(cfg.server.sse_queue_depth, limits::RELAY_QUEUE_DEPTH);
+    assert_eq!(
+        cfg.server.max_pending_server_requests,
+        limits::PENDING_SERVER_REQUESTS
+    );
+    assert_eq!(edge.max_catalog_entries, limits::MAX_CATALOG_ENTRIES);
+    assert_eq!(edge.max_catalog_bytes, limits::DEFAULT_MAX_CATALOG_BYTES);
     // The rendering of the default is itself a valid config.
     Config::from_toml_str(&cfg.render_masked(), Path::new("default.toml")).unwrap();
 }
@@ -350,6 +386,15 @@ fn render_masks_secrets() {
     );
     assert!(full.contains("session_idle_timeout = \"45m\""), "{full}");
     assert!(full.contains("call_timeout = \"2m\""), "{full}");
+    for want in [
+        "session_min_idle_before_evict = \"5m\"",
+        "sse_queue_depth = 64",
+        "max_pending_server_requests = 8",
+        "max_catalog_entries = 256",
+        "max_catalog_bytes = 524288",
+    ] {
+        assert!(full.contains(want), "{want} missing:\n{full}");
+    }
     assert!(
         full.contains("metrics_listen = \"127.0.0.1:9737\""),
         "{full}"
@@ -400,4 +445,46 @@ fn render_round_trips() {
             .render_masked();
         assert_eq!(first, again, "{}", path.display());
     }
+}
+
+#[test]
+fn min_idle_before_evict_bounds() {
+    const UP: &str = "[[upstream]]\nname = \"a\"\ncommand = \"a\"\n";
+    let load = |server: &str| {
+        Config::from_toml_str(&format!("[server]\n{server}\n{UP}"), Path::new("c.toml"))
+    };
+    // Zero is allowed (any idle session may be evicted) and round-trips.
+    let cfg = load("session_min_idle_before_evict = \"0s\"").unwrap();
+    assert_eq!(cfg.server.session_min_idle_before_evict, Duration::ZERO);
+    let again = Config::from_toml_str(&cfg.render_masked(), Path::new("c.toml")).unwrap();
+    assert_eq!(again.server.session_min_idle_before_evict, Duration::ZERO);
+    // Equal to the idle timeout is allowed.
+    let cfg =
+        load("session_idle_timeout = \"2m\"\nsession_min_idle_before_evict = \"2m\"").unwrap();
+    assert_eq!(
+        cfg.server.session_min_idle_before_evict,
+        Duration::from_secs(120)
+    );
+    // Unset, the default never exceeds a shorter idle timeout.
+    let cfg = load("session_idle_timeout = \"20s\"").unwrap();
+    assert_eq!(
+        cfg.server.session_min_idle_before_evict,
+        Duration::from_secs(20)
+    );
+    // Longer than the idle timeout is an error naming the key.
+    let err = load("session_idle_timeout = \"20s\"\nsession_min_idle_before_evict = \"21s\"")
+        .unwrap_err();
+    assert_eq!(
+        err.key(),
+        Some("server.session_min_idle_before_evict"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("session_idle_timeout"), "{err}");
+    // "off" words are still rejected.
+    let err = load("session_min_idle_before_evict = \"off\"").unwrap_err();
+    assert_eq!(
+        err.key(),
+        Some("server.session_min_idle_before_evict"),
+        "{err}"
+    );
 }

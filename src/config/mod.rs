@@ -19,8 +19,11 @@
 //! max_body_bytes = 1048576                      # 1..=limits::MAX_BODY_BYTES_CEILING
 //! session_capacity = 256                        # 1..=limits::SESSION_CAPACITY_CEILING
 //! session_idle_timeout = "30m"                  # humantime, MIN..=MAX_SESSION_IDLE_TIMEOUT
+//! session_min_idle_before_evict = "1m"          # humantime, 0s..=24h and <= session_idle_timeout
 //! keepalive = "15s"                             # humantime, 1s..=60s
 //! max_connections = 256                         # 1..=65536
+//! sse_queue_depth = 32                          # 1..=limits::RELAY_QUEUE_DEPTH_CEILING (1024)
+//! max_pending_server_requests = 16              # 1..=limits::PENDING_SERVER_REQUESTS_CEILING (1024)
 //! tool_name_separator = "__"                    # 1..=4 chars of [A-Za-z0-9_.-]
 //! tool_names = "strict"                         # "strict" | "spec"
 //! metrics_listen = "127.0.0.1:9737"             # optional IP:port
@@ -41,11 +44,40 @@
 //! call_timeout = "60s"                          # 1s..=1h
 //! max_in_flight = 64                            # 1..=limits::MAX_IN_FLIGHT_CEILING
 //! max_result_bytes = 8388608                    # 1024..=256 MiB
+//! max_catalog_entries = 1024                    # 1..=limits::MAX_CATALOG_ENTRIES_CEILING (16384)
+//! max_catalog_bytes = 1048576                   # 1024..=64 MiB
 //! ```
 //!
 //! `transport` may be omitted when exactly one of `command` / `url` is given
 //! (it is then `stdio` / `http`). A key that does not belong to the upstream's
 //! transport (e.g. `url` on a stdio upstream) is an error.
+//!
+//! Capacity keys, each bounded so memory stays fixed under load:
+//!
+//! - `server.session_min_idle_before_evict` (default
+//!   [`crate::limits::DEFAULT_SESSION_MIN_IDLE_BEFORE_EVICT`], 60 s; when
+//!   unset and `session_idle_timeout` is shorter, that timeout): when the
+//!   legacy session table is full, a new `initialize` evicts the
+//!   least-recently-used session that has been idle at least this long; if
+//!   none has, the client gets 503 with `Retry-After`. `"0s"` lets any idle
+//!   session be evicted. Longer than `session_idle_timeout` is an error (such
+//!   a session would already have expired).
+//! - `server.sse_queue_depth` (default [`crate::limits::RELAY_QUEUE_DEPTH`]):
+//!   messages queued for one downstream SSE response (upstream notifications,
+//!   relayed requests during a call) before further ones are dropped and
+//!   counted.
+//! - `server.max_pending_server_requests` (default
+//!   [`crate::limits::PENDING_SERVER_REQUESTS`]): per upstream, server→client
+//!   requests (sampling, elicitation, roots) relayed to clients and awaiting
+//!   their answer.
+//! - `upstream.max_catalog_entries` (default
+//!   [`crate::limits::MAX_CATALOG_ENTRIES`]): most tools (and separately
+//!   prompts, resources, resource templates) kept from this upstream; extra
+//!   ones are dropped with a log line and a metric.
+//! - `upstream.max_catalog_bytes` (default
+//!   [`crate::limits::DEFAULT_MAX_CATALOG_BYTES`], 1 MiB): serialized JSON
+//!   bytes of everything kept in this upstream's catalog; entries past the
+//!   budget are dropped with a log line and a metric.
 //!
 //! # `mcpServers` JSON
 //!
@@ -54,7 +86,9 @@
 //! with optional `"type"` (`stdio`, `http`, `streamable-http`, `streamableHttp`;
 //! `sse` is rejected) and `"disabled": true`. VS Code's top-level `"servers"`
 //! is accepted when `"mcpServers"` is absent. Host-specific keys are ignored
-//! with a warning. The `[server]` section gets its defaults.
+//! with a warning. The `[server]` section gets its defaults, and so do the
+//! upstream keys JSON can't express (`call_timeout`, `max_in_flight`,
+//! `max_result_bytes`, `max_catalog_entries`, `max_catalog_bytes`, ...).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -97,10 +131,20 @@ pub struct ServerConfig {
     pub session_capacity: usize,
     /// Idle timeout of a legacy session (`session_idle_timeout`); never zero.
     pub session_idle_timeout: Duration,
+    /// Least idle time of a legacy session before a new `initialize` may
+    /// evict it when the table is full (`session_min_idle_before_evict`);
+    /// may be zero, never longer than `session_idle_timeout`.
+    pub session_min_idle_before_evict: Duration,
     /// SSE keep-alive comment period (`keepalive`).
     pub keepalive: Duration,
     /// Maximum concurrent downstream connections (`max_connections`).
     pub max_connections: usize,
+    /// Messages queued for one downstream SSE response before further ones
+    /// are dropped and counted (`sse_queue_depth`).
+    pub sse_queue_depth: usize,
+    /// Per upstream, server→client requests relayed to clients and awaiting
+    /// their answer (`max_pending_server_requests`).
+    pub max_pending_server_requests: usize,
     /// Separator between upstream prefix and tool name (`tool_name_separator`).
     pub tool_name_separator: String,
     /// Exposed tool name rule (`tool_names`).
@@ -147,6 +191,12 @@ pub struct UpstreamConfig {
     pub max_in_flight: usize,
     /// Largest accepted single upstream message in bytes (`max_result_bytes`).
     pub max_result_bytes: usize,
+    /// Most entries kept per catalog kind (tools, prompts, resources,
+    /// resource templates) from this upstream (`max_catalog_entries`).
+    pub max_catalog_entries: usize,
+    /// Serialized JSON bytes of everything kept in this upstream's catalog
+    /// (`max_catalog_bytes`).
+    pub max_catalog_bytes: usize,
     /// How to reach it.
     pub transport: Transport,
 }

@@ -36,8 +36,11 @@ pub(super) struct RawServer {
     pub max_body_bytes: Option<RawInt>,
     pub session_capacity: Option<RawInt>,
     pub session_idle_timeout: Option<RawDuration>,
+    pub session_min_idle_before_evict: Option<RawDuration>,
     pub keepalive: Option<RawDuration>,
     pub max_connections: Option<RawInt>,
+    pub sse_queue_depth: Option<RawInt>,
+    pub max_pending_server_requests: Option<RawInt>,
     pub tool_name_separator: Option<String>,
     pub tool_names: Option<String>,
     pub metrics_listen: Option<String>,
@@ -65,6 +68,8 @@ pub(super) struct RawUpstream {
     pub call_timeout: Option<RawDuration>,
     pub max_in_flight: Option<RawInt>,
     pub max_result_bytes: Option<RawInt>,
+    pub max_catalog_entries: Option<RawInt>,
+    pub max_catalog_bytes: Option<RawInt>,
 }
 
 /// A duration as written (`"30s"`), parsed by `validate`.

@@ -31,8 +31,19 @@ pub(super) fn render(cfg: &Config) -> String {
         "session_idle_timeout",
         duration(s.session_idle_timeout),
     );
+    kv(
+        &mut o,
+        "session_min_idle_before_evict",
+        duration(s.session_min_idle_before_evict),
+    );
     kv(&mut o, "keepalive", duration(s.keepalive));
     kv(&mut o, "max_connections", s.max_connections.to_string());
+    kv(&mut o, "sse_queue_depth", s.sse_queue_depth.to_string());
+    kv(
+        &mut o,
+        "max_pending_server_requests",
+        s.max_pending_server_requests.to_string(),
+    );
     kv(&mut o, "tool_name_separator", quote(&s.tool_name_separator));
     let rule = match s.tool_names {
         ToolNameRule::Strict => "strict",
@@ -64,6 +75,16 @@ pub(super) fn render(cfg: &Config) -> String {
         kv(&mut o, "call_timeout", duration(up.call_timeout));
         kv(&mut o, "max_in_flight", up.max_in_flight.to_string());
         kv(&mut o, "max_result_bytes", up.max_result_bytes.to_string());
+        kv(
+            &mut o,
+            "max_catalog_entries",
+            up.max_catalog_entries.to_string(),
+        );
+        kv(
+            &mut o,
+            "max_catalog_bytes",
+            up.max_catalog_bytes.to_string(),
+        );
         match &up.transport {
             Transport::Stdio {
                 command,

@@ -14,6 +14,8 @@ type Result<T> = std::result::Result<T, ConfigError>;
 const MIN_KEEPALIVE: Duration = Duration::from_secs(1);
 const MAX_KEEPALIVE: Duration = Duration::from_secs(60);
 const MAX_CONNECTIONS_CEILING: usize = 65_536;
+/// Longest `session_min_idle_before_evict`: 24 h.
+const MAX_MIN_IDLE_BEFORE_EVICT: Duration = Duration::from_secs(24 * 3600);
 /// Longest `tool_name_separator`.
 const MAX_SEPARATOR_LEN: usize = 4;
 
@@ -67,6 +69,34 @@ pub(super) fn server(ctx: &Ctx, raw: RawServer) -> Result<ServerConfig> {
             return Err(ctx.err(k("tool_names"), "must be \"strict\" or \"spec\""));
         }
     };
+    let session_idle_timeout = duration(
+        ctx,
+        &k("session_idle_timeout"),
+        raw.session_idle_timeout.as_ref(),
+        (
+            limits::MIN_SESSION_IDLE_TIMEOUT,
+            limits::MAX_SESSION_IDLE_TIMEOUT,
+        ),
+        d.session_idle_timeout,
+    )?;
+    let session_min_idle_before_evict = duration(
+        ctx,
+        &k("session_min_idle_before_evict"),
+        raw.session_min_idle_before_evict.as_ref(),
+        (Duration::ZERO, MAX_MIN_IDLE_BEFORE_EVICT),
+        // Unset: the default, but never past a shorter idle timeout.
+        d.session_min_idle_before_evict.min(session_idle_timeout),
+    )?;
+    if session_min_idle_before_evict > session_idle_timeout {
+        return Err(ctx.err(
+            k("session_min_idle_before_evict"),
+            format!(
+                "must not be longer than server.session_idle_timeout ({}): a session idle \
+                 that long has already expired, so nothing could ever be evicted",
+                humantime::format_duration(session_idle_timeout)
+            ),
+        ));
+    }
     Ok(ServerConfig {
         listen,
         allowed_origins,
@@ -85,16 +115,8 @@ pub(super) fn server(ctx: &Ctx, raw: RawServer) -> Result<ServerConfig> {
             (1, limits::SESSION_CAPACITY_CEILING),
             d.session_capacity,
         )?,
-        session_idle_timeout: duration(
-            ctx,
-            &k("session_idle_timeout"),
-            raw.session_idle_timeout.as_ref(),
-            (
-                limits::MIN_SESSION_IDLE_TIMEOUT,
-                limits::MAX_SESSION_IDLE_TIMEOUT,
-            ),
-            d.session_idle_timeout,
-        )?,
+        session_idle_timeout,
+        session_min_idle_before_evict,
         keepalive: duration(
             ctx,
             &k("keepalive"),
@@ -108,6 +130,20 @@ pub(super) fn server(ctx: &Ctx, raw: RawServer) -> Result<ServerConfig> {
             raw.max_connections,
             (1, MAX_CONNECTIONS_CEILING),
             d.max_connections,
+        )?,
+        sse_queue_depth: int(
+            ctx,
+            &k("sse_queue_depth"),
+            raw.sse_queue_depth,
+            (1, limits::RELAY_QUEUE_DEPTH_CEILING),
+            d.sse_queue_depth,
+        )?,
+        max_pending_server_requests: int(
+            ctx,
+            &k("max_pending_server_requests"),
+            raw.max_pending_server_requests,
+            (1, limits::PENDING_SERVER_REQUESTS_CEILING),
+            d.max_pending_server_requests,
         )?,
         tool_name_separator,
         tool_names,

@@ -84,8 +84,11 @@ pub(super) fn default_server() -> ServerConfig {
         max_body_bytes: limits::DEFAULT_MAX_BODY_BYTES,
         session_capacity: limits::DEFAULT_SESSION_CAPACITY,
         session_idle_timeout: limits::DEFAULT_SESSION_IDLE_TIMEOUT,
+        session_min_idle_before_evict: limits::DEFAULT_SESSION_MIN_IDLE_BEFORE_EVICT,
         keepalive: limits::DEFAULT_KEEPALIVE,
         max_connections: limits::DEFAULT_MAX_CONNECTIONS,
+        sse_queue_depth: limits::RELAY_QUEUE_DEPTH,
+        max_pending_server_requests: limits::PENDING_SERVER_REQUESTS,
         tool_name_separator: "__".to_owned(),
         tool_names: ToolNameRule::Strict,
         metrics_listen: None,
@@ -102,6 +105,8 @@ pub(super) fn upstream_with_defaults(name: String, transport: Transport) -> Upst
         call_timeout: limits::DEFAULT_CALL_TIMEOUT,
         max_in_flight: limits::DEFAULT_MAX_IN_FLIGHT,
         max_result_bytes: limits::DEFAULT_MAX_RESULT_BYTES,
+        max_catalog_entries: limits::MAX_CATALOG_ENTRIES,
+        max_catalog_bytes: limits::DEFAULT_MAX_CATALOG_BYTES,
         transport,
     }
 }
@@ -368,6 +373,20 @@ fn upstream(ctx: &Ctx, base: &str, raw: RawUpstream) -> Result<UpstreamConfig> {
         (MIN_RESULT_BYTES, MAX_RESULT_BYTES_CEILING),
         limits::DEFAULT_MAX_RESULT_BYTES,
     )?;
+    up.max_catalog_entries = int(
+        ctx,
+        &k("max_catalog_entries"),
+        raw.max_catalog_entries,
+        (1, limits::MAX_CATALOG_ENTRIES_CEILING),
+        limits::MAX_CATALOG_ENTRIES,
+    )?;
+    up.max_catalog_bytes = int(
+        ctx,
+        &k("max_catalog_bytes"),
+        raw.max_catalog_bytes,
+        (limits::MIN_CATALOG_BYTES, limits::MAX_CATALOG_BYTES_CEILING),
+        limits::DEFAULT_MAX_CATALOG_BYTES,
+    )?;
     Ok(up)
 }
 
@@ -387,6 +406,8 @@ pub(super) fn int(
     }
 }
 
+/// A humantime duration in `min..=max`; zero is accepted only when `min` is
+/// zero, and "off"-like words never are.
 pub(super) fn duration(
     ctx: &Ctx,
     key: &str,
@@ -415,7 +436,7 @@ pub(super) fn duration(
             format!("{s:?} is not a duration such as \"30s\" or \"5m\" ({e}); use {range}"),
         )
     })?;
-    if d.is_zero() {
+    if d.is_zero() && !min.is_zero() {
         return Err(ctx.err(key, format!("must not be zero; use a duration {range}")));
     }
     if d < min || d > max {

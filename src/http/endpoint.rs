@@ -34,8 +34,21 @@ fn refuse(status: StatusCode, code: i64, msg: impl Into<String>) -> Refusal {
 }
 
 impl Refusal {
+    /// The HTTP answer; an error whose `data.retryAfterSeconds` is set also
+    /// gets a `Retry-After` header (RFC 9110 §10.2.3).
     fn into_response(self, id: Value) -> Response<Body> {
-        reply::json(self.0, &protocol::error_response(id, &self.1))
+        let retry = self
+            .1
+            .data
+            .as_ref()
+            .and_then(|d| d.get("retryAfterSeconds"))
+            .and_then(Value::as_u64);
+        let mut r = reply::json(self.0, &protocol::error_response(id, &self.1));
+        if let Some(secs) = retry {
+            r.headers_mut()
+                .insert(http::header::RETRY_AFTER, secs.into());
+        }
+        r
     }
 }
 
@@ -106,6 +119,14 @@ fn delete(app: Arc<App>, h: &HeaderMap) -> Response<Body> {
             let mut t = app.sessions.lock().expect("sessions");
             if t.remove(&id) {
                 metrics::gauge!(crate::metrics::SESSIONS_ACTIVE).set(t.len() as f64);
+                drop(t);
+                // Everything the session owned goes now: its GET streams end,
+                // its relayed requests are forgotten.
+                app.sessions_changed.notify_waiters();
+                let header = id.to_header();
+                for up in app.router.upstreams() {
+                    up.forget_session(&header);
+                }
                 reply::empty(StatusCode::OK)
             } else {
                 refuse(
@@ -347,13 +368,15 @@ async fn one(
                     Era::Legacy(sid, _) => Some(sid.to_header()),
                     Era::Modern => None,
                 };
-                let (relay, rx) = crate::upstream::relay::Relay::new(session);
+                let (relay, rx) =
+                    crate::upstream::relay::Relay::new(session, app.config.server.sse_queue_depth);
+                let keepalive = app.config.server.keepalive;
                 let app = app.clone();
                 let fut = async move {
                     let outcome = app.call(&method, params, modern, Some(relay)).await;
                     finish(id, &method, era, outcome).response
                 };
-                return Ok(Outcome::Stream(reply::relay_stream(rx, fut)));
+                return Ok(Outcome::Stream(reply::relay_stream(rx, fut, keepalive)));
             }
             let outcome = app.call(&method, params, modern, None).await;
             Ok(Outcome::Answer(finish(id, &method, era, outcome)))
@@ -387,11 +410,10 @@ fn initialize(app: &App, id: Value, params: Option<&Value>) -> Result<Answer, (V
     let mut table = app.sessions.lock().expect("sessions");
     let sid = match table.insert(version, Instant::now()) {
         Ok(s) => s,
-        Err(SessionError::Full { capacity }) => {
-            let r = RpcError::new(
-                protocol::SESSIONS_FULL,
-                format!("Session table full ({capacity} sessions); retry later"),
-            );
+        Err(e @ SessionError::Full { retry_after, .. }) => {
+            let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+            let r = RpcError::new(protocol::SESSIONS_FULL, e.to_string())
+                .with_data(json!({"retryAfterSeconds": secs}));
             return Err((id, Refusal(StatusCode::SERVICE_UNAVAILABLE, r)));
         }
         Err(e) => {

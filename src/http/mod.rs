@@ -42,6 +42,9 @@ pub struct App {
     pub router: Router,
     /// Origin/Host policy.
     pub origin: checks::OriginPolicy,
+    /// Woken (all waiters) whenever sessions are removed, so GET streams of
+    /// deleted or evicted sessions end at once.
+    pub sessions_changed: tokio::sync::Notify,
 }
 
 impl App {
@@ -131,7 +134,7 @@ impl Gateway {
             .upstreams
             .iter()
             .enumerate()
-            .map(|(i, c)| Upstream::new(i, c.clone()))
+            .map(|(i, c)| Upstream::new(i, c.clone(), config.server.max_pending_server_requests))
             .collect();
         let listener = TcpListener::bind(config.server.listen)
             .await
@@ -145,7 +148,12 @@ impl Gateway {
         })?;
         let s = &config.server;
         let app = Arc::new(App {
-            sessions: Mutex::new(Table::new(s.session_capacity, s.session_idle_timeout)),
+            sessions: Mutex::new(Table::new(
+                s.session_capacity,
+                s.session_idle_timeout,
+                s.session_min_idle_before_evict,
+            )),
+            sessions_changed: tokio::sync::Notify::new(),
             router: Router::new(
                 upstreams.clone(),
                 s.tool_names,
@@ -251,6 +259,7 @@ async fn accept_loop(listener: TcpListener, app: Arc<App>, mut shutdown: watch::
             _ = shutdown.changed() => return,
         };
         let _ = stream.set_nodelay(true);
+        set_user_timeout(&stream, app.config.server.keepalive * 2);
         let app = app.clone();
         // The connection's own future: lives as long as the client's socket.
         tokio::spawn(async move {
@@ -263,6 +272,27 @@ async fn accept_loop(listener: TcpListener, app: Arc<App>, mut shutdown: watch::
                 tracing::debug!("connection: {e}");
             }
         });
+    }
+}
+
+/// Sets `TCP_USER_TIMEOUT` (tcp(7)): a peer that vanished without FIN or RST
+/// leaves our keep-alive comments unacknowledged, and the kernel fails the
+/// socket after `t`, ending the stream and freeing what it held.
+fn set_user_timeout(stream: &tokio::net::TcpStream, t: Duration) {
+    use std::os::fd::AsRawFd;
+    let ms: libc::c_uint = t.as_millis().try_into().unwrap_or(libc::c_uint::MAX);
+    // SAFETY: a valid socket fd and a correctly sized option value.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_USER_TIMEOUT,
+            &ms as *const libc::c_uint as *const libc::c_void,
+            std::mem::size_of::<libc::c_uint>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        tracing::debug!("TCP_USER_TIMEOUT: {}", std::io::Error::last_os_error());
     }
 }
 
@@ -287,7 +317,11 @@ async fn sweep(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
             _ = shutdown.changed() => return,
         }
         let mut t = app.sessions.lock().expect("sessions");
-        t.expire(tokio::time::Instant::now());
+        let expired = t.expire(tokio::time::Instant::now());
         metrics::gauge!(crate::metrics::SESSIONS_ACTIVE).set(t.len() as f64);
+        drop(t);
+        if expired > 0 {
+            app.sessions_changed.notify_waiters();
+        }
     }
 }

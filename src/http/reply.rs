@@ -7,7 +7,6 @@ use super::{App, Body};
 use crate::protocol::sse;
 use crate::session::SessionId;
 use bytes::Bytes;
-use futures_util::StreamExt;
 use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
@@ -106,61 +105,73 @@ pub fn answer(
 }
 
 /// The GET stream of a legacy session: keep-alive comments every
-/// `server.keepalive`; ends when the session is deleted or expires.
+/// `server.keepalive`; ends as soon as the session is deleted, evicted or
+/// expires. The stream never touches the session's idle clock.
 pub fn session_stream(app: Arc<App>, id: SessionId) -> Response<Body> {
     let period = app.config.server.keepalive;
-    let ticks = tokio_stream_interval(period);
-    let stream = ticks
-        .take_while(move |_| {
+    let start = Instant::now() + period;
+    let state = (app, tokio::time::interval_at(start, period));
+    let stream = futures_util::stream::unfold(state, move |(app, mut iv)| async move {
+        loop {
+            let tick = tokio::select! {
+                _ = iv.tick() => true,
+                _ = app.sessions_changed.notified() => false,
+            };
             let alive = app
                 .sessions
                 .lock()
                 .expect("sessions")
                 .peek(&id, Instant::now())
                 .is_some();
-            std::future::ready(alive)
-        })
-        .map(|_| Ok::<_, Infallible>(Frame::data(sse::keepalive())));
+            if !alive {
+                return None;
+            }
+            if tick {
+                return Some((
+                    Ok::<_, Infallible>(Frame::data(sse::keepalive())),
+                    (app, iv),
+                ));
+            }
+        }
+    });
     let mut r = Response::new(BodyExt::boxed_unsync(StreamBody::new(stream)));
     sse_headers(&mut r);
     r
 }
 
-fn tokio_stream_interval(
-    period: std::time::Duration,
-) -> impl futures_util::Stream<Item = ()> + Send {
-    futures_util::stream::unfold(
-        tokio::time::interval_at(Instant::now(), period),
-        |mut iv| async move {
-            iv.tick().await;
-            Some(((), iv))
-        },
-    )
-}
-
 enum RelayState<F> {
-    Running(std::pin::Pin<Box<F>>, tokio::sync::mpsc::Receiver<Value>),
+    Running(
+        std::pin::Pin<Box<F>>,
+        tokio::sync::mpsc::Receiver<Value>,
+        tokio::time::Interval,
+    ),
     Draining(Value, tokio::sync::mpsc::Receiver<Value>),
     Done,
 }
 
 /// An SSE response that streams the messages relayed during a call
-/// (`rx`), then the call's final response (`call`), then ends. Dropping the
+/// (`rx`), then the call's final response (`call`), then ends; a keep-alive
+/// comment goes out every `keepalive` while nothing else does. Dropping the
 /// body (client gone) drops the call, which frees its in-flight slot.
-pub fn relay_stream<F>(rx: tokio::sync::mpsc::Receiver<Value>, call: F) -> Response<Body>
+pub fn relay_stream<F>(
+    rx: tokio::sync::mpsc::Receiver<Value>,
+    call: F,
+    keepalive: std::time::Duration,
+) -> Response<Body>
 where
     F: std::future::Future<Output = Value> + Send + 'static,
 {
     let frame = |v: &Value| Ok::<_, Infallible>(Frame::data(sse::event(&v.to_string())));
+    let iv = tokio::time::interval_at(Instant::now() + keepalive, keepalive);
     let stream = futures_util::stream::unfold(
-        RelayState::Running(Box::pin(call), rx),
+        RelayState::Running(Box::pin(call), rx, iv),
         move |st| async move {
             match st {
-                RelayState::Running(mut call, mut rx) => {
+                RelayState::Running(mut call, mut rx, mut iv) => {
                     tokio::select! {
                         biased;
                         m = rx.recv() => match m {
-                            Some(v) => Some((frame(&v), RelayState::Running(call, rx))),
+                            Some(v) => Some((frame(&v), RelayState::Running(call, rx, iv))),
                             None => {
                                 let fin = call.await;
                                 Some((frame(&fin), RelayState::Done))
@@ -170,6 +181,9 @@ where
                             Ok(v) => Some((frame(&v), RelayState::Draining(fin, rx))),
                             Err(_) => Some((frame(&fin), RelayState::Done)),
                         },
+                        _ = iv.tick() => {
+                            Some((Ok(Frame::data(sse::keepalive())), RelayState::Running(call, rx, iv)))
+                        }
                     }
                 }
                 RelayState::Draining(fin, mut rx) => match rx.try_recv() {

@@ -4,8 +4,9 @@
 //! Lists are followed page by page (`nextCursor`,
 //! `../shared/spec/2025-11-25/schema.json` `PaginatedResult`) with a page cap
 //! and a repeated-cursor check, so a looping upstream cannot hang a refresh.
-//! Each kind keeps at most [`limits::MAX_CATALOG_ENTRIES`] entries; the rest
-//! are dropped with a log line and a metric.
+//! Each kind keeps at most `max_catalog_entries` entries, and the whole
+//! catalog at most `max_catalog_bytes` of serialized JSON; the rest are
+//! dropped with a log line and `mcp_edge_catalog_dropped_total{reason}`.
 
 use super::{Negotiated, Upstream};
 use crate::limits;
@@ -29,21 +30,54 @@ impl Catalog {
     /// leaves that kind empty (logged) rather than failing the connection.
     pub async fn fetch(up: &Upstream, neg: &Negotiated) -> Catalog {
         let mut c = Catalog::default();
+        let mut budget = Budget {
+            bytes_left: up.config.max_catalog_bytes,
+            max_entries: up.config.max_catalog_entries,
+        };
         if neg.has("tools") {
-            c.tools = list_all(up, "tools/list", "tools").await;
+            c.tools = list_all(up, "tools/list", "tools", &mut budget).await;
         }
         if neg.has("prompts") {
-            c.prompts = list_all(up, "prompts/list", "prompts").await;
+            c.prompts = list_all(up, "prompts/list", "prompts", &mut budget).await;
         }
         if neg.has("resources") {
-            c.resources = list_all(up, "resources/list", "resources").await;
-            c.templates = list_all(up, "resources/templates/list", "resourceTemplates").await;
+            c.resources = list_all(up, "resources/list", "resources", &mut budget).await;
+            c.templates = list_all(
+                up,
+                "resources/templates/list",
+                "resourceTemplates",
+                &mut budget,
+            )
+            .await;
         }
         c
     }
 }
 
-async fn list_all(up: &Upstream, method: &str, key: &str) -> Vec<Value> {
+/// What is left of one upstream's catalog limits while it is being listed.
+struct Budget {
+    bytes_left: usize,
+    max_entries: usize,
+}
+
+/// Serialized JSON length of `v`, counted without building the string.
+pub fn json_len(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
+}
+
+async fn list_all(up: &Upstream, method: &str, key: &str, budget: &mut Budget) -> Vec<Value> {
     let mut out = Vec::new();
     let mut cursor: Option<String> = None;
     // Every cursor seen so far, to catch a looping upstream; at most one per page.
@@ -59,12 +93,23 @@ async fn list_all(up: &Upstream, method: &str, key: &str) -> Vec<Value> {
         };
         if let Some(items) = page.get(key).and_then(Value::as_array) {
             for item in items {
-                if out.len() >= limits::MAX_CATALOG_ENTRIES {
-                    metrics::counter!(crate::metrics::CATALOG_DROPPED, "reason" => "catalog_full")
+                if out.len() >= budget.max_entries {
+                    metrics::counter!(crate::metrics::CATALOG_DROPPED, "reason" => "catalog_entries").increment(1);
+                    metrics::counter!(crate::metrics::REFUSED, "limit" => "catalog_entries")
                         .increment(1);
-                    tracing::warn!(upstream = %up.name(), "{method}: more than {} entries; the rest are left out", limits::MAX_CATALOG_ENTRIES);
+                    tracing::warn!(upstream = %up.name(), "{method}: more than {} entries (max_catalog_entries); the rest are left out", budget.max_entries);
                     return out;
                 }
+                let size = json_len(item);
+                if size > budget.bytes_left {
+                    metrics::counter!(crate::metrics::CATALOG_DROPPED, "reason" => "catalog_bytes")
+                        .increment(1);
+                    metrics::counter!(crate::metrics::REFUSED, "limit" => "catalog_bytes")
+                        .increment(1);
+                    tracing::warn!(upstream = %up.name(), "{method}: an entry of {size} bytes left out: catalog over max_catalog_bytes");
+                    continue;
+                }
+                budget.bytes_left -= size;
                 out.push(item.clone());
             }
         }

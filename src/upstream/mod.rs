@@ -264,8 +264,9 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    /// A not-yet-connected upstream.
-    pub fn new(index: usize, config: UpstreamConfig) -> Arc<Self> {
+    /// A not-yet-connected upstream whose table of relayed server→client
+    /// requests holds `max_pending` entries (`server.max_pending_server_requests`).
+    pub fn new(index: usize, config: UpstreamConfig, max_pending: usize) -> Arc<Self> {
         let initial = if config.enabled {
             Status::Connecting
         } else {
@@ -280,7 +281,7 @@ impl Upstream {
             lost: Notify::new(),
             list_changed: Arc::new(Notify::new()),
             reinit: tokio::sync::Mutex::new(()),
-            pending: Arc::new(relay::Pending::new(crate::limits::PENDING_SERVER_REQUESTS)),
+            pending: Arc::new(relay::Pending::new(max_pending)),
         })
     }
 
@@ -407,6 +408,11 @@ impl Upstream {
             Err(e) => protocol::error_response(upstream_id, &e),
         };
         conn.respond(&msg).await.is_ok()
+    }
+
+    /// Forgets the relayed requests awaiting `session`'s answer (session ended).
+    pub fn forget_session(&self, session: &str) {
+        self.pending.forget_session(session);
     }
 
     /// What a transport needs to relay this upstream's server→client requests.

@@ -12,7 +12,6 @@
 //! dropped, or refused for requests), so one client never sees another's
 //! messages. HTTP upstreams send them on the call's own SSE stream.
 
-use crate::limits;
 use serde_json::Value;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -24,7 +23,7 @@ use tokio::time::Instant;
 /// accept the client's answers to relayed requests).
 #[derive(Clone, Debug)]
 pub struct Relay {
-    /// Queue feeding the downstream SSE stream ([`limits::RELAY_QUEUE_DEPTH`]).
+    /// Queue feeding the downstream SSE stream (`server.sse_queue_depth`).
     pub tx: mpsc::Sender<Value>,
     /// The caller's legacy session (`Mcp-Session-Id`); `None` for modern callers,
     /// which get no server→client requests outside MRTR.
@@ -32,9 +31,10 @@ pub struct Relay {
 }
 
 impl Relay {
-    /// A relay and the receiver its SSE stream reads.
-    pub fn new(session: Option<String>) -> (Relay, mpsc::Receiver<Value>) {
-        let (tx, rx) = mpsc::channel(limits::RELAY_QUEUE_DEPTH);
+    /// A relay queueing at most `depth` messages (`server.sse_queue_depth`)
+    /// and the receiver its SSE stream reads.
+    pub fn new(session: Option<String>, depth: usize) -> (Relay, mpsc::Receiver<Value>) {
+        let (tx, rx) = mpsc::channel(depth.max(1));
         (Relay { tx, session }, rx)
     }
 
@@ -123,6 +123,21 @@ impl Pending {
             created: now,
         });
         Some((i, s.generation))
+    }
+
+    /// Drops every request awaiting `session`'s answer (the session ended);
+    /// returns how many.
+    pub fn forget_session(&self, session: &str) -> usize {
+        let mut g = self.slots.lock().expect("pending lock");
+        let mut n = 0;
+        for s in g.iter_mut() {
+            if s.entry.as_ref().is_some_and(|e| e.session == session) {
+                s.entry = None;
+                s.generation = s.generation.wrapping_add(1);
+                n += 1;
+            }
+        }
+        n
     }
 
     /// Takes the entry for an answer from `session`; `None` if unknown, already

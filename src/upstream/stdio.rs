@@ -78,6 +78,28 @@ pub fn open(
     Ok((StdioConn { stdin, inflight }, Box::pin(driver)))
 }
 
+/// Bytes of an over-long line kept to find its JSON-RPC id.
+const HEAD_BYTES: usize = 256;
+
+/// The `"id"` of a JSON-RPC message from the first bytes of its text (a number
+/// or a string without escapes), for answering an over-long message's caller.
+pub fn sniff_id(head: &[u8]) -> Option<Value> {
+    let text = std::str::from_utf8(head).ok().or_else(|| {
+        // The head may end inside a UTF-8 sequence.
+        (1..4).find_map(|cut| std::str::from_utf8(&head[..head.len().saturating_sub(cut)]).ok())
+    })?;
+    let at = text.find("\"id\"")?;
+    let rest = text[at + 4..].trim_start().strip_prefix(':')?.trim_start();
+    if let Some(s) = rest.strip_prefix('"') {
+        let end = s.find('"')?;
+        return Some(Value::String(s[..end].to_string()));
+    }
+    let end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '-'))
+        .unwrap_or(rest.len());
+    rest[..end].parse::<i64>().ok().map(Value::from)
+}
+
 /// Reads one line of at most `max` bytes into `buf` (without the newline).
 /// Returns `Ok(false)` at EOF, and `Err(true)` after skipping an over-long line.
 async fn read_line_bounded<R: AsyncBufRead + Unpin>(
@@ -102,8 +124,11 @@ async fn read_line_bounded<R: AsyncBufRead + Unpin>(
         };
         if !too_long {
             if buf.len() + chunk.len() > max {
+                // Keep only a short head (to find the id), drain the rest unbuffered.
                 too_long = true;
-                buf.clear();
+                let keep = HEAD_BYTES.saturating_sub(buf.len()).min(chunk.len());
+                buf.extend_from_slice(&chunk[..keep]);
+                buf.truncate(HEAD_BYTES);
             } else {
                 buf.extend_from_slice(chunk);
             }
@@ -139,6 +164,13 @@ async fn drive(
                 Ok(Err(_)) => {
                     metrics::counter!(crate::metrics::REFUSED, "limit" => "result_bytes").increment(1);
                     tracing::warn!(upstream = %name, limit = max_bytes, "dropped an over-long message from upstream");
+                    if let Some(id) = sniff_id(&line) {
+                        let e = RpcError::new(
+                            protocol::UPSTREAM_RESULT_TOO_LARGE,
+                            format!("upstream '{name}' sent a message larger than {max_bytes} bytes (max_result_bytes)"),
+                        );
+                        inflight.complete(&id, Err(e));
+                    }
                 }
                 Ok(Ok(true)) => on_line(&name, &line, &inflight, &stdin, &list_changed, &ctx).await,
             },
@@ -240,6 +272,25 @@ async fn write_line(stdin: &Mutex<Option<ChildStdin>>, msg: &Value) -> Result<()
     w.flush()
         .await
         .map_err(|e| SendError::Transport(format!("writing stdin: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sniff_id;
+    use serde_json::json;
+
+    #[test]
+    fn finds_ids_in_message_heads() {
+        assert_eq!(
+            sniff_id(br#"{"jsonrpc":"2.0","id":131072,"result":{"content":[{"te"#),
+            Some(json!(131072))
+        );
+        assert_eq!(
+            sniff_id(br#"{"id" : "abc", "result": "#),
+            Some(json!("abc"))
+        );
+        assert_eq!(sniff_id(br#"{"jsonrpc":"2.0","result":{"#), None);
+    }
 }
 
 impl StdioConn {
