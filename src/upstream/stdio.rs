@@ -274,25 +274,6 @@ async fn write_line(stdin: &Mutex<Option<ChildStdin>>, msg: &Value) -> Result<()
         .map_err(|e| SendError::Transport(format!("writing stdin: {e}")))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::sniff_id;
-    use serde_json::json;
-
-    #[test]
-    fn finds_ids_in_message_heads() {
-        assert_eq!(
-            sniff_id(br#"{"jsonrpc":"2.0","id":131072,"result":{"content":[{"te"#),
-            Some(json!(131072))
-        );
-        assert_eq!(
-            sniff_id(br#"{"id" : "abc", "result": "#),
-            Some(json!("abc"))
-        );
-        assert_eq!(sniff_id(br#"{"jsonrpc":"2.0","result":{"#), None);
-    }
-}
-
 impl StdioConn {
     /// Sends a request with a fresh upstream id and waits for its answer.
     /// With a `relay`, the caller's `_meta.progressToken` is replaced by the
@@ -352,5 +333,24 @@ impl StdioConn {
     /// Closes stdin: the child sees EOF and should exit (transports-stdio.mdx §Shutdown).
     pub async fn close(&self) {
         self.stdin.lock().await.take();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sniff_id;
+    use serde_json::json;
+
+    #[test]
+    fn finds_ids_in_message_heads() {
+        assert_eq!(
+            sniff_id(br#"{"jsonrpc":"2.0","id":131072,"result":{"content":[{"te"#),
+            Some(json!(131072))
+        );
+        assert_eq!(
+            sniff_id(br#"{"id" : "abc", "result": "#),
+            Some(json!("abc"))
+        );
+        assert_eq!(sniff_id(br#"{"jsonrpc":"2.0","result":{"#), None);
     }
 }
