@@ -12,7 +12,6 @@ use crate::protocol::{self, Message, ProtocolVersion, RpcError};
 use crate::session::{SessionError, SessionId};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use tokio::time::Instant;
@@ -52,8 +51,14 @@ impl Refusal {
     }
 }
 
-/// Entry point for every request on `/mcp`.
-pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
+/// Entry point for every request on `/mcp`. Generic over the request body so
+/// tests and benchmarks can drive the endpoint without a socket
+/// (`Request<Full<Bytes>>`); the listener passes hyper's `Incoming`.
+pub async fn handle<B>(app: Arc<App>, req: Request<B>) -> Response<Body>
+where
+    B: hyper::body::Body<Data = bytes::Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     if let Err(why) = app.origin.check(req.headers()) {
         metrics::counter!(crate::metrics::FORBIDDEN).increment(1);
         tracing::info!("403: {why}");
@@ -140,10 +145,11 @@ fn delete(app: Arc<App>, h: &HeaderMap) -> Response<Body> {
     }
 }
 
-async fn read_body(
-    app: &App,
-    req: Request<Incoming>,
-) -> Result<(HeaderMap, bytes::Bytes), Refusal> {
+async fn read_body<B>(app: &App, req: Request<B>) -> Result<(HeaderMap, bytes::Bytes), Refusal>
+where
+    B: hyper::body::Body<Data = bytes::Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let limit = app.config.server.max_body_bytes;
     let too_big = || {
         metrics::counter!(crate::metrics::REFUSED, "limit" => "body_bytes").increment(1);
@@ -180,7 +186,11 @@ async fn read_body(
     Ok((parts.headers, bytes))
 }
 
-async fn post(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
+async fn post<B>(app: Arc<App>, req: Request<B>) -> Response<Body>
+where
+    B: hyper::body::Body<Data = bytes::Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let (headers, bytes) = match read_body(&app, req).await {
         Ok(x) => x,
         Err(r) => return r.into_response(Value::Null),

@@ -1,0 +1,162 @@
+//! Live heap depends on concurrent work, never on cumulative work: measured
+//! with the counting allocator installed in this test binary, in virtual time.
+//! (Tests here take a lock so they measure one at a time under `cargo test`;
+//! nextest runs each in its own process anyway.)
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use mcp_edge::alloc::{live_bytes, Counting};
+use mcp_edge::config::Config;
+use mcp_edge::http::{endpoint, Gateway};
+use serde_json::{json, Value};
+use std::sync::Mutex;
+use std::time::Duration;
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
+async fn gateway(capacity: usize) -> Gateway {
+    let mut c = Config::embedded_default();
+    c.server.listen = "127.0.0.1:0".parse().unwrap();
+    c.server.session_capacity = capacity;
+    c.server.session_idle_timeout = Duration::from_secs(60);
+    c.server.session_min_idle_before_evict = Duration::from_secs(1);
+    let gw = Gateway::start(c).await.unwrap();
+    gw.wait_upstreams(Duration::from_secs(5)).await;
+    gw
+}
+
+/// One request through the endpoint (no socket); returns status, session header and body.
+async fn send(
+    gw: &Gateway,
+    method: &str,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> (u16, Option<String>, Bytes) {
+    let mut b = http::Request::builder()
+        .method(method)
+        .uri("/mcp")
+        .header("host", "127.0.0.1")
+        .header("content-type", "application/json")
+        .header("accept", "application/json");
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let req = b.body(Full::new(Bytes::from(body.to_string()))).unwrap();
+    let resp = endpoint::handle(gw.app().clone(), req).await;
+    let status = resp.status().as_u16();
+    let sid = resp
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_string());
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, sid, bytes)
+}
+
+fn initialize() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "churn", "version": "1"}}})
+}
+
+#[test]
+fn a_million_initializes_keep_table_and_heap_bounded() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    runtime().block_on(async {
+        let capacity = 256;
+        let gw = gateway(capacity).await;
+        for _ in 0..2_000 {
+            send(&gw, "POST", &[], &initialize()).await;
+            tokio::time::advance(Duration::from_millis(10)).await;
+        }
+        let baseline = live_bytes();
+        let per_session = gw.app().sessions.lock().unwrap().footprint_bytes() / capacity;
+        let (mut ok, mut full) = (0u32, 0u32);
+        for i in 0..1_000_000u32 {
+            match send(&gw, "POST", &[], &initialize()).await.0 {
+                200 => ok += 1,
+                503 => full += 1,
+                s => panic!("unexpected status {s}"),
+            }
+            if i % 100 == 99 {
+                // 100 initializes per virtual second: the LRU session is always
+                // idle ≥ 1 s (min_idle_before_evict) by the time the table is full.
+                tokio::time::advance(Duration::from_millis(1000)).await;
+            }
+            assert!(gw.app().sessions.lock().unwrap().len() <= capacity);
+        }
+        let live = live_bytes();
+        let bound = baseline + capacity * per_session + (1 << 20);
+        println!("1,000,000 initializes: {ok} ok, {full} refused (503); live heap {baseline} -> {live} bytes (bound {bound}); {per_session} bytes per slot");
+        assert!(live <= bound, "live heap {live} > bound {bound}");
+        assert_eq!(ok + full, 1_000_000);
+        assert!(ok > 990_000, "LRU eviction should make room: only {ok} succeeded");
+    });
+}
+
+#[test]
+fn delete_and_idle_timeout_give_the_heap_back() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    runtime().block_on(async {
+        let gw = gateway(4096).await;
+        for _ in 0..500 {
+            let (_, sid, _) = send(&gw, "POST", &[], &initialize()).await;
+            send(&gw, "DELETE", &[("mcp-session-id", &sid.unwrap())], &json!(null)).await;
+        }
+        let baseline = live_bytes();
+        // Half deleted at once, half abandoned.
+        let mut kept = Vec::new();
+        for i in 0..4_000 {
+            let (status, sid, _) = send(&gw, "POST", &[], &initialize()).await;
+            assert_eq!(status, 200);
+            let sid = sid.unwrap();
+            if i % 2 == 0 {
+                let (s, _, _) = send(&gw, "DELETE", &[("mcp-session-id", &sid)], &json!(null)).await;
+                assert_eq!(s, 200);
+            } else {
+                kept.push(sid);
+            }
+        }
+        assert_eq!(gw.app().sessions.lock().unwrap().len(), 2_000);
+        let after_churn = live_bytes();
+        drop(kept); // the test's own copies of the ids
+        tokio::time::sleep(Duration::from_secs(61 + 60)).await; // idle timeout + one sweep period
+        let residue = live_bytes() as i64 - baseline as i64;
+        println!("baseline {baseline}, after churn {after_churn}, after idle timeout {} (residue {residue} bytes)", live_bytes());
+        assert_eq!(gw.app().sessions.lock().unwrap().len(), 0, "every abandoned session expired");
+        assert!(residue.abs() <= 16 * 1024, "residue {residue} bytes");
+    });
+}
+
+#[test]
+fn modern_requests_retain_nothing() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    runtime().block_on(async {
+        let gw = gateway(16).await;
+        let call = json!({"jsonrpc": "2.0", "id": "m", "method": "tools/call", "params": {"name": "edge__load_average",
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}});
+        let h = [("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-name", "edge__load_average")];
+        for _ in 0..200 {
+            assert_eq!(send(&gw, "POST", &h, &call).await.0, 200);
+        }
+        let baseline = live_bytes();
+        for _ in 0..5_000 {
+            let (status, sid, body) = send(&gw, "POST", &h, &call).await;
+            assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+            assert!(sid.is_none());
+        }
+        let delta = live_bytes() as i64 - baseline as i64;
+        println!("5,000 modern tools/call: live heap delta {delta} bytes");
+        assert!(delta.abs() <= 8 * 1024, "modern calls retained {delta} bytes");
+        assert!(gw.app().sessions.lock().unwrap().is_empty());
+    });
+}
