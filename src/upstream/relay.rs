@@ -222,6 +222,59 @@ mod tests {
         assert_eq!(p.take(slot, g, "s1"), None);
     }
 
+    fn refused(limit: &str) -> f64 {
+        crate::metrics::prometheus();
+        crate::metrics::read(crate::metrics::REFUSED, &format!("limit=\"{limit}\""))
+    }
+
+    #[tokio::test]
+    async fn a_full_sse_queue_drops_and_counts() {
+        let before = refused("relay_queue");
+        let (relay, mut rx) = Relay::new(None, 2);
+        assert!(relay.forward(json!(1)));
+        assert!(relay.forward(json!(2)));
+        assert!(
+            !relay.forward(json!(3)),
+            "third message exceeds sse_queue_depth = 2"
+        );
+        assert!(refused("relay_queue") >= before + 1.0);
+        assert_eq!(rx.recv().await, Some(json!(1)));
+        assert!(relay.forward(json!(4)), "room again once the stream reads");
+    }
+
+    #[tokio::test]
+    async fn a_full_pending_table_refuses_and_counts() {
+        let before = refused("pending_server_requests");
+        let ctx = RelayCtx {
+            index: 0,
+            pending: std::sync::Arc::new(Pending::new(1)),
+            max_age: Duration::from_secs(60),
+        };
+        let (relay, mut rx) = Relay::new(Some("s".into()), 8);
+        assert!(relay_request(
+            &ctx,
+            Some(relay.clone()),
+            &json!(1),
+            "sampling/createMessage",
+            None
+        )
+        .is_some());
+        assert!(relay_request(
+            &ctx,
+            Some(relay.clone()),
+            &json!(2),
+            "sampling/createMessage",
+            None
+        )
+        .is_none());
+        assert!(refused("pending_server_requests") >= before + 1.0);
+        let first = rx.recv().await.unwrap();
+        assert_eq!(first["method"], "sampling/createMessage");
+        // A modern caller (no session) gets no relayed requests at all.
+        let (modern, _rx) = Relay::new(None, 8);
+        assert!(relay_request(&ctx, Some(modern), &json!(3), "elicitation/create", None).is_none());
+    }
+
     #[test]
     fn stale_entries_are_reclaimed() {
         let p = Pending::new(1);

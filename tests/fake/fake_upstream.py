@@ -31,6 +31,7 @@ TOOLS = [
     {"name": "big", "inputSchema": {"type": "object", "properties": {"bytes": {"type": "integer"}}}},
     {"name": "progress", "inputSchema": {"type": "object", "properties": {"steps": {"type": "integer"}, "ms": {"type": "integer"}, "tag": {"type": "string"}}}},
     {"name": "ask", "inputSchema": {"type": "object", "properties": {"question": {"type": "string"}}}},
+    {"name": "fat", "description": "A tool whose definition alone is over 2 KiB. " + "x" * 2048, "inputSchema": {"type": "object"}},
 ]
 waiting = {}  # id of a request we sent to the client -> [Event, response]
 
