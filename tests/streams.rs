@@ -1,0 +1,84 @@
+//! GET streams of legacy sessions, in virtual time: keep-alive comments flow,
+//! an open stream does not keep its session alive, and DELETE ends it at once.
+
+mod support;
+use std::time::Duration;
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+async fn open_get(addr: std::net::SocketAddr, sid: &str) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let req = format!("GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\nMcp-Session-Id: {sid}\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    s
+}
+
+/// Reads until the chunked body ends (or `limit` virtual time passes); returns what was read.
+async fn read_to_end_of_body(s: &mut TcpStream, limit: Duration) -> (String, bool) {
+    let mut all = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+            Err(_) => return (String::from_utf8_lossy(&all).into(), false),
+            Ok(Ok(0)) | Ok(Err(_)) => return (String::from_utf8_lossy(&all).into(), true),
+            Ok(Ok(n)) => {
+                all.extend_from_slice(&buf[..n]);
+                let n = all.len();
+                if all.ends_with(b"0\r\n\r\n") && (n == 5 || all[..n - 5].ends_with(b"\r\n")) {
+                    return (String::from_utf8_lossy(&all).into(), true);
+                }
+            }
+        }
+    }
+}
+
+const SERVER: &str =
+    "session_idle_timeout = \"10s\"\nsession_min_idle_before_evict = \"5s\"\nkeepalive = \"1s\"";
+
+#[tokio::test(start_paused = true)]
+async fn an_open_get_stream_does_not_keep_its_session_alive() {
+    let gw = start(SERVER, &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let mut s = open_get(addr, &sid).await;
+    // Keep-alives flow while the session lives; the client never sends another request.
+    let (seen, ended) = read_to_end_of_body(&mut s, Duration::from_secs(3)).await;
+    assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
+    assert!(seen.contains("text/event-stream"));
+    assert!(seen.matches(": keep-alive").count() >= 2, "{seen}");
+    assert!(!ended);
+    // Within the idle timeout plus two keep-alive periods the slot is gone and the stream ends.
+    let (_, ended) = read_to_end_of_body(&mut s, Duration::from_secs(10 + 2)).await;
+    assert!(ended, "the stream of an expired session ends");
+    assert_eq!(gw.app().sessions.lock().unwrap().len(), 0);
+    let r = post(
+        addr,
+        &[("mcp-session-id", &sid)],
+        &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
+    )
+    .await;
+    assert_eq!(r.status, 404);
+}
+
+/// Real time here (a keep-alive of 60 s): if DELETE did not wake the stream,
+/// it would end only at the next tick, a minute later.
+#[tokio::test]
+async fn delete_ends_the_get_stream_at_once() {
+    let gw = start("keepalive = \"60s\"", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let mut s = open_get(addr, &sid).await;
+    let (head, _) = read_to_end_of_body(&mut s, Duration::from_millis(100)).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(
+        request("DELETE", addr, &[("mcp-session-id", &sid)], "")
+            .await
+            .status,
+        200
+    );
+    // Long before the next keep-alive tick, the stream is over.
+    let (_, ended) = read_to_end_of_body(&mut s, Duration::from_secs(10)).await;
+    assert!(ended, "DELETE wakes the stream");
+}
