@@ -96,3 +96,33 @@ pub const DEFAULT_MAX_CATALOG_BYTES: usize = 1024 * 1024;
 pub const MIN_CATALOG_BYTES: usize = 1024;
 /// Ceiling for `upstream.max_catalog_bytes`: 64 MiB.
 pub const MAX_CATALOG_BYTES_CEILING: usize = 64 * 1024 * 1024;
+
+/// Default `upstream.health_interval`: 30 s between liveness probes
+/// (`ping` / `server/discover`) of a Ready upstream.
+pub const DEFAULT_HEALTH_INTERVAL: Duration = Duration::from_secs(30);
+/// Default `upstream.probe_timeout`: 10 s for one liveness probe to answer
+/// (never longer than `health_interval`).
+pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default `upstream.probe_misses`: consecutive missed probes before the
+/// upstream is marked down.
+pub const DEFAULT_PROBE_MISSES: u32 = 3;
+/// Default `upstream.backoff_initial`: first reconnect delay, 1 s.
+pub const DEFAULT_BACKOFF_INITIAL: Duration = Duration::from_secs(1);
+/// Default `upstream.backoff_factor`: each failed attempt multiplies the delay by this.
+pub const DEFAULT_BACKOFF_FACTOR: f64 = 2.0;
+/// Default `upstream.backoff_cap`: longest reconnect delay, 30 min.
+pub const DEFAULT_BACKOFF_CAP: Duration = Duration::from_secs(30 * 60);
+/// Default `upstream.stable_period`: 60 s Ready before the backoff resets.
+pub const DEFAULT_STABLE_PERIOD: Duration = Duration::from_secs(60);
+/// Default `upstream.retry_after_cap`: longest upstream `Retry-After` honoured, 1 h.
+pub const DEFAULT_RETRY_AFTER_CAP: Duration = Duration::from_secs(3600);
+/// Default `upstream.startup_timeout`: 30 s budget for spawn/dial plus the
+/// era handshake (separate from `call_timeout`).
+pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Bytes of a stdio child's stderr kept for status output (a ring).
+pub const STDERR_TAIL_BYTES: usize = 16 * 1024;
+/// How often a parked upstream's credential file is checked for a change (mtime).
+pub const CREDENTIAL_CHECK_PERIOD: Duration = Duration::from_secs(5);
+/// Grace after closing a stdio child's stdin before SIGTERM, and after SIGTERM before SIGKILL.
+pub const CHILD_STOP_GRACE: Duration = Duration::from_secs(2);

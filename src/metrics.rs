@@ -25,6 +25,18 @@ pub const HEAP_PEAK: &str = "mcp_edge_heap_peak_bytes";
 pub const HEAP_ALLOCATIONS: &str = "mcp_edge_heap_allocations_total";
 /// Gauge: resident set size in bytes (`VmRSS`).
 pub const RSS: &str = "mcp_edge_process_resident_memory_bytes";
+/// Gauge `{upstream, state}`: 1 for the upstream's current state, 0 for the others.
+pub const UPSTREAM_STATE: &str = "mcp_edge_upstream_state";
+/// Gauge `{upstream}`: seconds until the next connect attempt (0 unless in Backoff).
+pub const UPSTREAM_BACKOFF_SECONDS: &str = "mcp_edge_upstream_backoff_seconds";
+/// Counter `{upstream, outcome}`: health probes (`ok`, `missed`).
+pub const UPSTREAM_PROBES: &str = "mcp_edge_upstream_probes_total";
+/// Gauge: upstream owner tasks alive.
+pub const OWNER_TASKS: &str = "mcp_edge_upstream_owner_tasks";
+/// Gauge: upstream health monitors alive (one per connected upstream).
+pub const MONITORS: &str = "mcp_edge_upstream_monitors";
+/// Counter `{upstream}`: stdout lines of a stdio upstream that were not JSON-RPC (skipped).
+pub const STDOUT_NOISE: &str = "mcp_edge_upstream_stdout_noise_total";
 /// Counter: HTTP requests refused by the Origin/Host check.
 pub const FORBIDDEN: &str = "mcp_edge_http_forbidden_total";
 

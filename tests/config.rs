@@ -8,8 +8,30 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use mcp_edge::config::{Config, ConfigError, Era, ToolNameRule, Transport};
+use mcp_edge::config::{Config, ConfigError, Era, ToolNameRule, Transport, UpstreamConfig};
 use mcp_edge::limits;
+
+/// What an unset `server.state_directory` resolves to in this process: the
+/// first path of `$STATE_DIRECTORY` (systemd), else none.
+fn env_state_directory() -> Option<PathBuf> {
+    let v = std::env::var("STATE_DIRECTORY").ok()?;
+    let first = v.split(':').next().unwrap_or_default();
+    (!first.is_empty()).then(|| PathBuf::from(first))
+}
+
+/// Every supervisor key of `up` is at its default.
+fn assert_supervisor_defaults(up: &UpstreamConfig) {
+    assert_eq!(up.health_interval, limits::DEFAULT_HEALTH_INTERVAL);
+    assert_eq!(up.probe_timeout, limits::DEFAULT_PROBE_TIMEOUT);
+    assert_eq!(up.probe_misses, limits::DEFAULT_PROBE_MISSES);
+    assert_eq!(up.backoff_initial, limits::DEFAULT_BACKOFF_INITIAL);
+    assert_eq!(up.backoff_factor, limits::DEFAULT_BACKOFF_FACTOR);
+    assert_eq!(up.backoff_cap, limits::DEFAULT_BACKOFF_CAP);
+    assert_eq!(up.stable_period, limits::DEFAULT_STABLE_PERIOD);
+    assert_eq!(up.retry_after_cap, limits::DEFAULT_RETRY_AFTER_CAP);
+    assert!(!up.connect_on_demand);
+    assert_eq!(up.startup_timeout, limits::DEFAULT_STARTUP_TIMEOUT);
+}
 
 fn fixtures(kind: &str) -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -177,6 +199,7 @@ fn minimal_stdio_gets_every_default() {
     assert_eq!(s.tool_name_separator, "__");
     assert_eq!(s.tool_names, ToolNameRule::Strict);
     assert_eq!(s.metrics_listen, None);
+    assert_eq!(s.state_directory, env_state_directory());
     let [up] = &cfg.upstreams[..] else {
         panic!("{:?}", cfg.upstreams)
     };
@@ -188,6 +211,7 @@ fn minimal_stdio_gets_every_default() {
     assert_eq!(up.max_result_bytes, limits::DEFAULT_MAX_RESULT_BYTES);
     assert_eq!(up.max_catalog_entries, limits::MAX_CATALOG_ENTRIES);
     assert_eq!(up.max_catalog_bytes, limits::DEFAULT_MAX_CATALOG_BYTES);
+    assert_supervisor_defaults(up);
     match &up.transport {
         Transport::Stdio {
             command,
@@ -223,6 +247,10 @@ fn full_example_resolves_every_key() {
     assert_eq!(s.tool_name_separator, ".");
     assert_eq!(s.tool_names, ToolNameRule::Spec);
     assert_eq!(s.metrics_listen.unwrap().to_string(), "127.0.0.1:9737");
+    assert_eq!(
+        s.state_directory.as_deref(),
+        Some(Path::new("/var/lib/mcp-edge"))
+    );
 
     let names: Vec<_> = cfg.upstreams.iter().map(|u| u.name.as_str()).collect();
     assert_eq!(names, ["fs", "remote", "edge", "old"]);
@@ -235,6 +263,16 @@ fn full_example_resolves_every_key() {
         (fs.max_catalog_entries, fs.max_catalog_bytes),
         (256, 512 * 1024)
     );
+    assert_eq!(fs.health_interval, Duration::from_secs(45));
+    assert_eq!(fs.probe_timeout, Duration::from_secs(5));
+    assert_eq!(fs.probe_misses, 5);
+    assert_eq!(fs.backoff_initial, Duration::from_millis(500));
+    assert_eq!(fs.backoff_factor, 1.5);
+    assert_eq!(fs.backoff_cap, Duration::from_secs(10 * 60));
+    assert_eq!(fs.stable_period, Duration::from_secs(2 * 60));
+    assert_eq!(fs.retry_after_cap, Duration::from_secs(30 * 60));
+    assert!(fs.connect_on_demand);
+    assert_eq!(fs.startup_timeout, Duration::from_secs(45));
     match &fs.transport {
         Transport::Stdio { args, env, cwd, .. } => {
             assert_eq!(args.len(), 3);
@@ -248,6 +286,10 @@ fn full_example_resolves_every_key() {
         (remote.prefix.as_str(), remote.era),
         ("remote", Era::Modern)
     );
+    // An integer factor is accepted; zero stable period is allowed.
+    assert_eq!(remote.backoff_factor, 3.0);
+    assert_eq!(remote.stable_period, Duration::ZERO);
+    assert_eq!(remote.health_interval, limits::DEFAULT_HEALTH_INTERVAL);
     match &remote.transport {
         Transport::Http {
             url,
@@ -286,6 +328,9 @@ fn claude_desktop_file() {
     assert_eq!(fs.call_timeout, limits::DEFAULT_CALL_TIMEOUT);
     assert_eq!(fs.max_catalog_entries, limits::MAX_CATALOG_ENTRIES);
     assert_eq!(fs.max_catalog_bytes, limits::DEFAULT_MAX_CATALOG_BYTES);
+    assert_supervisor_defaults(fs);
+    assert_supervisor_defaults(git);
+    assert_eq!(cfg.server.state_directory, env_state_directory());
     assert_eq!(cfg.server.sse_queue_depth, limits::RELAY_QUEUE_DEPTH);
     assert_eq!(
         cfg.server.max_pending_server_requests,
@@ -365,6 +410,12 @@ fn embedded_default() {
     );
     assert_eq!(edge.max_catalog_entries, limits::MAX_CATALOG_ENTRIES);
     assert_eq!(edge.max_catalog_bytes, limits::DEFAULT_MAX_CATALOG_BYTES);
+    assert_supervisor_defaults(edge);
+    // An absolute $STATE_DIRECTORY is used, anything else ignored.
+    assert_eq!(
+        cfg.server.state_directory,
+        env_state_directory().filter(|p| p.is_absolute())
+    );
     // The rendering of the default is itself a valid config.
     Config::from_toml_str(&cfg.render_masked(), Path::new("default.toml")).unwrap();
 }
@@ -392,6 +443,19 @@ fn render_masks_secrets() {
         "max_pending_server_requests = 8",
         "max_catalog_entries = 256",
         "max_catalog_bytes = 524288",
+        "state_directory = \"/var/lib/mcp-edge\"",
+        "health_interval = \"45s\"",
+        "probe_timeout = \"5s\"",
+        "probe_misses = 5",
+        "backoff_initial = \"500ms\"",
+        "backoff_factor = 1.5",
+        "backoff_cap = \"10m\"",
+        "stable_period = \"2m\"",
+        "retry_after_cap = \"30m\"",
+        "connect_on_demand = true",
+        "startup_timeout = \"45s\"",
+        "backoff_factor = 3.0",
+        "stable_period = \"0s\"",
     ] {
         assert!(full.contains(want), "{want} missing:\n{full}");
     }
@@ -487,4 +551,68 @@ fn min_idle_before_evict_bounds() {
         Some("server.session_min_idle_before_evict"),
         "{err}"
     );
+}
+
+#[test]
+fn supervisor_key_bounds() {
+    let load = |keys: &str| {
+        Config::from_toml_str(
+            &format!("[[upstream]]\nname = \"a\"\ncommand = \"a\"\n{keys}\n"),
+            Path::new("c.toml"),
+        )
+    };
+    let up = |keys: &str| load(keys).unwrap().upstreams.remove(0);
+    // Unset, probe_timeout never exceeds a shorter health interval.
+    let u = up("health_interval = \"2s\"");
+    assert_eq!(u.probe_timeout, Duration::from_secs(2));
+    // Equal is allowed.
+    let u = up("health_interval = \"5s\"\nprobe_timeout = \"5s\"");
+    assert_eq!(u.probe_timeout, Duration::from_secs(5));
+    // Unset, backoff_cap never falls below a longer initial delay.
+    let u = up("backoff_initial = \"1h\"");
+    assert_eq!(u.backoff_cap, Duration::from_secs(3600));
+    let u = up("backoff_initial = \"2m\"\nbackoff_cap = \"2m\"");
+    assert_eq!(u.backoff_cap, Duration::from_secs(120));
+    // Range ends are inclusive.
+    let u = up("backoff_factor = 1\nprobe_misses = 100\nprobe_timeout = \"100ms\"");
+    assert_eq!(
+        (u.backoff_factor, u.probe_misses, u.probe_timeout),
+        (1.0, 100, Duration::from_millis(100))
+    );
+    assert_eq!(up("backoff_factor = 10.0").backoff_factor, 10.0);
+    assert_eq!(up("stable_period = \"0s\"").stable_period, Duration::ZERO);
+    assert_eq!(
+        up("startup_timeout = \"10m\"").startup_timeout,
+        Duration::from_secs(600)
+    );
+    // Each rejection names its key.
+    for (keys, key) in [
+        ("backoff_factor = nan", "upstream[0].backoff_factor"),
+        ("backoff_factor = inf", "upstream[0].backoff_factor"),
+        ("backoff_factor = 10.01", "upstream[0].backoff_factor"),
+        ("probe_misses = -1", "upstream[0].probe_misses"),
+        ("health_interval = \"0s\"", "upstream[0].health_interval"),
+        ("health_interval = \"off\"", "upstream[0].health_interval"),
+        ("probe_timeout = \"6m\"", "upstream[0].probe_timeout"),
+        ("backoff_initial = \"2h\"", "upstream[0].backoff_initial"),
+        ("backoff_cap = \"500ms\"", "upstream[0].backoff_cap"),
+        ("retry_after_cap = \"25h\"", "upstream[0].retry_after_cap"),
+        ("startup_timeout = \"500ms\"", "upstream[0].startup_timeout"),
+        ("connect_on_demand = 1", "upstream[0].connect_on_demand"),
+    ] {
+        let err = load(keys).unwrap_err();
+        assert_eq!(err.key(), Some(key), "{keys}: {err}");
+    }
+    // Non-default values, including odd factors, round-trip.
+    let cfg =
+        load("backoff_factor = 1.1\nbackoff_initial = \"150ms\"\nprobe_timeout = \"1s 500ms\"")
+            .unwrap();
+    let first = cfg.render_masked();
+    let again = Config::from_toml_str(&first, Path::new("c.toml")).unwrap();
+    assert_eq!(again.upstreams[0].backoff_factor, 1.1);
+    assert_eq!(
+        again.upstreams[0].probe_timeout,
+        Duration::from_millis(1500)
+    );
+    assert_eq!(again.render_masked(), first);
 }

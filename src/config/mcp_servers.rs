@@ -25,6 +25,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::fields;
+use super::raw::RawServer;
 use super::validate::{self, key_segment, Ctx, Kind};
 use super::{Config, ConfigError, Transport};
 
@@ -117,7 +118,9 @@ pub(super) fn parse(text: &str, ctx: &Ctx) -> Result<Config> {
         let up = server(ctx, &base, name, entry)?;
         upstreams.push((base, up));
     }
-    validate::finish(ctx, validate::default_server(), upstreams)
+    // No [server] section: its defaults, `state_directory` from the environment.
+    let server = super::server::server(ctx, RawServer::default())?;
+    validate::finish(ctx, server, upstreams)
 }
 
 /// `line L, column C: <what>`, like TOML syntax errors.

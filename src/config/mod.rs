@@ -27,6 +27,7 @@
 //! tool_name_separator = "__"                    # 1..=4 chars of [A-Za-z0-9_.-]
 //! tool_names = "strict"                         # "strict" | "spec"
 //! metrics_listen = "127.0.0.1:9737"             # optional IP:port
+//! state_directory = "/var/lib/mcp-edge"         # optional absolute path, default $STATE_DIRECTORY
 //!
 //! [[upstream]]                                  # 1..=limits::MAX_UPSTREAMS of these
 //! name = "fs"                                   # required, 1..=32 of [A-Za-z0-9_-], unique
@@ -46,6 +47,16 @@
 //! max_result_bytes = 8388608                    # 1024..=256 MiB
 //! max_catalog_entries = 1024                    # 1..=limits::MAX_CATALOG_ENTRIES_CEILING (16384)
 //! max_catalog_bytes = 1048576                   # 1024..=64 MiB
+//! health_interval = "30s"                       # humantime, 1s..=1h
+//! probe_timeout = "10s"                         # humantime, 100ms..=5m and <= health_interval
+//! probe_misses = 3                              # 1..=100
+//! backoff_initial = "1s"                        # humantime, 100ms..=1h
+//! backoff_factor = 2.0                          # 1.0..=10.0 (an integer such as 2 is fine)
+//! backoff_cap = "30m"                           # humantime, 1s..=24h and >= backoff_initial
+//! stable_period = "60s"                         # humantime, 0s..=24h
+//! retry_after_cap = "1h"                        # humantime, 1s..=24h
+//! connect_on_demand = false
+//! startup_timeout = "30s"                       # humantime, 1s..=10m
 //! ```
 //!
 //! `transport` may be omitted when exactly one of `command` / `url` is given
@@ -79,6 +90,27 @@
 //!   bytes of everything kept in this upstream's catalog; entries past the
 //!   budget are dropped with a log line and a metric.
 //!
+//! Supervisor keys (reconnect policy), per upstream:
+//!
+//! | key | default | range | meaning |
+//! |-----|---------|-------|---------|
+//! | `health_interval` | [`crate::limits::DEFAULT_HEALTH_INTERVAL`], 30 s | 1 s ..= 1 h | how often a Ready upstream is probed (`ping` / `server/discover`) |
+//! | `probe_timeout` | [`crate::limits::DEFAULT_PROBE_TIMEOUT`], 10 s (when unset and `health_interval` is shorter, that interval) | 100 ms ..= 5 min, ≤ `health_interval` | how long one probe may take before it counts as missed |
+//! | `probe_misses` | [`crate::limits::DEFAULT_PROBE_MISSES`], 3 | 1 ..= 100 | consecutive missed probes before the upstream is marked down |
+//! | `backoff_initial` | [`crate::limits::DEFAULT_BACKOFF_INITIAL`], 1 s | 100 ms ..= 1 h | first reconnect delay |
+//! | `backoff_factor` | [`crate::limits::DEFAULT_BACKOFF_FACTOR`], 2.0 | 1.0 ..= 10.0 | each failed attempt multiplies the delay by this (integers accepted) |
+//! | `backoff_cap` | [`crate::limits::DEFAULT_BACKOFF_CAP`], 30 min (when unset and `backoff_initial` is longer, that delay) | 1 s ..= 24 h, ≥ `backoff_initial` | longest reconnect delay |
+//! | `stable_period` | [`crate::limits::DEFAULT_STABLE_PERIOD`], 60 s | 0 s ..= 24 h | how long an upstream must stay Ready before its backoff resets |
+//! | `retry_after_cap` | [`crate::limits::DEFAULT_RETRY_AFTER_CAP`], 1 h | 1 s ..= 24 h | longest `Retry-After` from the upstream that is honoured |
+//! | `connect_on_demand` | `false` | — | a call may trigger one early attempt once the backoff window has elapsed |
+//! | `startup_timeout` | [`crate::limits::DEFAULT_STARTUP_TIMEOUT`], 30 s | 1 s ..= 10 min | budget for spawn/dial plus the era handshake (separate from `call_timeout`) |
+//!
+//! `server.state_directory` (default: the first path of the
+//! `STATE_DIRECTORY` environment variable, which systemd's `StateDirectory=`
+//! sets; unset = none) must be absolute. The supervisor persists
+//! per-upstream backoff state in `<dir>/upstreams.json`; without a directory
+//! that state lives in memory only.
+//!
 //! # `mcpServers` JSON
 //!
 //! The file Claude Desktop, Cursor and similar hosts already use:
@@ -86,9 +118,10 @@
 //! with optional `"type"` (`stdio`, `http`, `streamable-http`, `streamableHttp`;
 //! `sse` is rejected) and `"disabled": true`. VS Code's top-level `"servers"`
 //! is accepted when `"mcpServers"` is absent. Host-specific keys are ignored
-//! with a warning. The `[server]` section gets its defaults, and so do the
-//! upstream keys JSON can't express (`call_timeout`, `max_in_flight`,
-//! `max_result_bytes`, `max_catalog_entries`, `max_catalog_bytes`, ...).
+//! with a warning. The `[server]` section gets its defaults
+//! (`state_directory` from `STATE_DIRECTORY`), and so do the upstream keys
+//! JSON can't express (`call_timeout`, `max_in_flight`, `max_result_bytes`,
+//! `max_catalog_entries`, `max_catalog_bytes`, the supervisor keys, ...).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -151,6 +184,11 @@ pub struct ServerConfig {
     pub tool_names: ToolNameRule,
     /// Prometheus listen address (`metrics_listen`); `None` = no metrics listener.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Absolute directory where the supervisor persists per-upstream backoff
+    /// state (`<dir>/upstreams.json`) (`state_directory`; when unset, the
+    /// first path of `$STATE_DIRECTORY`). `None` = state kept in memory only.
+    /// [`ServerConfig::default`] does not read the environment: `None`.
+    pub state_directory: Option<PathBuf>,
 }
 
 /// Rule for exposed tool names (`server.tool_names`).
@@ -197,6 +235,34 @@ pub struct UpstreamConfig {
     /// Serialized JSON bytes of everything kept in this upstream's catalog
     /// (`max_catalog_bytes`).
     pub max_catalog_bytes: usize,
+    /// How often a Ready upstream is probed with `ping` / `server/discover`
+    /// (`health_interval`); never zero.
+    pub health_interval: Duration,
+    /// How long one probe may take before it counts as missed
+    /// (`probe_timeout`); never zero, never longer than `health_interval`.
+    pub probe_timeout: Duration,
+    /// Consecutive missed probes before the upstream is marked down
+    /// (`probe_misses`), 1..=100.
+    pub probe_misses: u32,
+    /// First reconnect delay (`backoff_initial`); never zero.
+    pub backoff_initial: Duration,
+    /// Multiplier of the reconnect delay per failed attempt
+    /// (`backoff_factor`), 1.0..=10.0.
+    pub backoff_factor: f64,
+    /// Longest reconnect delay (`backoff_cap`); never shorter than
+    /// `backoff_initial`.
+    pub backoff_cap: Duration,
+    /// How long the upstream must stay Ready before its backoff resets
+    /// (`stable_period`); may be zero.
+    pub stable_period: Duration,
+    /// Longest upstream `Retry-After` honoured (`retry_after_cap`).
+    pub retry_after_cap: Duration,
+    /// Whether a call may trigger one early connect attempt once the backoff
+    /// window has elapsed (`connect_on_demand`), default `false`.
+    pub connect_on_demand: bool,
+    /// Budget for spawn/dial plus the era handshake (`startup_timeout`),
+    /// separate from `call_timeout`.
+    pub startup_timeout: Duration,
     /// How to reach it.
     pub transport: Transport,
 }
@@ -271,7 +337,8 @@ impl Config {
     /// Format: `.json` → `mcpServers` JSON, `.toml` → TOML, anything else is
     /// sniffed (first non-space character `{` → JSON, else TOML).
     /// `$CREDENTIALS_DIRECTORY/` in `bearer_token_file` is expanded from the
-    /// process environment.
+    /// process environment, and an unset `server.state_directory` is taken
+    /// from `$STATE_DIRECTORY` there.
     ///
     /// # Errors
     /// [`ConfigError::Io`] if the file can't be read (or isn't UTF-8),
@@ -312,16 +379,28 @@ impl Config {
     /// [`ConfigError::Parse`] for malformed JSON, [`ConfigError::Invalid`]
     /// (key paths like `mcpServers.fs.url`) for anything else.
     pub fn from_mcp_servers_json(text: &str, origin: &Path) -> Result<Config, ConfigError> {
-        let ctx = validate::Ctx::new(origin, &process_env);
-        mcp_servers::parse(strip_bom(text), &ctx)
+        Self::from_mcp_servers_json_with_env(text, origin, &process_env)
     }
 
     /// The config used when no file is given: `[server]` defaults (listen
-    /// [`crate::limits::DEFAULT_LISTEN`]) and one enabled `builtin` upstream
-    /// named and prefixed `edge`.
+    /// [`crate::limits::DEFAULT_LISTEN`], `state_directory` from
+    /// `$STATE_DIRECTORY` when that holds an absolute path) and one enabled
+    /// `builtin` upstream named and prefixed `edge`.
     pub fn embedded_default() -> Config {
+        Self::embedded_default_with_env(&process_env)
+    }
+
+    /// [`Config::embedded_default`] with an injectable environment lookup.
+    /// A `$STATE_DIRECTORY` that isn't an absolute path is ignored with a
+    /// warning (there is no file to report an error against).
+    pub(crate) fn embedded_default_with_env(env: &dyn Fn(&str) -> Option<OsString>) -> Config {
+        let mut server = ServerConfig::default();
+        server.state_directory = server::state_directory_from_env(env).unwrap_or_else(|e| {
+            tracing::warn!("ignoring the STATE_DIRECTORY environment variable: {e}");
+            None
+        });
         Config {
-            server: ServerConfig::default(),
+            server,
             upstreams: vec![validate::upstream_with_defaults(
                 "edge".to_owned(),
                 Transport::Builtin,
@@ -350,6 +429,16 @@ impl Config {
         let ctx = validate::Ctx::new(origin, env);
         let raw = raw::parse(strip_bom(text), &ctx)?;
         validate::config(&ctx, raw)
+    }
+
+    /// [`Config::from_mcp_servers_json`] with an injectable environment lookup.
+    pub(crate) fn from_mcp_servers_json_with_env(
+        text: &str,
+        origin: &Path,
+        env: &dyn Fn(&str) -> Option<OsString>,
+    ) -> Result<Config, ConfigError> {
+        let ctx = validate::Ctx::new(origin, env);
+        mcp_servers::parse(strip_bom(text), &ctx)
     }
 }
 

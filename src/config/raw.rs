@@ -44,6 +44,7 @@ pub(super) struct RawServer {
     pub tool_name_separator: Option<String>,
     pub tool_names: Option<String>,
     pub metrics_listen: Option<String>,
+    pub state_directory: Option<String>,
 }
 
 /// One `[[upstream]]`.
@@ -70,6 +71,17 @@ pub(super) struct RawUpstream {
     pub max_result_bytes: Option<RawInt>,
     pub max_catalog_entries: Option<RawInt>,
     pub max_catalog_bytes: Option<RawInt>,
+    // supervisor
+    pub health_interval: Option<RawDuration>,
+    pub probe_timeout: Option<RawDuration>,
+    pub probe_misses: Option<RawInt>,
+    pub backoff_initial: Option<RawDuration>,
+    pub backoff_factor: Option<RawFloat>,
+    pub backoff_cap: Option<RawDuration>,
+    pub stable_period: Option<RawDuration>,
+    pub retry_after_cap: Option<RawDuration>,
+    pub connect_on_demand: Option<bool>,
+    pub startup_timeout: Option<RawDuration>,
 }
 
 /// A duration as written (`"30s"`), parsed by `validate`.
@@ -112,6 +124,34 @@ impl<'de> Deserialize<'de> for RawInt {
             }
         }
         d.deserialize_i64(V)
+    }
+}
+
+/// A number as written, integer or float (`2` or `2.5`); range-checked by
+/// `validate`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RawFloat(pub f64);
+
+impl<'de> Deserialize<'de> for RawFloat {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = RawFloat;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a number")
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<RawFloat, E> {
+                Ok(RawFloat(v))
+            }
+            // TOML integers (`backoff_factor = 2`); huge ones fail the range check anyway.
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<RawFloat, E> {
+                Ok(RawFloat(v as f64))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<RawFloat, E> {
+                Ok(RawFloat(v as f64))
+            }
+        }
+        d.deserialize_f64(V)
     }
 }
 

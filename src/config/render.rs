@@ -54,6 +54,10 @@ pub(super) fn render(cfg: &Config) -> String {
         Some(a) => kv(&mut o, "metrics_listen", quote(&a.to_string())),
         None => o.push_str("# metrics_listen: not set (no metrics listener)\n"),
     }
+    match &s.state_directory {
+        Some(p) => kv(&mut o, "state_directory", quote(&path(p))),
+        None => o.push_str("# state_directory: not set (backoff state is kept in memory only)\n"),
+    }
 
     for up in &cfg.upstreams {
         o.push_str("\n[[upstream]]\n");
@@ -85,6 +89,20 @@ pub(super) fn render(cfg: &Config) -> String {
             "max_catalog_bytes",
             up.max_catalog_bytes.to_string(),
         );
+        kv(&mut o, "health_interval", duration(up.health_interval));
+        kv(&mut o, "probe_timeout", duration(up.probe_timeout));
+        kv(&mut o, "probe_misses", up.probe_misses.to_string());
+        kv(&mut o, "backoff_initial", duration(up.backoff_initial));
+        kv(&mut o, "backoff_factor", float(up.backoff_factor));
+        kv(&mut o, "backoff_cap", duration(up.backoff_cap));
+        kv(&mut o, "stable_period", duration(up.stable_period));
+        kv(&mut o, "retry_after_cap", duration(up.retry_after_cap));
+        kv(
+            &mut o,
+            "connect_on_demand",
+            up.connect_on_demand.to_string(),
+        );
+        kv(&mut o, "startup_timeout", duration(up.startup_timeout));
         match &up.transport {
             Transport::Stdio {
                 command,
@@ -142,6 +160,11 @@ fn path(p: &Path) -> String {
 
 fn duration(d: Duration) -> String {
     quote(&humantime::format_duration(d).to_string())
+}
+
+/// A TOML float: `2.0`, `1.5` (shortest text that reads back the same value).
+fn float(v: f64) -> String {
+    format!("{v:?}")
 }
 
 /// A TOML basic string.

@@ -1,6 +1,8 @@
 //! `[server]`: raw → typed, including the Origin / Host allow-list syntax.
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::raw::RawServer;
@@ -18,6 +20,9 @@ const MAX_CONNECTIONS_CEILING: usize = 65_536;
 const MAX_MIN_IDLE_BEFORE_EVICT: Duration = Duration::from_secs(24 * 3600);
 /// Longest `tool_name_separator`.
 const MAX_SEPARATOR_LEN: usize = 4;
+/// Environment variable that defaults `state_directory` (systemd's
+/// `StateDirectory=` sets it; several directories are `:`-separated).
+const STATE_DIRECTORY_VAR: &str = "STATE_DIRECTORY";
 
 pub(super) fn server(ctx: &Ctx, raw: RawServer) -> Result<ServerConfig> {
     let d = default_server();
@@ -97,6 +102,13 @@ pub(super) fn server(ctx: &Ctx, raw: RawServer) -> Result<ServerConfig> {
             ),
         ));
     }
+    let state_directory = match raw.state_directory {
+        Some(s) => Some(
+            absolute_dir(&s).map_err(|m| ctx.err(k("state_directory"), format!("{s:?} {m}")))?,
+        ),
+        None => state_directory_from_env(&|name| ctx.env_var(name))
+            .map_err(|m| ctx.err(k("state_directory"), m))?,
+    };
     Ok(ServerConfig {
         listen,
         allowed_origins,
@@ -148,7 +160,46 @@ pub(super) fn server(ctx: &Ctx, raw: RawServer) -> Result<ServerConfig> {
         tool_name_separator,
         tool_names,
         metrics_listen,
+        state_directory,
     })
+}
+
+/// The default of `state_directory`: the first path in `$STATE_DIRECTORY`,
+/// `None` when the variable is unset or empty. Errors (a relative or
+/// non-UTF-8 value) are messages without a key.
+pub(super) fn state_directory_from_env(
+    env: &dyn Fn(&str) -> Option<OsString>,
+) -> std::result::Result<Option<PathBuf>, String> {
+    let Some(value) = env(STATE_DIRECTORY_VAR) else {
+        return Ok(None);
+    };
+    let value = value.into_string().map_err(|_| {
+        "unset, and the STATE_DIRECTORY environment variable is not valid UTF-8".to_owned()
+    })?;
+    let first = value.split(':').next().unwrap_or_default();
+    if first.is_empty() {
+        return Ok(None);
+    }
+    absolute_dir(first).map(Some).map_err(|m| {
+        format!(
+            "unset, and the first path of the STATE_DIRECTORY environment variable, {first:?}, {m}"
+        )
+    })
+}
+
+/// A non-empty absolute path without NUL; the error completes "`<value>` …".
+fn absolute_dir(s: &str) -> std::result::Result<PathBuf, String> {
+    if s.is_empty() {
+        return Err("must not be empty (omit it for no state directory)".to_owned());
+    }
+    if s.contains('\0') {
+        return Err("must not contain a NUL character".to_owned());
+    }
+    let p = PathBuf::from(s);
+    if !p.is_absolute() {
+        return Err("must be an absolute path".to_owned());
+    }
+    Ok(p)
 }
 
 fn socket_addr(ctx: &Ctx, key: &str, s: &str) -> Result<SocketAddr> {
@@ -236,6 +287,9 @@ fn host_ok(h: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
+    use super::super::Config;
     use super::*;
 
     #[test]
@@ -253,5 +307,94 @@ mod tests {
         assert!(host_name("gateway.local:8737").is_err());
         assert!(host_name("[::1]").is_ok());
         assert!(host_name("a..b").is_err());
+    }
+
+    const UP: &str = "[[upstream]]\nname = \"a\"\ncommand = \"a\"\n";
+
+    fn env_with(state: Option<&'static str>) -> impl Fn(&str) -> Option<OsString> {
+        move |k: &str| match k {
+            "STATE_DIRECTORY" => state.map(OsString::from),
+            _ => None,
+        }
+    }
+
+    fn toml(text: &str, state: Option<&'static str>) -> Result<Config> {
+        Config::from_toml_str_with_env(text, Path::new("c.toml"), &env_with(state))
+    }
+
+    #[test]
+    fn state_directory_defaults_to_first_env_path() {
+        let cfg = toml(UP, Some("/var/lib/mcp-edge:/var/lib/other")).unwrap();
+        assert_eq!(
+            cfg.server.state_directory.as_deref(),
+            Some(Path::new("/var/lib/mcp-edge"))
+        );
+        // The rendering names it explicitly and reads back the same without the env.
+        let out = cfg.render_masked();
+        assert!(
+            out.contains("state_directory = \"/var/lib/mcp-edge\""),
+            "{out}"
+        );
+        let again = toml(&out, None).unwrap();
+        assert_eq!(again.render_masked(), out);
+
+        let json = r#"{"mcpServers": {"a": {"command": "a"}}}"#;
+        let cfg = Config::from_mcp_servers_json_with_env(
+            json,
+            Path::new("c.json"),
+            &env_with(Some("/state")),
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.server.state_directory.as_deref(),
+            Some(Path::new("/state"))
+        );
+
+        let cfg = Config::embedded_default_with_env(&env_with(Some("/state:/x")));
+        assert_eq!(
+            cfg.server.state_directory.as_deref(),
+            Some(Path::new("/state"))
+        );
+    }
+
+    #[test]
+    fn state_directory_unset_or_empty_env_is_none() {
+        assert_eq!(toml(UP, None).unwrap().server.state_directory, None);
+        assert_eq!(toml(UP, Some("")).unwrap().server.state_directory, None);
+        let out = toml(UP, None).unwrap().render_masked();
+        assert!(out.contains("# state_directory: not set"), "{out}");
+        assert_eq!(
+            Config::embedded_default_with_env(&env_with(None))
+                .server
+                .state_directory,
+            None
+        );
+    }
+
+    #[test]
+    fn state_directory_key_wins_over_env() {
+        let text = format!("[server]\nstate_directory = \"/srv/state\"\n{UP}");
+        let env = |k: &str| -> Option<OsString> {
+            assert_ne!(k, "STATE_DIRECTORY", "env read although the key is set");
+            None
+        };
+        let cfg = Config::from_toml_str_with_env(&text, Path::new("c.toml"), &env).unwrap();
+        assert_eq!(
+            cfg.server.state_directory.as_deref(),
+            Some(Path::new("/srv/state"))
+        );
+    }
+
+    #[test]
+    fn relative_state_directory_from_env_names_key_and_variable() {
+        let e = toml(UP, Some("state:/abs")).unwrap_err();
+        assert_eq!(e.key(), Some("server.state_directory"), "{e}");
+        let msg = e.to_string();
+        assert!(msg.starts_with("c.toml: server.state_directory: "), "{msg}");
+        assert!(msg.contains("STATE_DIRECTORY"), "{msg}");
+        assert!(msg.contains("must be an absolute path"), "{msg}");
+        // No file to blame: the embedded default ignores it.
+        let cfg = Config::embedded_default_with_env(&env_with(Some("state")));
+        assert_eq!(cfg.server.state_directory, None);
     }
 }

@@ -10,7 +10,7 @@ use super::fields::{
     bearer_token_file, check_args, check_command, check_cwd, check_env, check_headers, check_name,
     check_url,
 };
-use super::raw::{RawConfig, RawDuration, RawInt, RawUpstream};
+use super::raw::{RawConfig, RawDuration, RawFloat, RawInt, RawUpstream};
 use super::server;
 use super::{Config, ConfigError, Era, ServerConfig, ToolNameRule, Transport, UpstreamConfig};
 use crate::limits;
@@ -20,6 +20,22 @@ const MIN_CALL_TIMEOUT: Duration = Duration::from_secs(1);
 const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(3600);
 const MIN_RESULT_BYTES: usize = 1024;
 const MAX_RESULT_BYTES_CEILING: usize = 256 * 1024 * 1024;
+const MIN_HEALTH_INTERVAL: Duration = Duration::from_secs(1);
+const MAX_HEALTH_INTERVAL: Duration = Duration::from_secs(3600);
+const MIN_PROBE_TIMEOUT: Duration = Duration::from_millis(100);
+const MAX_PROBE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+const MAX_PROBE_MISSES: usize = 100;
+const MIN_BACKOFF_INITIAL: Duration = Duration::from_millis(100);
+const MAX_BACKOFF_INITIAL: Duration = Duration::from_secs(3600);
+const MIN_BACKOFF_FACTOR: f64 = 1.0;
+const MAX_BACKOFF_FACTOR: f64 = 10.0;
+const MIN_BACKOFF_CAP: Duration = Duration::from_secs(1);
+const MAX_BACKOFF_CAP: Duration = Duration::from_secs(24 * 3600);
+const MAX_STABLE_PERIOD: Duration = Duration::from_secs(24 * 3600);
+const MIN_RETRY_AFTER_CAP: Duration = Duration::from_secs(1);
+const MAX_RETRY_AFTER_CAP: Duration = Duration::from_secs(24 * 3600);
+const MIN_STARTUP_TIMEOUT: Duration = Duration::from_secs(1);
+const MAX_STARTUP_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
 /// Where errors point: the file, plus the environment used for expansion.
 pub(super) struct Ctx<'a> {
@@ -92,6 +108,7 @@ pub(super) fn default_server() -> ServerConfig {
         tool_name_separator: "__".to_owned(),
         tool_names: ToolNameRule::Strict,
         metrics_listen: None,
+        state_directory: None,
     }
 }
 
@@ -107,6 +124,16 @@ pub(super) fn upstream_with_defaults(name: String, transport: Transport) -> Upst
         max_result_bytes: limits::DEFAULT_MAX_RESULT_BYTES,
         max_catalog_entries: limits::MAX_CATALOG_ENTRIES,
         max_catalog_bytes: limits::DEFAULT_MAX_CATALOG_BYTES,
+        health_interval: limits::DEFAULT_HEALTH_INTERVAL,
+        probe_timeout: limits::DEFAULT_PROBE_TIMEOUT,
+        probe_misses: limits::DEFAULT_PROBE_MISSES,
+        backoff_initial: limits::DEFAULT_BACKOFF_INITIAL,
+        backoff_factor: limits::DEFAULT_BACKOFF_FACTOR,
+        backoff_cap: limits::DEFAULT_BACKOFF_CAP,
+        stable_period: limits::DEFAULT_STABLE_PERIOD,
+        retry_after_cap: limits::DEFAULT_RETRY_AFTER_CAP,
+        connect_on_demand: false,
+        startup_timeout: limits::DEFAULT_STARTUP_TIMEOUT,
         transport,
     }
 }
@@ -387,6 +414,94 @@ fn upstream(ctx: &Ctx, base: &str, raw: RawUpstream) -> Result<UpstreamConfig> {
         (limits::MIN_CATALOG_BYTES, limits::MAX_CATALOG_BYTES_CEILING),
         limits::DEFAULT_MAX_CATALOG_BYTES,
     )?;
+    // Supervisor (reconnect policy).
+    up.health_interval = duration(
+        ctx,
+        &k("health_interval"),
+        raw.health_interval.as_ref(),
+        (MIN_HEALTH_INTERVAL, MAX_HEALTH_INTERVAL),
+        limits::DEFAULT_HEALTH_INTERVAL,
+    )?;
+    up.probe_timeout = duration(
+        ctx,
+        &k("probe_timeout"),
+        raw.probe_timeout.as_ref(),
+        (MIN_PROBE_TIMEOUT, MAX_PROBE_TIMEOUT),
+        // Unset: the default, but never past a shorter health interval.
+        limits::DEFAULT_PROBE_TIMEOUT.min(up.health_interval),
+    )?;
+    if up.probe_timeout > up.health_interval {
+        return Err(ctx.err(
+            k("probe_timeout"),
+            format!(
+                "must not be longer than {} ({}): a probe must finish before the next one is due",
+                k("health_interval"),
+                humantime::format_duration(up.health_interval)
+            ),
+        ));
+    }
+    let misses = int(
+        ctx,
+        &k("probe_misses"),
+        raw.probe_misses,
+        (1, MAX_PROBE_MISSES),
+        limits::DEFAULT_PROBE_MISSES as usize,
+    )?;
+    up.probe_misses = u32::try_from(misses).expect("probe_misses is at most MAX_PROBE_MISSES");
+    up.backoff_initial = duration(
+        ctx,
+        &k("backoff_initial"),
+        raw.backoff_initial.as_ref(),
+        (MIN_BACKOFF_INITIAL, MAX_BACKOFF_INITIAL),
+        limits::DEFAULT_BACKOFF_INITIAL,
+    )?;
+    up.backoff_factor = float(
+        ctx,
+        &k("backoff_factor"),
+        raw.backoff_factor,
+        (MIN_BACKOFF_FACTOR, MAX_BACKOFF_FACTOR),
+        limits::DEFAULT_BACKOFF_FACTOR,
+    )?;
+    up.backoff_cap = duration(
+        ctx,
+        &k("backoff_cap"),
+        raw.backoff_cap.as_ref(),
+        (MIN_BACKOFF_CAP, MAX_BACKOFF_CAP),
+        // Unset: the default, but never below a longer initial delay.
+        limits::DEFAULT_BACKOFF_CAP.max(up.backoff_initial),
+    )?;
+    if up.backoff_cap < up.backoff_initial {
+        return Err(ctx.err(
+            k("backoff_cap"),
+            format!(
+                "must not be shorter than {} ({})",
+                k("backoff_initial"),
+                humantime::format_duration(up.backoff_initial)
+            ),
+        ));
+    }
+    up.stable_period = duration(
+        ctx,
+        &k("stable_period"),
+        raw.stable_period.as_ref(),
+        (Duration::ZERO, MAX_STABLE_PERIOD),
+        limits::DEFAULT_STABLE_PERIOD,
+    )?;
+    up.retry_after_cap = duration(
+        ctx,
+        &k("retry_after_cap"),
+        raw.retry_after_cap.as_ref(),
+        (MIN_RETRY_AFTER_CAP, MAX_RETRY_AFTER_CAP),
+        limits::DEFAULT_RETRY_AFTER_CAP,
+    )?;
+    up.connect_on_demand = raw.connect_on_demand.unwrap_or(false);
+    up.startup_timeout = duration(
+        ctx,
+        &k("startup_timeout"),
+        raw.startup_timeout.as_ref(),
+        (MIN_STARTUP_TIMEOUT, MAX_STARTUP_TIMEOUT),
+        limits::DEFAULT_STARTUP_TIMEOUT,
+    )?;
     Ok(up)
 }
 
@@ -403,6 +518,27 @@ pub(super) fn int(
     match usize::try_from(v) {
         Ok(n) if (min..=max).contains(&n) => Ok(n),
         _ => Err(ctx.err(key, format!("must be between {min} and {max} (got {v})"))),
+    }
+}
+
+/// A finite number in `min..=max`.
+pub(super) fn float(
+    ctx: &Ctx,
+    key: &str,
+    raw: Option<RawFloat>,
+    (min, max): (f64, f64),
+    default: f64,
+) -> Result<f64> {
+    let Some(RawFloat(v)) = raw else {
+        return Ok(default);
+    };
+    if (min..=max).contains(&v) {
+        Ok(v)
+    } else {
+        Err(ctx.err(
+            key,
+            format!("must be between {min:?} and {max:?} (got {v:?})"),
+        ))
     }
 }
 
@@ -450,9 +586,10 @@ mod tests {
     use super::*;
 
     fn load(text: &str, creds: Option<&str>) -> Result<Config> {
-        let env = move |k: &str| {
-            assert_eq!(k, "CREDENTIALS_DIRECTORY");
-            creds.map(OsString::from)
+        let env = move |k: &str| match k {
+            "CREDENTIALS_DIRECTORY" => creds.map(OsString::from),
+            "STATE_DIRECTORY" => None,
+            other => panic!("unexpected env lookup {other}"),
         };
         Config::from_toml_str_with_env(text, Path::new("t.toml"), &env)
     }
@@ -488,7 +625,10 @@ mod tests {
     #[test]
     fn plain_bearer_path_needs_no_env() {
         let text = format!("{HTTP}bearer_token_file = \"/etc/tok\"\n");
-        let env = |_: &str| -> Option<OsString> { panic!("env read") };
+        let env = |k: &str| -> Option<OsString> {
+            assert_ne!(k, "CREDENTIALS_DIRECTORY", "env read");
+            None
+        };
         Config::from_toml_str_with_env(&text, Path::new("t.toml"), &env).unwrap();
     }
 

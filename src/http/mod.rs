@@ -162,7 +162,11 @@ impl Gateway {
             origin: checks::OriginPolicy::new(addr, &s.allowed_hosts, &s.allowed_origins),
             config: config.clone(),
         });
-        let supervisor = Supervisor::start(&upstreams);
+        let persist = s.state_directory.as_ref().map(|dir| {
+            let names: Vec<&str> = upstreams.iter().map(|u| u.name()).collect();
+            Arc::new(crate::supervisor::persist::Persist::open(dir, &names))
+        });
+        let supervisor = Supervisor::start(&upstreams, persist);
         let (shutdown, _) = watch::channel(false);
         let mut tasks = vec![
             OwnedTask::spawn(accept_loop(listener, app.clone(), shutdown.subscribe())),
@@ -210,7 +214,7 @@ impl Gateway {
             let mut rx = up.subscribe();
             let _ = tokio::time::timeout_at(
                 deadline,
-                rx.wait_for(|s| !matches!(s, crate::upstream::Status::Connecting)),
+                rx.wait_for(|s| !matches!(s, crate::upstream::Status::Connecting { .. })),
             )
             .await;
         }

@@ -157,15 +157,8 @@ impl Router {
     fn unknown(&self, kind: &str, name: &str) -> RpcError {
         if let Some(up) = self.owner_by_prefix(name) {
             if up.negotiated().is_none() {
-                return RpcError::new(
-                    protocol::UPSTREAM_UNAVAILABLE,
-                    format!(
-                        "upstream '{}' is not available ({})",
-                        up.name(),
-                        up.status().describe()
-                    ),
-                )
-                .with_data(json!({"upstream": up.name()}));
+                // Names the upstream, its state and the next retry time.
+                return up.unavailable().to_rpc();
             }
         }
         RpcError::new(protocol::INVALID_PARAMS, format!("Unknown {kind}: {name}"))

@@ -231,6 +231,19 @@ impl HttpConn {
             // The challenge (WWW-Authenticate) stays here: never passed downstream.
             return Err(SendError::Auth(status.as_u16()));
         }
+        if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE {
+            let after = resp
+                .headers()
+                .get(header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
+            if let Some(after) = after {
+                return Err(SendError::RetryAfter {
+                    status: status.as_u16(),
+                    after,
+                });
+            }
+        }
         if method == "initialize" && status.is_success() {
             if let Some(s) = resp.headers().get("mcp-session-id") {
                 *self.session.write().expect("session lock") = Some(s.clone());
@@ -390,6 +403,17 @@ impl HttpConn {
     }
 }
 
+/// Parses `Retry-After` (RFC 9110 §10.2.3): delta-seconds or an HTTP-date
+/// (relative to `now`; a date in the past means zero).
+pub fn parse_retry_after(v: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let v = v.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let when = httpdate::parse_http_date(v).ok()?;
+    Some(when.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
 /// Encodes a value for `Mcp-Name` (§Value Encoding): plain when it is visible
 /// ASCII without edge whitespace and not sentinel-shaped, else `=?base64?…?=`.
 pub fn header_safe(v: &str) -> HeaderValue {
@@ -408,4 +432,28 @@ pub fn header_safe(v: &str) -> HeaderValue {
         )
     };
     HeaderValue::from_str(&s).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_retry_after;
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    #[test]
+    fn retry_after_both_forms() {
+        let now = UNIX_EPOCH + Duration::from_secs(784_111_777); // Sun, 06 Nov 1994 08:49:37 GMT
+        assert_eq!(
+            parse_retry_after("120", now),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:51:37 GMT", now),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after("soon", SystemTime::now()), None);
+    }
 }

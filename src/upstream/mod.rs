@@ -12,6 +12,8 @@ pub mod handshake;
 pub mod http;
 pub mod inflight;
 pub mod relay;
+pub mod ring;
+pub mod state;
 pub mod stdio;
 
 use crate::config::UpstreamConfig;
@@ -23,63 +25,30 @@ use tokio::sync::{watch, Notify};
 
 pub use catalog::Catalog;
 pub use handshake::{Negotiated, UpstreamEra};
-
-/// The state of one upstream, published on a `watch` channel.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Status {
-    /// `enabled = false` in the config.
-    Disabled,
-    /// A connect attempt (spawn/dial plus era handshake) is running.
-    Connecting,
-    /// Connected and serving calls.
-    Ready {
-        /// The era spoken with it.
-        era: UpstreamEra,
-    },
-    /// Waiting before the next attempt.
-    Backoff {
-        /// Failed attempts in a row.
-        attempt: u32,
-        /// Delay until the next attempt.
-        delay: Duration,
-        /// Why the last attempt failed.
-        last_error: String,
-    },
-    /// Shutting down.
-    Stopping,
-}
-
-impl Status {
-    /// A short human description, used in error messages to callers.
-    pub fn describe(&self) -> String {
-        match self {
-            Status::Disabled => "disabled".into(),
-            Status::Connecting => "connecting".into(),
-            Status::Ready { .. } => "ready".into(),
-            Status::Backoff {
-                attempt,
-                delay,
-                last_error,
-            } => format!(
-                "down after {attempt} failed attempt(s), retrying within {}s: {last_error}",
-                delay.as_secs().max(1)
-            ),
-            Status::Stopping => "stopping".into(),
-        }
-    }
-}
+pub use state::Status;
 
 /// Why one call to an upstream failed. Converted into a JSON-RPC error naming
 /// the upstream by [`CallError::to_rpc`].
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
-    /// Not connected; carries the state description.
+    /// Not connected; carries the state description and, in Backoff, the
+    /// seconds until the next attempt.
     #[error("upstream '{name}' is not available ({state})")]
     Unavailable {
         /// Upstream name.
         name: String,
         /// [`Status::describe`].
         state: String,
+        /// Seconds until the next connect attempt, if one is scheduled.
+        retry_in_secs: Option<u64>,
+    },
+    /// The upstream asked us to wait (HTTP 429/503 `Retry-After`).
+    #[error("upstream '{name}' asked to retry after {}s", retry_in.as_secs_f64().ceil() as u64)]
+    RetryLater {
+        /// Upstream name.
+        name: String,
+        /// Time left in its Retry-After window.
+        retry_in: Duration,
     },
     /// No answer within the call timeout.
     #[error("upstream '{name}' did not answer within {after:?}")]
@@ -123,9 +92,24 @@ impl CallError {
     pub fn to_rpc(&self) -> RpcError {
         let code = match self {
             CallError::Rpc(e) => return e.clone(),
-            CallError::Unavailable { .. } | CallError::Transport { .. } => {
-                protocol::UPSTREAM_UNAVAILABLE
+            CallError::Unavailable {
+                name,
+                retry_in_secs,
+                ..
+            } => {
+                let mut data = serde_json::json!({"upstream": name});
+                if let Some(s) = retry_in_secs {
+                    data["retryAfterSeconds"] = (*s).into();
+                }
+                return RpcError::new(protocol::UPSTREAM_UNAVAILABLE, self.to_string())
+                    .with_data(data);
             }
+            CallError::RetryLater { name, retry_in } => {
+                let secs = retry_in.as_secs_f64().ceil() as u64;
+                return RpcError::new(protocol::UPSTREAM_UNAVAILABLE, self.to_string())
+                    .with_data(serde_json::json!({"upstream": name, "retryAfterSeconds": secs}));
+            }
+            CallError::Transport { .. } => protocol::UPSTREAM_UNAVAILABLE,
             CallError::Timeout { .. } => protocol::UPSTREAM_TIMEOUT,
             CallError::Busy { .. } => protocol::UPSTREAM_BUSY,
             CallError::TooLarge { .. } => protocol::UPSTREAM_RESULT_TOO_LARGE,
@@ -159,6 +143,14 @@ pub enum SendError {
         status: u16,
         /// JSON-RPC error found in the body.
         rpc: Option<RpcError>,
+    },
+    /// HTTP 429/503 with a `Retry-After` (RFC 9110 §10.2.3), already parsed.
+    #[error("HTTP {status}, retry after {after:?}")]
+    RetryAfter {
+        /// 429 or 503.
+        status: u16,
+        /// The delay the upstream asked for.
+        after: Duration,
     },
     /// The legacy HTTP session expired (404 with a session id).
     #[error("session expired")]
@@ -261,17 +253,41 @@ pub struct Upstream {
     reinit: tokio::sync::Mutex<()>,
     /// Server→client requests relayed to downstream clients, awaiting answers.
     pub(crate) pending: Arc<relay::Pending>,
+    /// Why traffic last saw this upstream fail (read by the owner task).
+    loss: std::sync::Mutex<Option<Loss>>,
+    /// Calls are refused until then (the upstream's Retry-After).
+    retry_floor: std::sync::Mutex<Option<tokio::time::Instant>>,
+    /// Operator action: reconnect now (no failure counted).
+    pub(crate) reconnect: Notify,
+    /// A call asking for an early attempt (`connect_on_demand`).
+    pub(crate) wake: Notify,
+    /// The un-jittered end of the current backoff window (for `connect_on_demand`).
+    pub(crate) earliest_retry: std::sync::Mutex<Option<tokio::time::Instant>>,
+    /// Health probes sent, by outcome.
+    pub(crate) probes_ok: std::sync::atomic::AtomicU64,
+    pub(crate) probes_failed: std::sync::atomic::AtomicU64,
+    /// Health monitors running (one per connected owner task; never more than 1).
+    pub(crate) monitors: std::sync::atomic::AtomicUsize,
+    /// Connect attempts started.
+    pub(crate) attempts: std::sync::atomic::AtomicU64,
+    /// Last 16 KiB of a stdio child's stderr.
+    pub(crate) stderr_tail: Arc<std::sync::Mutex<ring::Ring>>,
+}
+
+/// Why a connection was found dead by traffic.
+#[derive(Debug, Clone)]
+pub(crate) struct Loss {
+    /// What failed.
+    pub reason: String,
+    /// 401/403: park instead of backing off.
+    pub auth: bool,
 }
 
 impl Upstream {
     /// A not-yet-connected upstream whose table of relayed server→client
     /// requests holds `max_pending` entries (`server.max_pending_server_requests`).
     pub fn new(index: usize, config: UpstreamConfig, max_pending: usize) -> Arc<Self> {
-        let initial = if config.enabled {
-            Status::Connecting
-        } else {
-            Status::Disabled
-        };
+        let initial = Status::initial(config.enabled);
         Arc::new(Upstream {
             index,
             config,
@@ -282,6 +298,18 @@ impl Upstream {
             list_changed: Arc::new(Notify::new()),
             reinit: tokio::sync::Mutex::new(()),
             pending: Arc::new(relay::Pending::new(max_pending)),
+            loss: std::sync::Mutex::new(None),
+            retry_floor: std::sync::Mutex::new(None),
+            reconnect: Notify::new(),
+            wake: Notify::new(),
+            earliest_retry: std::sync::Mutex::new(None),
+            probes_ok: 0.into(),
+            probes_failed: 0.into(),
+            monitors: 0.into(),
+            attempts: 0.into(),
+            stderr_tail: Arc::new(std::sync::Mutex::new(ring::Ring::new(
+                crate::limits::STDERR_TAIL_BYTES,
+            ))),
         })
     }
 
@@ -300,11 +328,78 @@ impl Upstream {
         self.status.subscribe()
     }
 
-    pub(crate) fn set_status(&self, s: Status) {
-        let ready = matches!(s, Status::Ready { .. });
-        metrics::gauge!(crate::metrics::UPSTREAM_READY, "upstream" => self.config.name.clone())
-            .set(if ready { 1.0 } else { 0.0 });
-        self.status.send_replace(s);
+    /// Moves to the state `f` derives from the current one (the owner task's
+    /// only way to change state) and publishes `mcp_edge_upstream_state`.
+    pub(crate) fn transition(&self, f: impl FnOnce(&Status) -> Status) {
+        let next = f(&self.status.borrow());
+        let name = self.config.name.clone();
+        metrics::gauge!(crate::metrics::UPSTREAM_READY, "upstream" => name.clone())
+            .set(if next.is_ready() { 1.0 } else { 0.0 });
+        for st in Status::NAMES {
+            metrics::gauge!(crate::metrics::UPSTREAM_STATE, "upstream" => name.clone(), "state" => st)
+                .set(if st == next.name() { 1.0 } else { 0.0 });
+        }
+        let backoff = next
+            .retry_in(tokio::time::Instant::now())
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        metrics::gauge!(crate::metrics::UPSTREAM_BACKOFF_SECONDS, "upstream" => name).set(backoff);
+        self.status.send_replace(next);
+    }
+
+    /// Operator action: drop the connection (or end the wait) and connect
+    /// again now, without counting a failure.
+    pub fn force_reconnect(&self) {
+        self.reconnect.notify_one();
+    }
+
+    /// Health probes sent so far: (answered, missed).
+    pub fn probes(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            self.probes_ok.load(Relaxed),
+            self.probes_failed.load(Relaxed),
+        )
+    }
+
+    /// Health monitors running for this upstream (0 or 1).
+    pub fn monitors(&self) -> usize {
+        self.monitors.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Connect attempts started since start-up.
+    pub fn attempts(&self) -> u64 {
+        self.attempts.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The last bytes (≤ 16 KiB) a stdio child wrote on stderr.
+    pub fn stderr_tail(&self) -> String {
+        self.stderr_tail
+            .lock()
+            .expect("stderr lock")
+            .to_string_lossy()
+    }
+
+    pub(crate) fn take_loss(&self) -> Option<Loss> {
+        self.loss.lock().expect("loss lock").take()
+    }
+
+    fn lose(&self, loss: Loss) {
+        *self.loss.lock().expect("loss lock") = Some(loss);
+        self.lost.notify_one();
+    }
+
+    /// Sets the Retry-After floor for calls (capped by `retry_after_cap`).
+    pub(crate) fn set_retry_floor(&self, after: Duration) -> Duration {
+        let after = after.min(self.config.retry_after_cap);
+        *self.retry_floor.lock().expect("floor lock") = Some(tokio::time::Instant::now() + after);
+        after
+    }
+
+    fn retry_window(&self) -> Option<Duration> {
+        let floor = (*self.retry_floor.lock().expect("floor lock"))?;
+        let left = floor.saturating_duration_since(tokio::time::Instant::now());
+        (!left.is_zero()).then_some(left)
     }
 
     /// The current catalog (empty while not connected).
@@ -361,10 +456,13 @@ impl Upstream {
         params: Option<Value>,
         relay: Option<relay::Relay>,
     ) -> Result<Value, CallError> {
-        let (conn, neg) = self.current().ok_or_else(|| CallError::Unavailable {
-            name: self.config.name.clone(),
-            state: self.status().describe(),
-        })?;
+        if let Some(retry_in) = self.retry_window() {
+            return Err(CallError::RetryLater {
+                name: self.config.name.clone(),
+                retry_in,
+            });
+        }
+        let (conn, neg) = self.current().ok_or_else(|| self.unavailable())?;
         let params = handshake::adapt_params(neg.era, params);
         let timeout = self.config.call_timeout;
         let first = conn
@@ -424,6 +522,25 @@ impl Upstream {
         }
     }
 
+    /// The error for a call while not connected; with `connect_on_demand`,
+    /// wakes the owner for one early attempt once the un-jittered backoff
+    /// window has passed (never sooner, so calls cannot cause a storm).
+    pub fn unavailable(&self) -> CallError {
+        let now = tokio::time::Instant::now();
+        let status = self.status();
+        if self.config.connect_on_demand {
+            let earliest = *self.earliest_retry.lock().expect("earliest lock");
+            if matches!(status, Status::Backoff { .. }) && earliest.is_some_and(|e| now >= e) {
+                self.wake.notify_one();
+            }
+        }
+        CallError::Unavailable {
+            name: self.config.name.clone(),
+            state: status.describe(now),
+            retry_in_secs: status.retry_in(now).map(|d| d.as_secs_f64().ceil() as u64),
+        }
+    }
+
     fn name_send_error(&self, e: SendError) -> CallError {
         let name = self.config.name.clone();
         match e {
@@ -446,8 +563,16 @@ impl Upstream {
                     limit: self.config.max_result_bytes,
                 }
             }
+            SendError::RetryAfter { after, .. } => {
+                let retry_in = self.set_retry_floor(after);
+                CallError::RetryLater { name, retry_in }
+            }
             other => {
-                self.lost.notify_one();
+                let auth = matches!(other, SendError::Auth(_));
+                self.lose(Loss {
+                    reason: other.to_string(),
+                    auth,
+                });
                 CallError::Transport {
                     name,
                     reason: other.to_string(),

@@ -32,11 +32,35 @@ pub struct StdioConn {
     inflight: InFlight,
 }
 
-/// Spawns the child of a stdio upstream. Errors: the spawn's I/O error text.
+/// Kills a child's whole process group when dropped (the owner task was
+/// aborted, or the driver ended): grandchildren never outlive their upstream.
+struct GroupKill(libc::pid_t);
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        if self.0 > 0 {
+            // SAFETY: plain syscall on a process group we created; ESRCH is fine.
+            unsafe { libc::killpg(self.0, libc::SIGKILL) };
+        }
+    }
+}
+
+fn signal_group(pgid: libc::pid_t, sig: libc::c_int) {
+    if pgid > 0 {
+        // SAFETY: as above.
+        unsafe { libc::killpg(pgid, sig) };
+    }
+}
+
+/// Spawns the child of a stdio upstream in its own process group, with
+/// `PR_SET_PDEATHSIG` so it dies with mcp-edge even on SIGKILL, and without
+/// mcp-edge's systemd variables (`NOTIFY_SOCKET`, `WATCHDOG_*`). Its stderr
+/// goes to the log and to `stderr_tail`. Errors: the spawn's I/O error text.
 pub fn open(
     cfg: &UpstreamConfig,
     list_changed: Arc<Notify>,
     ctx: RelayCtx,
+    stderr_tail: Arc<std::sync::Mutex<super::ring::Ring>>,
 ) -> Result<(StdioConn, Driver), String> {
     let crate::config::Transport::Stdio {
         command,
@@ -53,7 +77,20 @@ pub fn open(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("WATCHDOG_USEC")
+        .env_remove("WATCHDOG_PID")
+        .process_group(0)
         .kill_on_drop(true);
+    // SAFETY: prctl is async-signal-safe; it only sets a flag of the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     if let Some(dir) = cwd {
         cmd.current_dir(dir);
     }
@@ -74,6 +111,7 @@ pub fn open(
         cfg.max_result_bytes,
         list_changed,
         ctx,
+        stderr_tail,
     );
     Ok((StdioConn { stdin, inflight }, Box::pin(driver)))
 }
@@ -152,10 +190,14 @@ async fn drive(
     max_bytes: usize,
     list_changed: Arc<Notify>,
     ctx: RelayCtx,
+    stderr_tail: Arc<std::sync::Mutex<super::ring::Ring>>,
 ) -> String {
+    let pgid = child.id().map(|p| p as libc::pid_t).unwrap_or(0);
+    let _group = GroupKill(pgid);
     let mut line = Vec::new();
     let mut err_line = Vec::new();
     let mut stderr_open = true;
+    let mut noise = 0u64;
     let reason = loop {
         tokio::select! {
             r = read_line_bounded(&mut stdout, &mut line, max_bytes) => match r {
@@ -172,10 +214,22 @@ async fn drive(
                         inflight.complete(&id, Err(e));
                     }
                 }
-                Ok(Ok(true)) => on_line(&name, &line, &inflight, &stdin, &list_changed, &ctx).await,
+                Ok(Ok(true)) => {
+                    if !on_line(&name, &line, &inflight, &stdin, &list_changed, &ctx).await {
+                        noise += 1;
+                        metrics::counter!(crate::metrics::STDOUT_NOISE, "upstream" => name.clone()).increment(1);
+                        // Rate-limited: the 1st, 10th, 100th, 1000th … line.
+                        if noise.is_power_of_two() || noise.is_multiple_of(1000) || [10, 100].contains(&noise) {
+                            tracing::warn!(upstream = %name, skipped = noise, "stdout line that is not JSON-RPC skipped: {}", String::from_utf8_lossy(&line[..line.len().min(200)]));
+                        }
+                    }
+                }
             },
             r = read_line_bounded(&mut stderr, &mut err_line, limits::STDERR_LINE_BYTES), if stderr_open => match r {
-                Ok(Ok(true)) => tracing::info!(upstream = %name, "stderr: {}", String::from_utf8_lossy(&err_line)),
+                Ok(Ok(true)) => {
+                    tracing::info!(upstream = %name, "stderr: {}", String::from_utf8_lossy(&err_line));
+                    stderr_tail.lock().expect("stderr lock").push_line(&err_line);
+                }
                 Ok(Err(_)) => tracing::info!(upstream = %name, "stderr: (line longer than {} bytes cut)", limits::STDERR_LINE_BYTES),
                 Ok(Ok(false)) | Err(_) => stderr_open = false,
             },
@@ -185,15 +239,25 @@ async fn drive(
             },
         }
     };
+    // Pending calls fail now (not at their timeout).
     inflight.fail_all();
-    // Give the child a moment to exit after closing stdin, then kill it.
+    // Stop sequence (transports-stdio.mdx §Shutdown): close stdin, wait, SIGTERM
+    // the group, wait, SIGKILL the group; always reap.
     stdin.lock().await.take();
-    if tokio::time::timeout(Duration::from_secs(2), child.wait())
+    if tokio::time::timeout(limits::CHILD_STOP_GRACE, child.wait())
         .await
         .is_err()
     {
-        let _ = child.kill().await;
+        signal_group(pgid, libc::SIGTERM);
+        if tokio::time::timeout(limits::CHILD_STOP_GRACE, child.wait())
+            .await
+            .is_err()
+        {
+            signal_group(pgid, libc::SIGKILL);
+            let _ = child.wait().await;
+        }
     }
+    // The child is gone; whatever it forked goes too (GroupKill on drop).
     reason
 }
 
@@ -204,16 +268,12 @@ async fn on_line(
     stdin: &Mutex<Option<ChildStdin>>,
     list_changed: &Notify,
     ctx: &RelayCtx,
-) {
+) -> bool {
     if line.iter().all(u8::is_ascii_whitespace) {
-        return;
+        return true;
     }
-    let v: Value = match serde_json::from_slice(line) {
-        Ok(v) => v,
-        Err(e) => {
-            tracing::warn!(upstream = %name, "ignoring a non-JSON line on stdout: {e}");
-            return;
-        }
+    let Ok(v) = serde_json::from_slice::<Value>(line) else {
+        return false; // a banner or log line: counted as noise by the caller
     };
     match protocol::classify(v) {
         Ok(Message::Response { id, outcome }) => {
@@ -239,7 +299,7 @@ async fn on_line(
             if method != "ping"
                 && relay_request(ctx, inflight.sole_relay(), &id, &method, params.clone()).is_some()
             {
-                return;
+                return true;
             }
             // Nobody to ask: answer the harmless ones, refuse the rest.
             let reply = match method.as_str() {
@@ -255,8 +315,9 @@ async fn on_line(
             };
             let _ = write_line(stdin, &reply).await;
         }
-        Err((_, e)) => tracing::warn!(upstream = %name, "ignoring an invalid message: {e}"),
+        Err(_) => return false, // JSON, but not JSON-RPC: noise too
     }
+    true
 }
 
 async fn write_line(stdin: &Mutex<Option<ChildStdin>>, msg: &Value) -> Result<(), SendError> {

@@ -1,0 +1,375 @@
+//! The owner task of one upstream: connect, monitor, reconnect — one loop.
+//!
+//! Health probing is a `select!` arm of the same loop that reads the
+//! connection, so a reconnect can never start a second monitor. One retry
+//! policy lives here: exponential backoff with lengthening jitter
+//! ([`Backoff`]), reset only after `stable_period` in Ready; HTTP 401/403
+//! parks the upstream until its credential file changes (mtime) or an
+//! operator asks; `Retry-After` (429/503) is a floor for the next attempt.
+//! Every wait also listens for shutdown.
+
+use super::backoff::{jitter_unit, Backoff};
+use super::persist::{unix_ms_after, Persist, Saved};
+use crate::limits;
+use crate::upstream::{handshake, http::HttpConn, stdio, Catalog, Conn, SendError, Upstream};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::sync::watch;
+use tokio::time::{sleep_until, Instant};
+
+type Driver = Pin<Box<dyn Future<Output = String> + Send>>;
+
+/// How one connection ended.
+enum End {
+    /// Shutdown requested.
+    Shutdown,
+    /// Operator asked to reconnect: no failure counted.
+    Reconnect,
+    /// Failed, with what to do next.
+    Failed(Failure),
+}
+
+struct Failure {
+    reason: String,
+    /// 401/403: park instead of backing off.
+    auth: bool,
+    /// The upstream's Retry-After.
+    retry_after: Option<Duration>,
+    /// It had been Ready for `stable_period`: the backoff starts over.
+    was_stable: bool,
+}
+
+impl Failure {
+    fn plain(reason: String) -> End {
+        End::Failed(Failure {
+            reason,
+            auth: false,
+            retry_after: None,
+            was_stable: false,
+        })
+    }
+
+    fn from_send(step: &str, e: &SendError) -> End {
+        End::Failed(Failure {
+            reason: format!("{step}: {e}"),
+            auth: matches!(e, SendError::Auth(_)),
+            retry_after: match e {
+                SendError::RetryAfter { after, .. } => Some(*after),
+                _ => None,
+            },
+            was_stable: false,
+        })
+    }
+}
+
+fn open(up: &Upstream) -> Result<(Conn, Driver), String> {
+    use crate::config::Transport;
+    match &up.config.transport {
+        Transport::Stdio { .. } => {
+            let (c, d) = stdio::open(
+                &up.config,
+                up.list_changed.clone(),
+                up.relay_ctx(),
+                up.stderr_tail.clone(),
+            )?;
+            Ok((Conn::Stdio(c), d))
+        }
+        Transport::Http { .. } => {
+            let c = HttpConn::new(&up.config, up.list_changed.clone(), up.relay_ctx())
+                .map_err(|e| e.to_string())?;
+            Ok((Conn::Http(Box::new(c)), Box::pin(std::future::pending())))
+        }
+        Transport::Builtin => Ok((Conn::Builtin, Box::pin(std::future::pending()))),
+    }
+}
+
+async fn close(conn: &Conn) {
+    match conn {
+        Conn::Stdio(c) => c.close().await,
+        Conn::Http(c) => c.close().await,
+        Conn::Builtin => {}
+    }
+}
+
+/// Counts this upstream's live monitor while it exists.
+struct MonitorGuard<'a>(&'a Upstream);
+
+impl<'a> MonitorGuard<'a> {
+    fn new(up: &'a Upstream) -> Self {
+        up.monitors.fetch_add(1, Relaxed);
+        metrics::gauge!(crate::metrics::MONITORS).increment(1.0);
+        MonitorGuard(up)
+    }
+}
+
+impl Drop for MonitorGuard<'_> {
+    fn drop(&mut self) {
+        self.0.monitors.fetch_sub(1, Relaxed);
+        metrics::gauge!(crate::metrics::MONITORS).decrement(1.0);
+    }
+}
+
+/// One probe: `ping` for a legacy upstream, `server/discover` for a modern
+/// one — never a list. Any JSON-RPC answer, even an error, shows it is alive.
+async fn probe(up: &Upstream, conn: &Conn, neg: &handshake::Negotiated) -> bool {
+    let method = match neg.era {
+        handshake::UpstreamEra::Modern => "server/discover",
+        handshake::UpstreamEra::Legacy(_) => "ping",
+    };
+    let params = handshake::adapt_params(neg.era, None);
+    let ok = matches!(
+        conn.send(method, params, neg.era, up.config.probe_timeout, None)
+            .await,
+        Ok(_) | Err(SendError::Rpc(_))
+    );
+    let (counter, outcome) = if ok {
+        (&up.probes_ok, "ok")
+    } else {
+        (&up.probes_failed, "missed")
+    };
+    counter.fetch_add(1, Relaxed);
+    metrics::counter!(crate::metrics::UPSTREAM_PROBES, "upstream" => up.config.name.clone(), "outcome" => outcome).increment(1);
+    ok
+}
+
+/// Connects once and serves until the connection ends.
+async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) -> End {
+    let name = up.name().to_string();
+    up.attempts.fetch_add(1, Relaxed);
+    let (conn, mut driver) = match open(up) {
+        Ok(x) => x,
+        Err(e) => return Failure::plain(e),
+    };
+    let conn = Arc::new(conn);
+    let hs = tokio::select! {
+        r = tokio::time::timeout(up.config.startup_timeout, handshake::open(&conn, up.config.era)) => r,
+        reason = &mut driver => Ok(Err(handshake::HandshakeError::Incompatible(reason))),
+        _ = shutdown.changed() => { close(&conn).await; return End::Shutdown; }
+        _ = up.reconnect.notified() => { close(&conn).await; return End::Reconnect; }
+    };
+    let neg = match hs {
+        Err(_) => {
+            close(&conn).await;
+            return Failure::plain(format!(
+                "no handshake within startup_timeout ({:?})",
+                up.config.startup_timeout
+            ));
+        }
+        Ok(Err(handshake::HandshakeError::Send { step, source })) => {
+            close(&conn).await;
+            return Failure::from_send(step, &source);
+        }
+        Ok(Err(e)) => {
+            close(&conn).await;
+            return Failure::plain(e.to_string());
+        }
+        Ok(Ok(n)) => n,
+    };
+    metrics::counter!(crate::metrics::UPSTREAM_CONNECTS, "upstream" => name.clone(), "outcome" => "ok").increment(1);
+    tracing::info!(upstream = %name, era = ?neg.era, "connected");
+    up.take_loss(); // anything seen before this connection is stale
+    up.install(conn.clone(), neg.clone());
+    let since = Instant::now();
+    let _monitor = MonitorGuard::new(up);
+    // The monitor: catalog (now and on list_changed) and health probes, polled
+    // together with the driver so answers keep flowing while it waits.
+    let monitor = async {
+        let c = Catalog::fetch(up, &neg).await;
+        tracing::info!(upstream = %name, tools = c.tools.len(), prompts = c.prompts.len(), resources = c.resources.len(), "catalog loaded");
+        up.set_catalog(c);
+        up.transition(|s| s.ready(neg.era, since));
+        let every = up.config.health_interval;
+        let mut tick = tokio::time::interval_at(Instant::now() + every, every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut misses = 0u32;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    if probe(up, &conn, &neg).await {
+                        misses = 0;
+                    } else {
+                        misses += 1;
+                        if misses >= up.config.probe_misses {
+                            return format!("{misses} health probe(s) in a row unanswered");
+                        }
+                    }
+                }
+                _ = up.list_changed.notified() => {
+                    let c = Catalog::fetch(up, &neg).await;
+                    up.set_catalog(c);
+                }
+            }
+        }
+    };
+    let end = tokio::select! {
+        reason = &mut driver => Failure::plain(reason),
+        reason = monitor => Failure::plain(reason),
+        _ = up.lost.notified() => {
+            let loss = up.take_loss();
+            End::Failed(Failure {
+                reason: loss.as_ref().map(|l| l.reason.clone()).unwrap_or_else(|| "transport error seen by a call".into()),
+                auth: loss.is_some_and(|l| l.auth),
+                retry_after: None,
+                was_stable: false,
+            })
+        }
+        _ = up.reconnect.notified() => End::Reconnect,
+        _ = shutdown.changed() => End::Shutdown,
+    };
+    up.uninstall();
+    close(&conn).await;
+    if matches!(end, End::Shutdown) {
+        let _ = tokio::time::timeout(limits::CHILD_STOP_GRACE * 3, driver).await;
+    }
+    match end {
+        End::Failed(mut f) => {
+            f.was_stable = since.elapsed() >= up.config.stable_period;
+            End::Failed(f)
+        }
+        other => other,
+    }
+}
+
+fn credential_mtime(up: &Upstream) -> Option<SystemTime> {
+    match &up.config.transport {
+        crate::config::Transport::Http {
+            bearer_token_file: Some(p),
+            ..
+        } => std::fs::metadata(p).and_then(|m| m.modified()).ok(),
+        _ => None,
+    }
+}
+
+/// Parked: wait for the credential file to change (checked by mtime every
+/// [`limits::CREDENTIAL_CHECK_PERIOD`]), an operator, or shutdown. True to try again.
+async fn await_credentials(up: &Upstream, shutdown: &mut watch::Receiver<bool>) -> bool {
+    let seen = credential_mtime(up);
+    let mut tick = tokio::time::interval(limits::CREDENTIAL_CHECK_PERIOD);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                if credential_mtime(up) != seen {
+                    tracing::info!(upstream = %up.name(), "credential file changed; trying again");
+                    return true;
+                }
+            }
+            _ = up.reconnect.notified() => return true,
+            _ = shutdown.changed() => return false,
+        }
+    }
+}
+
+/// The owner loop of one upstream. `persist` remembers backoff across restarts.
+pub(crate) async fn run(
+    up: Arc<Upstream>,
+    mut shutdown: watch::Receiver<bool>,
+    persist: Option<Arc<Persist>>,
+) {
+    let name = up.name().to_string();
+    let cfg = &up.config;
+    let policy = match Backoff::new(cfg.backoff_initial, cfg.backoff_factor, cfg.backoff_cap) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(upstream = %name, "invalid backoff policy: {e}");
+            return;
+        }
+    };
+    let save = |s: Option<Saved>| {
+        if let Some(p) = &persist {
+            p.put(&name, s);
+        }
+    };
+    let mut failures: u32 = 0;
+    // A restart does not reset politeness: resume the saved schedule.
+    if let Some(saved) = persist.as_ref().and_then(|p| p.get(&name)) {
+        failures = saved.failures;
+        if saved.parked {
+            up.transition(|s| s.park(Instant::now(), saved.reason.clone()));
+            if !await_credentials(&up, &mut shutdown).await {
+                up.transition(|s| s.stop());
+                return;
+            }
+        } else {
+            let wait = saved.wait_from(SystemTime::now());
+            if !wait.is_zero() {
+                let until = Instant::now() + wait;
+                tracing::info!(upstream = %name, ?wait, "resuming the backoff saved before the restart");
+                up.transition(|s| {
+                    s.back_off(
+                        failures,
+                        until,
+                        format!("(before restart) {}", saved.reason),
+                    )
+                });
+                tokio::select! {
+                    _ = sleep_until(until) => {}
+                    _ = up.reconnect.notified() => {}
+                    _ = shutdown.changed() => { up.transition(|s| s.stop()); return; }
+                }
+            }
+        }
+    }
+    loop {
+        up.transition(|s| s.connect(failures + 1));
+        match connect_and_serve(&up, &mut shutdown).await {
+            End::Shutdown => break,
+            End::Reconnect => {
+                failures = 0;
+                save(None);
+                continue;
+            }
+            End::Failed(f) => {
+                metrics::counter!(crate::metrics::UPSTREAM_CONNECTS, "upstream" => name.clone(), "outcome" => "error").increment(1);
+                if f.was_stable {
+                    failures = 0;
+                }
+                if f.auth {
+                    tracing::warn!(upstream = %name, "credentials refused ({}); parked until they change", f.reason);
+                    up.transition(|s| s.park(Instant::now(), f.reason.clone()));
+                    save(Some(Saved {
+                        failures,
+                        next_attempt_unix_ms: 0,
+                        parked: true,
+                        reason: f.reason.clone(),
+                    }));
+                    if !await_credentials(&up, &mut shutdown).await {
+                        break;
+                    }
+                    save(None);
+                    continue;
+                }
+                failures = failures.saturating_add(1);
+                let base = policy.base_delay(failures);
+                let mut delay = policy.delay(failures, jitter_unit());
+                if let Some(ra) = f.retry_after {
+                    delay = delay.max(up.set_retry_floor(ra));
+                }
+                let now = Instant::now();
+                let until = now + delay;
+                *up.earliest_retry.lock().expect("earliest lock") = Some(now + base);
+                tracing::warn!(upstream = %name, attempt = failures, retry_in = ?delay, "upstream down: {}", f.reason);
+                up.transition(|s| s.back_off(failures, until, f.reason.clone()));
+                save(Some(Saved {
+                    failures,
+                    next_attempt_unix_ms: unix_ms_after(delay),
+                    parked: false,
+                    reason: f.reason,
+                }));
+                let on_demand = cfg.connect_on_demand;
+                tokio::select! {
+                    _ = sleep_until(until) => {}
+                    _ = up.wake.notified(), if on_demand => {
+                        tracing::info!(upstream = %name, "early attempt requested by a call (connect_on_demand)");
+                    }
+                    _ = up.reconnect.notified() => { failures = 0; }
+                    _ = shutdown.changed() => break,
+                }
+            }
+        }
+    }
+    up.transition(|s| s.stop());
+}
