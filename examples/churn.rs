@@ -629,10 +629,10 @@ async fn bench() -> ExitCode {
     let (one_live, one_allocs) = (live(), mcp_edge::alloc::allocations());
     let sid = anchor.initialize().await;
     quiesce(1024).await;
-    let one_live = live() - one_live;
+    // Not counting the id string this driver keeps.
+    let one_live = live() - one_live - sid.capacity() as i64;
     let one_allocs = mcp_edge::alloc::allocations() - one_allocs;
     anchor.delete(&sid).await;
-    drop(sid);
     let ra = anchor.run(Mode::Keep).await;
     eprintln!("running rmcp anchor (b) ...");
     let rb = anchor.run(Mode::Delete).await;
@@ -746,7 +746,7 @@ async fn bench() -> ExitCode {
     println!(
         "- per idle legacy session (a): mcp-edge {edge_a:.2} B/session allocated (least-squares slope over 0..{} sessions) \
          + {per_slot:.1} B/slot reserved once at start-up = {per_idle:.1} B; rmcp {rmcp_a:.0} B/session (slope over 0..{N}; \
-         one session alone: {one_live} B in {one_allocs} allocations)",
+         one session alone: {one_live} B live after {one_allocs} allocations, request and response included)",
         grow_a * STEP,
     );
     println!(

@@ -170,7 +170,6 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
     };
     metrics::counter!(crate::metrics::UPSTREAM_CONNECTS, "upstream" => name.clone(), "outcome" => "ok").increment(1);
     tracing::info!(upstream = %name, era = ?neg.era, "connected");
-    up.take_loss(); // anything seen before this connection is stale
     up.install(conn.clone(), neg.clone());
     let since = Instant::now();
     let _monitor = MonitorGuard::new(up);
@@ -207,15 +206,12 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
     let end = tokio::select! {
         reason = &mut driver => Failure::plain(reason),
         reason = monitor => Failure::plain(reason),
-        _ = up.lost.notified() => {
-            let loss = up.take_loss();
-            End::Failed(Failure {
-                reason: loss.as_ref().map(|l| l.reason.clone()).unwrap_or_else(|| "transport error seen by a call".into()),
-                auth: loss.is_some_and(|l| l.auth),
-                retry_after: None,
-                was_stable: false,
-            })
-        }
+        loss = up.loss_of(Conn::id(&conn)) => End::Failed(Failure {
+            reason: loss.reason,
+            auth: loss.auth,
+            retry_after: None,
+            was_stable: false,
+        }),
         _ = up.reconnect.notified() => End::Reconnect,
         _ = shutdown.changed() => End::Shutdown,
     };

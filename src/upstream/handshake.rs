@@ -133,13 +133,14 @@ pub async fn open(conn: &Conn, era: Era) -> Result<Negotiated, HandshakeError> {
         Era::Legacy => initialize(conn).await,
         Era::Auto => match discover(conn, limits::ERA_PROBE_TIMEOUT).await {
             Ok(n) => Ok(n),
-            Err(HandshakeError::Send {
-                source: SendError::Auth(s),
-                step,
-            }) => Err(HandshakeError::Send {
-                step,
-                source: SendError::Auth(s),
-            }),
+            // Refused credentials or "come back later" say nothing about the
+            // era: no fallback request (it would be refused the same way).
+            Err(
+                e @ HandshakeError::Send {
+                    source: SendError::Auth(_) | SendError::RetryAfter { .. },
+                    ..
+                },
+            ) => Err(e),
             Err(e @ HandshakeError::Incompatible(_)) => Err(e),
             Err(HandshakeError::Send { source, .. }) => {
                 if let SendError::Rpc(r) | SendError::Http { rpc: Some(r), .. } = &source {

@@ -171,6 +171,11 @@ pub enum Conn {
 }
 
 impl Conn {
+    /// Identity of a live connection (its address behind the `Arc`).
+    pub fn id(this: &Arc<Conn>) -> usize {
+        Arc::as_ptr(this) as usize
+    }
+
     /// Sends one request and waits up to `timeout` for its answer.
     pub async fn send(
         &self,
@@ -281,6 +286,9 @@ pub(crate) struct Loss {
     pub reason: String,
     /// 401/403: park instead of backing off.
     pub auth: bool,
+    /// Which connection failed ([`Conn::id`]): a late report about an old
+    /// connection must not tear down its replacement.
+    pub conn: usize,
 }
 
 impl Upstream {
@@ -380,8 +388,17 @@ impl Upstream {
             .to_string_lossy()
     }
 
-    pub(crate) fn take_loss(&self) -> Option<Loss> {
-        self.loss.lock().expect("loss lock").take()
+    /// Waits until traffic reports that connection `conn` failed; reports
+    /// about other (older) connections are discarded.
+    pub(crate) async fn loss_of(&self, conn: usize) -> Loss {
+        loop {
+            self.lost.notified().await;
+            if let Some(l) = self.loss.lock().expect("loss lock").take() {
+                if l.conn == conn {
+                    return l;
+                }
+            }
+        }
     }
 
     fn lose(&self, loss: Loss) {
@@ -476,13 +493,13 @@ impl Upstream {
                     let _g = self.reinit.lock().await;
                     handshake::reinitialize(h, &neg)
                         .await
-                        .map_err(|e| self.name_send_error(e))?;
+                        .map_err(|e| self.name_send_error(e, &conn))?;
                 }
                 conn.send(method, params, neg.era, timeout, relay).await
             }
             other => other,
         };
-        outcome.map_err(|e| self.name_send_error(e))
+        outcome.map_err(|e| self.name_send_error(e, &conn))
     }
 
     /// Passes a downstream client's answer to a relayed server→client request
@@ -541,7 +558,7 @@ impl Upstream {
         }
     }
 
-    fn name_send_error(&self, e: SendError) -> CallError {
+    fn name_send_error(&self, e: SendError, conn: &Arc<Conn>) -> CallError {
         let name = self.config.name.clone();
         match e {
             SendError::Rpc(r) => CallError::Rpc(r),
@@ -572,6 +589,7 @@ impl Upstream {
                 self.lose(Loss {
                     reason: other.to_string(),
                     auth,
+                    conn: Conn::id(conn),
                 });
                 CallError::Transport {
                     name,

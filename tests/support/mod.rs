@@ -168,11 +168,16 @@ pub fn fake_block_args(name: &str, era: &str, flags: &[&str], extra: &str) -> St
 /// `[[upstream]]` blocks) and `server_extra` lines in `[server]`; waits for
 /// every upstream's first attempt to settle.
 pub async fn start(server_extra: &str, upstreams: &str) -> Gateway {
-    let text = format!("[server]\nlisten = \"127.0.0.1:0\"\n{server_extra}\n{upstreams}");
-    let config = Config::from_toml_str(&text, Path::new("test.toml")).expect("valid test config");
-    let gw = Gateway::start(config).await.expect("gateway starts");
+    let gw = start_nowait(server_extra, upstreams).await;
     gw.wait_upstreams(Duration::from_secs(30)).await;
     gw
+}
+
+/// [`start`] without waiting for the upstreams' first attempts.
+pub async fn start_nowait(server_extra: &str, upstreams: &str) -> Gateway {
+    let text = format!("[server]\nlisten = \"127.0.0.1:0\"\n{server_extra}\n{upstreams}");
+    let config = Config::from_toml_str(&text, Path::new("test.toml")).expect("valid test config");
+    Gateway::start(config).await.expect("gateway starts")
 }
 
 pub fn tool_names(list: &Reply) -> Vec<String> {

@@ -1,0 +1,492 @@
+//! The upstream supervisor in virtual time (unless stated): polite backoff,
+//! auth parking, Retry-After, one monitor however often it reconnects, and
+//! backoff that survives a restart.
+
+mod support;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use support::*;
+use tokio::time::Instant;
+
+/// How the scriptable HTTP upstream answers.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    /// 401 with a challenge, always.
+    Unauthorized,
+    /// 429 with `Retry-After: 120` (or the HTTP-date form) for the first request, then a legacy server.
+    TooManyThen { http_date: bool },
+    /// A legacy (2025-11-25) server with sessions; `restart` invalidates them.
+    Legacy,
+}
+
+struct Upstream {
+    mode: Mode,
+    requests: Mutex<Vec<(Instant, String)>>,
+    session: Mutex<String>,
+    generation: AtomicUsize,
+}
+
+async fn answer(
+    u: Arc<Upstream>,
+    req: http::Request<Incoming>,
+) -> Result<http::Response<Full<Bytes>>, std::convert::Infallible> {
+    let sid_in = req
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_string());
+    let body: Value = serde_json::from_slice(&req.into_body().collect().await.unwrap().to_bytes())
+        .unwrap_or(Value::Null);
+    let method = body["method"].as_str().unwrap_or("").to_string();
+    let n = {
+        let mut r = u.requests.lock().unwrap();
+        r.push((Instant::now(), method.clone()));
+        r.len()
+    };
+    let resp = |status: u16, v: Value| {
+        let mut r = http::Response::new(Full::new(Bytes::from(v.to_string())));
+        *r.status_mut() = http::StatusCode::from_u16(status).unwrap();
+        r.headers_mut()
+            .insert("content-type", "application/json".parse().unwrap());
+        r
+    };
+    match u.mode {
+        Mode::Unauthorized => {
+            let mut r = resp(401, json!({"error": "unauthorized"}));
+            r.headers_mut().insert(
+                "www-authenticate",
+                "Bearer realm=\"secret-realm\"".parse().unwrap(),
+            );
+            return Ok(r);
+        }
+        Mode::TooManyThen { http_date } if n == 1 => {
+            let mut r = resp(429, json!({"error": "slow down"}));
+            let v = if http_date {
+                httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(120))
+            } else {
+                "120".to_string()
+            };
+            r.headers_mut().insert("retry-after", v.parse().unwrap());
+            return Ok(r);
+        }
+        _ => {}
+    }
+    let id = body["id"].clone();
+    let ok = |result: Value| resp(200, json!({"jsonrpc": "2.0", "id": id, "result": result}));
+    Ok(match method.as_str() {
+        "server/discover" => resp(
+            400,
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "Method not found"}}),
+        ),
+        "initialize" => {
+            let sid = format!("s{}", u.generation.fetch_add(1, Ordering::SeqCst));
+            *u.session.lock().unwrap() = sid.clone();
+            let mut r = ok(
+                json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": {"name": "scripted", "version": "1"}}),
+            );
+            r.headers_mut()
+                .insert("mcp-session-id", sid.parse().unwrap());
+            r
+        }
+        _ if sid_in.as_deref() != Some(u.session.lock().unwrap().as_str()) => {
+            resp(404, json!({"error": "unknown session"}))
+        }
+        "" => resp(202, Value::Null),
+        "ping" => ok(json!({})),
+        "tools/list" => {
+            ok(json!({"tools": [{"name": "hello", "inputSchema": {"type": "object"}}]}))
+        }
+        "tools/call" => ok(
+            json!({"content": [{"type": "text", "text": format!("hello from {}", u.session.lock().unwrap())}]}),
+        ),
+        _ => ok(json!({})),
+    })
+}
+
+/// Starts the scripted upstream on a loopback port; returns it and its URL.
+async fn scripted(mode: Mode) -> (Arc<Upstream>, String) {
+    let u = Arc::new(Upstream {
+        mode,
+        requests: Mutex::new(Vec::new()),
+        session: Mutex::new(String::new()),
+        generation: 0.into(),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let u2 = u.clone();
+    tokio::spawn(async move {
+        loop {
+            let (s, _) = listener.accept().await.unwrap();
+            let u = u2.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |r| answer(u.clone(), r));
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
+                    .await;
+            });
+        }
+    });
+    (u, url)
+}
+
+fn http_block(name: &str, url: &str, extra: &str) -> String {
+    format!("[[upstream]]\nname = \"{name}\"\ntransport = \"http\"\nurl = \"{url}\"\n{extra}\n")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_upstream_is_tried_at_most_60_times_a_day_on_a_growing_schedule() {
+    let dead = "[[upstream]]\nname = \"dead\"\ntransport = \"stdio\"\ncommand = \"/nonexistent/mcp-server\"\n";
+    let gw = start("", dead).await;
+    let up = gw.app().router.upstreams()[0].clone();
+    let mut rx = up.subscribe();
+    let policy = mcp_edge::supervisor::backoff::Backoff::new(
+        Duration::from_secs(1),
+        2.0,
+        Duration::from_secs(1800),
+    )
+    .unwrap();
+    let day = Instant::now() + Duration::from_secs(24 * 3600);
+    let mut delays = Vec::new();
+    while Instant::now() < day {
+        tokio::select! {
+            _ = tokio::time::sleep_until(day) => break,
+            r = rx.changed() => {
+                r.unwrap();
+                let s = rx.borrow_and_update().clone();
+                if let mcp_edge::upstream::Status::Backoff { attempt, until, .. } = s {
+                    let d = until - Instant::now();
+                    let base = policy.base_delay(attempt);
+                    assert!(d >= base && d.as_secs_f64() < base.as_secs_f64() * 1.25 + 0.001, "attempt {attempt}: {d:?} vs base {base:?}");
+                    delays.push(base);
+                }
+            }
+        }
+    }
+    let attempts = up.attempts();
+    println!("dead upstream, 24 simulated hours: {attempts} connect attempts");
+    assert!(attempts <= 60, "{attempts} attempts");
+    assert!(attempts >= 40, "the cap is 30 min, so about 50: {attempts}");
+    assert!(
+        delays.windows(2).all(|w| w[0] <= w[1]),
+        "un-jittered delays never decrease"
+    );
+    assert_eq!(*delays.last().unwrap(), Duration::from_secs(1800));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_401_is_tried_once_a_day_and_once_more_after_the_credential_changes() {
+    let (u, url) = scripted(Mode::Unauthorized).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "old-token").unwrap();
+    let gw = start(
+        "",
+        &http_block(
+            "locked",
+            &url,
+            &format!("bearer_token_file = \"{}\"", token.display()),
+        ),
+    )
+    .await;
+    let up = gw.app().router.upstreams()[0].clone();
+    tokio::time::sleep(Duration::from_secs(24 * 3600)).await;
+    assert_eq!(
+        u.requests.lock().unwrap().len(),
+        1,
+        "exactly one attempt in 24 h"
+    );
+    assert!(
+        matches!(
+            up.status(),
+            mcp_edge::upstream::Status::AwaitingCredentials { .. }
+        ),
+        "{:?}",
+        up.status()
+    );
+    // Calls fail fast, name the upstream, and never leak the challenge.
+    let sid = legacy_session(gw.local_addr(), "2025-11-25").await;
+    let r = call(
+        gw.local_addr(),
+        &sid,
+        json!(1),
+        "tools/call",
+        json!({"name": "locked__hello"}),
+    )
+    .await;
+    let msg = r.body["error"]["message"].as_str().unwrap().to_string();
+    assert!(
+        msg.contains("'locked'") && msg.contains("credentials"),
+        "{msg}"
+    );
+    assert!(!r.raw.contains("secret-realm"));
+    // New credentials: exactly one more attempt.
+    std::thread::sleep(Duration::from_millis(20)); // a distinct mtime on coarse filesystems
+    std::fs::write(&token, "new-token").unwrap();
+    tokio::time::sleep(Duration::from_secs(24 * 3600)).await;
+    assert_eq!(u.requests.lock().unwrap().len(), 2);
+}
+
+async fn retry_after_is_a_floor(http_date: bool) {
+    let (u, url) = scripted(Mode::TooManyThen { http_date }).await;
+    let t0 = Instant::now();
+    let gw = start_nowait("", &http_block("busy", &url, "")).await;
+    let up = gw.app().router.upstreams()[0].clone();
+    up.subscribe()
+        .wait_for(|s| matches!(s, mcp_edge::upstream::Status::Backoff { .. }))
+        .await
+        .unwrap();
+    // During the window, calls fail fast with the retry time.
+    let sid = legacy_session(gw.local_addr(), "2025-11-25").await;
+    let r = call(
+        gw.local_addr(),
+        &sid,
+        json!(1),
+        "tools/call",
+        json!({"name": "busy__hello"}),
+    )
+    .await;
+    let retry = r.body["error"]["data"]["retryAfterSeconds"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!((100..=120).contains(&retry), "{}", r.raw);
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    let reqs = u.requests.lock().unwrap().clone();
+    assert!(reqs.len() >= 2, "connected after the window");
+    let second = reqs[1].0 - t0;
+    assert!(
+        second >= Duration::from_secs(119),
+        "second request after {second:?}"
+    );
+    assert!(up.status().is_ready(), "{:?}", up.status());
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_seconds_is_a_floor() {
+    retry_after_is_a_floor(false).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_http_date_is_a_floor() {
+    retry_after_is_a_floor(true).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_thousand_reconnects_leave_one_monitor_probing_at_its_interval() {
+    // (Paused time: in-process and scripted-HTTP upstreams only.)
+    let (_u, url) = scripted(Mode::Legacy).await;
+    let upstreams =
+        "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\nhealth_interval = \"30s\"\n"
+            .to_string()
+            + &http_block("remote", &url, "health_interval = \"30s\"");
+    let gw = start("", &upstreams).await;
+    let ups = gw.app().router.upstreams().to_vec();
+    for up in &ups {
+        let mut rx = up.subscribe();
+        for _ in 0..1000 {
+            let n = up.attempts();
+            up.force_reconnect();
+            while !(up.attempts() == n + 1 && rx.borrow().is_ready()) {
+                rx.changed().await.unwrap();
+            }
+        }
+        assert_eq!(
+            up.attempts(),
+            1001,
+            "{}: one attempt per forced reconnect",
+            up.name()
+        );
+    }
+    let before: Vec<u64> = ups.iter().map(|u| u.probes().0 + u.probes().1).collect();
+    tokio::time::sleep(Duration::from_secs(10 * 30) + Duration::from_millis(500)).await;
+    for (up, b) in ups.iter().zip(before) {
+        let probes = up.probes().0 + up.probes().1 - b;
+        println!(
+            "{}: {probes} probes in 10 intervals after 1,000 reconnects; {} monitor(s)",
+            up.name(),
+            up.monitors()
+        );
+        assert!((9..=11).contains(&probes), "{}: {probes} probes", up.name());
+        assert_eq!(up.monitors(), 1);
+        assert_eq!(up.probes().1, 0, "no missed probes");
+    }
+    assert_eq!(gw.live_owner_tasks(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restart_resumes_the_persisted_backoff() {
+    let dir = tempfile::tempdir().unwrap();
+    let next = std::time::SystemTime::now() + Duration::from_secs(300);
+    let ms = next
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    std::fs::write(
+        dir.path().join("upstreams.json"),
+        json!({"version": 1, "upstreams": {"a": {"failures": 7, "next_attempt_unix_ms": ms, "parked": false, "reason": "refused"}}}).to_string(),
+    )
+    .unwrap();
+    let gw = mcp_edge::http::Gateway::start(
+        mcp_edge::config::Config::from_toml_str(
+            &format!(
+                "[server]\nlisten = \"127.0.0.1:0\"\nstate_directory = \"{}\"\n{}",
+                dir.path().display(),
+                fake_block("a", "legacy", "")
+            ),
+            std::path::Path::new("t.toml"),
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let up = gw.app().router.upstreams()[0].clone();
+    tokio::time::sleep(Duration::from_secs(290)).await;
+    assert_eq!(up.attempts(), 0, "no attempt before the persisted time");
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(up.attempts(), 1);
+}
+
+/// Real processes and real time: the child's whole process group goes, on
+/// stop and on crash; nothing is left as a zombie.
+#[tokio::test]
+async fn stdio_children_leave_no_process_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids");
+    let script = format!(
+        "sleep 1000 & echo $! >> {p}; echo $$ >> {p}; exec python3 {f} --era legacy --name g",
+        p = pids.display(),
+        f = fake_upstream().display()
+    );
+    let block = format!("[[upstream]]\nname = \"g\"\ntransport = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", {}]\nbackoff_initial = \"100ms\"\n", json!(script));
+    let gw = start("", &block).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    // Crash: the child exits, its grandchild goes with it, a new child comes.
+    let r = call(
+        addr,
+        &sid,
+        json!(1),
+        "tools/call",
+        json!({"name": "g__crash"}),
+    )
+    .await;
+    assert!(r.body["error"].is_object());
+    let up = gw.app().router.upstreams()[0].clone();
+    let mut rx = up.subscribe();
+    tokio::time::timeout(Duration::from_secs(20), async {
+        rx.wait_for(|s| matches!(s, mcp_edge::upstream::Status::Backoff { .. }))
+            .await
+            .unwrap();
+        rx.wait_for(|s| s.is_ready()).await.unwrap();
+    })
+    .await
+    .expect("respawned");
+    gw.shutdown().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let all: Vec<i32> = std::fs::read_to_string(&pids)
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(
+        all.len(),
+        4,
+        "two generations of child + grandchild (one respawn after the crash): {all:?}"
+    );
+    let me = std::process::id().to_string();
+    for pid in all {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat.is_empty() {
+            continue; // gone and reaped
+        }
+        // Fields after the command: state, ppid.
+        let rest: Vec<&str> = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .collect();
+        let (state, ppid) = (rest[0], rest[1]);
+        assert_eq!(state, "Z", "process {pid} is still running: {stat}");
+        // A killed grandchild is re-parented to PID 1, whose job reaping it is
+        // (systemd does; some sandboxes' PID 1 does not). Never left to us.
+        assert_ne!(ppid, me, "zombie {pid} left unreaped by mcp-edge");
+        assert_eq!(ppid, "1", "zombie {pid} with parent {ppid}");
+    }
+}
+
+#[tokio::test]
+async fn a_chatty_stdio_upstream_still_works_and_its_noise_is_counted() {
+    mcp_edge::metrics::prometheus();
+    let script = format!("echo 'Welcome to the server v1.0!'; echo '[info] starting'; exec python3 {} --era legacy --name chatty", fake_upstream().display());
+    let block = format!("[[upstream]]\nname = \"chatty\"\ntransport = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", {}]\n", json!(script));
+    let gw = start("", &block).await;
+    let sid = legacy_session(gw.local_addr(), "2025-11-25").await;
+    let r = call(
+        gw.local_addr(),
+        &sid,
+        json!(1),
+        "tools/call",
+        json!({"name": "chatty__echo", "arguments": {"text": "hi"}}),
+    )
+    .await;
+    assert_eq!(text_of(&r), "chatty:hi");
+    let noise = mcp_edge::metrics::read(mcp_edge::metrics::STDOUT_NOISE, "upstream=\"chatty\"");
+    assert!(noise >= 2.0, "{noise}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restarted_legacy_http_upstream_is_reinitialized_under_a_live_session() {
+    let (u, url) = scripted(Mode::Legacy).await;
+    // (Paused time: only in-process upstreams, no child processes to wait for.)
+    let gw = start(
+        "",
+        &(http_block("remote", &url, "")
+            + "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n"),
+    )
+    .await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let r = call(
+        addr,
+        &sid,
+        json!(1),
+        "tools/call",
+        json!({"name": "remote__hello"}),
+    )
+    .await;
+    assert_eq!(text_of(&r), "hello from s0");
+    // The upstream restarts: its old session is unknown (404) from now on.
+    *u.session.lock().unwrap() = "after-restart".into();
+    let r = call(
+        addr,
+        &sid,
+        json!(2),
+        "tools/call",
+        json!({"name": "remote__hello"}),
+    )
+    .await;
+    assert_eq!(
+        text_of(&r),
+        "hello from s1",
+        "re-initialized once, retried once: {}",
+        r.raw
+    );
+    let other = call(
+        addr,
+        &sid,
+        json!(3),
+        "tools/call",
+        json!({"name": "edge__uptime"}),
+    )
+    .await;
+    assert!(text_of(&other).starts_with("up "), "{}", other.raw);
+    assert_eq!(
+        gw.app().router.upstreams()[1].attempts(),
+        1,
+        "the other upstream was untouched"
+    );
+}
