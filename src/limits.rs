@@ -126,3 +126,9 @@ pub const STDERR_TAIL_BYTES: usize = 16 * 1024;
 pub const CREDENTIAL_CHECK_PERIOD: Duration = Duration::from_secs(5);
 /// Grace after closing a stdio child's stdin before SIGTERM, and after SIGTERM before SIGKILL.
 pub const CHILD_STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// Time a client has to send a complete request head (and, between requests
+/// on a kept-alive connection, the next one) before its connection is closed.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// GET streams one legacy session may hold open at once; more get 429.
+pub const MAX_STREAMS_PER_SESSION: u8 = 2;

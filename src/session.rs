@@ -55,6 +55,8 @@ pub struct Session {
     pub last_seen: Instant,
     /// Whether `notifications/initialized` arrived.
     pub initialized: bool,
+    /// GET streams open on this session.
+    pub streams: u8,
 }
 
 const NIL: u32 = u32::MAX;
@@ -104,6 +106,12 @@ pub enum SessionError {
     /// Unknown, deleted or expired id: HTTP 404.
     #[error("unknown or ended session")]
     NotFound,
+    /// The session already has its maximum of open GET streams: HTTP 429.
+    #[error("this session already has {max} open GET streams")]
+    TooManyStreams {
+        /// `limits::MAX_STREAMS_PER_SESSION`.
+        max: u8,
+    },
     /// The CSPRNG failed (getrandom).
     #[error("no randomness for a session id: {0}")]
     Random(String),
@@ -253,6 +261,7 @@ impl Table {
             version,
             last_seen: now,
             initialized: false,
+            streams: 0,
         });
         self.push_tail(i);
         self.live += 1;
@@ -294,6 +303,36 @@ impl Table {
         let i = self.find(id)?;
         (self.idle_for(i, now) < self.idle_timeout)
             .then(|| self.slots[i as usize].session.expect("live slot"))
+    }
+
+    /// Opens a GET stream on a session (a client request: touches it). At
+    /// most `max` at once. Errors: [`SessionError::NotFound`], or
+    /// [`SessionError::TooManyStreams`] (counted as `streams_per_session`).
+    pub fn open_stream(
+        &mut self,
+        id: &SessionId,
+        now: Instant,
+        max: u8,
+    ) -> Result<Session, SessionError> {
+        self.touch(id, now)?;
+        let i = self.find(id).ok_or(SessionError::NotFound)?;
+        let s = self.slots[i as usize].session.as_mut().expect("live slot");
+        if s.streams >= max {
+            metrics::counter!(crate::metrics::REFUSED, "limit" => "streams_per_session")
+                .increment(1);
+            return Err(SessionError::TooManyStreams { max });
+        }
+        s.streams += 1;
+        Ok(*s)
+    }
+
+    /// A GET stream of the session ended (no-op if the session is gone).
+    pub fn close_stream(&mut self, id: &SessionId) {
+        if let Some(i) = self.find(id) {
+            if let Some(s) = self.slots[i as usize].session.as_mut() {
+                s.streams = s.streams.saturating_sub(1);
+            }
+        }
     }
 
     /// Records `notifications/initialized`.

@@ -657,3 +657,52 @@ async fn upstream_pagination_is_followed_and_a_looping_cursor_cannot_hang_it() {
     let r = call(addr, &sid, json!(2), "tools/list", json!({"cursor": "x"})).await;
     assert_eq!(r.error_code(), Some(-32602));
 }
+
+#[tokio::test]
+async fn huge_numeric_ids_come_back_unchanged() {
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let body = r#"{"jsonrpc":"2.0","id":99999999999999999999999,"method":"tools/call","params":{"name":"a__echo","arguments":{"text":"big"}}}"#;
+    let r = request(
+        "POST",
+        addr,
+        &[("mcp-session-id", &sid), ("accept", "application/json")],
+        body,
+    )
+    .await;
+    assert!(
+        r.raw.contains(r#""id":99999999999999999999999"#),
+        "{}",
+        r.raw
+    );
+}
+
+#[tokio::test]
+async fn bad_builtin_arguments_are_a_tool_error_not_a_protocol_error() {
+    let gw = start(
+        "",
+        "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
+    )
+    .await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let r = call(
+        addr,
+        &sid,
+        json!(1),
+        "tools/call",
+        json!({"name": "edge__disk_usage", "arguments": {"path": 5}}),
+    )
+    .await;
+    assert_eq!(r.body["result"]["isError"], true, "{}", r.raw);
+    let r = call(
+        addr,
+        &sid,
+        json!(2),
+        "tools/call",
+        json!({"name": "edge__nope"}),
+    )
+    .await;
+    assert_eq!(r.error_code(), Some(-32602));
+}

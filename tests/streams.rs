@@ -82,3 +82,46 @@ async fn delete_ends_the_get_stream_at_once() {
     let (_, ended) = read_to_end_of_body(&mut s, Duration::from_secs(10)).await;
     assert!(ended, "DELETE wakes the stream");
 }
+
+#[tokio::test]
+async fn a_session_holds_at_most_two_get_streams() {
+    mcp_edge::metrics::prometheus();
+    let gw = start("keepalive = \"60s\"", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let before =
+        mcp_edge::metrics::read(mcp_edge::metrics::REFUSED, "limit=\"streams_per_session\"");
+    let mut s1 = open_get(addr, &sid).await;
+    let mut s2 = open_get(addr, &sid).await;
+    for s in [&mut s1, &mut s2] {
+        let (head, _) = read_to_end_of_body(s, Duration::from_millis(300)).await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    }
+    let r = request(
+        "GET",
+        addr,
+        &[("mcp-session-id", &sid), ("accept", "text/event-stream")],
+        "",
+    )
+    .await;
+    assert_eq!((r.status, r.error_code()), (429, Some(-32600)), "{}", r.raw);
+    assert!(
+        mcp_edge::metrics::read(mcp_edge::metrics::REFUSED, "limit=\"streams_per_session\"")
+            >= before + 1.0
+    );
+    // A closed stream gives its place back.
+    drop(s1);
+    let mut s3 = None;
+    for _ in 0..50 {
+        let mut s = open_get(addr, &sid).await;
+        let (head, _) = read_to_end_of_body(&mut s, Duration::from_millis(200)).await;
+        if head.starts_with("HTTP/1.1 200") {
+            s3 = Some(s);
+            break;
+        }
+    }
+    assert!(
+        s3.is_some(),
+        "the place of the closed stream was given back"
+    );
+}

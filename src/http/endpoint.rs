@@ -96,23 +96,30 @@ fn session_header(h: &HeaderMap) -> Result<Option<SessionId>, Refusal> {
 }
 
 fn get(app: Arc<App>, h: &HeaderMap) -> Response<Body> {
-    match session_header(h) {
-        Err(r) => r.into_response(Value::Null),
-        Ok(None) => reply::method_not_allowed(),
-        Ok(Some(id)) => match app
-            .sessions
-            .lock()
-            .expect("sessions")
-            .touch(&id, Instant::now())
-        {
-            Ok(_) => reply::session_stream(app.clone(), id),
-            Err(_) => refuse(
-                StatusCode::NOT_FOUND,
-                protocol::INVALID_REQUEST,
-                "Session not found",
-            )
-            .into_response(Value::Null),
-        },
+    let id = match session_header(h) {
+        Err(r) => return r.into_response(Value::Null),
+        Ok(None) => return reply::method_not_allowed(),
+        Ok(Some(id)) => id,
+    };
+    let opened = app.sessions.lock().expect("sessions").open_stream(
+        &id,
+        Instant::now(),
+        crate::limits::MAX_STREAMS_PER_SESSION,
+    );
+    match opened {
+        Ok(_) => reply::session_stream(app.clone(), id),
+        Err(e @ SessionError::TooManyStreams { .. }) => refuse(
+            StatusCode::TOO_MANY_REQUESTS,
+            protocol::INVALID_REQUEST,
+            e.to_string(),
+        )
+        .into_response(Value::Null),
+        Err(_) => refuse(
+            StatusCode::NOT_FOUND,
+            protocol::INVALID_REQUEST,
+            "Session not found",
+        )
+        .into_response(Value::Null),
     }
 }
 

@@ -108,7 +108,7 @@ impl App {
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
     /// Binding the listen address failed.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Bind {
         /// The configured address.
         addr: SocketAddr,
@@ -269,7 +269,11 @@ async fn accept_loop(listener: TcpListener, app: Arc<App>, mut shutdown: watch::
         tokio::spawn(async move {
             let _permit = permit;
             let svc = hyper::service::service_fn(move |req| route(app.clone(), req));
+            // A client must finish each request head within HEADER_READ_TIMEOUT,
+            // so silent or half-sent connections cannot hold permits forever.
             if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(crate::limits::HEADER_READ_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), svc)
                 .await
             {

@@ -141,7 +141,8 @@ pub fn is_cacheable(method: &str) -> bool {
 }
 
 /// Adds `resultType: "complete"` when absent and, on cacheable complete
-/// results, `ttlMs` and `cacheScope` when absent (an upstream's own values win).
+/// results, `ttlMs` and `cacheScope` when absent (an upstream's own values
+/// win): `public` for lists and discovery, `private` for `resources/read`.
 pub fn decorate(method: &str, mut result: Value) -> Value {
     if let Some(o) = result.as_object_mut() {
         let rt = o.entry("resultType").or_insert_with(|| json!("complete"));
@@ -149,7 +150,14 @@ pub fn decorate(method: &str, mut result: Value) -> Value {
         if complete && is_cacheable(method) {
             o.entry("ttlMs")
                 .or_insert_with(|| json!(limits::DEFAULT_LIST_TTL_MS));
-            o.entry("cacheScope").or_insert_with(|| json!("public"));
+            // Lists are the gateway's own merge, the same for every caller;
+            // a read may be per-user data the gateway cannot judge.
+            let scope = if method == "resources/read" {
+                "private"
+            } else {
+                "public"
+            };
+            o.entry("cacheScope").or_insert_with(|| json!(scope));
         }
     }
     result

@@ -110,8 +110,9 @@ pub fn answer(
 pub fn session_stream(app: Arc<App>, id: SessionId) -> Response<Body> {
     let period = app.config.server.keepalive;
     let start = Instant::now() + period;
-    let state = (app, tokio::time::interval_at(start, period));
-    let stream = futures_util::stream::unfold(state, move |(app, mut iv)| async move {
+    let guard = StreamGuard(app.clone(), id);
+    let state = (app, tokio::time::interval_at(start, period), guard);
+    let stream = futures_util::stream::unfold(state, move |(app, mut iv, guard)| async move {
         loop {
             let tick = tokio::select! {
                 _ = iv.tick() => true,
@@ -129,7 +130,7 @@ pub fn session_stream(app: Arc<App>, id: SessionId) -> Response<Body> {
             if tick {
                 return Some((
                     Ok::<_, Infallible>(Frame::data(sse::keepalive())),
-                    (app, iv),
+                    (app, iv, guard),
                 ));
             }
         }
@@ -137,6 +138,19 @@ pub fn session_stream(app: Arc<App>, id: SessionId) -> Response<Body> {
     let mut r = Response::new(BodyExt::boxed_unsync(StreamBody::new(stream)));
     sse_headers(&mut r);
     r
+}
+
+/// Gives a GET stream's place back to its session when the stream ends.
+struct StreamGuard(Arc<App>, SessionId);
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.0
+            .sessions
+            .lock()
+            .expect("sessions")
+            .close_stream(&self.1);
+    }
 }
 
 enum RelayState<F> {

@@ -225,9 +225,20 @@ async fn builtin_send(method: &str, params: Option<&Value>) -> Result<Value, Sen
                 .and_then(Value::as_str)
                 .unwrap_or("");
             let args = params.and_then(|p| p.get("arguments"));
-            builtin::call_tool(name, args)
-                .await
-                .map_err(|e| SendError::Rpc(RpcError::new(protocol::INVALID_PARAMS, e.to_string())))
+            match builtin::call_tool(name, args).await {
+                Ok(r) => Ok(r),
+                // Bad arguments are a tool error the model can read and fix
+                // (2025-11-25 schema.json CallToolResult.isError); an unknown
+                // tool is a protocol error.
+                Err(e @ builtin::BuiltinError::InvalidArguments(_)) => Ok(serde_json::json!({
+                    "content": [{"type": "text", "text": e.to_string()}],
+                    "isError": true
+                })),
+                Err(e) => Err(SendError::Rpc(RpcError::new(
+                    protocol::INVALID_PARAMS,
+                    e.to_string(),
+                ))),
+            }
         }
         "ping" => Ok(serde_json::json!({})),
         _ => Err(SendError::Rpc(RpcError::new(
