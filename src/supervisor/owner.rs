@@ -159,6 +159,15 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
             ));
         }
         Ok(Err(handshake::HandshakeError::Send { step, source })) => {
+            if let SendError::Transport(_) = source {
+                // A child that died during the handshake: its exit status and
+                // last stderr line (from the driver) say more than "broken pipe".
+                if let Ok(reason) =
+                    tokio::time::timeout(Duration::from_millis(500), &mut driver).await
+                {
+                    return Failure::plain(format!("{step}: {reason}"));
+                }
+            }
             close(&conn).await;
             return Failure::from_send(step, &source);
         }

@@ -135,9 +135,11 @@ pub async fn open(conn: &Conn, era: Era) -> Result<Negotiated, HandshakeError> {
             Ok(n) => Ok(n),
             // Refused credentials or "come back later" say nothing about the
             // era: no fallback request (it would be refused the same way).
+            // Neither does an upstream we could not reach at all.
             Err(
                 e @ HandshakeError::Send {
-                    source: SendError::Auth(_) | SendError::RetryAfter { .. },
+                    source:
+                        SendError::Auth(_) | SendError::RetryAfter { .. } | SendError::Transport(_),
                     ..
                 },
             ) => Err(e),

@@ -201,7 +201,7 @@ impl HttpConn {
             .client
             .request(req)
             .await
-            .map_err(|e| SendError::Transport(format!("POST: {e}")))?;
+            .map_err(|e| SendError::Transport(format!("POST {}: {}", self.url, chain(&e))))?;
         let status = resp.status();
         let _ = resp.into_body().collect().await;
         if status.is_success() {
@@ -225,7 +225,7 @@ impl HttpConn {
             .client
             .request(req)
             .await
-            .map_err(|e| SendError::Transport(format!("POST: {e}")))?;
+            .map_err(|e| SendError::Transport(format!("POST {}: {}", self.url, chain(&e))))?;
         let status = resp.status();
         if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
             // The challenge (WWW-Authenticate) stays here: never passed downstream.
@@ -372,7 +372,7 @@ impl HttpConn {
             .client
             .request(req)
             .await
-            .map_err(|e| SendError::Transport(format!("POST: {e}")))?;
+            .map_err(|e| SendError::Transport(format!("POST {}: {}", self.url, chain(&e))))?;
         let status = resp.status();
         let _ = resp.into_body().collect().await;
         if status.is_success() {
@@ -401,6 +401,23 @@ impl HttpConn {
         }
         let _ = tokio::time::timeout(Duration::from_secs(2), self.client.request(req)).await;
     }
+}
+
+/// An error with its sources, e.g. `client error (Connect): tcp connect
+/// error: Connection refused (os error 111)`, so "refused", "unknown host"
+/// and "TLS handshake" are told apart in logs and status.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
 }
 
 /// Parses `Retry-After` (RFC 9110 §10.2.3): delta-seconds or an HTTP-date

@@ -29,6 +29,21 @@ impl Ring {
         self.buf.push_back(b'\n');
     }
 
+    /// The last non-empty line, if any (≤ 200 bytes shown).
+    pub fn last_line(&self) -> Option<String> {
+        let text = self.to_string_lossy();
+        let line = text.lines().rev().find(|l| !l.trim().is_empty())?;
+        let mut l = line.to_string();
+        if l.len() > 200 {
+            let mut cut = 200;
+            while !l.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            l.truncate(cut);
+        }
+        Some(l)
+    }
+
     /// The contents as text (invalid UTF-8 replaced).
     pub fn to_string_lossy(&self) -> String {
         let (a, b) = self.buf.as_slices();

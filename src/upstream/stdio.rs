@@ -234,7 +234,27 @@ async fn drive(
                 Ok(Ok(false)) | Err(_) => stderr_open = false,
             },
             status = child.wait() => break match status {
-                Ok(s) => format!("process exited ({s})"),
+                Ok(s) => {
+                    // The child's last words are usually the real reason:
+                    // drain what is left of its stderr first (briefly).
+                    let _ = tokio::time::timeout(Duration::from_millis(200), async {
+                        while stderr_open {
+                            match read_line_bounded(&mut stderr, &mut err_line, limits::STDERR_LINE_BYTES).await {
+                                Ok(Ok(true)) => {
+                                    tracing::info!(upstream = %name, "stderr: {}", String::from_utf8_lossy(&err_line));
+                                    stderr_tail.lock().expect("stderr lock").push_line(&err_line);
+                                }
+                                _ => break,
+                            }
+                        }
+                    })
+                    .await;
+                    let tail = stderr_tail.lock().expect("stderr lock").last_line();
+                    match tail {
+                        Some(t) => format!("process exited ({s}); last stderr line: {t}"),
+                        None => format!("process exited ({s})"),
+                    }
+                }
                 Err(e) => format!("waiting for process: {e}"),
             },
         }
@@ -244,6 +264,17 @@ async fn drive(
     // Stop sequence (transports-stdio.mdx §Shutdown): close stdin, wait, SIGTERM
     // the group, wait, SIGKILL the group; always reap.
     stdin.lock().await.take();
+    let mut reason = reason;
+    if !reason.starts_with("process exited") {
+        // stdout closed (or broke) first: say how the process ended, if it did.
+        if let Ok(Ok(status)) = tokio::time::timeout(Duration::from_millis(200), child.wait()).await
+        {
+            reason = format!("{reason}; process exited ({status})");
+            if let Some(t) = stderr_tail.lock().expect("stderr lock").last_line() {
+                reason = format!("{reason}; last stderr line: {t}");
+            }
+        }
+    }
     if tokio::time::timeout(limits::CHILD_STOP_GRACE, child.wait())
         .await
         .is_err()
