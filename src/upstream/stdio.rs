@@ -238,17 +238,13 @@ async fn drive(
                     // The child's last words are usually the real reason:
                     // drain what is left of its stderr first (briefly).
                     let _ = tokio::time::timeout(Duration::from_millis(200), async {
-                        if !stderr_open {
-                            return;
-                        }
-                        loop {
-                            match read_line_bounded(&mut stderr, &mut err_line, limits::STDERR_LINE_BYTES).await {
-                                Ok(Ok(true)) => {
-                                    tracing::info!(upstream = %name, "stderr: {}", String::from_utf8_lossy(&err_line));
-                                    stderr_tail.lock().expect("stderr lock").push_line(&err_line);
-                                }
-                                _ => break,
-                            }
+                        while stderr_open {
+                            let Ok(Ok(true)) = read_line_bounded(&mut stderr, &mut err_line, limits::STDERR_LINE_BYTES).await else {
+                                stderr_open = false;
+                                continue;
+                            };
+                            tracing::info!(upstream = %name, "stderr: {}", String::from_utf8_lossy(&err_line));
+                            stderr_tail.lock().expect("stderr lock").push_line(&err_line);
                         }
                     })
                     .await;
