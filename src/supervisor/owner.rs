@@ -268,12 +268,30 @@ async fn await_credentials(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
     }
 }
 
+/// Counts live owner tasks (`mcp_edge_upstream_owner_tasks`); dropped with
+/// the task's future, also when the task is aborted.
+struct OwnerGauge;
+
+impl OwnerGauge {
+    fn new() -> Self {
+        metrics::gauge!(crate::metrics::OWNER_TASKS).increment(1.0);
+        OwnerGauge
+    }
+}
+
+impl Drop for OwnerGauge {
+    fn drop(&mut self) {
+        metrics::gauge!(crate::metrics::OWNER_TASKS).decrement(1.0);
+    }
+}
+
 /// The owner loop of one upstream. `persist` remembers backoff across restarts.
 pub(crate) async fn run(
     up: Arc<Upstream>,
     mut shutdown: watch::Receiver<bool>,
     persist: Option<Arc<Persist>>,
 ) {
+    let _gauge = OwnerGauge::new();
     let name = up.name().to_string();
     let cfg = &up.config;
     let policy = match Backoff::new(cfg.backoff_initial, cfg.backoff_factor, cfg.backoff_cap) {
