@@ -152,3 +152,51 @@ async fn catalog_entry_and_byte_budgets_drop_the_extra_tools_and_count_them() {
     assert!(refused("catalog_entries") >= e0 + 1.0);
     assert!(refused("catalog_bytes") >= b0 + 1.0);
 }
+
+#[tokio::test]
+async fn an_abandoned_call_is_cancelled_upstream_and_keeps_its_slot_until_answered() {
+    let gw = start("", &fake_block("a", "legacy", "max_in_flight = 1")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    // The client gives up after 200 ms on a call the upstream needs 1.5 s for.
+    let slow = call(
+        addr,
+        &sid,
+        json!(1),
+        "tools/call",
+        json!({"name": "a__slow_echo", "arguments": {"ms": 1500, "text": "s"}}),
+    );
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(200), slow)
+            .await
+            .is_err()
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    // The upstream is still working on it, so the one slot is still taken.
+    let busy = call(
+        addr,
+        &sid,
+        json!(2),
+        "tools/call",
+        json!({"name": "a__stats"}),
+    )
+    .await;
+    assert_eq!(
+        busy.error_code(),
+        Some(mcp_edge::protocol::UPSTREAM_BUSY),
+        "{}",
+        busy.raw
+    );
+    // Once it answers, the slot is free again, and it was told to cancel.
+    tokio::time::sleep(std::time::Duration::from_millis(1800)).await;
+    let stats = call(
+        addr,
+        &sid,
+        json!(3),
+        "tools/call",
+        json!({"name": "a__stats"}),
+    )
+    .await;
+    let seen: serde_json::Value = serde_json::from_str(&text_of(&stats)).unwrap();
+    assert_eq!(seen["cancelled"].as_array().unwrap().len(), 1, "{seen}");
+}

@@ -4,14 +4,22 @@
 //! Every request sent upstream gets a fresh numeric id `generation << 16 | slot`,
 //! so callers from different sessions, or the same id reused by two clients,
 //! never collide; the caller keeps its own id and gets the answer through a
-//! oneshot channel. A slot is freed when its [`Ticket`] is dropped (answer,
-//! timeout or caller gone), so an abandoned call cannot leak a slot.
+//! oneshot channel.
+//!
+//! A call whose caller gives up (timeout, client gone) is *abandoned*: the
+//! upstream is told with `notifications/cancelled`
+//! (`../shared/spec/2025-11-25/utilities-cancellation.mdx`) and the slot stays
+//! taken until the upstream's late answer arrives, or `max_age` has passed,
+//! so `max_in_flight` bounds the work really running upstream, not just the
+//! callers still waiting.
 
 use super::relay::Relay;
 use crate::protocol::RpcError;
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
-use tokio::sync::oneshot;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 /// What the reader hands a waiting caller: `Ok(result)` or the peer's error.
 pub type Reply = Result<Value, RpcError>;
@@ -21,11 +29,27 @@ struct Slot {
     waiter: Option<oneshot::Sender<Reply>>,
     /// Where this call's relayed messages go, and the caller's own progress token.
     relay: Option<(Relay, Option<Value>)>,
+    /// Given up by its caller at this time; still running upstream.
+    abandoned: Option<Instant>,
 }
 
 struct Inner {
     slots: Box<[Slot]>,
     free: Vec<u16>,
+    /// Ids of abandoned calls, for the driver to send `notifications/cancelled`.
+    cancel: mpsc::Sender<u64>,
+    max_age: Duration,
+}
+
+impl Inner {
+    fn release(&mut self, slot: usize) {
+        let s = &mut self.slots[slot];
+        s.waiter = None;
+        s.relay = None;
+        s.abandoned = None;
+        s.generation = s.generation.wrapping_add(1);
+        self.free.push(slot as u16);
+    }
 }
 
 /// Fixed-capacity in-flight table (capacity set at construction, ≤ 65,536).
@@ -54,32 +78,49 @@ impl Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         let mut g = self.table.inner.lock().expect("in-flight lock");
+        let id = self.upstream_id();
         let s = &mut g.slots[self.slot as usize];
-        if s.generation == self.generation {
+        if s.generation != self.generation {
+            return;
+        }
+        if s.waiter.is_some() {
+            // Unanswered: abandoned. The upstream is told; the slot waits for its answer.
             s.waiter = None;
             s.relay = None;
-            s.generation = s.generation.wrapping_add(1);
-            g.free.push(self.slot);
+            s.abandoned = Some(Instant::now());
+            let _ = g.cancel.try_send(id);
+        } else {
+            g.release(self.slot as usize);
         }
     }
 }
 
 impl InFlight {
-    /// A table with `capacity` slots (clamped to 1…65,536), allocated now.
-    pub fn new(capacity: usize) -> Self {
+    /// A table with `capacity` slots (clamped to 1…65,536), allocated now,
+    /// whose abandoned calls hold their slot at most `max_age`; and the
+    /// receiver of the ids to send `notifications/cancelled` for.
+    pub fn new(capacity: usize, max_age: Duration) -> (Self, mpsc::Receiver<u64>) {
         let capacity = capacity.clamp(1, 1 << 16);
         let slots = (0..capacity)
             .map(|_| Slot {
                 generation: 0,
                 waiter: None,
                 relay: None,
+                abandoned: None,
             })
             .collect::<Vec<_>>()
             .into_boxed_slice();
         let free = (0..capacity as u32).rev().map(|i| i as u16).collect();
-        InFlight {
-            inner: Arc::new(Mutex::new(Inner { slots, free })),
-        }
+        let (cancel, rx) = mpsc::channel(capacity);
+        let t = InFlight {
+            inner: Arc::new(Mutex::new(Inner {
+                slots,
+                free,
+                cancel,
+                max_age,
+            })),
+        };
+        (t, rx)
     }
 
     /// Reserves a slot; `None` when the table is full (the caller answers
@@ -92,6 +133,22 @@ impl InFlight {
     /// caller's original `progressToken` (the upstream sees the ticket's id instead).
     pub fn reserve_relayed(&self, relay: Option<(Relay, Option<Value>)>) -> Option<Ticket> {
         let mut g = self.inner.lock().expect("in-flight lock");
+        if g.free.is_empty() {
+            // Full: reclaim calls abandoned longer than max_age (the upstream
+            // never answered them).
+            let now = Instant::now();
+            let max_age = g.max_age;
+            let stale: Vec<usize> = (0..g.slots.len())
+                .filter(|&i| {
+                    g.slots[i]
+                        .abandoned
+                        .is_some_and(|t| now.saturating_duration_since(t) >= max_age)
+                })
+                .collect();
+            for i in stale {
+                g.release(i);
+            }
+        }
         let slot = g.free.pop()?;
         let (tx, rx) = oneshot::channel();
         let s = &mut g.slots[slot as usize];
@@ -116,7 +173,12 @@ impl InFlight {
         match g.slots.get_mut(slot) {
             Some(s) if s.generation == generation => match s.waiter.take() {
                 Some(tx) => tx.send(reply).is_ok(),
-                None => false,
+                None => {
+                    if s.abandoned.is_some() {
+                        g.release(slot); // the late answer of an abandoned call
+                    }
+                    false
+                }
             },
             _ => false,
         }
@@ -152,9 +214,13 @@ impl InFlight {
     /// Fails every waiter (connection lost): their receivers see a closed channel.
     pub fn fail_all(&self) {
         let mut g = self.inner.lock().expect("in-flight lock");
-        for s in g.slots.iter_mut() {
-            s.waiter = None;
-            s.relay = None;
+        for i in 0..g.slots.len() {
+            if g.slots[i].abandoned.is_some() {
+                g.release(i); // no answer will ever come on this connection
+            } else {
+                g.slots[i].waiter = None;
+                g.slots[i].relay = None;
+            }
         }
     }
 
@@ -175,13 +241,45 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn table(n: usize) -> InFlight {
+        InFlight::new(n, Duration::from_secs(60)).0
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn abandoned_calls_hold_their_slot_until_answered_or_stale() {
+        let (t, mut cancel) = InFlight::new(1, Duration::from_secs(60));
+        let a = t.reserve().unwrap();
+        let id = a.upstream_id();
+        drop(a); // the caller went away before the answer
+        assert_eq!(
+            cancel.recv().await,
+            Some(id),
+            "the upstream is told to cancel"
+        );
+        assert!(t.reserve().is_none(), "the upstream is still working on it");
+        assert!(!t.complete(&json!(id), Ok(json!("late"))));
+        let b = t.reserve().expect("the late answer freed the slot");
+        assert!(t.complete(&json!(b.upstream_id()), Ok(json!("answered"))));
+        drop(b);
+        let c = t.reserve().unwrap();
+        let cid = c.upstream_id();
+        drop(c);
+        assert_eq!(cancel.recv().await, Some(cid));
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert!(
+            t.reserve().is_some(),
+            "a never-answered call is reclaimed after max_age"
+        );
+    }
+
     #[tokio::test]
     async fn full_table_refuses_and_drop_frees() {
-        let t = InFlight::new(2);
+        let t = table(2);
         let a = t.reserve().unwrap();
         let b = t.reserve().unwrap();
         assert!(t.reserve().is_none());
         assert_ne!(a.upstream_id(), b.upstream_id());
+        assert!(t.complete(&json!(a.upstream_id()), Ok(json!(0))));
         drop(a);
         assert_eq!(t.len(), 1);
         let mut c = t.reserve().unwrap();
@@ -192,9 +290,10 @@ mod tests {
 
     #[tokio::test]
     async fn late_answer_for_reused_slot_is_ignored() {
-        let t = InFlight::new(1);
+        let t = table(1);
         let a = t.reserve().unwrap();
         let old = a.upstream_id();
+        assert!(t.complete(&json!(old), Ok(json!(0))));
         drop(a);
         let mut b = t.reserve().unwrap();
         assert_ne!(old, b.upstream_id(), "generation changes on reuse");

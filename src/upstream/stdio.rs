@@ -100,7 +100,7 @@ pub fn open(
     let stdin = Arc::new(Mutex::new(child.stdin.take()));
     let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
     let stderr = BufReader::new(child.stderr.take().expect("piped stderr"));
-    let inflight = InFlight::new(cfg.max_in_flight);
+    let (inflight, cancel) = InFlight::new(cfg.max_in_flight, cfg.call_timeout);
     let driver = drive(
         cfg.name.clone(),
         child,
@@ -108,6 +108,7 @@ pub fn open(
         stderr,
         stdin.clone(),
         inflight.clone(),
+        cancel,
         cfg.max_result_bytes,
         list_changed,
         ctx,
@@ -187,6 +188,7 @@ async fn drive(
     mut stderr: BufReader<tokio::process::ChildStderr>,
     stdin: Arc<Mutex<Option<ChildStdin>>>,
     inflight: InFlight,
+    mut cancel: tokio::sync::mpsc::Receiver<u64>,
     max_bytes: usize,
     list_changed: Arc<Notify>,
     ctx: RelayCtx,
@@ -233,6 +235,15 @@ async fn drive(
                 Ok(Err(_)) => tracing::info!(upstream = %name, "stderr: (line longer than {} bytes cut)", limits::STDERR_LINE_BYTES),
                 Ok(Ok(false)) | Err(_) => stderr_open = false,
             },
+            Some(id) = cancel.recv() => {
+                // A caller gave up: tell the upstream to stop
+                // (2025-11-25 utilities-cancellation.mdx).
+                let note = protocol::notification(
+                    "notifications/cancelled",
+                    Some(json!({"requestId": id, "reason": "the client went away or timed out"})),
+                );
+                let _ = write_line(&stdin, &note).await;
+            }
             status = child.wait() => break match status {
                 Ok(s) => {
                     // The child's last words are usually the real reason:
@@ -397,12 +408,7 @@ impl StdioConn {
         write_line(&self.stdin, &msg).await?;
         match tokio::time::timeout(timeout, &mut ticket.rx).await {
             Err(_) => {
-                // Tell the upstream to stop (2025-11-25 utilities-cancellation.mdx).
-                let note = protocol::notification(
-                    "notifications/cancelled",
-                    Some(json!({"requestId": ticket.upstream_id(), "reason": "timeout"})),
-                );
-                let _ = write_line(&self.stdin, &note).await;
+                // The ticket's drop cancels the call upstream.
                 Err(SendError::Timeout)
             }
             Ok(Err(_)) => Err(SendError::Transport("connection lost".into())),

@@ -17,7 +17,7 @@ name = args[args.index("--name") + 1] if "--name" in args else "fake"
 page = int(args[args.index("--paged") + 1]) if "--paged" in args else 0
 looping = "--looping" in args
 lock = threading.Lock()
-seen = {"requests": 0, "methods": []}
+seen = {"requests": 0, "methods": [], "cancelled": []}
 initialized = False
 LONG = "a_really_long_tool_name_that_goes_on_and_on_past_the_sixty_four_char_limit"
 TOOLS = [
@@ -124,6 +124,8 @@ def handle(msg):
     if id is None:
         if method == "notifications/initialized":
             initialized = True
+        elif method == "notifications/cancelled":
+            seen["cancelled"].append(params.get("requestId"))
         return
     seen["requests"] += 1
     seen["methods"].append(method)
