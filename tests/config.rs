@@ -422,6 +422,16 @@ fn embedded_default() {
 
 #[test]
 fn render_masks_secrets() {
+    let db = mcp_edge::config::Config::from_toml_str(
+        "[[upstream]]\nname = \"db\"\ncommand = \"x\"\nenv = { DATABASE_URL = \"postgres://u:dbpass@h/db\" }\n",
+        std::path::Path::new("db.toml"),
+    )
+    .unwrap()
+    .render_masked();
+    assert!(
+        !db.contains("dbpass") && db.contains("postgres://***@h/db"),
+        "{db}"
+    );
     let headers = fixture("valid", "http_headers.toml").render_masked();
     assert!(!headers.contains("sk-fixture-header-secret"), "{headers}");
     assert!(headers.contains("X-Api-Key = \"***\""), "{headers}");

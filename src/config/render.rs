@@ -113,8 +113,16 @@ pub(super) fn render(cfg: &Config) -> String {
                 kv(&mut o, "command", quote(command));
                 kv(&mut o, "args", array(&mask_args(args)));
                 let env = env.iter().map(|(k, v)| {
-                    let v = if is_secret_name(k) { MASK } else { v.as_str() };
-                    (k.as_str(), v.to_owned())
+                    // Secret-looking names are masked whole; any other value
+                    // that is a URL (e.g. DATABASE_URL) loses its credentials.
+                    let v = if is_secret_name(k) {
+                        MASK.to_owned()
+                    } else if v.contains("://") {
+                        mask_url(v)
+                    } else {
+                        v.clone()
+                    };
+                    (k.as_str(), v)
                 });
                 kv(&mut o, "env", inline_table(env));
                 match cwd {
