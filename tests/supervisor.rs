@@ -490,3 +490,57 @@ async fn a_restarted_legacy_http_upstream_is_reinitialized_under_a_live_session(
         "the other upstream was untouched"
     );
 }
+
+/// Real binary, real processes: SIGTERM to mcp-edge takes its stdio
+/// children's whole process groups with it, and it exits 0.
+#[test]
+fn sigterm_of_mcp_edge_leaves_no_child_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids");
+    let script = format!(
+        "sleep 1000 & echo $! >> {p}; echo $$ >> {p}; exec python3 {f} --era legacy --name g",
+        p = pids.display(),
+        f = fake_upstream().display()
+    );
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!("[server]\nlisten = \"127.0.0.1:0\"\n[[upstream]]\nname = \"g\"\ncommand = \"sh\"\nargs = [\"-c\", {}]\n", json!(script)),
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-edge"))
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::fs::read_to_string(&pids)
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+        < 2
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "upstream never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    std::thread::sleep(Duration::from_millis(300));
+    for pid in std::fs::read_to_string(&pids).unwrap().lines() {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+        let state = stat
+            .rsplit_once(')')
+            .map(|r| r.1.split_whitespace().next().unwrap_or("").to_string())
+            .unwrap_or_default();
+        assert!(
+            stat.is_empty() || state == "Z",
+            "process {pid} still running after SIGTERM: {stat}"
+        );
+    }
+}
