@@ -125,3 +125,32 @@ async fn a_session_holds_at_most_two_get_streams() {
         "the place of the closed stream was given back"
     );
 }
+
+#[tokio::test]
+async fn a_changed_catalog_is_announced_on_the_get_stream() {
+    let gw = start(
+        "keepalive = \"60s\"",
+        "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
+    )
+    .await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let mut s = open_get(addr, &sid).await;
+    let (head, _) = read_to_end_of_body(&mut s, Duration::from_millis(300)).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        !head.contains("list_changed"),
+        "nothing changed yet: {head}"
+    );
+    // The upstream reconnects: its tools go away and come back.
+    gw.app().router.upstreams()[0].force_reconnect();
+    let (seen, _) = read_to_end_of_body(&mut s, Duration::from_secs(2)).await;
+    assert!(
+        seen.contains("\"method\":\"notifications/tools/list_changed\""),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("notifications/prompts/list_changed")
+            && seen.contains("notifications/resources/list_changed")
+    );
+}

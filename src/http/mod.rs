@@ -45,12 +45,18 @@ pub struct App {
     /// Woken (all waiters) whenever sessions are removed, so GET streams of
     /// deleted or evicted sessions end at once.
     pub sessions_changed: tokio::sync::Notify,
+    /// Bumped when any upstream's catalog changes; GET streams then send
+    /// `notifications/{tools,prompts,resources}/list_changed`.
+    pub catalog_gen: Arc<watch::Sender<u64>>,
 }
 
 impl App {
     /// The capabilities mcp-edge announces in `initialize` and `server/discover`.
+    /// `listChanged`: a legacy session's GET stream is told when the merged
+    /// lists change (an upstream connects, drops, or says its list changed).
     pub fn capabilities() -> Value {
-        json!({"tools": {}, "prompts": {}, "resources": {}, "completions": {}, "logging": {}})
+        json!({"tools": {"listChanged": true}, "prompts": {"listChanged": true},
+            "resources": {"listChanged": true}, "completions": {}, "logging": {}})
     }
 
     /// `Implementation` of mcp-edge (2025-11-25 schema.json `Implementation`; rmcp's model type).
@@ -130,11 +136,19 @@ impl Gateway {
     /// Binds `server.listen`, starts one owner task per enabled upstream, the
     /// accept loop and the session sweep. Errors: [`GatewayError::Bind`].
     pub async fn start(config: Config) -> Result<Gateway, GatewayError> {
+        let catalog_gen = Arc::new(watch::channel(0u64).0);
         let upstreams: Vec<Arc<Upstream>> = config
             .upstreams
             .iter()
             .enumerate()
-            .map(|(i, c)| Upstream::new(i, c.clone(), config.server.max_pending_server_requests))
+            .map(|(i, c)| {
+                Upstream::new(
+                    i,
+                    c.clone(),
+                    config.server.max_pending_server_requests,
+                    catalog_gen.clone(),
+                )
+            })
             .collect();
         let listener = TcpListener::bind(config.server.listen)
             .await
@@ -154,6 +168,7 @@ impl Gateway {
                 s.session_min_idle_before_evict,
             )),
             sessions_changed: tokio::sync::Notify::new(),
+            catalog_gen: catalog_gen.clone(),
             router: Router::new(
                 upstreams.clone(),
                 s.tool_names,

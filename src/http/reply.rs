@@ -111,33 +111,57 @@ pub fn session_stream(app: Arc<App>, id: SessionId) -> Response<Body> {
     let period = app.config.server.keepalive;
     let start = Instant::now() + period;
     let guard = StreamGuard(app.clone(), id);
-    let state = (app, tokio::time::interval_at(start, period), guard);
-    let stream = futures_util::stream::unfold(state, move |(app, mut iv, guard)| async move {
-        loop {
-            let tick = tokio::select! {
-                _ = iv.tick() => true,
-                _ = app.sessions_changed.notified() => false,
-            };
-            let alive = app
-                .sessions
-                .lock()
-                .expect("sessions")
-                .peek(&id, Instant::now())
-                .is_some();
-            if !alive {
-                return None;
+    let mut lists = app.catalog_gen.subscribe();
+    lists.mark_unchanged();
+    let state = (app, tokio::time::interval_at(start, period), guard, lists);
+    let stream =
+        futures_util::stream::unfold(state, move |(app, mut iv, guard, mut lists)| async move {
+            loop {
+                // What to send: a keep-alive, the list_changed notifications, or nothing.
+                let what = tokio::select! {
+                    _ = iv.tick() => Some(sse::keepalive()),
+                    _ = app.sessions_changed.notified() => None,
+                    Ok(()) = lists.changed() => {
+                        lists.mark_unchanged();
+                        Some(list_changed())
+                    }
+                };
+                let alive = app
+                    .sessions
+                    .lock()
+                    .expect("sessions")
+                    .peek(&id, Instant::now())
+                    .is_some();
+                if !alive {
+                    return None;
+                }
+                if let Some(bytes) = what {
+                    return Some((
+                        Ok::<_, Infallible>(Frame::data(bytes)),
+                        (app, iv, guard, lists),
+                    ));
+                }
             }
-            if tick {
-                return Some((
-                    Ok::<_, Infallible>(Frame::data(sse::keepalive())),
-                    (app, iv, guard),
-                ));
-            }
-        }
-    });
+        });
     let mut r = Response::new(BodyExt::boxed_unsync(StreamBody::new(stream)));
     sse_headers(&mut r);
     r
+}
+
+/// The three list_changed notifications as SSE events (2025-11-25
+/// schema.json `ToolListChangedNotification` and siblings).
+fn list_changed() -> bytes::Bytes {
+    let mut out = Vec::new();
+    for m in [
+        "notifications/tools/list_changed",
+        "notifications/prompts/list_changed",
+        "notifications/resources/list_changed",
+    ] {
+        out.extend_from_slice(&sse::event(
+            &crate::protocol::notification(m, None).to_string(),
+        ));
+    }
+    bytes::Bytes::from(out)
 }
 
 /// Gives a GET stream's place back to its session when the stream ends.

@@ -269,6 +269,8 @@ pub struct Upstream {
     reinit: tokio::sync::Mutex<()>,
     /// Server→client requests relayed to downstream clients, awaiting answers.
     pub(crate) pending: Arc<relay::Pending>,
+    /// Bumped whenever any upstream's catalog changes (shared by all upstreams).
+    catalog_gen: Arc<watch::Sender<u64>>,
     /// Why traffic last saw this upstream fail (read by the owner task).
     loss: std::sync::Mutex<Option<Loss>>,
     /// Calls are refused until then (the upstream's Retry-After).
@@ -305,7 +307,12 @@ pub(crate) struct Loss {
 impl Upstream {
     /// A not-yet-connected upstream whose table of relayed server→client
     /// requests holds `max_pending` entries (`server.max_pending_server_requests`).
-    pub fn new(index: usize, config: UpstreamConfig, max_pending: usize) -> Arc<Self> {
+    pub fn new(
+        index: usize,
+        config: UpstreamConfig,
+        max_pending: usize,
+        catalog_gen: Arc<watch::Sender<u64>>,
+    ) -> Arc<Self> {
         let initial = Status::initial(config.enabled);
         Arc::new(Upstream {
             index,
@@ -317,6 +324,7 @@ impl Upstream {
             list_changed: Arc::new(Notify::new()),
             reinit: tokio::sync::Mutex::new(()),
             pending: Arc::new(relay::Pending::new(max_pending)),
+            catalog_gen,
             loss: std::sync::Mutex::new(None),
             retry_floor: std::sync::Mutex::new(None),
             reconnect: Notify::new(),
@@ -437,6 +445,7 @@ impl Upstream {
 
     pub(crate) fn set_catalog(&self, c: Catalog) {
         *self.catalog.write().expect("catalog lock") = Arc::new(c);
+        self.catalog_gen.send_modify(|g| *g = g.wrapping_add(1));
     }
 
     /// What the handshake learnt, while connected.
