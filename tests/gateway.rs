@@ -593,39 +593,6 @@ async fn call_timeout_names_the_upstream() {
 }
 
 #[tokio::test]
-async fn in_flight_overflow_is_an_immediate_error() {
-    let gw = start("", &fake_block("a", "legacy", "max_in_flight = 1")).await;
-    let addr = gw.local_addr();
-    let sid = legacy_session(addr, "2025-11-25").await;
-    let slow = call(
-        addr,
-        &sid,
-        json!(1),
-        "tools/call",
-        json!({"name": "a__slow_echo", "arguments": {"ms": 500, "text": "s"}}),
-    );
-    let fast = async {
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        call(
-            addr,
-            &sid,
-            json!(2),
-            "tools/call",
-            json!({"name": "a__echo", "arguments": {"text": "f"}}),
-        )
-        .await
-    };
-    let (s, f) = tokio::join!(slow, fast);
-    assert_eq!(text_of(&s), "a:s");
-    assert_eq!(
-        f.error_code(),
-        Some(mcp_edge::protocol::UPSTREAM_BUSY),
-        "{}",
-        f.raw
-    );
-}
-
-#[tokio::test]
 async fn full_session_table_answers_503() {
     let gw = start("session_capacity = 2", &fake_block("a", "legacy", "")).await;
     let addr = gw.local_addr();

@@ -196,22 +196,8 @@ impl HttpConn {
         era: UpstreamEra,
     ) -> Result<(), SendError> {
         let msg = protocol::notification(method, params);
-        let req = self.build(method, &msg, era, None)?;
-        let resp = self
-            .client
-            .request(req)
+        self.post_expecting_no_answer(self.build(method, &msg, era, None)?)
             .await
-            .map_err(|e| SendError::Transport(format!("POST {}: {}", self.url, chain(&e))))?;
-        let status = resp.status();
-        let _ = resp.into_body().collect().await;
-        if status.is_success() {
-            Ok(())
-        } else {
-            Err(SendError::Http {
-                status: status.as_u16(),
-                rpc: None,
-            })
-        }
     }
 
     async fn exchange(
@@ -367,7 +353,12 @@ impl HttpConn {
     /// POSTs a JSON-RPC response (to a request the upstream sent) in the session.
     pub async fn respond(&self, msg: &Value) -> Result<(), SendError> {
         let era = *self.era.read().expect("era lock");
-        let req = self.build("", msg, era, None)?;
+        self.post_expecting_no_answer(self.build("", msg, era, None)?)
+            .await
+    }
+
+    /// POSTs a notification or response: any 2xx (202 Accepted) is success.
+    async fn post_expecting_no_answer(&self, req: Request<Full<Bytes>>) -> Result<(), SendError> {
         let resp = self
             .client
             .request(req)
