@@ -33,18 +33,34 @@ enum Command {
         /// The file to check.
         file: PathBuf,
     },
+    /// Show a running gateway's upstreams and sessions (its admin `/status`).
+    Status {
+        /// Admin URL; default: `server.metrics_listen` of --config, else http://127.0.0.1:9737.
+        #[arg(long)]
+        url: Option<String>,
+    },
+    /// Operator actions on one upstream of a running gateway.
+    Upstream {
+        #[command(subcommand)]
+        action: UpstreamAction,
+        /// Admin URL (as for `status`).
+        #[arg(long)]
+        url: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum UpstreamAction {
+    /// Connect now: ends a backoff wait or a credentials parking.
+    Reconnect {
+        /// The upstream's name.
+        name: String,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("MCP_EDGE_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    init_logs();
     match cli.command {
         Some(Command::CheckConfig { file }) => match Config::load(&file) {
             Ok(c) => {
@@ -56,6 +72,21 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Some(Command::Status { url }) => {
+            report(admin(&cli.config, url, "GET", "/status").map(|body| print_status(&body)))
+        }
+        Some(Command::Upstream {
+            action: UpstreamAction::Reconnect { name },
+            url,
+        }) => report(
+            admin(
+                &cli.config,
+                url,
+                "POST",
+                &format!("/upstreams/{name}/reconnect"),
+            )
+            .map(|b| print!("{b}")),
+        ),
         Some(Command::Serve) | None => match serve(cli.config) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -63,6 +94,120 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+    }
+}
+
+/// Logs on stderr: level from `MCP_EDGE_LOG` or `RUST_LOG` (default info);
+/// under systemd (`JOURNAL_STREAM` set) without timestamps or colours, since
+/// journald adds its own; colours only on a terminal.
+fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MCP_EDGE_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    if std::env::var_os("JOURNAL_STREAM").is_some() {
+        builder.without_time().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn report(r: anyhow::Result<()>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mcp-edge: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// One request to a running gateway's admin listener; returns the body.
+fn admin(
+    config: &Option<PathBuf>,
+    url: Option<String>,
+    method: &str,
+    path: &str,
+) -> anyhow::Result<String> {
+    use http_body_util::{BodyExt, Full};
+    let base = match url {
+        Some(u) => u,
+        None => {
+            let listen = match config {
+                Some(p) => {
+                    Config::load(p)
+                        .context("invalid config")?
+                        .server
+                        .metrics_listen
+                }
+                None => None,
+            };
+            format!(
+                "http://{}",
+                listen
+                    .map(|a| a.to_string())
+                    .unwrap_or_else(|| "127.0.0.1:9737".into())
+            )
+        }
+    };
+    let uri = format!("{}{path}", base.trim_end_matches('/'));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let client: hyper_util::client::legacy::Client<_, Full<bytes::Bytes>> =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http();
+        let req = http::Request::builder()
+            .method(method)
+            .uri(&uri)
+            .body(Full::new(bytes::Bytes::new()))?;
+        let resp = tokio::time::timeout(Duration::from_secs(10), client.request(req))
+            .await
+            .with_context(|| format!("{uri}: no answer within 10 s"))?
+            .with_context(|| {
+                format!("cannot reach the admin listener at {uri} (is server.metrics_listen set?)")
+            })?;
+        let status = resp.status();
+        let body =
+            String::from_utf8_lossy(&resp.into_body().collect().await?.to_bytes()).into_owned();
+        anyhow::ensure!(status.is_success(), "{uri}: HTTP {status}: {}", body.trim());
+        Ok(body)
+    })
+}
+
+/// `/status` as a table.
+fn print_status(body: &str) {
+    let v: serde_json::Value = match serde_json::from_str(body) {
+        Ok(v) => v,
+        Err(_) => return print!("{body}"),
+    };
+    println!(
+        "mcp-edge {}  ready: {}  sessions: {}/{}  heap: {} KiB live, {} KiB peak",
+        v["version"].as_str().unwrap_or("?"),
+        v["ready"],
+        v["sessions"]["active"],
+        v["sessions"]["capacity"],
+        v["heap"]["live_bytes"].as_u64().unwrap_or(0) / 1024,
+        v["heap"]["peak_bytes"].as_u64().unwrap_or(0) / 1024,
+    );
+    println!(
+        "{:<16} {:<8} {:<22} {:>8} {:>6}  detail",
+        "UPSTREAM", "TRANSPORT", "STATE", "ATTEMPTS", "TOOLS"
+    );
+    for u in v["upstreams"].as_array().into_iter().flatten() {
+        println!(
+            "{:<16} {:<8} {:<22} {:>8} {:>6}  {}",
+            u["name"].as_str().unwrap_or(""),
+            u["transport"].as_str().unwrap_or(""),
+            u["state"].as_str().unwrap_or(""),
+            u["attempts"].as_u64().unwrap_or(0),
+            u["tools"].as_u64().unwrap_or(0),
+            u["detail"].as_str().unwrap_or(""),
+        );
     }
 }
 

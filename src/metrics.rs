@@ -100,40 +100,11 @@ pub fn prometheus() -> Option<&'static metrics_exporter_prometheus::PrometheusHa
         .as_ref()
 }
 
-/// Serves `/metrics` (Prometheus text format 0.0.4) and `/healthz` on `listener`.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
-) {
-    use http_body_util::Full;
-    use hyper_util::rt::TokioIo;
-    loop {
-        let stream = tokio::select! {
-            r = listener.accept() => match r { Ok((s, _)) => s, Err(_) => continue },
-            _ = shutdown.changed() => return,
-        };
-        let svc =
-            hyper::service::service_fn(|req: http::Request<hyper::body::Incoming>| async move {
-                let (status, body) = match req.uri().path() {
-                    "/metrics" => match prometheus() {
-                        Some(h) => {
-                            h.run_upkeep();
-                            (200, h.render())
-                        }
-                        None => (503, "metrics recorder not installed\n".to_string()),
-                    },
-                    "/healthz" => (200, "ok\n".to_string()),
-                    _ => (404, "not found\n".to_string()),
-                };
-                let mut r = http::Response::new(Full::new(bytes::Bytes::from(body)));
-                *r.status_mut() = http::StatusCode::from_u16(status).expect("valid status");
-                Ok::<_, std::convert::Infallible>(r)
-            });
-        // Scrapes are short; serve them inline, one at a time (no task per scrape).
-        let _ = tokio::time::timeout(
-            std::time::Duration::from_secs(10),
-            hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc),
-        )
-        .await;
-    }
+/// The Prometheus text (format 0.0.4) of every metric, heap gauges refreshed
+/// first; `None` without a recorder.
+pub fn render() -> Option<String> {
+    let h = prometheus()?;
+    crate::alloc::publish();
+    h.run_upkeep();
+    Some(h.render())
 }

@@ -5,6 +5,7 @@
 //! `accept` and moved into the connection's task, so excess clients wait in
 //! the kernel backlog instead of costing memory here.
 
+pub mod admin;
 pub mod checks;
 pub mod endpoint;
 pub mod modern;
@@ -45,6 +46,8 @@ pub struct App {
     /// Woken (all waiters) whenever sessions are removed, so GET streams of
     /// deleted or evicted sessions end at once.
     pub sessions_changed: tokio::sync::Notify,
+    /// Set once every enabled upstream settled its first attempt (`/readyz`, `READY=1`).
+    pub ready: std::sync::atomic::AtomicBool,
     /// Bumped when any upstream's catalog changes; GET streams then send
     /// `notifications/{tools,prompts,resources}/list_changed`.
     pub catalog_gen: Arc<watch::Sender<u64>>,
@@ -126,6 +129,7 @@ pub enum GatewayError {
 /// A running gateway. Dropping it aborts its tasks; [`Gateway::shutdown`] stops it in order.
 pub struct Gateway {
     addr: SocketAddr,
+    admin_addr: Option<SocketAddr>,
     app: Arc<App>,
     supervisor: Supervisor,
     shutdown: watch::Sender<bool>,
@@ -169,6 +173,7 @@ impl Gateway {
             )),
             sessions_changed: tokio::sync::Notify::new(),
             catalog_gen: catalog_gen.clone(),
+            ready: false.into(),
             router: Router::new(
                 upstreams.clone(),
                 s.tool_names,
@@ -187,16 +192,22 @@ impl Gateway {
             OwnedTask::spawn(accept_loop(listener, app.clone(), shutdown.subscribe())),
             OwnedTask::spawn(sweep(app.clone(), shutdown.subscribe())),
         ];
+        let mut admin_addr = None;
         if let Some(m) = s.metrics_listen {
             match TcpListener::bind(m).await {
-                Ok(l) => tasks.push(OwnedTask::spawn(crate::metrics::serve(
-                    l,
-                    shutdown.subscribe(),
-                ))),
+                Ok(l) => {
+                    admin_addr = l.local_addr().ok();
+                    tasks.push(OwnedTask::spawn(admin::serve(
+                        l,
+                        app.clone(),
+                        shutdown.subscribe(),
+                    )));
+                }
                 Err(e) => tracing::warn!("metrics listener {m}: {e}"),
             }
         }
         Ok(Gateway {
+            admin_addr,
             addr,
             app,
             supervisor,
@@ -227,13 +238,17 @@ impl Gateway {
             .filter(|u| u.config.enabled)
         {
             let mut rx = up.subscribe();
-            let _ = tokio::time::timeout_at(
-                deadline,
-                rx.wait_for(|s| !matches!(s, crate::upstream::Status::Connecting { .. })),
-            )
-            .await;
+            let _ = tokio::time::timeout_at(deadline, rx.wait_for(admin::settled)).await;
         }
+        self.app
+            .ready
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         self.ready_upstreams()
+    }
+
+    /// The bound admin address (`server.metrics_listen`), if any.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
     }
 
     /// Number of upstreams in `Ready`.

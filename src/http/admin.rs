@@ -1,0 +1,168 @@
+//! The admin listener (`server.metrics_listen`, loopback by default): routes
+//! for operators and Prometheus, never for MCP clients.
+//!
+//! - `GET /metrics`: Prometheus text format 0.0.4 (metrics-exporter-prometheus).
+//! - `GET /healthz`: 200 while the process serves.
+//! - `GET /readyz`: 200 once every enabled upstream has settled its first
+//!   attempt (the `READY=1` condition), else 503.
+//! - `GET /status`: JSON `{version, ready, sessions: {active, capacity},
+//!   heap: {live_bytes, peak_bytes, rss_bytes}, upstreams: [{name, transport,
+//!   state, detail, retry_in_secs, attempts, probes_ok, probes_missed,
+//!   stderr_tail}]}`.
+//! - `POST /upstreams/NAME/reconnect`: an immediate attempt (resets backoff
+//!   and parking); 404 for an unknown name.
+
+use super::App;
+use crate::upstream::Status;
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+fn text(
+    status: StatusCode,
+    body: impl Into<Bytes>,
+    content_type: &'static str,
+) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(content_type),
+    );
+    r
+}
+
+/// The `/status` document.
+pub fn status(app: &App) -> Value {
+    let now = Instant::now();
+    let upstreams: Vec<Value> = app
+        .router
+        .upstreams()
+        .iter()
+        .map(|u| {
+            let s = u.status();
+            let (ok, missed) = u.probes();
+            let transport = match &u.config.transport {
+                crate::config::Transport::Stdio { .. } => "stdio",
+                crate::config::Transport::Http { .. } => "http",
+                crate::config::Transport::Builtin => "builtin",
+            };
+            json!({
+                "name": u.name(),
+                "transport": transport,
+                "state": s.name(),
+                "detail": s.describe(now),
+                "retry_in_secs": s.retry_in(now).map(|d| d.as_secs_f64().ceil() as u64),
+                "attempts": u.attempts(),
+                "probes_ok": ok,
+                "probes_missed": missed,
+                "tools": u.catalog().tools.len(),
+                "stderr_tail": u.stderr_tail(),
+            })
+        })
+        .collect();
+    let t = app.sessions.lock().expect("sessions");
+    json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "ready": app.ready.load(Ordering::Relaxed),
+        "sessions": {"active": t.len(), "capacity": t.capacity()},
+        "heap": {
+            "live_bytes": crate::alloc::live_bytes(),
+            "peak_bytes": crate::alloc::peak_bytes(),
+            "rss_bytes": crate::alloc::rss_bytes(),
+        },
+        "upstreams": upstreams,
+    })
+}
+
+async fn route<B>(app: Arc<App>, req: Request<B>) -> Response<Full<Bytes>> {
+    let path = req.uri().path().to_string();
+    match (req.method(), path.as_str()) {
+        (&Method::GET, "/metrics") => match crate::metrics::render() {
+            Some(t) => text(StatusCode::OK, t, "text/plain; version=0.0.4"),
+            None => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "metrics recorder not installed\n",
+                "text/plain",
+            ),
+        },
+        (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n", "text/plain"),
+        (&Method::GET, "/readyz") => {
+            if app.ready.load(Ordering::Relaxed) {
+                text(StatusCode::OK, "ready\n", "text/plain")
+            } else {
+                text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "starting: upstreams not settled yet\n",
+                    "text/plain",
+                )
+            }
+        }
+        (&Method::GET, "/status") => {
+            text(StatusCode::OK, status(&app).to_string(), "application/json")
+        }
+        (&Method::POST, p) if p.starts_with("/upstreams/") && p.ends_with("/reconnect") => {
+            let name = &p["/upstreams/".len()..p.len() - "/reconnect".len()];
+            match app
+                .router
+                .upstreams()
+                .iter()
+                .find(|u| u.name() == name && u.config.enabled)
+            {
+                Some(u) => {
+                    u.force_reconnect();
+                    tracing::info!(upstream = %name, "operator asked for an immediate attempt");
+                    text(
+                        StatusCode::ACCEPTED,
+                        format!("reconnecting {name}\n"),
+                        "text/plain",
+                    )
+                }
+                None => text(
+                    StatusCode::NOT_FOUND,
+                    format!("no enabled upstream named {name:?}\n"),
+                    "text/plain",
+                ),
+            }
+        }
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "not found: /metrics /healthz /readyz /status\n",
+            "text/plain",
+        ),
+    }
+}
+
+/// Serves the admin routes on `listener` until shutdown. Requests are short
+/// and served one at a time inline (no task per request), each within 10 s.
+pub async fn serve(listener: TcpListener, app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        let stream = tokio::select! {
+            r = listener.accept() => match r { Ok((s, _)) => s, Err(_) => continue },
+            _ = shutdown.changed() => return,
+        };
+        let a = app.clone();
+        let svc = hyper::service::service_fn(move |req| {
+            let a = a.clone();
+            async move { Ok::<_, std::convert::Infallible>(route(a, req).await) }
+        });
+        let _ = tokio::time::timeout(
+            Duration::from_secs(10),
+            hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc),
+        )
+        .await;
+    }
+}
+
+/// True when `s` counts as settled for readiness.
+pub fn settled(s: &Status) -> bool {
+    !matches!(s, Status::Connecting { .. })
+}

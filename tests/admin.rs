@@ -1,0 +1,87 @@
+//! The admin listener (`server.metrics_listen`): /metrics, /healthz, /readyz,
+//! /status, the reconnect action, and the `mcp-edge status` CLI against it.
+
+mod support;
+use serde_json::Value;
+use support::*;
+
+async fn get(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
+    use http_body_util::{BodyExt, Full};
+    let client: hyper_util::client::legacy::Client<_, Full<bytes::Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http();
+    let req = http::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"))
+        .body(Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    let status = resp.status().as_u16();
+    (
+        status,
+        String::from_utf8_lossy(&resp.into_body().collect().await.unwrap().to_bytes()).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_metrics_readiness_and_reconnect() {
+    mcp_edge::metrics::prometheus();
+    let upstreams = "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n\n[[upstream]]\nname = \"dead\"\ntransport = \"stdio\"\ncommand = \"/nonexistent/server\"\n";
+    let gw = start("metrics_listen = \"127.0.0.1:0\"", upstreams).await;
+    let admin = gw.admin_addr().expect("admin listener bound");
+    assert_eq!(get(admin, "GET", "/healthz").await.0, 200);
+    assert_eq!(get(admin, "GET", "/readyz").await.0, 200);
+    let (status, body) = get(admin, "GET", "/status").await;
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["upstreams"][0]["state"], "ready");
+    assert_eq!(v["upstreams"][1]["state"], "backoff");
+    assert!(v["upstreams"][1]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("/nonexistent/server"));
+    assert!(v["heap"]["live_bytes"].is_u64() && v["sessions"]["capacity"] == 256);
+    let (_, metrics) = get(admin, "GET", "/metrics").await;
+    for name in [
+        "mcp_edge_upstream_state",
+        "mcp_edge_upstream_connects_total",
+        "mcp_edge_upstream_owner_tasks",
+    ] {
+        assert!(metrics.contains(name), "{name} missing");
+    }
+    // Operator action: an immediate attempt.
+    let dead = gw.app().router.upstreams()[1].clone();
+    let before = dead.attempts();
+    assert_eq!(get(admin, "POST", "/upstreams/dead/reconnect").await.0, 202);
+    for _ in 0..100 {
+        if dead.attempts() > before {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        dead.attempts() > before,
+        "reconnect did not trigger an attempt"
+    );
+    assert_eq!(get(admin, "POST", "/upstreams/nope/reconnect").await.0, 404);
+    // The CLI renders the same document as a table.
+    let url = format!("http://{admin}");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_mcp-edge"))
+            .args(["status", "--url", &url])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        table.contains("edge") && table.contains("ready") && table.contains("backoff"),
+        "{table}"
+    );
+}
