@@ -27,6 +27,7 @@
 // Errors carry the caller's JSON-RPC id next to the error object; they are
 // built on cold paths only, so their size does not matter.
 #![allow(clippy::result_large_err)]
+#![warn(missing_docs)]
 
 pub mod alloc;
 pub mod config;

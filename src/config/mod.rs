@@ -273,9 +273,13 @@ pub enum Transport {
     /// A child process speaking newline-delimited JSON-RPC on stdin/stdout.
     /// `command` is non-empty; `cwd` `None` = inherit.
     Stdio {
+        /// Program to run (looked up on `PATH` when not absolute).
         command: String,
+        /// Its arguments.
         args: Vec<String>,
+        /// Extra environment variables (on top of mcp-edge's own, minus `NOTIFY_SOCKET`/`WATCHDOG_*`).
         env: BTreeMap<String, String>,
+        /// Working directory; `None` = inherit.
         cwd: Option<PathBuf>,
     },
     /// A remote streamable-HTTP server. `url` is a validated http(s) URL
@@ -284,8 +288,11 @@ pub enum Transport {
     /// `$CREDENTIALS_DIRECTORY/` already expanded (the file is read by the
     /// transport, not here).
     Http {
+        /// The MCP endpoint, `http://` or `https://`.
         url: String,
+        /// Extra request headers (values are secrets: masked in `check-config`).
         headers: BTreeMap<String, String>,
+        /// File holding a bearer token, read at each connect (`Authorization: Bearer …`).
         bearer_token_file: Option<PathBuf>,
     },
     /// The in-process `edge` tools.
@@ -298,18 +305,28 @@ pub enum ConfigError {
     /// The file could not be read: `"<path>: <io error>"`.
     #[error("{}: {source}", path.display())]
     Io {
+        /// The file.
         path: PathBuf,
+        /// What the OS said.
         source: std::io::Error,
     },
     /// The text is not well-formed TOML / JSON: `"<path>: line L, column C: <what>"`.
     #[error("{}: {message}", path.display())]
-    Parse { path: PathBuf, message: String },
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Position and problem.
+        message: String,
+    },
     /// A key is unknown, has the wrong type, or its value is out of range:
     /// `"<path>: <key path>: <what>"`, e.g. `upstream[1].url` or `mcpServers.fs.url`.
     #[error("{}: {key}: {message}", path.display())]
     Invalid {
+        /// The file.
         path: PathBuf,
+        /// The key path, e.g. `upstream[1].url`.
         key: String,
+        /// What is wrong with it.
         message: String,
     },
 }
