@@ -17,6 +17,10 @@ pub const CATALOG_DROPPED: &str = "mcp_edge_catalog_dropped_total";
 pub const UPSTREAM_CONNECTS: &str = "mcp_edge_upstream_connects_total";
 /// Gauge `{upstream}`: 1 when the upstream is ready.
 pub const UPSTREAM_READY: &str = "mcp_edge_upstream_ready";
+/// Histogram `{method}`: seconds from a downstream request's arrival to its answer.
+pub const REQUEST_DURATION: &str = "mcp_edge_request_duration_seconds";
+/// Gauge: capacity of the legacy session table.
+pub const SESSIONS_CAPACITY: &str = "mcp_edge_sessions_capacity";
 /// Gauge: live heap bytes (counting allocator).
 pub const HEAP_LIVE: &str = "mcp_edge_heap_live_bytes";
 /// Gauge: peak live heap bytes since start.

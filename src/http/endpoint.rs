@@ -333,6 +333,12 @@ fn finish(id: Value, method: &str, era: Era, outcome: Result<Value, RpcError>) -
     }
 }
 
+/// Records the request's duration in `mcp_edge_request_duration_seconds{method}`.
+fn observe(method: &str, t0: Instant) {
+    metrics::histogram!(crate::metrics::REQUEST_DURATION, "method" => crate::metrics::method_label(method))
+        .record(t0.elapsed().as_secs_f64());
+}
+
 /// A client's answer to a request relayed from an upstream: back to that upstream.
 async fn relayed_answer(app: &App, h: &HeaderMap, id: Value, outcome: Result<Value, RpcError>) {
     let Some((up, slot, generation)) = crate::upstream::relay::parse_downstream_id(&id) else {
@@ -390,12 +396,16 @@ async fn one(
                 let keepalive = app.config.server.keepalive;
                 let app = app.clone();
                 let fut = async move {
+                    let t0 = Instant::now();
                     let outcome = app.call(&method, params, modern, Some(relay)).await;
+                    observe(&method, t0);
                     finish(id, &method, era, outcome).response
                 };
                 return Ok(Outcome::Stream(reply::relay_stream(rx, fut, keepalive)));
             }
+            let t0 = Instant::now();
             let outcome = app.call(&method, params, modern, None).await;
+            observe(&method, t0);
             Ok(Outcome::Answer(finish(id, &method, era, outcome)))
         }
     }

@@ -187,6 +187,7 @@ impl Gateway {
             Arc::new(crate::supervisor::persist::Persist::open(dir, &names))
         });
         let supervisor = Supervisor::start(&upstreams, persist);
+        metrics::gauge!(crate::metrics::SESSIONS_CAPACITY).set(s.session_capacity as f64);
         let (shutdown, _) = watch::channel(false);
         let mut tasks = vec![
             OwnedTask::spawn(accept_loop(listener, app.clone(), shutdown.subscribe())),
