@@ -225,17 +225,21 @@ fn serve(path: Option<PathBuf>) -> anyhow::Result<()> {
         mcp_edge::metrics::prometheus();
         let gateway = Gateway::start(config).await?;
         eprintln!("mcp-edge listening on http://{}/mcp", gateway.local_addr());
-        let ready = gateway.wait_upstreams(Duration::from_secs(30)).await;
-        let total = gateway
-            .app()
-            .router
-            .upstreams()
-            .iter()
-            .filter(|u| u.config.enabled)
-            .count();
-        mcp_edge::notify::ready(&format!("{ready}/{total} upstreams ready"));
+        // READY=1 once the listener is bound and every upstream's first attempt
+        // settled (or 30 s passed), then the watchdog if systemd asked for one.
+        let _ = gateway.wait_upstreams(Duration::from_secs(30)).await;
+        mcp_edge::notify::ready(&mcp_edge::notify::status_line(gateway.app()));
+        let (stop_watchdog, stop_rx) = tokio::sync::watch::channel(false);
+        let _watchdog = mcp_edge::notify::watchdog_period().map(|period| {
+            mcp_edge::supervisor::OwnedTask::spawn(mcp_edge::notify::watchdog(
+                gateway.app().clone(),
+                period,
+                stop_rx,
+            ))
+        });
         wait_for_signal().await;
         mcp_edge::notify::stopping();
+        let _ = stop_watchdog.send(true);
         gateway.shutdown().await;
         Ok(())
     })

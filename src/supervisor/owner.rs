@@ -226,7 +226,9 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
     };
     up.uninstall();
     close(&conn).await;
-    if matches!(end, End::Shutdown) {
+    // Only a child process has a driver that ends (its stop sequence); the
+    // HTTP and built-in drivers never do, so don't wait on them.
+    if matches!(end, End::Shutdown) && matches!(*conn, Conn::Stdio(_)) {
         let _ = tokio::time::timeout(limits::CHILD_STOP_GRACE * 3, driver).await;
     }
     match end {

@@ -288,6 +288,8 @@ pub struct Upstream {
     pub(crate) monitors: std::sync::atomic::AtomicUsize,
     /// Connect attempts started.
     pub(crate) attempts: std::sync::atomic::AtomicU64,
+    /// When the current state was entered (the watchdog's progress clock).
+    entered: std::sync::Mutex<tokio::time::Instant>,
     /// Last 16 KiB of a stdio child's stderr.
     pub(crate) stderr_tail: Arc<std::sync::Mutex<ring::Ring>>,
 }
@@ -334,6 +336,7 @@ impl Upstream {
             probes_failed: 0.into(),
             monitors: 0.into(),
             attempts: 0.into(),
+            entered: std::sync::Mutex::new(tokio::time::Instant::now()),
             stderr_tail: Arc::new(std::sync::Mutex::new(ring::Ring::new(
                 crate::limits::STDERR_TAIL_BYTES,
             ))),
@@ -371,7 +374,30 @@ impl Upstream {
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0);
         metrics::gauge!(crate::metrics::UPSTREAM_BACKOFF_SECONDS, "upstream" => name).set(backoff);
+        *self.entered.lock().expect("entered lock") = tokio::time::Instant::now();
         self.status.send_replace(next);
+    }
+
+    /// `Some(reason)` when the owner task looks wedged: a connect attempt or a
+    /// backoff wait that has outlived its own deadline by `margin`.
+    pub fn wedged(&self, now: tokio::time::Instant, margin: Duration) -> Option<String> {
+        let since = *self.entered.lock().expect("entered lock");
+        let status = self.status();
+        let late = match &status {
+            Status::Connecting { .. } => {
+                now.saturating_duration_since(since) > self.config.startup_timeout + margin
+            }
+            Status::Backoff { until, .. } => now.saturating_duration_since(*until) > margin,
+            _ => false,
+        };
+        late.then(|| {
+            format!(
+                "upstream '{}' stuck in {} since {:?} ago",
+                self.name(),
+                status.name(),
+                now.saturating_duration_since(since)
+            )
+        })
     }
 
     /// Operator action: drop the connection (or end the wait) and connect
