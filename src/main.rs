@@ -216,6 +216,7 @@ fn serve(path: Option<PathBuf>) -> anyhow::Result<()> {
         Some(p) => Config::load(p).context("invalid config")?,
         None => Config::embedded_default(),
     };
+    let running = config.clone();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -237,7 +238,7 @@ fn serve(path: Option<PathBuf>) -> anyhow::Result<()> {
                 stop_rx,
             ))
         });
-        wait_for_signal().await;
+        wait_for_signal(path, running).await;
         mcp_edge::notify::stopping();
         let _ = stop_watchdog.send(true);
         gateway.shutdown().await;
@@ -245,11 +246,33 @@ fn serve(path: Option<PathBuf>) -> anyhow::Result<()> {
     })
 }
 
-async fn wait_for_signal() {
+/// Waits for SIGTERM or SIGINT. SIGHUP (`systemctl reload`) re-reads and
+/// validates the config file: an invalid one is rejected with the error in
+/// the log and `STATUS=`; a valid, changed one is reported as needing a
+/// restart (applying upstream changes in place comes with the reload issue).
+/// Either way the running gateway and its sessions are untouched.
+async fn wait_for_signal(path: Option<PathBuf>, running: mcp_edge::config::Config) {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+    let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
+    let running = running.render_masked();
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => return,
+            _ = term.recv() => return,
+            _ = hup.recv() => {
+                let _ = sd_notify::notify(&[sd_notify::NotifyState::Reloading, sd_notify::NotifyState::monotonic_usec_now().expect("clock")]);
+                let msg = match &path {
+                    None => "reload: no config file (embedded default); nothing to do".to_string(),
+                    Some(p) => match Config::load(p) {
+                        Err(e) => format!("reload rejected, the running config stays: {e}"),
+                        Ok(c) if c.render_masked() == running => "reload: config unchanged".to_string(),
+                        Ok(_) => "reload: the config changed and is valid; restart mcp-edge to apply it".to_string(),
+                    },
+                };
+                tracing::warn!("{msg}");
+                let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready, sd_notify::NotifyState::Status(&msg)]);
+            }
+        }
     }
 }

@@ -77,3 +77,45 @@ fn ready_watchdog_pings_with_a_dead_optional_upstream_and_stopping() {
     );
     assert!(got.iter().any(|(_, m)| m.contains("STOPPING=1")));
 }
+
+#[test]
+fn sighup_reloads_without_dying_and_rejects_a_bad_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock_path = dir.path().join("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(&cfg, "[server]\nlisten = \"127.0.0.1:0\"\n[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n").unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-edge"))
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .env("NOTIFY_SOCKET", &sock_path)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    let mut next = || {
+        let n = sock.recv(&mut buf).expect("a notify datagram within 10 s");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    assert!(next().contains("READY=1"));
+    std::fs::write(&cfg, "[server]\nbogus = 1\n").unwrap();
+    unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+    let reloading = next();
+    assert!(
+        reloading.contains("RELOADING=1") && reloading.contains("MONOTONIC_USEC="),
+        "{reloading}"
+    );
+    let ready = next();
+    assert!(
+        ready.contains("READY=1") && ready.contains("reload rejected") && ready.contains("bogus"),
+        "{ready}"
+    );
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "still running after SIGHUP"
+    );
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+}
