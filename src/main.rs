@@ -223,6 +223,7 @@ fn serve(path: Option<PathBuf>) -> anyhow::Result<()> {
         .build()
         .context("starting the tokio runtime")?;
     runtime.block_on(async move {
+        let signals = Signals::install()?;
         mcp_edge::metrics::prometheus();
         let gateway = Gateway::start(config).await?;
         eprintln!("mcp-edge listening on http://{}/mcp", gateway.local_addr());
@@ -238,7 +239,7 @@ fn serve(path: Option<PathBuf>) -> anyhow::Result<()> {
                 stop_rx,
             ))
         });
-        wait_for_signal(path, running).await;
+        wait_for_signal(signals, path, running).await;
         mcp_edge::notify::stopping();
         let _ = stop_watchdog.send(true);
         gateway.shutdown().await;
@@ -246,15 +247,34 @@ fn serve(path: Option<PathBuf>) -> anyhow::Result<()> {
     })
 }
 
+/// SIGTERM and SIGHUP handlers, installed before READY=1 so an early
+/// `systemctl reload` or stop cannot hit the default action (termination).
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("SIGTERM handler")?,
+            hup: signal(SignalKind::hangup()).context("SIGHUP handler")?,
+        })
+    }
+}
+
 /// Waits for SIGTERM or SIGINT. SIGHUP (`systemctl reload`) re-reads and
 /// validates the config file: an invalid one is rejected with the error in
 /// the log and `STATUS=`; a valid, changed one is reported as needing a
 /// restart (applying upstream changes in place comes with the reload issue).
 /// Either way the running gateway and its sessions are untouched.
-async fn wait_for_signal(path: Option<PathBuf>, running: mcp_edge::config::Config) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
+async fn wait_for_signal(
+    mut signals: Signals,
+    path: Option<PathBuf>,
+    running: mcp_edge::config::Config,
+) {
+    let Signals { term, hup } = &mut signals;
     let running = running.render_masked();
     loop {
         tokio::select! {
