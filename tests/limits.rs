@@ -67,10 +67,10 @@ async fn in_flight_overflow_is_immediate_and_counted() {
         &sid,
         json!(1),
         "tools/call",
-        json!({"name": "a__slow_echo", "arguments": {"ms": 400, "text": "s"}}),
+        json!({"name": "a__slow_echo", "arguments": {"ms": 2500, "text": "s"}}),
     );
     let fast = async {
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(700)).await;
         call(
             addr,
             &sid,
