@@ -673,3 +673,25 @@ async fn bad_builtin_arguments_are_a_tool_error_not_a_protocol_error() {
     .await;
     assert_eq!(r.error_code(), Some(-32602));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_calls_in_flight_finish() {
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let slow = tokio::spawn(async move {
+        call(
+            addr,
+            &sid,
+            json!(1),
+            "tools/call",
+            json!({"name": "a__slow_echo", "arguments": {"ms": 1500, "text": "finished"}}),
+        )
+        .await
+    });
+    // Shut down while the call is running: the upstream stays until it answered.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    gw.shutdown().await;
+    let r = slow.await.unwrap();
+    assert_eq!(text_of(&r), "a:finished", "{}", r.raw);
+}
