@@ -1,6 +1,8 @@
 //! The admin listener (`server.metrics_listen`): /metrics, /healthz, /readyz,
 //! /status, the reconnect action, and the `mcp-edge status` CLI against it.
 
+#[path = "common/peers.rs"]
+mod peers;
 mod support;
 use serde_json::Value;
 use support::*;
@@ -21,6 +23,35 @@ async fn get(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, Stri
         status,
         String::from_utf8_lossy(&resp.into_body().collect().await.unwrap().to_bytes()).into_owned(),
     )
+}
+
+/// Family names as parsed by prometheus_client's text parser (fails on bad syntax).
+async fn parse_with_prometheus_client(text: &str) -> String {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new(peers::python_v1())
+        .args([
+            "-c",
+            "import sys\nfrom prometheus_client.parser import text_string_to_metric_families as f\nfor m in f(sys.stdin.read()): print(m.name)",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .await
+        .unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    assert!(
+        out.status.success(),
+        "prometheus_client rejected /metrics: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
