@@ -73,12 +73,19 @@ async fn status_metrics_readiness_and_reconnect() {
         .contains("/nonexistent/server"));
     assert!(v["heap"]["live_bytes"].is_u64() && v["sessions"]["capacity"] == 256);
     let (_, metrics) = get(admin, "GET", "/metrics").await;
+    // A real parser (Python prometheus_client, pinned in requirements-v1.txt) reads it all.
+    let parsed = parse_with_prometheus_client(&metrics).await;
     for name in [
         "mcp_edge_upstream_state",
-        "mcp_edge_upstream_connects_total",
+        "mcp_edge_upstream_connects",
         "mcp_edge_upstream_owner_tasks",
+        "mcp_edge_sessions_capacity",
+        "mcp_edge_upstream_backoff_seconds",
     ] {
-        assert!(metrics.contains(name), "{name} missing");
+        assert!(
+            parsed.lines().any(|l| l == name),
+            "{name} missing from parsed families:\n{parsed}"
+        );
     }
     // Operator action: an immediate attempt.
     let dead = gw.app().router.upstreams()[1].clone();
