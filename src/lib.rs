@@ -20,7 +20,8 @@
 //! | [`router`] | aggregated catalog, exposed-name mapping, list merge, call routing |
 //! | [`supervisor`] | the owner task per upstream (connect, reconnect), the only spawner of long-lived tasks |
 //! | [`http`] | the downstream face: listener, `/mcp` endpoint, Origin/Host checks, framing |
-//! | [`notify`] | sd-notify (`READY=1`, `STATUS=`, `STOPPING=1`) |
+//! | [`notify`] | sd-notify (`READY=1`, `STATUS=`, `STOPPING=1`, `RELOADING=1`) and the watchdog thread |
+//! | [`fault`] | test-only faults (`MCP_EDGE_TEST_FAULT`) that the watchdog must catch |
 //!
 //! The binary (`src/main.rs`) is CLI only.
 
@@ -31,6 +32,7 @@
 
 pub mod alloc;
 pub mod config;
+pub mod fault;
 pub mod http;
 pub mod limits;
 pub mod metrics;

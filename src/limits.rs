@@ -11,6 +11,16 @@ use std::time::Duration;
 /// §Security: bind to localhost when running locally).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8737";
 
+/// Default admin listener (`server.metrics_listen`): `/metrics`, `/healthz`,
+/// `/readyz`, `/status` on loopback, its own port. When `server.listen` has
+/// port 0 (tests, ephemeral setups) the default admin port is 0 as well.
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9737";
+
+/// Default `watchdog.required_grace`: how long an upstream marked
+/// `required = true` may be away from Ready before the systemd watchdog ping
+/// is withheld (5 min).
+pub const DEFAULT_REQUIRED_GRACE: Duration = Duration::from_secs(5 * 60);
+
 /// Default request body limit in bytes (`server.max_body_bytes`): 1 MiB.
 /// Larger bodies get 413 with a JSON-RPC error.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;

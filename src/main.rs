@@ -211,40 +211,74 @@ fn print_status(body: &str) {
     }
 }
 
+/// Runtime worker threads: two, as many as a Pi Zero 2 W has cores to spare.
+const WORKERS: usize = 2;
+
 fn serve(path: Option<PathBuf>) -> anyhow::Result<()> {
     let config = match &path {
         Some(p) => Config::load(p).context("invalid config")?,
         None => Config::embedded_default(),
     };
-    let running = config.clone();
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(WORKERS)
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
     runtime.block_on(async move {
-        let signals = Signals::install()?;
+        let mut signals = Signals::install()?;
         mcp_edge::metrics::prometheus();
-        let gateway = Gateway::start(config).await?;
+        let mut gateway = Gateway::start(config).await?;
         eprintln!("mcp-edge listening on http://{}/mcp", gateway.local_addr());
+        if let Some(a) = gateway.admin_addr() {
+            tracing::info!("admin listener on http://{a} (/metrics /healthz /readyz /status)");
+        }
         // READY=1 once the listener is bound and every upstream's first attempt
         // settled (or 30 s passed), then the watchdog if systemd asked for one.
-        let _ = gateway.wait_upstreams(Duration::from_secs(30)).await;
+        let _ = gateway.wait_upstreams(START_BUDGET).await;
         mcp_edge::notify::ready(&mcp_edge::notify::status_line(gateway.app()));
-        let (stop_watchdog, stop_rx) = tokio::sync::watch::channel(false);
-        let _watchdog = mcp_edge::notify::watchdog_period().map(|period| {
-            mcp_edge::supervisor::OwnedTask::spawn(mcp_edge::notify::watchdog(
-                gateway.app().clone(),
-                period,
-                stop_rx,
-            ))
-        });
-        wait_for_signal(signals, path, running).await;
+        let watchdog = mcp_edge::notify::watchdog_period()
+            .map(|period| mcp_edge::notify::Watchdog::start(gateway.app().clone(), period));
+        mcp_edge::fault::block_runtime_if_asked(WORKERS);
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => break,
+                _ = signals.term.recv() => break,
+                _ = signals.hup.recv() => reload(&mut gateway, path.as_deref()).await,
+            }
+        }
         mcp_edge::notify::stopping();
-        let _ = stop_watchdog.send(true);
+        drop(watchdog);
         gateway.shutdown().await;
         Ok(())
     })
+}
+
+/// How long start-up and a reload wait for upstreams' first attempts before `READY=1`.
+const START_BUDGET: Duration = Duration::from_secs(30);
+
+/// SIGHUP (`systemctl reload`): `RELOADING=1`, re-read the config file; an
+/// invalid one is rejected whole (the running config stays, the error goes
+/// to the log and `STATUS=`); a valid one is applied in place
+/// ([`Gateway::reload`]): changed, added and removed upstreams are restarted,
+/// started and stopped, the others and every session stay. Then `READY=1`.
+async fn reload(gateway: &mut Gateway, path: Option<&std::path::Path>) {
+    mcp_edge::notify::reloading();
+    let msg = match path {
+        None => "reload: no config file (embedded default); nothing to do".to_string(),
+        Some(p) => match Config::load(p) {
+            Err(e) => {
+                let m = format!("reload rejected, the running config stays: {e}");
+                tracing::error!("{m}");
+                m
+            }
+            Ok(c) => {
+                let report = gateway.reload(c).await;
+                let _ = gateway.wait_upstreams(START_BUDGET).await;
+                format!("{report}; {}", mcp_edge::notify::status_line(gateway.app()))
+            }
+        },
+    };
+    mcp_edge::notify::ready(&msg);
 }
 
 /// SIGTERM and SIGHUP handlers, installed before READY=1 so an early
@@ -261,38 +295,5 @@ impl Signals {
             term: signal(SignalKind::terminate()).context("SIGTERM handler")?,
             hup: signal(SignalKind::hangup()).context("SIGHUP handler")?,
         })
-    }
-}
-
-/// Waits for SIGTERM or SIGINT. SIGHUP (`systemctl reload`) re-reads and
-/// validates the config file: an invalid one is rejected with the error in
-/// the log and `STATUS=`; a valid, changed one is reported as needing a
-/// restart (applying upstream changes in place comes with the reload issue).
-/// Either way the running gateway and its sessions are untouched.
-async fn wait_for_signal(
-    mut signals: Signals,
-    path: Option<PathBuf>,
-    running: mcp_edge::config::Config,
-) {
-    let Signals { term, hup } = &mut signals;
-    let running = running.render_masked();
-    loop {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => return,
-            _ = term.recv() => return,
-            _ = hup.recv() => {
-                let _ = sd_notify::notify(&[sd_notify::NotifyState::Reloading, sd_notify::NotifyState::monotonic_usec_now().expect("clock")]);
-                let msg = match &path {
-                    None => "reload: no config file (embedded default); nothing to do".to_string(),
-                    Some(p) => match Config::load(p) {
-                        Err(e) => format!("reload rejected, the running config stays: {e}"),
-                        Ok(c) if c.render_masked() == running => "reload: config unchanged".to_string(),
-                        Ok(_) => "reload: the config changed and is valid; restart mcp-edge to apply it".to_string(),
-                    },
-                };
-                tracing::warn!("{msg}");
-                let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready, sd_notify::NotifyState::Status(&msg)]);
-            }
-        }
     }
 }

@@ -198,13 +198,18 @@ fn minimal_stdio_gets_every_default() {
     );
     assert_eq!(s.tool_name_separator, "__");
     assert_eq!(s.tool_names, ToolNameRule::Strict);
-    assert_eq!(s.metrics_listen, None);
+    assert_eq!(
+        s.metrics_listen,
+        Some(limits::DEFAULT_METRICS_LISTEN.parse().unwrap())
+    );
     assert_eq!(s.state_directory, env_state_directory());
+    assert_eq!(cfg.watchdog.required_grace, limits::DEFAULT_REQUIRED_GRACE);
     let [up] = &cfg.upstreams[..] else {
         panic!("{:?}", cfg.upstreams)
     };
     assert_eq!((up.name.as_str(), up.prefix.as_str()), ("fs", "fs"));
     assert!(up.enabled);
+    assert!(!up.required);
     assert_eq!(up.era, Era::Auto);
     assert_eq!(up.call_timeout, limits::DEFAULT_CALL_TIMEOUT);
     assert_eq!(up.max_in_flight, limits::DEFAULT_MAX_IN_FLIGHT);
@@ -625,4 +630,37 @@ fn supervisor_key_bounds() {
         Duration::from_millis(1500)
     );
     assert_eq!(again.render_masked(), first);
+}
+
+#[test]
+fn admin_listener_defaults_follow_listen_and_can_be_turned_off() {
+    let one = "[[upstream]]\nname = \"fs\"\ncommand = \"x\"\n";
+    let load = |server: &str| {
+        Config::from_toml_str(&format!("[server]\n{server}\n{one}"), Path::new("c.toml")).unwrap()
+    };
+    // An ephemeral listen port gives an ephemeral admin port (parallel tests never collide).
+    let c = load("listen = \"127.0.0.1:0\"");
+    assert_eq!(c.server.metrics_listen.unwrap().to_string(), "127.0.0.1:0");
+    let c = load("metrics_listen = \"off\"");
+    assert_eq!(c.server.metrics_listen, None);
+    assert!(c.render_masked().contains("metrics_listen = \"off\""));
+    // "off" survives a render → parse round trip.
+    let again = Config::from_toml_str(&c.render_masked(), Path::new("r.toml")).unwrap();
+    assert_eq!(again.server.metrics_listen, None);
+}
+
+#[test]
+fn required_upstreams_and_their_grace() {
+    let text = "[watchdog]\nrequired_grace = \"90s\"\n[[upstream]]\nname = \"fs\"\ncommand = \"x\"\nrequired = true\n";
+    let c = Config::from_toml_str(text, Path::new("c.toml")).unwrap();
+    assert!(c.upstreams[0].required);
+    assert_eq!(c.watchdog.required_grace, Duration::from_secs(90));
+    let r = c.render_masked();
+    assert!(
+        r.contains("required = true") && r.contains("required_grace = \"1m 30s\""),
+        "{r}"
+    );
+    let again = Config::from_toml_str(&r, Path::new("r.toml")).unwrap();
+    assert_eq!(again.watchdog, c.watchdog);
+    assert_eq!(again.upstreams, c.upstreams);
 }

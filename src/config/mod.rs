@@ -26,8 +26,11 @@
 //! max_pending_server_requests = 16              # 1..=limits::PENDING_SERVER_REQUESTS_CEILING (1024)
 //! tool_name_separator = "__"                    # 1..=4 chars of [A-Za-z0-9_.-]
 //! tool_names = "strict"                         # "strict" | "spec"
-//! metrics_listen = "127.0.0.1:9737"             # optional IP:port
+//! metrics_listen = "127.0.0.1:9737"             # admin IP:port (default; port 0 when listen's is 0) or "off"
 //! state_directory = "/var/lib/mcp-edge"         # optional absolute path, default $STATE_DIRECTORY
+//!
+//! [watchdog]                                    # whole section optional
+//! required_grace = "5m"                         # humantime, 1s..=24h: how long a required upstream may be down
 //!
 //! [[upstream]]                                  # 1..=limits::MAX_UPSTREAMS of these
 //! name = "fs"                                   # required, 1..=32 of [A-Za-z0-9_-], unique
@@ -40,6 +43,7 @@
 //! headers = { "X-Api-Key" = "..." }             # http
 //! bearer_token_file = "$CREDENTIALS_DIRECTORY/token"  # http
 //! enabled = true
+//! required = false                              # true: the systemd watchdog depends on it (see [watchdog])
 //! era = "auto"                                  # "auto" | "legacy" | "modern"
 //! prefix = "fs"                                 # default = name; "" allowed
 //! call_timeout = "60s"                          # 1s..=1h
@@ -143,12 +147,33 @@ pub struct Config {
     /// Upstreams in file order (`[[upstream]]` / `mcpServers` entries),
     /// including disabled ones.
     pub upstreams: Vec<UpstreamConfig>,
+    /// The systemd watchdog's health rules (`[watchdog]`).
+    pub watchdog: WatchdogConfig,
     /// File the config came from; `None` for [`Config::embedded_default`].
     pub source: Option<PathBuf>,
 }
 
+/// The `[watchdog]` section: when the systemd watchdog ping is withheld
+/// beyond the built-in rules (runtime heartbeat, owner-task progress).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WatchdogConfig {
+    /// How long an upstream marked `required = true` may be away from Ready
+    /// (since start, or since it was last Ready) before the ping is withheld
+    /// (`required_grace`, default [`crate::limits::DEFAULT_REQUIRED_GRACE`],
+    /// 1 s ..= 24 h).
+    pub required_grace: Duration,
+}
+
+impl Default for WatchdogConfig {
+    fn default() -> Self {
+        WatchdogConfig {
+            required_grace: crate::limits::DEFAULT_REQUIRED_GRACE,
+        }
+    }
+}
+
 /// The `[server]` section, every value resolved (defaults filled in).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServerConfig {
     /// Downstream listen address (`listen`).
     pub listen: std::net::SocketAddr,
@@ -182,7 +207,9 @@ pub struct ServerConfig {
     pub tool_name_separator: String,
     /// Exposed tool name rule (`tool_names`).
     pub tool_names: ToolNameRule,
-    /// Prometheus listen address (`metrics_listen`); `None` = no metrics listener.
+    /// Admin listener address: `/metrics`, `/healthz`, `/readyz`, `/status`
+    /// (`metrics_listen`, default [`crate::limits::DEFAULT_METRICS_LISTEN`],
+    /// with port 0 when `listen` has port 0); `None` = turned off with `"off"`.
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// Absolute directory where the supervisor persists per-upstream backoff
     /// state (`<dir>/upstreams.json`) (`state_directory`; when unset, the
@@ -211,8 +238,9 @@ pub enum Era {
     Modern,
 }
 
-/// One upstream, every value resolved (defaults filled in).
-#[derive(Debug, Clone)]
+/// One upstream, every value resolved (defaults filled in). Equality is what
+/// a reload compares: an upstream whose config is unchanged keeps running.
+#[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamConfig {
     /// Unique name, 1..=32 of `[A-Za-z0-9_-]`.
     pub name: String,
@@ -221,6 +249,10 @@ pub struct UpstreamConfig {
     pub prefix: String,
     /// `enabled` (JSON: `!disabled`), default `true`.
     pub enabled: bool,
+    /// `required`, default `false`: the systemd watchdog ping is withheld
+    /// while this upstream has been away from Ready longer than
+    /// `watchdog.required_grace`. Optional upstreams never withhold it.
+    pub required: bool,
     /// `era`, default [`Era::Auto`].
     pub era: Era,
     /// Per-call timeout (`call_timeout`), default [`crate::limits::DEFAULT_CALL_TIMEOUT`].
@@ -268,7 +300,7 @@ pub struct UpstreamConfig {
 }
 
 /// How an upstream is reached (`upstream.transport`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Transport {
     /// A child process speaking newline-delimited JSON-RPC on stdin/stdout.
     /// `command` is non-empty; `cwd` `None` = inherit.
@@ -422,6 +454,7 @@ impl Config {
                 "edge".to_owned(),
                 Transport::Builtin,
             )],
+            watchdog: WatchdogConfig::default(),
             source: None,
         }
     }

@@ -22,6 +22,7 @@ use super::ConfigError;
 #[serde(deny_unknown_fields)]
 pub(super) struct RawConfig {
     pub server: Option<RawServer>,
+    pub watchdog: Option<RawWatchdog>,
     #[serde(default)]
     pub upstream: Vec<RawUpstream>,
 }
@@ -47,6 +48,13 @@ pub(super) struct RawServer {
     pub state_directory: Option<String>,
 }
 
+/// `[watchdog]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWatchdog {
+    pub required_grace: Option<RawDuration>,
+}
+
 /// One `[[upstream]]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -64,6 +72,7 @@ pub(super) struct RawUpstream {
     pub bearer_token_file: Option<String>,
     // common
     pub enabled: Option<bool>,
+    pub required: Option<bool>,
     pub era: Option<String>,
     pub prefix: Option<String>,
     pub call_timeout: Option<RawDuration>,

@@ -52,12 +52,18 @@ pub(super) fn render(cfg: &Config) -> String {
     kv(&mut o, "tool_names", quote(rule));
     match s.metrics_listen {
         Some(a) => kv(&mut o, "metrics_listen", quote(&a.to_string())),
-        None => o.push_str("# metrics_listen: not set (no metrics listener)\n"),
+        None => kv(&mut o, "metrics_listen", quote("off")),
     }
     match &s.state_directory {
         Some(p) => kv(&mut o, "state_directory", quote(&path(p))),
         None => o.push_str("# state_directory: not set (backoff state is kept in memory only)\n"),
     }
+    o.push_str("\n[watchdog]\n");
+    kv(
+        &mut o,
+        "required_grace",
+        duration(cfg.watchdog.required_grace),
+    );
 
     for up in &cfg.upstreams {
         o.push_str("\n[[upstream]]\n");
@@ -69,6 +75,7 @@ pub(super) fn render(cfg: &Config) -> String {
         };
         kv(&mut o, "transport", quote(transport));
         kv(&mut o, "enabled", up.enabled.to_string());
+        kv(&mut o, "required", up.required.to_string());
         let era = match up.era {
             Era::Auto => "auto",
             Era::Legacy => "legacy",

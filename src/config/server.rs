@@ -32,6 +32,7 @@ pub(super) fn server(ctx: &Ctx, raw: RawServer) -> Result<ServerConfig> {
         None => d.listen,
     };
     let metrics_listen = match raw.metrics_listen {
+        Some(s) if s.trim().eq_ignore_ascii_case("off") => None,
         Some(s) => {
             let addr = socket_addr(ctx, &k("metrics_listen"), &s)?;
             if addr == listen && addr.port() != 0 {
@@ -39,8 +40,23 @@ pub(super) fn server(ctx: &Ctx, raw: RawServer) -> Result<ServerConfig> {
             }
             Some(addr)
         }
-        None => None,
+        // The default: its own port, or port 0 beside an ephemeral listen port.
+        None => d.metrics_listen.map(|mut a| {
+            if listen.port() == 0 {
+                a.set_port(0);
+            }
+            a
+        }),
     };
+    if metrics_listen.is_some_and(|m| m == listen && m.port() != 0) {
+        return Err(ctx.err(
+            k("listen"),
+            format!(
+                "is the default admin address {}; set server.metrics_listen to another address or \"off\"",
+                limits::DEFAULT_METRICS_LISTEN
+            ),
+        ));
+    }
     let mut allowed_origins = Vec::new();
     for (i, o) in raw.allowed_origins.unwrap_or_default().iter().enumerate() {
         let o = origin(o).map_err(|m| ctx.err(format!("server.allowed_origins[{i}]"), m))?;

@@ -10,9 +10,11 @@ use super::fields::{
     bearer_token_file, check_args, check_command, check_cwd, check_env, check_headers, check_name,
     check_url,
 };
-use super::raw::{RawConfig, RawDuration, RawFloat, RawInt, RawUpstream};
+use super::raw::{RawConfig, RawDuration, RawFloat, RawInt, RawUpstream, RawWatchdog};
 use super::server;
-use super::{Config, ConfigError, Era, ServerConfig, ToolNameRule, Transport, UpstreamConfig};
+use super::{
+    Config, ConfigError, Era, ServerConfig, ToolNameRule, Transport, UpstreamConfig, WatchdogConfig,
+};
 use crate::limits;
 
 // Documented ranges that have no constant in `limits` (yet).
@@ -36,6 +38,8 @@ const MIN_RETRY_AFTER_CAP: Duration = Duration::from_secs(1);
 const MAX_RETRY_AFTER_CAP: Duration = Duration::from_secs(24 * 3600);
 const MIN_STARTUP_TIMEOUT: Duration = Duration::from_secs(1);
 const MAX_STARTUP_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+const MIN_REQUIRED_GRACE: Duration = Duration::from_secs(1);
+const MAX_REQUIRED_GRACE: Duration = Duration::from_secs(24 * 3600);
 
 /// Where errors point: the file, plus the environment used for expansion.
 pub(super) struct Ctx<'a> {
@@ -107,7 +111,11 @@ pub(super) fn default_server() -> ServerConfig {
         max_pending_server_requests: limits::PENDING_SERVER_REQUESTS,
         tool_name_separator: "__".to_owned(),
         tool_names: ToolNameRule::Strict,
-        metrics_listen: None,
+        metrics_listen: Some(
+            limits::DEFAULT_METRICS_LISTEN
+                .parse()
+                .expect("limits::DEFAULT_METRICS_LISTEN is a socket address"),
+        ),
         state_directory: None,
     }
 }
@@ -118,6 +126,7 @@ pub(super) fn upstream_with_defaults(name: String, transport: Transport) -> Upst
         prefix: name.clone(),
         name,
         enabled: true,
+        required: false,
         era: Era::Auto,
         call_timeout: limits::DEFAULT_CALL_TIMEOUT,
         max_in_flight: limits::DEFAULT_MAX_IN_FLIGHT,
@@ -141,6 +150,7 @@ pub(super) fn upstream_with_defaults(name: String, transport: Transport) -> Upst
 /// The TOML file: raw → typed.
 pub(super) fn config(ctx: &Ctx, raw: RawConfig) -> Result<Config> {
     let server = server::server(ctx, raw.server.unwrap_or_default())?;
+    let watchdog = watchdog(ctx, raw.watchdog.unwrap_or_default())?;
     check_count(ctx, "upstream", "[[upstream]] table", raw.upstream.len())?;
     let mut upstreams = Vec::with_capacity(raw.upstream.len());
     for (i, r) in raw.upstream.into_iter().enumerate() {
@@ -148,7 +158,22 @@ pub(super) fn config(ctx: &Ctx, raw: RawConfig) -> Result<Config> {
         let up = upstream(ctx, &base, r)?;
         upstreams.push((base, up));
     }
-    finish(ctx, server, upstreams)
+    let mut cfg = finish(ctx, server, upstreams)?;
+    cfg.watchdog = watchdog;
+    Ok(cfg)
+}
+
+/// `[watchdog]`: raw → typed.
+fn watchdog(ctx: &Ctx, raw: RawWatchdog) -> Result<WatchdogConfig> {
+    Ok(WatchdogConfig {
+        required_grace: duration(
+            ctx,
+            "watchdog.required_grace",
+            raw.required_grace.as_ref(),
+            (MIN_REQUIRED_GRACE, MAX_REQUIRED_GRACE),
+            limits::DEFAULT_REQUIRED_GRACE,
+        )?,
+    })
 }
 
 /// At least one, at most [`limits::MAX_UPSTREAMS`] upstreams under `key`.
@@ -215,6 +240,7 @@ pub(super) fn finish(
     Ok(Config {
         server,
         upstreams: upstreams.into_iter().map(|(_, u)| u).collect(),
+        watchdog: WatchdogConfig::default(),
         source: Some(ctx.path().to_path_buf()),
     })
 }
@@ -371,6 +397,13 @@ fn upstream(ctx: &Ctx, base: &str, raw: RawUpstream) -> Result<UpstreamConfig> {
         up.prefix = prefix;
     }
     up.enabled = raw.enabled.unwrap_or(true);
+    up.required = raw.required.unwrap_or(false);
+    if up.required && !up.enabled {
+        return Err(ctx.err(
+            k("required"),
+            "a disabled upstream can't be required; enable it or drop required",
+        ));
+    }
     up.era = match raw.era.as_deref() {
         None | Some("auto") => Era::Auto,
         Some("legacy") => Era::Legacy,

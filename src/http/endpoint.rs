@@ -136,7 +136,7 @@ fn delete(app: Arc<App>, h: &HeaderMap) -> Response<Body> {
                 // its relayed requests are forgotten.
                 app.sessions_changed.notify_waiters();
                 let header = id.to_header();
-                for up in app.router.upstreams() {
+                for up in app.router.upstreams().iter() {
                     up.forget_session(&header);
                 }
                 reply::empty(StatusCode::OK)
@@ -345,7 +345,7 @@ async fn relayed_answer(app: &App, h: &HeaderMap, id: Value, outcome: Result<Val
         return; // not ours
     };
     let session = h.get("mcp-session-id").and_then(|v| v.to_str().ok());
-    let (Some(upstream), Some(session)) = (app.router.upstreams().get(up), session) else {
+    let (Some(upstream), Some(session)) = (app.router.by_id(up), session) else {
         return;
     };
     if !upstream

@@ -9,6 +9,7 @@ pub mod admin;
 pub mod checks;
 pub mod endpoint;
 pub mod modern;
+pub mod reload;
 pub mod reply;
 
 use crate::config::Config;
@@ -35,7 +36,9 @@ pub type Body = UnsyncBoxBody<Bytes, Infallible>;
 
 /// Shared state of the downstream endpoint.
 pub struct App {
-    /// The validated config.
+    /// The config the gateway started with. Its `[server]` part is what
+    /// runs; the running upstreams are [`Router::upstreams`] (a reload
+    /// replaces them, not this).
     pub config: Config,
     /// Legacy sessions (fixed capacity).
     pub sessions: Mutex<Table>,
@@ -55,6 +58,8 @@ pub struct App {
     /// Bumped when any upstream's catalog changes; GET streams then send
     /// `notifications/{tools,prompts,resources}/list_changed`.
     pub catalog_gen: Arc<watch::Sender<u64>>,
+    /// The watchdog's rules (`[watchdog]`; a reload replaces them).
+    pub watchdog: Mutex<crate::config::WatchdogConfig>,
 }
 
 impl App {
@@ -137,6 +142,8 @@ pub struct Gateway {
     app: Arc<App>,
     supervisor: Supervisor,
     shutdown: watch::Sender<bool>,
+    /// The next [`Upstream::id`] a reload hands out.
+    next_id: usize,
     _tasks: Vec<OwnedTask>,
 }
 
@@ -186,6 +193,7 @@ impl Gateway {
                 s.tool_name_separator.clone(),
             ),
             origin: checks::OriginPolicy::new(addr, &s.allowed_hosts, &s.allowed_origins),
+            watchdog: Mutex::new(config.watchdog.clone()),
             config: config.clone(),
         });
         let persist = s.state_directory.as_ref().map(|dir| {
@@ -214,6 +222,7 @@ impl Gateway {
             }
         }
         Ok(Gateway {
+            next_id: upstreams.len(),
             admin_addr,
             addr,
             app,

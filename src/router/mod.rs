@@ -4,7 +4,10 @@
 //! ([`names`]), in config order and then the upstream's own order, so lists
 //! are deterministic. Resource URIs pass unchanged; `resources/read` goes to
 //! the upstream that listed the URI (or whose template's literal prefix it
-//! matches). The merged view is rebuilt only when an upstream's catalog changed.
+//! matches). The merged view is rebuilt only when an upstream's catalog or
+//! the upstream set changed. A reload swaps the upstream set
+//! ([`Router::set_upstreams`]); routes hold the upstream itself, so a call
+//! routed just before the swap still reaches the upstream it was routed to.
 
 pub mod names;
 
@@ -14,29 +17,29 @@ use crate::upstream::relay::Relay;
 use crate::upstream::{Catalog, Upstream};
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// The merged, namespaced view of every upstream's catalog.
 #[derive(Default)]
 pub struct Merged {
-    snapshot: Vec<Arc<Catalog>>,
+    snapshot: Vec<(Arc<Upstream>, Arc<Catalog>)>,
     /// `Tool` objects with exposed names.
     pub tools: Vec<Value>,
-    tool_routes: HashMap<String, (usize, String)>,
+    tool_routes: HashMap<String, (Arc<Upstream>, String)>,
     /// `Prompt` objects with exposed names.
     pub prompts: Vec<Value>,
-    prompt_routes: HashMap<String, (usize, String)>,
+    prompt_routes: HashMap<String, (Arc<Upstream>, String)>,
     /// `Resource` objects, unchanged.
     pub resources: Vec<Value>,
-    resource_routes: HashMap<String, usize>,
+    resource_routes: HashMap<String, Arc<Upstream>>,
     /// `ResourceTemplate` objects, unchanged.
     pub templates: Vec<Value>,
-    template_routes: Vec<(String, usize)>,
+    template_routes: Vec<(String, Arc<Upstream>)>,
 }
 
 /// Routes downstream requests to upstreams.
 pub struct Router {
-    upstreams: Vec<Arc<Upstream>>,
+    upstreams: RwLock<Arc<[Arc<Upstream>]>>,
     rule: ToolNameRule,
     separator: String,
     merged: Mutex<Arc<Merged>>,
@@ -54,27 +57,44 @@ impl Router {
     /// A router over `upstreams` (in config order).
     pub fn new(upstreams: Vec<Arc<Upstream>>, rule: ToolNameRule, separator: String) -> Self {
         Router {
-            upstreams,
+            upstreams: RwLock::new(upstreams.into()),
             rule,
             separator,
             merged: Mutex::new(Arc::new(Merged::default())),
         }
     }
 
-    /// The upstreams, in config order.
-    pub fn upstreams(&self) -> &[Arc<Upstream>] {
-        &self.upstreams
+    /// The upstreams, in config order (a snapshot: a reload swaps the set,
+    /// never edits it in place).
+    pub fn upstreams(&self) -> Arc<[Arc<Upstream>]> {
+        self.upstreams.read().expect("upstreams lock").clone()
     }
 
-    /// The merged view, rebuilt if any upstream catalog changed since last time.
+    /// Replaces the upstream set (config order). Routing uses the new set
+    /// from the next request on; the merged lists are rebuilt on next use.
+    pub fn set_upstreams(&self, upstreams: Vec<Arc<Upstream>>) {
+        *self.upstreams.write().expect("upstreams lock") = upstreams.into();
+    }
+
+    /// The upstream with [`Upstream::id`] `id`, if it is still in the set.
+    pub fn by_id(&self, id: usize) -> Option<Arc<Upstream>> {
+        self.upstreams().iter().find(|u| u.id == id).cloned()
+    }
+
+    /// The merged view, rebuilt if the upstream set or any upstream catalog
+    /// changed since last time.
     pub fn merged(&self) -> Arc<Merged> {
-        let current: Vec<Arc<Catalog>> = self.upstreams.iter().map(|u| u.catalog()).collect();
+        let current: Vec<(Arc<Upstream>, Arc<Catalog>)> = self
+            .upstreams()
+            .iter()
+            .map(|u| (u.clone(), u.catalog()))
+            .collect();
         let mut g = self.merged.lock().expect("merged lock");
         let same = g.snapshot.len() == current.len()
             && g.snapshot
                 .iter()
                 .zip(&current)
-                .all(|(a, b)| Arc::ptr_eq(a, b));
+                .all(|(a, b)| Arc::ptr_eq(&a.0, &b.0) && Arc::ptr_eq(&a.1, &b.1));
         if !same {
             *g = Arc::new(self.build(current));
         }
@@ -84,10 +104,10 @@ impl Router {
     fn expose_all(
         &self,
         kind: &str,
-        up: &Upstream,
+        up: &Arc<Upstream>,
         items: &[Value],
         out: &mut Vec<Value>,
-        routes: &mut HashMap<String, (usize, String)>,
+        routes: &mut HashMap<String, (Arc<Upstream>, String)>,
     ) {
         for item in items {
             let Some(original) = item.get("name").and_then(Value::as_str) else {
@@ -100,17 +120,17 @@ impl Router {
             if let Some((other, _)) = routes.get(&exposed) {
                 metrics::counter!(crate::metrics::CATALOG_DROPPED, "reason" => "clash")
                     .increment(1);
-                tracing::warn!(upstream = %up.name(), "{kind} {original:?} left out: exposed name {exposed:?} already taken by upstream {:?}", self.upstreams[*other].name());
+                tracing::warn!(upstream = %up.name(), "{kind} {original:?} left out: exposed name {exposed:?} already taken by upstream {:?}", other.name());
                 continue;
             }
             out.push(renamed(item, "name", &exposed));
-            routes.insert(exposed, (up.index, original.to_string()));
+            routes.insert(exposed, (up.clone(), original.to_string()));
         }
     }
 
-    fn build(&self, snapshot: Vec<Arc<Catalog>>) -> Merged {
+    fn build(&self, snapshot: Vec<(Arc<Upstream>, Arc<Catalog>)>) -> Merged {
         let mut m = Merged::default();
-        for (up, cat) in self.upstreams.iter().zip(&snapshot) {
+        for (up, cat) in &snapshot {
             self.expose_all("tool", up, &cat.tools, &mut m.tools, &mut m.tool_routes);
             self.expose_all(
                 "prompt",
@@ -126,14 +146,14 @@ impl Router {
                             .increment(1);
                         continue;
                     }
-                    m.resource_routes.insert(uri.to_string(), up.index);
+                    m.resource_routes.insert(uri.to_string(), up.clone());
                     m.resources.push(r.clone());
                 }
             }
             for t in &cat.templates {
                 if let Some(tpl) = t.get("uriTemplate").and_then(Value::as_str) {
                     let prefix = tpl.split('{').next().unwrap_or("").to_string();
-                    m.template_routes.push((prefix, up.index));
+                    m.template_routes.push((prefix, up.clone()));
                     m.templates.push(t.clone());
                 }
             }
@@ -147,11 +167,14 @@ impl Router {
 
     /// The upstream whose namespace `exposed` falls in, when it is not ready
     /// (so a call to a down upstream's tool gets an error naming it).
-    fn owner_by_prefix(&self, exposed: &str) -> Option<&Arc<Upstream>> {
-        self.upstreams.iter().find(|u| {
-            !u.config.prefix.is_empty()
-                && exposed.starts_with(&format!("{}{}", u.config.prefix, self.separator))
-        })
+    fn owner_by_prefix(&self, exposed: &str) -> Option<Arc<Upstream>> {
+        self.upstreams()
+            .iter()
+            .find(|u| {
+                !u.config.prefix.is_empty()
+                    && exposed.starts_with(&format!("{}{}", u.config.prefix, self.separator))
+            })
+            .cloned()
     }
 
     fn unknown(&self, kind: &str, name: &str) -> RpcError {
@@ -164,37 +187,36 @@ impl Router {
         RpcError::new(protocol::INVALID_PARAMS, format!("Unknown {kind}: {name}"))
     }
 
-    fn route_uri(&self, m: &Merged, uri: &str) -> Option<usize> {
-        if let Some(i) = m.resource_routes.get(uri) {
-            return Some(*i);
+    fn route_uri(&self, m: &Merged, uri: &str) -> Option<Arc<Upstream>> {
+        if let Some(u) = m.resource_routes.get(uri) {
+            return Some(u.clone());
         }
-        if let Some((_, i)) = m
+        if let Some((_, u)) = m
             .template_routes
             .iter()
             .find(|(p, _)| !p.is_empty() && uri.starts_with(p.as_str()))
         {
-            return Some(*i);
+            return Some(u.clone());
         }
         // A single upstream serving resources takes every URI.
-        let mut with = self
-            .upstreams
+        let all = self.upstreams();
+        let mut with = all
             .iter()
             .filter(|u| u.negotiated().is_some_and(|n| n.has("resources")));
         match (with.next(), with.next()) {
-            (Some(u), None) => Some(u.index),
+            (Some(u), None) => Some(u.clone()),
             _ => None,
         }
     }
 
     async fn forward(
         &self,
-        idx: usize,
+        up: Arc<Upstream>,
         method: &str,
         params: Option<Value>,
         relay: Option<Relay>,
     ) -> Result<Value, RpcError> {
-        self.upstreams[idx]
-            .call_relayed(method, params, relay)
+        up.call_relayed(method, params, relay)
             .await
             .map_err(|e| e.to_rpc())
     }
@@ -234,12 +256,12 @@ impl Router {
                 let name = params.get("name").and_then(Value::as_str).ok_or_else(|| {
                     RpcError::new(protocol::INVALID_PARAMS, "params.name must be a string")
                 })?;
-                let (idx, original) = routes
+                let (up, original) = routes
                     .get(name)
                     .cloned()
                     .ok_or_else(|| self.unknown(kind, name))?;
                 params["name"] = Value::String(original);
-                self.forward(idx, method, Some(params), relay).await
+                self.forward(up, method, Some(params), relay).await
             }
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
                 let uri = params
@@ -249,29 +271,29 @@ impl Router {
                     .ok_or_else(|| {
                         RpcError::new(protocol::INVALID_PARAMS, "params.uri must be a string")
                     })?;
-                let idx = self.route_uri(&m, uri).ok_or_else(|| {
+                let up = self.route_uri(&m, uri).ok_or_else(|| {
                     RpcError::new(
                         protocol::INVALID_PARAMS,
                         format!("Resource not found: {uri}"),
                     )
                     .with_data(json!({"uri": uri}))
                 })?;
-                self.forward(idx, method, params, relay).await
+                self.forward(up, method, params, relay).await
             }
             "completion/complete" => {
                 let mut params = params
                     .ok_or_else(|| RpcError::new(protocol::INVALID_PARAMS, "missing params"))?;
                 let r = params.get("ref").cloned().unwrap_or(Value::Null);
-                let idx = match r.get("type").and_then(Value::as_str) {
+                let up = match r.get("type").and_then(Value::as_str) {
                     Some("ref/prompt") => {
                         let name = r.get("name").and_then(Value::as_str).unwrap_or("");
-                        let (idx, original) = m
+                        let (up, original) = m
                             .prompt_routes
                             .get(name)
                             .cloned()
                             .ok_or_else(|| self.unknown("prompt", name))?;
                         params["ref"]["name"] = Value::String(original);
-                        idx
+                        up
                     }
                     Some("ref/resource") => {
                         let uri = r.get("uri").and_then(Value::as_str).unwrap_or("");
@@ -289,7 +311,7 @@ impl Router {
                         ))
                     }
                 };
-                self.forward(idx, method, Some(params), relay).await
+                self.forward(up, method, Some(params), relay).await
             }
             "logging/setLevel" => Ok(json!({})),
             _ => Err(RpcError::new(

@@ -22,7 +22,22 @@ use tokio::task::JoinHandle;
 pub struct OwnerHandle {
     /// The upstream this task serves.
     pub upstream: Arc<Upstream>,
+    /// Asks this owner (only) to stop in order.
+    stop: watch::Sender<bool>,
     task: Option<JoinHandle<()>>,
+}
+
+impl OwnerHandle {
+    /// Asks the owner to stop (stdio child: EOF, then TERM/KILL; HTTP: DELETE)
+    /// and waits up to `grace`; past it the task is aborted.
+    async fn stop(mut self, grace: Duration) {
+        let _ = self.stop.send(true);
+        if let Some(t) = self.task.as_mut() {
+            if tokio::time::timeout(grace, t).await.is_ok() {
+                self.task = None;
+            }
+        }
+    }
 }
 
 impl Drop for OwnerHandle {
@@ -33,10 +48,11 @@ impl Drop for OwnerHandle {
     }
 }
 
-/// Every owner task, keyed by upstream index, plus the shutdown signal.
+/// Every owner task, keyed by upstream name (at most one per name: a
+/// replacement is started only after its predecessor stopped).
 pub struct Supervisor {
     owners: Vec<OwnerHandle>,
-    shutdown: watch::Sender<bool>,
+    persist: Option<Arc<persist::Persist>>,
 }
 
 impl Supervisor {
@@ -46,21 +62,49 @@ impl Supervisor {
         upstreams: &[Arc<Upstream>],
         persist: Option<Arc<persist::Persist>>,
     ) -> Supervisor {
-        let (shutdown, _) = watch::channel(false);
-        let owners = upstreams
-            .iter()
-            .map(|up| OwnerHandle {
-                upstream: up.clone(),
-                task: up.config.enabled.then(|| {
-                    tokio::spawn(owner::run(
-                        up.clone(),
-                        shutdown.subscribe(),
-                        persist.clone(),
-                    ))
-                }),
-            })
-            .collect();
-        Supervisor { owners, shutdown }
+        let mut s = Supervisor {
+            owners: Vec::with_capacity(upstreams.len()),
+            persist,
+        };
+        for up in upstreams {
+            s.start_one(up.clone());
+        }
+        s
+    }
+
+    /// Starts the owner of `up` (a task only if it is enabled). The caller
+    /// must have stopped any owner of the same name first
+    /// ([`Supervisor::stop_one`]); a second one is refused with a log line.
+    pub fn start_one(&mut self, up: Arc<Upstream>) {
+        if self.owners.iter().any(|o| o.upstream.name() == up.name()) {
+            tracing::error!(upstream = %up.name(), "an owner task already runs for this name; not starting a second");
+            return;
+        }
+        let (stop, stop_rx) = watch::channel(false);
+        let task = up
+            .config
+            .enabled
+            .then(|| tokio::spawn(owner::run(up.clone(), stop_rx, self.persist.clone())));
+        self.owners.push(OwnerHandle {
+            upstream: up,
+            stop,
+            task,
+        });
+    }
+
+    /// Stops the owner of upstream `name` in order, waiting up to `grace`
+    /// (then aborting it), and forgets its persisted backoff (a changed or
+    /// removed upstream starts over). False if there was none.
+    pub async fn stop_one(&mut self, name: &str, grace: Duration) -> bool {
+        let Some(i) = self.owners.iter().position(|o| o.upstream.name() == name) else {
+            return false;
+        };
+        let owner = self.owners.remove(i);
+        owner.stop(grace).await;
+        if let Some(p) = &self.persist {
+            p.put(name, None);
+        }
+        true
     }
 
     /// Number of owner tasks running (one per enabled upstream, never more).
@@ -72,15 +116,13 @@ impl Supervisor {
     }
 
     /// Asks every owner to stop (closing stdio children, ending HTTP sessions)
-    /// and waits up to `grace` for them.
+    /// at once and waits up to `grace` for each.
     pub async fn shutdown(mut self, grace: Duration) {
-        let _ = self.shutdown.send(true);
-        for o in self.owners.iter_mut() {
-            if let Some(t) = o.task.as_mut() {
-                if tokio::time::timeout(grace, t).await.is_ok() {
-                    o.task = None;
-                }
-            }
+        for o in &self.owners {
+            let _ = o.stop.send(true);
+        }
+        for o in self.owners.drain(..) {
+            o.stop(grace).await;
         }
     }
 }

@@ -196,7 +196,13 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
         loop {
             tokio::select! {
                 _ = tick.tick() => {
-                    if probe(up, &conn, &neg).await {
+                    if crate::fault::active(crate::fault::Fault::StallOwners) {
+                        tracing::warn!(upstream = %name, "test fault: the owner task hangs in its probe");
+                        std::future::pending::<()>().await;
+                    }
+                    let answered = probe(up, &conn, &neg).await;
+                    up.progressed();
+                    if answered {
                         misses = 0;
                     } else {
                         misses += 1;
@@ -208,6 +214,7 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
                 _ = up.list_changed.notified() => {
                     let c = Catalog::fetch(up, &neg).await;
                     up.set_catalog(c);
+                    up.progressed();
                 }
             }
         }

@@ -255,8 +255,10 @@ struct Live {
 
 /// The shared face of one configured upstream (cheap to share behind `Arc`).
 pub struct Upstream {
-    /// Position in the config (the order lists are merged in).
-    pub index: usize,
+    /// Identity in this process, part of relayed request ids: the config
+    /// position at start; upstreams (re)started by a reload get fresh numbers,
+    /// so a late answer meant for a replaced upstream never reaches its successor.
+    pub id: usize,
     /// Its validated config.
     pub config: UpstreamConfig,
     live: RwLock<Option<Live>>,
@@ -288,8 +290,13 @@ pub struct Upstream {
     pub(crate) monitors: std::sync::atomic::AtomicUsize,
     /// Connect attempts started.
     pub(crate) attempts: std::sync::atomic::AtomicU64,
-    /// When the current state was entered (the watchdog's progress clock).
+    /// When the current state was entered, and when the owner task last
+    /// reported progress in it (the watchdog's progress clock).
     entered: std::sync::Mutex<tokio::time::Instant>,
+    progress: std::sync::Mutex<tokio::time::Instant>,
+    /// When it was last Ready (its creation time until it first is): the
+    /// clock of `watchdog.required_grace`.
+    last_ready: std::sync::Mutex<tokio::time::Instant>,
     /// Last 16 KiB of a stdio child's stderr.
     pub(crate) stderr_tail: Arc<std::sync::Mutex<ring::Ring>>,
 }
@@ -310,14 +317,14 @@ impl Upstream {
     /// A not-yet-connected upstream whose table of relayed server→client
     /// requests holds `max_pending` entries (`server.max_pending_server_requests`).
     pub fn new(
-        index: usize,
+        id: usize,
         config: UpstreamConfig,
         max_pending: usize,
         catalog_gen: Arc<watch::Sender<u64>>,
     ) -> Arc<Self> {
         let initial = Status::initial(config.enabled);
         Arc::new(Upstream {
-            index,
+            id,
             config,
             live: RwLock::new(None),
             catalog: RwLock::new(Arc::new(Catalog::default())),
@@ -337,6 +344,8 @@ impl Upstream {
             monitors: 0.into(),
             attempts: 0.into(),
             entered: std::sync::Mutex::new(tokio::time::Instant::now()),
+            progress: std::sync::Mutex::new(tokio::time::Instant::now()),
+            last_ready: std::sync::Mutex::new(tokio::time::Instant::now()),
             stderr_tail: Arc::new(std::sync::Mutex::new(ring::Ring::new(
                 crate::limits::STDERR_TAIL_BYTES,
             ))),
@@ -374,28 +383,71 @@ impl Upstream {
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0);
         metrics::gauge!(crate::metrics::UPSTREAM_BACKOFF_SECONDS, "upstream" => name).set(backoff);
-        *self.entered.lock().expect("entered lock") = tokio::time::Instant::now();
+        let now = tokio::time::Instant::now();
+        if next.is_ready() || self.status.borrow().is_ready() {
+            *self.last_ready.lock().expect("last_ready lock") = now;
+        }
+        *self.entered.lock().expect("entered lock") = now;
+        *self.progress.lock().expect("progress lock") = now;
         self.status.send_replace(next);
     }
 
-    /// `Some(reason)` when the owner task looks wedged: a connect attempt or a
-    /// backoff wait that has outlived its own deadline by `margin`.
+    /// The owner task's "still alive" while Ready: after each health probe
+    /// and catalog refresh.
+    pub(crate) fn progressed(&self) {
+        *self.progress.lock().expect("progress lock") = tokio::time::Instant::now();
+    }
+
+    /// `Some(reason)` when the owner task looks wedged: a connect attempt, a
+    /// backoff wait, or (while Ready) a probe round that has outlived its own
+    /// deadline by `margin`. Deadlines: Connecting `startup_timeout`; Backoff
+    /// its retry time; Ready `health_interval` + the longer of
+    /// `probe_timeout` and `call_timeout` (a catalog refresh) since the last
+    /// progress report.
     pub fn wedged(&self, now: tokio::time::Instant, margin: Duration) -> Option<String> {
         let since = *self.entered.lock().expect("entered lock");
+        let progress = *self.progress.lock().expect("progress lock");
         let status = self.status();
+        let c = &self.config;
         let late = match &status {
             Status::Connecting { .. } => {
-                now.saturating_duration_since(since) > self.config.startup_timeout + margin
+                now.saturating_duration_since(since) > c.startup_timeout + margin
             }
             Status::Backoff { until, .. } => now.saturating_duration_since(*until) > margin,
+            Status::Ready { .. } => {
+                now.saturating_duration_since(progress)
+                    > c.health_interval + c.probe_timeout.max(c.call_timeout) + margin
+            }
             _ => false,
         };
         late.then(|| {
             format!(
-                "upstream '{}' stuck in {} since {:?} ago",
+                "upstream '{}' stuck in {} (no progress for {:?})",
                 self.name(),
                 status.name(),
-                now.saturating_duration_since(since)
+                now.saturating_duration_since(progress.max(since))
+            )
+        })
+    }
+
+    /// `Some(reason)` when this upstream is `required` and has been away from
+    /// Ready for longer than `grace` (since start, or since it was last Ready).
+    pub fn required_down(&self, now: tokio::time::Instant, grace: Duration) -> Option<String> {
+        if !self.config.required || !self.config.enabled {
+            return None;
+        }
+        let status = self.status();
+        if status.is_ready() {
+            return None;
+        }
+        let away = now.saturating_duration_since(*self.last_ready.lock().expect("last_ready lock"));
+        (away > grace).then(|| {
+            format!(
+                "required upstream '{}' not ready for {}s (grace {}s): {}",
+                self.name(),
+                away.as_secs(),
+                grace.as_secs(),
+                status.describe(now)
             )
         })
     }
@@ -579,7 +631,7 @@ impl Upstream {
     /// What a transport needs to relay this upstream's server→client requests.
     pub(crate) fn relay_ctx(&self) -> relay::RelayCtx {
         relay::RelayCtx {
-            index: self.index,
+            id: self.id,
             pending: self.pending.clone(),
             max_age: self.config.call_timeout,
         }

@@ -156,8 +156,8 @@ impl Pending {
 /// What a transport needs to relay one upstream's server→client requests.
 #[derive(Clone)]
 pub struct RelayCtx {
-    /// The upstream's position (part of relayed ids).
-    pub index: usize,
+    /// The upstream's [`crate::upstream::Upstream::id`] (part of relayed ids).
+    pub id: usize,
     /// Its pending server→client requests.
     pub pending: std::sync::Arc<Pending>,
     /// How long a relayed request may wait for the client (the call timeout).
@@ -188,7 +188,7 @@ pub(crate) fn relay_request(
                 .increment(1);
             None
         })?;
-    let msg = crate::protocol::request(downstream_id(ctx.index, slot, generation), method, params);
+    let msg = crate::protocol::request(downstream_id(ctx.id, slot, generation), method, params);
     relay.forward(msg).then_some(())
 }
 
@@ -246,7 +246,7 @@ mod tests {
     async fn a_full_pending_table_refuses_and_counts() {
         let before = refused("pending_server_requests");
         let ctx = RelayCtx {
-            index: 0,
+            id: 0,
             pending: std::sync::Arc::new(Pending::new(1)),
             max_age: Duration::from_secs(60),
         };
