@@ -201,7 +201,11 @@ fn print_status(body: &str) {
     for u in v["upstreams"].as_array().into_iter().flatten() {
         println!(
             "{:<16} {:<8} {:<22} {:>8} {:>6}  {}",
-            u["name"].as_str().unwrap_or(""),
+            format!(
+                "{}{}",
+                u["name"].as_str().unwrap_or(""),
+                if u["required"] == true { " (req)" } else { "" }
+            ),
             u["transport"].as_str().unwrap_or(""),
             u["state"].as_str().unwrap_or(""),
             u["attempts"].as_u64().unwrap_or(0),

@@ -58,6 +58,7 @@ pub fn status(app: &App) -> Value {
             json!({
                 "name": u.name(),
                 "transport": transport,
+                "required": u.config.required,
                 "state": s.name(),
                 "detail": s.describe(now),
                 "retry_in_secs": s.retry_in(now).map(|d| d.as_secs_f64().ceil() as u64),
