@@ -14,7 +14,8 @@
 //! | [`alloc`] | the counting global allocator (live/peak heap) and RSS |
 //! | [`protocol`] | JSON-RPC envelope, error codes, era and version rules, SSE codec |
 //! | [`metrics`] | metric names and the Prometheus recorder |
-//! | [`config`] | TOML and `mcpServers` JSON → validated [`config::Config`] |
+//! | [`config`] | TOML and `mcpServers` JSON → validated [`config::Config`]; board profiles |
+//! | [`budget`] | the worst-case live heap a config allows (capacity × measured cost) |
 //! | [`session`] | the fixed-capacity legacy session table (time passed in) |
 //! | [`upstream`] | transports (`stdio`, `http`, `builtin`), era probe, in-flight table, id remap |
 //! | [`router`] | aggregated catalog, exposed-name mapping, list merge, call routing |
@@ -31,6 +32,7 @@
 #![warn(missing_docs)]
 
 pub mod alloc;
+pub mod budget;
 pub mod config;
 pub mod fault;
 pub mod http;

@@ -2,7 +2,8 @@
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use mcp_edge::config::Config;
+use mcp_edge::budget::{mib, Estimate};
+use mcp_edge::config::{Board, Config};
 use mcp_edge::http::Gateway;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,6 +22,10 @@ struct Cli {
     /// Config file (TOML, or an `mcpServers` JSON file) for the default `serve`.
     #[arg(long, short, global = true)]
     config: Option<PathBuf>,
+    /// Board profile whose capacity defaults apply (keys in the config file
+    /// still win): rpi-zero-2w, rpi4-2gb, rpi5-8gb, generic-arm64.
+    #[arg(long, global = true, env = "MCP_EDGE_BOARD")]
+    board: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -28,7 +33,9 @@ enum Command {
     /// Run the gateway (the default). Without --config it serves the built-in
     /// `edge` tools on http://127.0.0.1:8737/mcp.
     Serve,
-    /// Validate a config file and print it resolved, secrets masked. Exit 0 if valid, 1 if not.
+    /// Validate a config file and print it resolved, secrets masked, with the
+    /// worst-case live heap its capacities allow. Exit 0 if valid (and, with
+    /// --board, within the board's heap budget), 1 if not.
     CheckConfig {
         /// The file to check.
         file: PathBuf,
@@ -62,16 +69,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs();
     match cli.command {
-        Some(Command::CheckConfig { file }) => match Config::load(&file) {
-            Ok(c) => {
-                print!("{}", c.render_masked());
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("mcp-edge: invalid config: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        Some(Command::CheckConfig { file }) => check_config(&file, cli.board.as_deref()),
         Some(Command::Status { url }) => {
             report(admin(&cli.config, url, "GET", "/status").map(|body| print_status(&body)))
         }
@@ -87,7 +85,7 @@ fn main() -> ExitCode {
             )
             .map(|b| print!("{b}")),
         ),
-        Some(Command::Serve) | None => match serve(cli.config) {
+        Some(Command::Serve) | None => match serve(cli.config, cli.board.as_deref()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("mcp-edge: {e:#}");
@@ -218,11 +216,67 @@ fn print_status(body: &str) {
 /// Runtime worker threads: two, as many as a Pi Zero 2 W has cores to spare.
 const WORKERS: usize = 2;
 
-fn serve(path: Option<PathBuf>) -> anyhow::Result<()> {
-    let config = match &path {
-        Some(p) => Config::load(p).context("invalid config")?,
-        None => Config::embedded_default(),
+/// `check-config`: the resolved config, its worst-case heap, and the
+/// board budget verdict.
+fn check_config(file: &std::path::Path, board: Option<&str>) -> ExitCode {
+    let board = match board.map(Board::named).transpose() {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("mcp-edge: {e}");
+            return ExitCode::FAILURE;
+        }
     };
+    let c = match Config::load_for(file, board.as_ref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("mcp-edge: invalid config: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    print!("{}", c.render_masked());
+    let estimate = Estimate::of(&c);
+    print!("\n{}", estimate.render());
+    match &c.board {
+        None => ExitCode::SUCCESS,
+        Some(b) if estimate.total() <= b.heap_budget_bytes => {
+            println!(
+                "# board {}: worst case {} is within the heap budget {}",
+                b.name,
+                mib(estimate.total()),
+                mib(b.heap_budget_bytes)
+            );
+            ExitCode::SUCCESS
+        }
+        Some(b) => {
+            eprintln!(
+                "mcp-edge: {}: the worst-case live heap {} exceeds the {} budget of board {}; lower the capacities above",
+                file.display(),
+                mib(estimate.total()),
+                mib(b.heap_budget_bytes),
+                b.name
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(path: Option<PathBuf>, board: Option<&str>) -> anyhow::Result<()> {
+    let board = board.map(Board::named).transpose()?;
+    let config = match &path {
+        Some(p) => Config::load_for(p, board.as_ref()).context("invalid config")?,
+        None => Config::embedded_default_for(board.as_ref()),
+    };
+    if let Some(b) = &config.board {
+        let worst = Estimate::of(&config).total();
+        if worst > b.heap_budget_bytes {
+            tracing::warn!(
+                "worst-case live heap {} exceeds the {} budget of board {} (see mcp-edge check-config)",
+                mib(worst),
+                mib(b.heap_budget_bytes),
+                b.name
+            );
+        }
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(WORKERS)
         .enable_all()

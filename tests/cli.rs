@@ -84,3 +84,94 @@ fn version_and_help() {
         "{help}"
     );
 }
+
+const FOUR_UPSTREAMS: &str = "[[upstream]]\nname = \"a\"\ncommand = \"x\"\n[[upstream]]\nname = \"b\"\ncommand = \"x\"\n\
+    [[upstream]]\nname = \"c\"\nurl = \"https://h/mcp\"\n[[upstream]]\nname = \"d\"\ntransport = \"builtin\"\n";
+
+#[test]
+fn every_board_profile_fits_four_upstreams_in_its_heap_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(&dir, "four.toml", FOUR_UPSTREAMS);
+    for board in ["rpi-zero-2w", "rpi4-2gb", "rpi5-8gb", "generic-arm64"] {
+        let out = bin()
+            .args(["check-config", "--board", board])
+            .arg(&p)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{board}: {}{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("# worst-case live heap"), "{stdout}");
+        assert!(
+            stdout.contains(&format!("# board {board}: worst case"))
+                && stdout.contains("within the heap budget"),
+            "{stdout}"
+        );
+    }
+}
+
+#[test]
+fn board_defaults_apply_but_the_file_wins_and_the_budget_is_enforced() {
+    let dir = tempfile::tempdir().unwrap();
+    // The profile's session_capacity (32) applies; the file's max_connections wins.
+    let p = write(
+        &dir,
+        "c.toml",
+        "[server]\nmax_connections = 20\n[[upstream]]\nname = \"a\"\ncommand = \"x\"\n",
+    );
+    let out = bin()
+        .args(["check-config"])
+        .arg(&p)
+        .env("MCP_EDGE_BOARD", "rpi-zero-2w")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("session_capacity = 32\n"), "{stdout}");
+    assert!(stdout.contains("max_connections = 20\n"), "{stdout}");
+    assert!(stdout.contains("max_result_bytes = 131072\n"), "{stdout}");
+
+    // Capacities past the Zero's 32 MiB budget: exit 1, naming the numbers.
+    let p = write(
+        &dir,
+        "big.toml",
+        "[server]\nmax_connections = 512\nmax_body_bytes = 4194304\n[[upstream]]\nname = \"a\"\ncommand = \"x\"\n",
+    );
+    let out = bin()
+        .args(["check-config", "--board", "rpi-zero-2w"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("exceeds the 32.0 MiB budget of board rpi-zero-2w"),
+        "{stderr}"
+    );
+    // Without a board the same file is valid: the estimate is printed, nothing enforced.
+    assert!(bin()
+        .arg("check-config")
+        .arg(&p)
+        .status()
+        .unwrap()
+        .success());
+
+    let out = bin()
+        .args(["check-config", "--board", "pi-zero"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr.contains("unknown board \"pi-zero\"") && stderr.contains("rpi-zero-2w"),
+        "{stderr}"
+    );
+}

@@ -248,7 +248,7 @@ fn server(ctx: &Ctx, base: &str, name: &str, entry: Pairs<Value>) -> Result<supe
         }
         Kind::Builtin => unreachable!("JSON has no builtin servers"),
     };
-    let mut up = validate::upstream_with_defaults(name.to_owned(), transport);
+    let mut up = ctx.upstream_defaults(name.to_owned(), transport);
     let disabled: Option<bool> = typed(ctx, &k("disabled"), get("disabled"), "true or false")?;
     up.enabled = !disabled.unwrap_or(false);
     Ok(up)

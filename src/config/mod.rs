@@ -132,6 +132,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use board::Board;
+
+mod board;
 mod fields;
 mod mcp_servers;
 mod raw;
@@ -149,6 +152,8 @@ pub struct Config {
     pub upstreams: Vec<UpstreamConfig>,
     /// The systemd watchdog's health rules (`[watchdog]`).
     pub watchdog: WatchdogConfig,
+    /// The board profile whose defaults were applied (`--board`), if any.
+    pub board: Option<Board>,
     /// File the config came from; `None` for [`Config::embedded_default`].
     pub source: Option<PathBuf>,
 }
@@ -394,6 +399,15 @@ impl Config {
     /// [`ConfigError::Parse`] for malformed text, [`ConfigError::Invalid`]
     /// for anything else.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        Self::load_for(path, None)
+    }
+
+    /// [`Config::load`] with `board`'s profile supplying the defaults of the
+    /// keys it sets (keys written in the file still win).
+    ///
+    /// # Errors
+    /// As [`Config::load`].
+    pub fn load_for(path: &Path, board: Option<&Board>) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
             path: path.to_path_buf(),
             source,
@@ -404,10 +418,11 @@ impl Config {
             Some("toml") => false,
             _ => strip_bom(&text).trim_start().starts_with('{'),
         };
+        let ctx = validate::Ctx::new(path, &process_env).with_board(board);
         if json {
-            Config::from_mcp_servers_json(&text, path)
+            mcp_servers::parse(strip_bom(&text), &ctx)
         } else {
-            Config::from_toml_str(&text, path)
+            validate::config(&ctx, raw::parse(strip_bom(&text), &ctx)?)
         }
     }
 
@@ -436,25 +451,32 @@ impl Config {
     /// `$STATE_DIRECTORY` when that holds an absolute path) and one enabled
     /// `builtin` upstream named and prefixed `edge`.
     pub fn embedded_default() -> Config {
-        Self::embedded_default_with_env(&process_env)
+        Self::embedded_default_with_env(&process_env, None)
+    }
+
+    /// [`Config::embedded_default`] with `board`'s profile defaults.
+    pub fn embedded_default_for(board: Option<&Board>) -> Config {
+        Self::embedded_default_with_env(&process_env, board)
     }
 
     /// [`Config::embedded_default`] with an injectable environment lookup.
     /// A `$STATE_DIRECTORY` that isn't an absolute path is ignored with a
     /// warning (there is no file to report an error against).
-    pub(crate) fn embedded_default_with_env(env: &dyn Fn(&str) -> Option<OsString>) -> Config {
-        let mut server = ServerConfig::default();
+    pub(crate) fn embedded_default_with_env(
+        env: &dyn Fn(&str) -> Option<OsString>,
+        board: Option<&Board>,
+    ) -> Config {
+        let ctx = validate::Ctx::new(Path::new("(embedded default)"), env).with_board(board);
+        let mut server = ctx.server_defaults();
         server.state_directory = server::state_directory_from_env(env).unwrap_or_else(|e| {
             tracing::warn!("ignoring the STATE_DIRECTORY environment variable: {e}");
             None
         });
         Config {
             server,
-            upstreams: vec![validate::upstream_with_defaults(
-                "edge".to_owned(),
-                Transport::Builtin,
-            )],
+            upstreams: vec![ctx.upstream_defaults("edge".to_owned(), Transport::Builtin)],
             watchdog: WatchdogConfig::default(),
+            board: board.cloned(),
             source: None,
         }
     }

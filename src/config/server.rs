@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::raw::RawServer;
-use super::validate::{default_server, duration, int, is_name_char, Ctx};
+use super::validate::{duration, int, is_name_char, Ctx};
 use super::{ConfigError, ServerConfig, ToolNameRule};
 use crate::limits;
 
@@ -25,7 +25,7 @@ const MAX_SEPARATOR_LEN: usize = 4;
 const STATE_DIRECTORY_VAR: &str = "STATE_DIRECTORY";
 
 pub(super) fn server(ctx: &Ctx, raw: RawServer) -> Result<ServerConfig> {
-    let d = default_server();
+    let d = ctx.server_defaults();
     let k = |f: &str| format!("server.{f}");
     let listen = match raw.listen {
         Some(s) => socket_addr(ctx, &k("listen"), &s)?,
@@ -366,7 +366,7 @@ mod tests {
             Some(Path::new("/state"))
         );
 
-        let cfg = Config::embedded_default_with_env(&env_with(Some("/state:/x")));
+        let cfg = Config::embedded_default_with_env(&env_with(Some("/state:/x")), None);
         assert_eq!(
             cfg.server.state_directory.as_deref(),
             Some(Path::new("/state"))
@@ -380,7 +380,7 @@ mod tests {
         let out = toml(UP, None).unwrap().render_masked();
         assert!(out.contains("# state_directory: not set"), "{out}");
         assert_eq!(
-            Config::embedded_default_with_env(&env_with(None))
+            Config::embedded_default_with_env(&env_with(None), None)
                 .server
                 .state_directory,
             None
@@ -410,7 +410,7 @@ mod tests {
         assert!(msg.contains("STATE_DIRECTORY"), "{msg}");
         assert!(msg.contains("must be an absolute path"), "{msg}");
         // No file to blame: the embedded default ignores it.
-        let cfg = Config::embedded_default_with_env(&env_with(Some("state")));
+        let cfg = Config::embedded_default_with_env(&env_with(Some("state")), None);
         assert_eq!(cfg.server.state_directory, None);
     }
 }

@@ -6,6 +6,7 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::time::Duration;
 
+use super::board::Board;
 use super::fields::{
     bearer_token_file, check_args, check_command, check_cwd, check_env, check_headers, check_name,
     check_url,
@@ -45,11 +46,51 @@ const MAX_REQUIRED_GRACE: Duration = Duration::from_secs(24 * 3600);
 pub(super) struct Ctx<'a> {
     path: &'a Path,
     env: &'a dyn Fn(&str) -> Option<OsString>,
+    board: Option<&'a Board>,
 }
 
 impl<'a> Ctx<'a> {
     pub(super) fn new(path: &'a Path, env: &'a dyn Fn(&str) -> Option<OsString>) -> Self {
-        Ctx { path, env }
+        Ctx {
+            path,
+            env,
+            board: None,
+        }
+    }
+
+    /// Defaults come from `board`'s profile where it sets them.
+    pub(super) fn with_board(mut self, board: Option<&'a Board>) -> Self {
+        self.board = board;
+        self
+    }
+
+    /// The board profile in effect, if any.
+    pub(super) fn board(&self) -> Option<&'a Board> {
+        self.board
+    }
+
+    /// `[server]` defaults: the board profile's, else [`default_server`].
+    pub(super) fn server_defaults(&self) -> ServerConfig {
+        match self.board {
+            Some(b) => b.server.clone(),
+            None => default_server(),
+        }
+    }
+
+    /// An enabled upstream named `name` with every other key at its default
+    /// (the board profile's where it sets one).
+    pub(super) fn upstream_defaults(&self, name: String, transport: Transport) -> UpstreamConfig {
+        match self.board {
+            Some(b) => UpstreamConfig {
+                prefix: name.clone(),
+                name,
+                enabled: true,
+                required: false,
+                transport,
+                ..b.upstream.clone()
+            },
+            None => upstream_with_defaults(name, transport),
+        }
     }
 
     pub(super) fn path(&self) -> &Path {
@@ -241,6 +282,7 @@ pub(super) fn finish(
         server,
         upstreams: upstreams.into_iter().map(|(_, u)| u).collect(),
         watchdog: WatchdogConfig::default(),
+        board: ctx.board().cloned(),
         source: Some(ctx.path().to_path_buf()),
     })
 }
@@ -294,7 +336,7 @@ pub(super) fn foreign_keys(
     }
 }
 
-fn upstream(ctx: &Ctx, base: &str, raw: RawUpstream) -> Result<UpstreamConfig> {
+pub(super) fn upstream(ctx: &Ctx, base: &str, raw: RawUpstream) -> Result<UpstreamConfig> {
     let k = |f: &str| format!("{base}.{f}");
     let name = raw
         .name
@@ -389,7 +431,7 @@ fn upstream(ctx: &Ctx, base: &str, raw: RawUpstream) -> Result<UpstreamConfig> {
         }
         Kind::Builtin => Transport::Builtin,
     };
-    let mut up = upstream_with_defaults(name, transport);
+    let mut up = ctx.upstream_defaults(name, transport);
     if let Some(prefix) = raw.prefix {
         if !prefix.is_empty() {
             check_name(ctx, &k("prefix"), &prefix)?;
@@ -417,35 +459,35 @@ fn upstream(ctx: &Ctx, base: &str, raw: RawUpstream) -> Result<UpstreamConfig> {
         &k("call_timeout"),
         raw.call_timeout.as_ref(),
         (MIN_CALL_TIMEOUT, MAX_CALL_TIMEOUT),
-        limits::DEFAULT_CALL_TIMEOUT,
+        up.call_timeout,
     )?;
     up.max_in_flight = int(
         ctx,
         &k("max_in_flight"),
         raw.max_in_flight,
         (1, limits::MAX_IN_FLIGHT_CEILING),
-        limits::DEFAULT_MAX_IN_FLIGHT,
+        up.max_in_flight,
     )?;
     up.max_result_bytes = int(
         ctx,
         &k("max_result_bytes"),
         raw.max_result_bytes,
         (MIN_RESULT_BYTES, MAX_RESULT_BYTES_CEILING),
-        limits::DEFAULT_MAX_RESULT_BYTES,
+        up.max_result_bytes,
     )?;
     up.max_catalog_entries = int(
         ctx,
         &k("max_catalog_entries"),
         raw.max_catalog_entries,
         (1, limits::MAX_CATALOG_ENTRIES_CEILING),
-        limits::MAX_CATALOG_ENTRIES,
+        up.max_catalog_entries,
     )?;
     up.max_catalog_bytes = int(
         ctx,
         &k("max_catalog_bytes"),
         raw.max_catalog_bytes,
         (limits::MIN_CATALOG_BYTES, limits::MAX_CATALOG_BYTES_CEILING),
-        limits::DEFAULT_MAX_CATALOG_BYTES,
+        up.max_catalog_bytes,
     )?;
     // Supervisor (reconnect policy).
     up.health_interval = duration(

@@ -33,6 +33,11 @@ TOOLS = [
     {"name": "ask", "inputSchema": {"type": "object", "properties": {"question": {"type": "string"}}}},
     {"name": "fat", "description": "A tool whose definition alone is over 2 KiB. " + "x" * 2048, "inputSchema": {"type": "object"}},
 ]
+# --tools N: N more tools of about 1 KiB each (catalog memory measurements).
+if "--tools" in args:
+    for i in range(int(args[args.index("--tools") + 1])):
+        TOOLS.append({"name": f"gen_{i}", "description": f"Generated tool {i}. " + "d" * 900,
+                      "inputSchema": {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}}})
 waiting = {}  # id of a request we sent to the client -> [Event, response]
 
 

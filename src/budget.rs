@@ -1,0 +1,200 @@
+//! The worst-case live heap a configuration allows: every capacity times
+//! its measured per-entry cost, plus fixed costs. `mcp-edge check-config`
+//! prints it and, with `--board NAME`, fails when it exceeds the profile's
+//! `heap_budget_bytes`.
+//!
+//! The per-entry costs are measured with the counting allocator by
+//! `tests/budget.rs`, which fails if any measurement exceeds its constant
+//! here (so the constants are upper bounds on this build, with headroom);
+//! the measured values are in `docs/benchmarks.md`. Byte-sized limits
+//! (request bodies, results, catalogs) are multiplied by a factor: the peak
+//! heap per byte while such a message is read, parsed and written on.
+//!
+//! What can be alive at once:
+//! - every session slot (allocated at start) and, per session, up to
+//!   [`limits::MAX_STREAMS_PER_SESSION`] GET streams, each with a full
+//!   `sse_queue_depth` queue of relayed messages of typical size;
+//! - `max_connections` connections, each holding a request body of up to
+//!   `max_body_bytes`;
+//! - calls in flight: at most one per connection (HTTP/1.1 answers one request
+//!   at a time) and at most Σ `max_in_flight`; each with a result of up to the
+//!   largest `max_result_bytes`; plus one message being read per upstream;
+//! - per upstream: its tables (in-flight, relayed requests), stderr ring,
+//!   and a catalog of up to `max_catalog_bytes` (kept, and merged into the
+//!   aggregated view).
+
+use crate::config::{Config, Transport};
+use crate::limits;
+
+/// Live heap of an idle gateway with one upstream and no session: runtime,
+/// metrics recorder, router, session table header, listeners (bytes).
+pub const FIXED_BYTES: usize = 512 * 1024;
+/// One legacy session slot, allocated at start (bytes; `session::Table`).
+pub const SESSION_SLOT_BYTES: usize = 48;
+/// One open GET stream without queued messages (bytes).
+pub const STREAM_BYTES: usize = 4 * 1024;
+/// One queued relayed message (progress, log, list_changed) as it sits in a
+/// stream's queue (bytes, typical).
+pub const QUEUED_MESSAGE_BYTES: usize = 2 * 1024;
+/// One idle keep-alive downstream connection (bytes).
+pub const CONNECTION_BYTES: usize = 32 * 1024;
+/// Peak heap per byte of request body while it is read and parsed.
+pub const BODY_FACTOR: usize = 4;
+/// One call in flight, without its result (bytes).
+pub const CALL_BYTES: usize = 4 * 1024;
+/// Peak heap per byte of an upstream result while it is read, parsed and
+/// written to the client.
+pub const RESULT_FACTOR: usize = 7;
+/// Heap per byte of catalog JSON (kept per upstream, plus the merged view).
+pub const CATALOG_FACTOR: usize = 8;
+/// One upstream's own structures and tables, without its catalog (bytes).
+pub const UPSTREAM_BYTES: usize = 96 * 1024;
+
+/// One line of the estimate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    /// What it is, e.g. `connections (256 × (16 KiB + 1 MiB body × 4))`.
+    pub what: String,
+    /// Its worst-case live heap in bytes.
+    pub bytes: usize,
+}
+
+/// The worst-case live heap of a config, item by item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Estimate {
+    /// The items, largest cost first as computed (fixed costs first).
+    pub items: Vec<Item>,
+}
+
+fn kib(b: usize) -> String {
+    if b >= 1 << 20 && b % (1 << 20) == 0 {
+        format!("{} MiB", b >> 20)
+    } else if b >= 1024 {
+        format!("{} KiB", b / 1024)
+    } else {
+        format!("{b} B")
+    }
+}
+
+/// `b` bytes in MiB with one decimal, for humans.
+pub fn mib(b: usize) -> String {
+    format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
+}
+
+impl Estimate {
+    /// The estimate for `cfg` (disabled upstreams cost nothing).
+    pub fn of(cfg: &Config) -> Estimate {
+        let s = &cfg.server;
+        let ups: Vec<_> = cfg.upstreams.iter().filter(|u| u.enabled).collect();
+        let streams = limits::MAX_STREAMS_PER_SESSION as usize;
+        let in_flight: usize = ups.iter().map(|u| u.max_in_flight).sum();
+        let calls = in_flight.min(s.max_connections);
+        let largest_result = ups.iter().map(|u| u.max_result_bytes).max().unwrap_or(0);
+        let mut items = vec![
+            Item {
+                what: "fixed (runtime, recorder, router, listeners)".into(),
+                bytes: FIXED_BYTES,
+            },
+            Item {
+                what: format!(
+                    "session slots ({} × {})",
+                    s.session_capacity,
+                    kib(SESSION_SLOT_BYTES)
+                ),
+                bytes: s.session_capacity * SESSION_SLOT_BYTES,
+            },
+            Item {
+                what: format!(
+                    "GET streams ({} × {streams} × ({} + {} queued × {}))",
+                    s.session_capacity,
+                    kib(STREAM_BYTES),
+                    s.sse_queue_depth,
+                    kib(QUEUED_MESSAGE_BYTES)
+                ),
+                bytes: s.session_capacity
+                    * streams
+                    * (STREAM_BYTES + s.sse_queue_depth * QUEUED_MESSAGE_BYTES),
+            },
+            Item {
+                what: format!(
+                    "connections ({} × ({} + {} body × {BODY_FACTOR}))",
+                    s.max_connections,
+                    kib(CONNECTION_BYTES),
+                    kib(s.max_body_bytes)
+                ),
+                bytes: s.max_connections * (CONNECTION_BYTES + s.max_body_bytes * BODY_FACTOR),
+            },
+            Item {
+                what: format!(
+                    "calls in flight (min({in_flight}, {}) × ({} + {} result × {RESULT_FACTOR}))",
+                    s.max_connections,
+                    kib(CALL_BYTES),
+                    kib(largest_result)
+                ),
+                bytes: calls * (CALL_BYTES + largest_result * RESULT_FACTOR),
+            },
+        ];
+        for u in ups {
+            let stderr = match u.transport {
+                Transport::Stdio { .. } => limits::STDERR_TAIL_BYTES,
+                _ => 0,
+            };
+            items.push(Item {
+                what: format!(
+                    "upstream {} ({} + {} catalog × {CATALOG_FACTOR} + {} read buffer + {} stderr)",
+                    u.name,
+                    kib(UPSTREAM_BYTES),
+                    kib(u.max_catalog_bytes),
+                    kib(u.max_result_bytes),
+                    kib(stderr)
+                ),
+                bytes: UPSTREAM_BYTES
+                    + u.max_catalog_bytes * CATALOG_FACTOR
+                    + u.max_result_bytes
+                    + stderr,
+            });
+        }
+        Estimate { items }
+    }
+
+    /// The sum of all items, in bytes.
+    pub fn total(&self) -> usize {
+        self.items.iter().map(|i| i.bytes).sum()
+    }
+
+    /// A table: one line per item, then the total.
+    pub fn render(&self) -> String {
+        let mut o = String::from("# worst-case live heap of mcp-edge (src/budget.rs):\n");
+        for i in &self.items {
+            o.push_str(&format!("#   {:>10}  {}\n", mib(i.bytes), i.what));
+        }
+        o.push_str(&format!("#   {:>10}  total\n", mib(self.total())));
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_capacity_counts() {
+        let base = Config::embedded_default();
+        let t0 = Estimate::of(&base).total();
+        let mut more = base.clone();
+        more.server.session_capacity *= 2;
+        assert!(Estimate::of(&more).total() > t0);
+        let mut more = base.clone();
+        more.server.max_body_bytes *= 2;
+        assert!(Estimate::of(&more).total() > t0);
+        let mut more = base.clone();
+        more.upstreams[0].max_result_bytes *= 2;
+        assert!(Estimate::of(&more).total() > t0);
+        let mut more = base.clone();
+        more.upstreams[0].max_catalog_bytes *= 2;
+        assert!(Estimate::of(&more).total() > t0);
+        let mut off = base.clone();
+        off.upstreams[0].enabled = false;
+        assert!(Estimate::of(&off).total() < t0);
+    }
+}

@@ -1,0 +1,225 @@
+//! Board profiles (`board/<name>/profile.toml`, embedded in the binary):
+//! capacity defaults sized for one board, and the heap budget that
+//! `mcp-edge check-config --board NAME` holds the worst case to.
+//!
+//! A profile only changes *defaults*: a key written in the config file
+//! always wins. Profile shape (every key but `heap_budget_bytes` optional):
+//!
+//! ```toml
+//! description = "Raspberry Pi Zero 2 W (512 MiB)"
+//! heap_budget_bytes = 33554432        # mcp-edge's own worst-case live heap, bytes
+//! [server]                            # session_capacity, session_idle_timeout,
+//! session_capacity = 64               # session_min_idle_before_evict, keepalive,
+//!                                     # max_connections, max_body_bytes,
+//!                                     # sse_queue_depth, max_pending_server_requests
+//! [upstream_defaults]                 # call_timeout, max_in_flight, max_result_bytes,
+//! max_in_flight = 8                   # max_catalog_entries, max_catalog_bytes
+//! ```
+//!
+//! Values are validated exactly like the same keys in a config file.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::raw::{RawDuration, RawInt, RawServer, RawUpstream};
+use super::validate::{self, Ctx};
+use super::{ConfigError, ServerConfig, UpstreamConfig};
+
+/// The profiles shipped in `board/`, by name.
+const PROFILES: [(&str, &str); 4] = [
+    (
+        "rpi-zero-2w",
+        include_str!("../../board/rpi-zero-2w/profile.toml"),
+    ),
+    (
+        "rpi4-2gb",
+        include_str!("../../board/rpi4-2gb/profile.toml"),
+    ),
+    (
+        "rpi5-8gb",
+        include_str!("../../board/rpi5-8gb/profile.toml"),
+    ),
+    (
+        "generic-arm64",
+        include_str!("../../board/generic-arm64/profile.toml"),
+    ),
+];
+
+/// A validated board profile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Board {
+    /// Its name (`rpi4-2gb`).
+    pub name: String,
+    /// One line for humans.
+    pub description: String,
+    /// Largest worst-case live heap of mcp-edge itself, in bytes, that
+    /// `check-config` accepts (see [`crate::budget`]).
+    pub heap_budget_bytes: usize,
+    /// `[server]` defaults under this profile.
+    pub(super) server: ServerConfig,
+    /// Per-upstream defaults under this profile (name and transport are placeholders).
+    pub(super) upstream: UpstreamConfig,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBoard {
+    description: Option<String>,
+    heap_budget_bytes: Option<RawInt>,
+    server: Option<RawBoardServer>,
+    upstream_defaults: Option<RawBoardUpstream>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBoardServer {
+    session_capacity: Option<RawInt>,
+    session_idle_timeout: Option<RawDuration>,
+    session_min_idle_before_evict: Option<RawDuration>,
+    keepalive: Option<RawDuration>,
+    max_connections: Option<RawInt>,
+    max_body_bytes: Option<RawInt>,
+    sse_queue_depth: Option<RawInt>,
+    max_pending_server_requests: Option<RawInt>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBoardUpstream {
+    call_timeout: Option<RawDuration>,
+    max_in_flight: Option<RawInt>,
+    max_result_bytes: Option<RawInt>,
+    max_catalog_entries: Option<RawInt>,
+    max_catalog_bytes: Option<RawInt>,
+}
+
+/// Smallest accepted `heap_budget_bytes`: 4 MiB.
+const MIN_HEAP_BUDGET: usize = 4 << 20;
+/// Largest accepted `heap_budget_bytes`: 64 GiB.
+const MAX_HEAP_BUDGET: usize = 64 << 30;
+
+impl Board {
+    /// Names of the shipped profiles.
+    pub fn names() -> impl Iterator<Item = &'static str> {
+        PROFILES.iter().map(|(n, _)| *n)
+    }
+
+    /// The shipped profile `name`.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] with key `board` for an unknown name (the
+    /// message lists the known ones); a profile that fails validation names
+    /// its file and key (a build defect: tests load every profile).
+    pub fn named(name: &str) -> Result<Board, ConfigError> {
+        let Some((_, text)) = PROFILES.iter().find(|(n, _)| *n == name) else {
+            return Err(ConfigError::Invalid {
+                path: PathBuf::from("--board"),
+                key: "board".into(),
+                message: format!(
+                    "unknown board {name:?}; known boards: {}",
+                    Board::names().collect::<Vec<_>>().join(", ")
+                ),
+            });
+        };
+        let path = PathBuf::from(format!("board/{name}/profile.toml"));
+        Board::parse(name, text, &path)
+    }
+
+    fn parse(name: &str, text: &str, path: &Path) -> Result<Board, ConfigError> {
+        let no_env = |_: &str| -> Option<OsString> { None };
+        let ctx = Ctx::new(path, &no_env);
+        let raw: RawBoard = toml::from_str(text).map_err(|e| ctx.parse_err(e.to_string()))?;
+        let heap_budget_bytes = validate::int(
+            &ctx,
+            "heap_budget_bytes",
+            raw.heap_budget_bytes,
+            (MIN_HEAP_BUDGET, MAX_HEAP_BUDGET),
+            0,
+        )?;
+        if heap_budget_bytes == 0 {
+            return Err(ctx.err("heap_budget_bytes", "missing; every profile needs a budget"));
+        }
+        let s = raw.server.unwrap_or_default();
+        let server = super::server::server(
+            &ctx,
+            RawServer {
+                session_capacity: s.session_capacity,
+                session_idle_timeout: s.session_idle_timeout,
+                session_min_idle_before_evict: s.session_min_idle_before_evict,
+                keepalive: s.keepalive,
+                max_connections: s.max_connections,
+                max_body_bytes: s.max_body_bytes,
+                sse_queue_depth: s.sse_queue_depth,
+                max_pending_server_requests: s.max_pending_server_requests,
+                ..RawServer::default()
+            },
+        )?;
+        let u = raw.upstream_defaults.unwrap_or_default();
+        let upstream = validate::upstream(
+            &ctx,
+            "upstream_defaults",
+            RawUpstream {
+                name: Some("defaults".into()),
+                transport: Some("builtin".into()),
+                call_timeout: u.call_timeout,
+                max_in_flight: u.max_in_flight,
+                max_result_bytes: u.max_result_bytes,
+                max_catalog_entries: u.max_catalog_entries,
+                max_catalog_bytes: u.max_catalog_bytes,
+                ..RawUpstream::default()
+            },
+        )?;
+        Ok(Board {
+            name: name.to_owned(),
+            description: raw.description.unwrap_or_else(|| name.to_owned()),
+            heap_budget_bytes,
+            server,
+            upstream,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_shipped_profile_is_valid() {
+        for name in Board::names() {
+            let b = Board::named(name).unwrap_or_else(|e| panic!("{e}"));
+            assert!(b.heap_budget_bytes >= MIN_HEAP_BUDGET, "{name}");
+        }
+    }
+
+    #[test]
+    fn unknown_board_lists_the_known_ones() {
+        let e = Board::named("pi-zero").unwrap_err().to_string();
+        assert!(e.contains("unknown board \"pi-zero\""), "{e}");
+        assert!(e.contains("rpi-zero-2w") && e.contains("rpi5-8gb"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_profile_names_its_key() {
+        let e = Board::parse(
+            "x",
+            "heap_budget_bytes = 33554432\n[server]\nsession_capacity = 0\n",
+            Path::new("board/x/profile.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("board/x/profile.toml: server.session_capacity"),
+            "{e}"
+        );
+        let e = Board::parse(
+            "x",
+            "heap_budget_bytes = 1\n",
+            Path::new("board/x/profile.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("heap_budget_bytes"), "{e}");
+    }
+}

@@ -1,0 +1,248 @@
+//! Measures the per-entry costs that `src/budget.rs` multiplies by the
+//! capacities, with the counting allocator installed in this test binary,
+//! and fails if any measurement exceeds its constant there: the worst-case
+//! estimate of `mcp-edge check-config` is built from upper bounds of this
+//! build. Real time, real sockets, the fake upstream as a child process (its
+//! memory is its own). Run with `--nocapture` to see the figures.
+
+mod support;
+use mcp_edge::alloc::{live_bytes, peak_bytes, reset_peak, Counting};
+use mcp_edge::budget;
+use serde_json::json;
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::Duration;
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Reads one HTTP response head, then `Content-Length` bytes of body (or
+/// until EOF without one) into a stack buffer: no heap on the client side.
+async fn read_response(s: &mut TcpStream) -> (u16, usize) {
+    let mut buf = [0u8; 16 * 1024];
+    let mut head = [0u8; 4096];
+    let mut n = 0;
+    loop {
+        let r = s.read(&mut head[n..n + 1]).await.unwrap();
+        assert_eq!(r, 1, "connection closed in the response head");
+        n += 1;
+        if head[..n].ends_with(b"\r\n\r\n") {
+            break;
+        }
+    }
+    let text = std::str::from_utf8(&head[..n]).unwrap();
+    let status: u16 = text[9..12].parse().unwrap();
+    let len = text
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse::<usize>().unwrap())
+        })
+        .unwrap_or(usize::MAX);
+    let mut got = 0;
+    while got < len {
+        let want = (len - got).min(buf.len());
+        let r = s.read(&mut buf[..want]).await.unwrap();
+        if r == 0 {
+            break;
+        }
+        got += r;
+    }
+    (status, got)
+}
+
+/// Lets the gateway's tasks settle, then reads live heap.
+async fn settled_live() -> usize {
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    live_bytes()
+}
+
+fn modern_call(tool: &str, args: serde_json::Value) -> Vec<u8> {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": tool, "arguments": args, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}}}})
+    .to_string();
+    format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+         Mcp-Method: tools/call\r\nMcp-Name: {tool}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Peak heap above the settled baseline while `request` is answered, per `per` bytes.
+async fn peak_per_byte(addr: SocketAddr, request: &[u8], per: usize) -> f64 {
+    let base = settled_live();
+    let base = base.await;
+    reset_peak();
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(request).await.unwrap();
+    let (status, _) = read_response(&mut s).await;
+    assert_eq!(status, 200);
+    drop(s);
+    (peak_bytes().saturating_sub(base)) as f64 / per as f64
+}
+
+fn report(what: &str, measured: f64, constant: f64) {
+    println!("{what:<40} measured {measured:>12.1}   constant {constant:>10}");
+    assert!(
+        measured <= constant,
+        "{what}: measured {measured:.1} exceeds src/budget.rs's {constant}"
+    );
+}
+
+#[tokio::test]
+async fn per_entry_costs_stay_below_the_budget_constants() {
+    let _one = ONE_AT_A_TIME.lock().unwrap();
+    mcp_edge::metrics::prometheus();
+
+    // Fixed: an idle gateway with the built-in upstream, everything included.
+    let gw = start(
+        "",
+        "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
+    )
+    .await;
+    let addr = gw.local_addr();
+    let fixed = settled_live().await;
+    report("fixed (bytes)", fixed as f64, budget::FIXED_BYTES as f64);
+
+    // Idle keep-alive connections (one request answered on each).
+    const CONNS: usize = 64;
+    let base = settled_live().await;
+    let mut conns = Vec::with_capacity(CONNS);
+    for _ in 0..CONNS {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /nowhere HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(read_response(&mut s).await.0, 404);
+        conns.push(s);
+    }
+    let per_conn = (settled_live().await.saturating_sub(base)) / CONNS;
+    report(
+        "idle connection (bytes)",
+        per_conn as f64,
+        budget::CONNECTION_BYTES as f64,
+    );
+    drop(conns);
+
+    // GET streams of legacy sessions (each on its own connection).
+    const STREAMS: usize = 32;
+    let mut sids = Vec::with_capacity(STREAMS);
+    for _ in 0..STREAMS {
+        sids.push(legacy_session(addr, "2025-11-25").await);
+    }
+    let base = settled_live().await;
+    let mut streams = Vec::with_capacity(STREAMS);
+    for sid in &sids {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let req = format!(
+            "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\
+             Mcp-Session-Id: {sid}\r\nMCP-Protocol-Version: 2025-11-25\r\n\r\n"
+        );
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut head = [0u8; 1024];
+        let n = s.read(&mut head).await.unwrap();
+        assert!(head[..n].starts_with(b"HTTP/1.1 200"), "{:?}", &head[..n]);
+        streams.push(s);
+    }
+    let per_stream = (settled_live().await.saturating_sub(base)) / STREAMS;
+    report(
+        "GET stream incl. its connection (bytes)",
+        per_stream as f64,
+        (budget::STREAM_BYTES + budget::CONNECTION_BYTES) as f64,
+    );
+    drop(streams);
+
+    // A large request body: read, parsed, then refused by the tool.
+    const BODY: usize = 512 * 1024;
+    let req = modern_call("edge__uptime", json!({"pad": "p".repeat(BODY)}));
+    let factor = peak_per_byte(addr, &req, BODY).await;
+    report(
+        "request body (heap per byte)",
+        factor,
+        budget::BODY_FACTOR as f64,
+    );
+    gw.shutdown().await;
+
+    // A queued relayed message: a progress notification as the relay keeps it.
+    const DEPTH: usize = 32;
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {
+        "progressToken": "mcp-edge:0:12:3", "progress": 7, "total": 10, "message": "step 7 of 10 (fake)"}});
+    let base = live_bytes();
+    let (relay, rx) = mcp_edge::upstream::relay::Relay::new(None, DEPTH);
+    for _ in 0..DEPTH {
+        assert!(relay.forward(note.clone()));
+    }
+    let per_msg = (live_bytes().saturating_sub(base)) / DEPTH;
+    report(
+        "queued relayed message (bytes)",
+        per_msg as f64,
+        budget::QUEUED_MESSAGE_BYTES as f64,
+    );
+    drop((relay, rx));
+
+    // One stdio upstream (tables, stderr ring, small catalog), then its big results.
+    let before = {
+        let gw = start(
+            "",
+            "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
+        )
+        .await;
+        let l = settled_live().await;
+        gw.shutdown().await;
+        l
+    };
+    let gw = start(
+        "",
+        &format!(
+            "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n{}",
+            fake_block("f", "legacy", "")
+        ),
+    )
+    .await;
+    let addr = gw.local_addr();
+    let per_upstream = settled_live().await.saturating_sub(before);
+    report(
+        "stdio upstream, small catalog (bytes)",
+        per_upstream as f64,
+        (budget::UPSTREAM_BYTES + mcp_edge::limits::STDERR_TAIL_BYTES) as f64,
+    );
+    const RESULT: usize = 512 * 1024;
+    let req = modern_call("f__big", json!({"bytes": RESULT}));
+    let factor = peak_per_byte(addr, &req, RESULT).await;
+    report(
+        "result (heap per byte)",
+        factor,
+        (budget::RESULT_FACTOR + 1) as f64, // + the upstream's read buffer
+    );
+    gw.shutdown().await;
+
+    // Catalog: 400 generated tools of ~1 KiB against none.
+    let mut live = Vec::new();
+    let mut size = 0;
+    for tools in ["0", "400"] {
+        let gw = start("", &fake_block_args("f", "legacy", &["--tools", tools], "")).await;
+        let sid = legacy_session(gw.local_addr(), "2025-11-25").await;
+        let list = call(gw.local_addr(), &sid, json!(1), "tools/list", json!({})).await;
+        size = list.raw.len();
+        drop(list);
+        live.push(settled_live().await);
+        gw.shutdown().await;
+    }
+    let factor = live[1].saturating_sub(live[0]) as f64 / size as f64;
+    report(
+        "catalog, kept + merged (heap per byte)",
+        factor,
+        budget::CATALOG_FACTOR as f64,
+    );
+}
