@@ -135,9 +135,11 @@ impl Estimate {
             },
         ];
         for u in ups {
-            let stderr = match u.transport {
-                Transport::Stdio { .. } => limits::STDERR_TAIL_BYTES,
-                _ => 0,
+            // A transport reads one upstream message at a time; stdio also keeps a stderr ring.
+            let (read, stderr) = match u.transport {
+                Transport::Stdio { .. } => (u.max_result_bytes, limits::STDERR_TAIL_BYTES),
+                Transport::Http { .. } => (u.max_result_bytes, 0),
+                Transport::Builtin => (0, 0),
             };
             items.push(Item {
                 what: format!(
@@ -145,13 +147,10 @@ impl Estimate {
                     u.name,
                     kib(UPSTREAM_BYTES),
                     kib(u.max_catalog_bytes),
-                    kib(u.max_result_bytes),
+                    kib(read),
                     kib(stderr)
                 ),
-                bytes: UPSTREAM_BYTES
-                    + u.max_catalog_bytes * CATALOG_FACTOR
-                    + u.max_result_bytes
-                    + stderr,
+                bytes: UPSTREAM_BYTES + u.max_catalog_bytes * CATALOG_FACTOR + read + stderr,
             });
         }
         Estimate { items }
