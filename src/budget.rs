@@ -67,7 +67,7 @@ pub struct Estimate {
 }
 
 fn kib(b: usize) -> String {
-    if b >= 1 << 20 && b % (1 << 20) == 0 {
+    if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
         format!("{} MiB", b >> 20)
     } else if b >= 1024 {
         format!("{} KiB", b / 1024)
