@@ -13,7 +13,8 @@
 //! What can be alive at once:
 //! - every session slot (allocated at start) and, per session, up to
 //!   [`limits::MAX_STREAMS_PER_SESSION`] GET streams, each with a full
-//!   `sse_queue_depth` queue of relayed messages of typical size;
+//!   `sse_queue_depth` queue of relayed messages of typical size; a stream
+//!   holds a connection, so at most `max_connections` are open;
 //! - `max_connections` connections, each holding a request body of up to
 //!   `max_body_bytes`;
 //! - calls in flight: at most one per connection (HTTP/1.1 answers one request
@@ -87,6 +88,8 @@ impl Estimate {
         let s = &cfg.server;
         let ups: Vec<_> = cfg.upstreams.iter().filter(|u| u.enabled).collect();
         let streams = limits::MAX_STREAMS_PER_SESSION as usize;
+        // Each open stream holds a connection (counted under connections).
+        let open_streams = (s.session_capacity * streams).min(s.max_connections);
         let in_flight: usize = ups.iter().map(|u| u.max_in_flight).sum();
         let calls = in_flight.min(s.max_connections);
         let largest_result = ups.iter().map(|u| u.max_result_bytes).max().unwrap_or(0);
@@ -105,15 +108,14 @@ impl Estimate {
             },
             Item {
                 what: format!(
-                    "GET streams ({} × {streams} × ({} + {} queued × {}))",
+                    "GET streams (min({} × {streams}, {}) × ({} + {} queued × {}))",
                     s.session_capacity,
+                    s.max_connections,
                     kib(STREAM_BYTES),
                     s.sse_queue_depth,
                     kib(QUEUED_MESSAGE_BYTES)
                 ),
-                bytes: s.session_capacity
-                    * streams
-                    * (STREAM_BYTES + s.sse_queue_depth * QUEUED_MESSAGE_BYTES),
+                bytes: open_streams * (STREAM_BYTES + s.sse_queue_depth * QUEUED_MESSAGE_BYTES),
             },
             Item {
                 what: format!(

@@ -26,6 +26,10 @@ struct Cli {
     /// still win): rpi-zero-2w, rpi4-2gb, rpi5-8gb, generic-arm64.
     #[arg(long, global = true, env = "MCP_EDGE_BOARD")]
     board: Option<String>,
+    /// Admin URL of a running gateway for `status` and `upstream`; default:
+    /// `server.metrics_listen` of --config, else http://127.0.0.1:9737.
+    #[arg(long, global = true)]
+    url: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -41,18 +45,11 @@ enum Command {
         file: PathBuf,
     },
     /// Show a running gateway's upstreams and sessions (its admin `/status`).
-    Status {
-        /// Admin URL; default: `server.metrics_listen` of --config, else http://127.0.0.1:9737.
-        #[arg(long)]
-        url: Option<String>,
-    },
+    Status,
     /// Operator actions on one upstream of a running gateway.
     Upstream {
         #[command(subcommand)]
         action: UpstreamAction,
-        /// Admin URL (as for `status`).
-        #[arg(long)]
-        url: Option<String>,
     },
 }
 
@@ -66,20 +63,21 @@ enum UpstreamAction {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    // `MCP_EDGE_BOARD=` (empty, e.g. to clear a drop-in's value) means no board.
+    cli.board = cli.board.filter(|b| !b.trim().is_empty());
     init_logs();
     match cli.command {
         Some(Command::CheckConfig { file }) => check_config(&file, cli.board.as_deref()),
-        Some(Command::Status { url }) => {
-            report(admin(&cli.config, url, "GET", "/status").map(|body| print_status(&body)))
+        Some(Command::Status) => {
+            report(admin(&cli.config, cli.url, "GET", "/status").map(|body| print_status(&body)))
         }
         Some(Command::Upstream {
             action: UpstreamAction::Reconnect { name },
-            url,
         }) => report(
             admin(
                 &cli.config,
-                url,
+                cli.url,
                 "POST",
                 &format!("/upstreams/{name}/reconnect"),
             )
@@ -132,24 +130,22 @@ fn admin(
 ) -> anyhow::Result<String> {
     use http_body_util::{BodyExt, Full};
     let base = match url {
-        Some(u) => u,
-        None => {
-            let listen = match config {
-                Some(p) => {
-                    Config::load(p)
-                        .context("invalid config")?
-                        .server
-                        .metrics_listen
-                }
-                None => None,
-            };
-            format!(
-                "http://{}",
-                listen
-                    .map(|a| a.to_string())
-                    .unwrap_or_else(|| "127.0.0.1:9737".into())
-            )
-        }
+        Some(u) if u.contains("://") => u,
+        Some(u) => format!("http://{u}"),
+        None => match config {
+            Some(p) => match Config::load(p)
+                .context("invalid config")?
+                .server
+                .metrics_listen
+            {
+                Some(a) => format!("http://{a}"),
+                None => anyhow::bail!(
+                    "{}: server.metrics_listen is \"off\": no admin listener to ask (pass --url)",
+                    p.display()
+                ),
+            },
+            None => format!("http://{}", mcp_edge::limits::DEFAULT_METRICS_LISTEN),
+        },
     };
     let uri = format!("{}{path}", base.trim_end_matches('/'));
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -184,8 +180,20 @@ fn print_status(body: &str) {
         Err(_) => return print!("{body}"),
     };
     println!(
-        "mcp-edge {}  ready: {}  sessions: {}/{}  heap: {} KiB live, {} KiB peak",
+        "mcp-edge {}  pid {}  on {}{}",
         v["version"].as_str().unwrap_or("?"),
+        v["pid"],
+        v["listen"].as_str().unwrap_or("?"),
+        v["board"]
+            .as_str()
+            .map(|b| format!("  board {b}"))
+            .unwrap_or_default(),
+    );
+    if let Some(r) = v["last_reload"].as_object() {
+        println!("last reload: {}", r["message"].as_str().unwrap_or(""));
+    }
+    println!(
+        "ready: {}  sessions: {}/{}  heap: {} KiB live, {} KiB peak",
         v["ready"],
         v["sessions"]["active"],
         v["sessions"]["capacity"],
@@ -283,7 +291,7 @@ fn serve(path: Option<PathBuf>, board: Option<&str>) -> anyhow::Result<()> {
         .build()
         .context("starting the tokio runtime")?;
     runtime.block_on(async move {
-        let mut signals = Signals::install()?;
+        let Signals { mut stop, mut hup } = Signals::install()?;
         mcp_edge::metrics::prometheus();
         let mut gateway = Gateway::start(config).await?;
         eprintln!("mcp-edge listening on http://{}/mcp", gateway.local_addr());
@@ -292,16 +300,26 @@ fn serve(path: Option<PathBuf>, board: Option<&str>) -> anyhow::Result<()> {
         }
         // READY=1 once the listener is bound and every upstream's first attempt
         // settled (or 30 s passed), then the watchdog if systemd asked for one.
-        let _ = gateway.wait_upstreams(START_BUDGET).await;
-        mcp_edge::notify::ready(&mcp_edge::notify::status_line(gateway.app()));
-        let watchdog = mcp_edge::notify::watchdog_period()
-            .map(|period| mcp_edge::notify::Watchdog::start(gateway.app().clone(), period));
-        mcp_edge::fault::block_runtime_if_asked(WORKERS);
-        loop {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => break,
-                _ = signals.term.recv() => break,
-                _ = signals.hup.recv() => reload(&mut gateway, path.as_deref()).await,
+        // A stop request while waiting is honoured at once.
+        let stopped = tokio::select! {
+            _ = gateway.wait_upstreams(START_BUDGET) => false,
+            _ = stop.requested() => true,
+        };
+        let mut watchdog = None;
+        if !stopped {
+            mcp_edge::notify::ready(&mcp_edge::notify::status_line(gateway.app()));
+            watchdog = mcp_edge::notify::watchdog_period()
+                .map(|period| mcp_edge::notify::Watchdog::start(gateway.app().clone(), period));
+            mcp_edge::fault::block_runtime_if_asked(WORKERS);
+            loop {
+                tokio::select! {
+                    _ = stop.requested() => break,
+                    _ = hup.recv() => {
+                        if !reload(&mut gateway, path.as_deref(), &mut stop).await {
+                            break;
+                        }
+                    }
+                }
             }
         }
         mcp_edge::notify::stopping();
@@ -314,43 +332,93 @@ fn serve(path: Option<PathBuf>, board: Option<&str>) -> anyhow::Result<()> {
 /// How long start-up and a reload wait for upstreams' first attempts before `READY=1`.
 const START_BUDGET: Duration = Duration::from_secs(30);
 
-/// SIGHUP (`systemctl reload`): `RELOADING=1`, re-read the config file; an
-/// invalid one is rejected whole (the running config stays, the error goes
-/// to the log and `STATUS=`); a valid one is applied in place
-/// ([`Gateway::reload`]): changed, added and removed upstreams are restarted,
-/// started and stopped, the others and every session stay. Then `READY=1`.
-async fn reload(gateway: &mut Gateway, path: Option<&std::path::Path>) {
+/// SIGHUP (`systemctl reload`): `RELOADING=1`, re-read the config file
+/// under the running board profile; an invalid one is rejected whole (the
+/// running config stays, the error goes to the log, `STATUS=` and
+/// `/status`); a valid one is applied in place ([`Gateway::reload`]):
+/// changed, added and removed upstreams are restarted, started and stopped,
+/// the others and every session stay. Then `READY=1`. Returns false when a
+/// stop was requested meanwhile (the reload is abandoned; shutdown follows).
+async fn reload(gateway: &mut Gateway, path: Option<&std::path::Path>, stop: &mut Stop) -> bool {
+    use mcp_edge::http::reload::LastReload;
     mcp_edge::notify::reloading();
-    let msg = match path {
-        None => "reload: no config file (embedded default); nothing to do".to_string(),
-        Some(p) => match Config::load(p) {
+    let board = gateway.app().config.board.clone();
+    let note = match path {
+        None => LastReload::applied(
+            "reload: no config file (embedded default); nothing to do",
+            false,
+        ),
+        Some(p) => match Config::load_for(p, board.as_ref()) {
             Err(e) => {
                 let m = format!("reload rejected, the running config stays: {e}");
                 tracing::error!("{m}");
-                m
+                LastReload::rejected(m)
             }
             Ok(c) => {
-                let report = gateway.reload(c).await;
-                let _ = gateway.wait_upstreams(START_BUDGET).await;
-                format!("{report}; {}", mcp_edge::notify::status_line(gateway.app()))
+                if let Some(b) = &c.board {
+                    let worst = Estimate::of(&c).total();
+                    if worst > b.heap_budget_bytes {
+                        tracing::warn!(
+                            "reload: worst-case live heap {} exceeds the {} budget of board {}",
+                            mib(worst),
+                            mib(b.heap_budget_bytes),
+                            b.name
+                        );
+                    }
+                }
+                let report = tokio::select! {
+                    r = gateway.reload(c) => r,
+                    _ = stop.requested() => return false,
+                };
+                tokio::select! {
+                    _ = gateway.wait_upstreams(START_BUDGET) => {}
+                    _ = stop.requested() => return false,
+                }
+                LastReload::applied(&report.to_string(), report.server_changed)
             }
         },
     };
+    let msg = format!(
+        "{}; {}",
+        note.message,
+        mcp_edge::notify::status_line(gateway.app())
+    );
+    *gateway.app().last_reload.lock().expect("last_reload lock") = Some(note);
     mcp_edge::notify::ready(&msg);
+    true
 }
 
-/// SIGTERM and SIGHUP handlers, installed before READY=1 so an early
+/// SIGTERM/SIGINT and SIGHUP handlers, installed before READY=1 so an early
 /// `systemctl reload` or stop cannot hit the default action (termination).
 struct Signals {
-    term: tokio::signal::unix::Signal,
+    stop: Stop,
     hup: tokio::signal::unix::Signal,
+}
+
+/// SIGTERM (`systemctl stop`) and SIGINT (Ctrl-C).
+struct Stop {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Stop {
+    /// Resolves when a stop is requested.
+    async fn requested(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
 }
 
 impl Signals {
     fn install() -> anyhow::Result<Signals> {
         use tokio::signal::unix::{signal, SignalKind};
         Ok(Signals {
-            term: signal(SignalKind::terminate()).context("SIGTERM handler")?,
+            stop: Stop {
+                term: signal(SignalKind::terminate()).context("SIGTERM handler")?,
+                int: signal(SignalKind::interrupt()).context("SIGINT handler")?,
+            },
             hup: signal(SignalKind::hangup()).context("SIGHUP handler")?,
         })
     }

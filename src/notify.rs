@@ -53,7 +53,8 @@ pub fn watchdog_period() -> Option<Duration> {
     sd_notify::watchdog_enabled()
 }
 
-/// The one-line status, e.g. `2/3 upstreams ready, 12/256 sessions, heap 3.1 MiB`.
+/// The one-line status, e.g. `2/3 upstreams ready, 12/256 sessions, heap 3.1 MiB`,
+/// plus a note while the last reload was rejected or left `[server]` changes pending.
 pub fn status_line(app: &App) -> String {
     let ups = app.router.upstreams();
     let enabled = ups.iter().filter(|u| u.config.enabled).count();
@@ -62,10 +63,19 @@ pub fn status_line(app: &App) -> String {
         let t = app.sessions.lock().expect("sessions");
         (t.len(), t.capacity())
     };
-    format!(
+    let mut line = format!(
         "{ready}/{enabled} upstreams ready, {n}/{cap} sessions, heap {:.1} MiB",
         crate::alloc::live_bytes() as f64 / (1024.0 * 1024.0)
-    )
+    );
+    // Kept visible until the next reload: `systemctl status` shows STATUS=.
+    if let Some(r) = &*app.last_reload.lock().expect("last_reload lock") {
+        if r.rejected {
+            line.push_str("; last reload rejected (see the log or /status)");
+        } else if r.server_pending {
+            line.push_str("; [server] changes wait for a restart");
+        }
+    }
+    line
 }
 
 /// Why the gateway is not healthy now, or `None` if it is: (a) the runtime

@@ -175,3 +175,69 @@ fn board_defaults_apply_but_the_file_wins_and_the_budget_is_enforced() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_taken_admin_port_is_a_clear_start_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let p = write(
+        &dir,
+        "c.toml",
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"{}\"\n[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
+            taken.local_addr().unwrap()
+        ),
+    );
+    let out = bin().args(["serve", "--config"]).arg(&p).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot open the admin listener")
+            && stderr.contains("server.metrics_listen"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn status_cli_accepts_url_without_scheme_and_explains_an_off_admin_listener() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        &dir,
+        "c.toml",
+        "[server]\nmetrics_listen = \"off\"\n[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
+    );
+    let out = bin().args(["status", "--config"]).arg(&p).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr.contains("server.metrics_listen is \"off\""),
+        "{stderr}"
+    );
+    // No scheme: http:// is assumed (nothing listens there: a connect error, not "invalid format").
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let out = bin()
+        .args(["upstream", "reconnect", "x", "--url", &free.to_string()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr.contains(&format!("http://{free}/upstreams/x/reconnect")),
+        "{stderr}"
+    );
+    // An empty MCP_EDGE_BOARD means no board.
+    let out = bin()
+        .args(["check-config"])
+        .arg(&p)
+        .env("MCP_EDGE_BOARD", "")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -199,3 +199,76 @@ async fn sighup_restarts_only_what_changed_and_keeps_sessions() {
     unsafe { libc::kill(gw as i32, libc::SIGTERM) };
     assert!(child.wait().unwrap().success());
 }
+
+#[tokio::test]
+async fn a_reload_keeps_the_board_profile_and_sigterm_is_honoured_while_upstreams_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock_path = dir.path().join("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"off\"\n{}",
+            fake_block("keep", "legacy", "")
+        ),
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-edge"))
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .env("NOTIFY_SOCKET", &sock_path)
+        .env("MCP_EDGE_BOARD", "rpi4-2gb")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _kill = KillOnDrop(child.id());
+    let mut buf = [0u8; 4096];
+    let mut next = || {
+        let n = sock.recv(&mut buf).expect("a notify datagram within 30 s");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    let ready = next();
+    assert!(
+        ready.contains("READY=1") && ready.contains("0/128 sessions"),
+        "{ready}"
+    );
+    let keep = pid_of(child.id(), "keep").unwrap();
+    // The same file again: nothing changes (the board's defaults still apply).
+    unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+    assert!(next().contains("RELOADING=1"));
+    let ready = next();
+    assert!(
+        ready.contains("restarted -; started -; stopped -; 1 unchanged")
+            && !ready.contains("[server]")
+            && ready.contains("0/128 sessions"),
+        "{ready}"
+    );
+    assert_eq!(pid_of(child.id(), "keep"), Some(keep));
+
+    // A reload adding an upstream that never answers its handshake: SIGTERM
+    // during the wait for it stops the gateway at once, not after startup_timeout.
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"off\"\n{}\
+             [[upstream]]\nname = \"mute\"\ncommand = \"sleep\"\nargs = [\"1000\"]\nstartup_timeout = \"60s\"\n",
+            fake_block("keep", "legacy", "")
+        ),
+    )
+    .unwrap();
+    unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+    assert!(next().contains("RELOADING=1"));
+    std::thread::sleep(Duration::from_millis(500));
+    let t0 = std::time::Instant::now();
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(next().contains("STOPPING=1"));
+    assert!(child.wait().unwrap().success());
+    assert!(
+        t0.elapsed() < Duration::from_secs(20),
+        "stopped {:?} after SIGTERM",
+        t0.elapsed()
+    );
+}

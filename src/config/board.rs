@@ -109,19 +109,12 @@ impl Board {
     /// The shipped profile `name`.
     ///
     /// # Errors
-    /// [`ConfigError::Invalid`] with key `board` for an unknown name (the
-    /// message lists the known ones); a profile that fails validation names
+    /// [`ConfigError::UnknownBoard`] for an unknown name (the message lists
+    /// the known ones); a profile that fails validation names
     /// its file and key (a build defect: tests load every profile).
     pub fn named(name: &str) -> Result<Board, ConfigError> {
         let Some((_, text)) = PROFILES.iter().find(|(n, _)| *n == name) else {
-            return Err(ConfigError::Invalid {
-                path: PathBuf::from("--board"),
-                key: "board".into(),
-                message: format!(
-                    "unknown board {name:?}; known boards: {}",
-                    Board::names().collect::<Vec<_>>().join(", ")
-                ),
-            });
+            return Err(ConfigError::unknown_board(name));
         };
         let path = PathBuf::from(format!("board/{name}/profile.toml"));
         Board::parse(name, text, &path)

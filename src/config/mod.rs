@@ -355,6 +355,15 @@ pub enum ConfigError {
         /// Position and problem.
         message: String,
     },
+    /// `--board` / `MCP_EDGE_BOARD` names no shipped profile:
+    /// `unknown board "x" (from --board or MCP_EDGE_BOARD); known boards: …`.
+    #[error("unknown board {name:?} (from --board or MCP_EDGE_BOARD); known boards: {known}")]
+    UnknownBoard {
+        /// The name given.
+        name: String,
+        /// The shipped profiles, comma-separated.
+        known: String,
+    },
     /// A key is unknown, has the wrong type, or its value is out of range:
     /// `"<path>: <key path>: <what>"`, e.g. `upstream[1].url` or `mcpServers.fs.url`.
     #[error("{}: {key}: {message}", path.display())]
@@ -369,6 +378,14 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
+    /// The error for a board name that is not shipped.
+    pub fn unknown_board(name: &str) -> ConfigError {
+        ConfigError::UnknownBoard {
+            name: name.to_string(),
+            known: Board::names().collect::<Vec<_>>().join(", "),
+        }
+    }
+
     /// Key path the error is about (`upstream[0].url`), if it is about a key.
     pub fn key(&self) -> Option<&str> {
         match self {

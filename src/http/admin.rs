@@ -81,6 +81,15 @@ pub fn status(app: &App) -> Value {
             "rss_bytes": crate::alloc::rss_bytes(),
         },
         "upstreams": upstreams,
+        "pid": std::process::id(),
+        "listen": app.listen_addr.to_string(),
+        "board": app.config.board.as_ref().map(|b| b.name.clone()),
+        "last_reload": app.last_reload.lock().expect("last_reload lock").as_ref().map(|r| json!({
+            "rejected": r.rejected,
+            "server_pending": r.server_pending,
+            "message": r.message,
+            "at_unix": r.at_unix,
+        })),
     })
 }
 

@@ -36,6 +36,8 @@ pub type Body = UnsyncBoxBody<Bytes, Infallible>;
 
 /// Shared state of the downstream endpoint.
 pub struct App {
+    /// The address `/mcp` is served on (bound: the real port when the config says 0).
+    pub listen_addr: SocketAddr,
     /// The config the gateway started with. Its `[server]` part is what
     /// runs; the running upstreams are [`Router::upstreams`] (a reload
     /// replaces them, not this).
@@ -60,6 +62,8 @@ pub struct App {
     pub catalog_gen: Arc<watch::Sender<u64>>,
     /// The watchdog's rules (`[watchdog]`; a reload replaces them).
     pub watchdog: Mutex<crate::config::WatchdogConfig>,
+    /// The outcome of the last reload, if any (`STATUS=`, `/status`).
+    pub last_reload: Mutex<Option<reload::LastReload>>,
 }
 
 impl App {
@@ -133,6 +137,15 @@ pub enum GatewayError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// Binding the admin listener (`server.metrics_listen`) failed: another
+    /// gateway may hold it, and `mcp-edge status` would then report on that one.
+    #[error("cannot open the admin listener (/metrics /status /healthz /readyz) on {addr}; set server.metrics_listen to a free address, or \"off\"")]
+    AdminBind {
+        /// The configured (or default) address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
 }
 
 /// A running gateway. Dropping it aborts its tasks; [`Gateway::shutdown`] stops it in order.
@@ -149,7 +162,9 @@ pub struct Gateway {
 
 impl Gateway {
     /// Binds `server.listen`, starts one owner task per enabled upstream, the
-    /// accept loop and the session sweep. Errors: [`GatewayError::Bind`].
+    /// accept loop, the session sweep and the admin listener. Errors:
+    /// [`GatewayError::Bind`], [`GatewayError::AdminBind`] (both before any
+    /// upstream is started).
     pub async fn start(config: Config) -> Result<Gateway, GatewayError> {
         let catalog_gen = Arc::new(watch::channel(0u64).0);
         let upstreams: Vec<Arc<Upstream>> = config
@@ -176,6 +191,15 @@ impl Gateway {
             source,
         })?;
         let s = &config.server;
+        // Bound before any upstream starts, so a taken port fails cleanly.
+        let admin_listener = match s.metrics_listen {
+            Some(m) => Some(
+                TcpListener::bind(m)
+                    .await
+                    .map_err(|source| GatewayError::AdminBind { addr: m, source })?,
+            ),
+            None => None,
+        };
         let app = Arc::new(App {
             sessions: Mutex::new(Table::new(
                 s.session_capacity,
@@ -194,6 +218,8 @@ impl Gateway {
             ),
             origin: checks::OriginPolicy::new(addr, &s.allowed_hosts, &s.allowed_origins),
             watchdog: Mutex::new(config.watchdog.clone()),
+            last_reload: Mutex::new(None),
+            listen_addr: addr,
             config: config.clone(),
         });
         let persist = s.state_directory.as_ref().map(|dir| {
@@ -208,18 +234,13 @@ impl Gateway {
             OwnedTask::spawn(sweep(app.clone(), shutdown.subscribe())),
         ];
         let mut admin_addr = None;
-        if let Some(m) = s.metrics_listen {
-            match TcpListener::bind(m).await {
-                Ok(l) => {
-                    admin_addr = l.local_addr().ok();
-                    tasks.push(OwnedTask::spawn(admin::serve(
-                        l,
-                        app.clone(),
-                        shutdown.subscribe(),
-                    )));
-                }
-                Err(e) => tracing::warn!("metrics listener {m}: {e}"),
-            }
+        if let Some(l) = admin_listener {
+            admin_addr = l.local_addr().ok();
+            tasks.push(OwnedTask::spawn(admin::serve(
+                l,
+                app.clone(),
+                shutdown.subscribe(),
+            )));
         }
         Ok(Gateway {
             next_id: upstreams.len(),

@@ -6,7 +6,9 @@
 //! equality): unchanged ones keep their owner task, connection and child
 //! process; changed ones are stopped, then started again under the new
 //! config (agentgateway's rule: stop the old task before starting its
-//! replacement); added ones are started; removed ones are stopped.
+//! replacement) once the calls already running on them finished (up to
+//! 10 s; new calls go to the new set at once); added ones are started;
+//! removed ones are stopped the same way.
 //! Downstream sessions are never touched. `[server]` keys (listen address,
 //! capacities) size tables that live for the whole process, so changes to
 //! them are reported and wait for a restart; `[watchdog]` applies at once.
@@ -20,6 +22,52 @@ use std::time::Duration;
 
 /// How long one stopping owner task gets before it is aborted.
 const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long calls already running on a replaced or removed upstream may take
+/// to finish before it is stopped (as shutdown's grace).
+const DRAIN_GRACE: Duration = Duration::from_secs(10);
+
+/// The outcome of the last reload, kept for `STATUS=` and `/status` (the
+/// watchdog refreshes `STATUS=`, so a one-off message would vanish).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastReload {
+    /// The config file was rejected; the running config stays.
+    pub rejected: bool,
+    /// `[server]` changed and waits for a restart.
+    pub server_pending: bool,
+    /// The one-line report or the rejection reason.
+    pub message: String,
+    /// When, in seconds since the Unix epoch.
+    pub at_unix: u64,
+}
+
+impl LastReload {
+    fn now() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0)
+    }
+
+    /// A reload that was applied (`server_pending`: `[server]` changed).
+    pub fn applied(message: &str, server_pending: bool) -> Self {
+        LastReload {
+            rejected: false,
+            server_pending,
+            message: message.to_string(),
+            at_unix: Self::now(),
+        }
+    }
+
+    /// A rejected reload and why.
+    pub fn rejected(message: String) -> Self {
+        LastReload {
+            rejected: true,
+            server_pending: false,
+            message,
+            at_unix: Self::now(),
+        }
+    }
+}
 
 /// What a reload did, by upstream name.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -116,7 +164,17 @@ impl Gateway {
         // Route to the new set at once: a removed upstream's tools are gone,
         // a changed one answers "connecting" until its new owner is Ready.
         app.router.set_upstreams(set);
+        // Calls already running there finish first (up to DRAIN_GRACE), then stop.
+        let deadline = tokio::time::Instant::now() + DRAIN_GRACE;
         for name in report.restarted.iter().chain(&report.stopped) {
+            if let Some(o) = old.iter().find(|o| o.name() == name) {
+                if tokio::time::timeout_at(deadline, o.drained())
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!(upstream = %name, calls = o.active_calls(), "reload: calls still running after {DRAIN_GRACE:?}; stopping anyway");
+                }
+            }
             self.supervisor.stop_one(name, STOP_GRACE).await;
         }
         for up in fresh {
