@@ -9,7 +9,8 @@
 #      (initialize + tools/call over HTTP) under qemu
 #   4. checks: highest GLIBC_ symbol version of the gnu binaries <= 2.31; the musl binary is static (no
 #      INTERP, no NEEDED); prints the stripped size of each binary
-# ARM_QEMU_TESTS=0 leaves out step 2 (for quick local runs; CI never sets it).
+# ARM_QEMU_TESTS=0 leaves out step 2 (for quick local runs; CI never sets it). ARM_RUST=debian forces the
+# fallback below (to check it).
 # If neither rustup's targets nor Debian's rustc-web (aarch64 only) can be had, it prints one line
 # "ARM CHECK NOT RUN: <reason>" and exits 0. Any other failure exits 1.
 set -euo pipefail
@@ -58,6 +59,42 @@ else
   say "Debian cross gcc and qemu-user present"
 fi
 
+# ---------------------------------------------------------------- helpers: apt with its own state
+# system_deb_lines ARCH: the system's Debian sources, one "deb [arch=ARCH] URI SUITE COMPONENTS" line each.
+system_deb_lines() {
+  local f
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -e "$f" ] || continue
+    awk -v a="$1" '
+      function flush(  n, m, i, j, U, S) {
+        if (u != "" && s != "") { n = split(u, U, " "); m = split(s, S, " ")
+          for (i = 1; i <= n; i++) for (j = 1; j <= m; j++) print "deb [arch=" a "] " U[i] " " S[j] " " c }
+        u = s = c = "" }
+      /^[[:space:]]*$/ { flush(); next }
+      /^URIs:/ { u = $0; sub(/^URIs:[[:space:]]*/, "", u) }
+      /^Suites:/ { s = $0; sub(/^Suites:[[:space:]]*/, "", s) }
+      /^Components:/ { c = $0; sub(/^Components:[[:space:]]*/, "", c) }
+      END { flush() }' "$f"
+  done
+  if [ -e /etc/apt/sources.list ]; then
+    awk -v a="$1" '$1 == "deb" { i = 2; if ($2 ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
+      l = ""; for (; i <= NF; i++) l = l " " $i; print "deb [arch=" a "]" l }' /etc/apt/sources.list
+  fi
+}
+# apt_fetch DIR ARCH SOURCES PKG...: downloads the PKGs' .debs into DIR/debs with apt, using SOURCES (lines as
+# above) and its own lists and cache under DIR: the system's apt state and dpkg architectures stay untouched.
+apt_fetch() {
+  local dir="$1" arch="$2" sources="$3"; shift 3
+  [ -n "$sources" ] || return 1
+  mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial" "$dir/debs"
+  printf '%s\n' "$sources" >"$dir/sources.list"
+  local O=(-o "Dir::Etc::SourceList=$dir/sources.list" -o Dir::Etc::SourceParts=/nonexistent
+           -o "Dir::State::Lists=$dir/lists" -o "Dir::Cache=$dir/cache" -o Debug::NoLocking=1
+           -o "APT::Architectures::=$arch" -o Acquire::Languages=none -o APT::Sandbox::User=root)
+  apt-get "${O[@]}" update -qq >/dev/null 2>&1 || return 1
+  (cd "$dir/debs" && apt-get "${O[@]}" download -qq "$@" >/dev/null 2>&1)
+}
+
 # ---------------------------------------------------------------- 1b. Rust targets
 TARGETS=("${ALL_TARGETS[@]}")
 have_targets() {
@@ -65,25 +102,33 @@ have_targets() {
   inst="$(rustup target list --installed 2>/dev/null)" || return 1
   for t in "${ALL_TARGETS[@]}"; do grep -qx "$t" <<<"$inst" || return 1; done
 }
-if command -v rustup >/dev/null 2>&1 && { have_targets || rustup target add "${ALL_TARGETS[@]}"; }; then
+if [ "${ARM_RUST:-rustup}" != debian ] && command -v rustup >/dev/null 2>&1 \
+   && { have_targets || rustup target add "${ALL_TARGETS[@]}"; }; then
   say "rust targets: ${ALL_TARGETS[*]} ($(rustc --version))"
 else
-  # Fallback: Debian's rustc-web/cargo-web with the arm64 std (aarch64-gnu only). arm64 is added as a
-  # foreign architecture for libstd-rust-web-dev:arm64 (armhf is never added, see above).
-  say "rustup targets unavailable; trying Debian's rustc-web + libstd-rust-web-dev:arm64"
-  [ "$(id -u)" = 0 ] || not_run "rustup targets unavailable and not root to install Debian's rustc-web"
-  if ! dpkg-query -W -f='${Status}' libstd-rust-web-dev:arm64 2>/dev/null | grep -q "install ok installed"; then
-    added=0
-    if ! dpkg --print-foreign-architectures | grep -qx arm64; then dpkg --add-architecture arm64; added=1; fi
-    if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends rustc-web cargo-web libstd-rust-web-dev:arm64 >/dev/null; }; then
-      if [ "$added" = 1 ]; then dpkg --remove-architecture arm64 || true; apt-get update -qq || true; fi
-      not_run "neither rustup's targets nor Debian's rustc-web + libstd-rust-web-dev:arm64 could be installed"
-    fi
+  # Fallback (aarch64-gnu only): Debian's rustc-web/cargo-web, and the aarch64 std from
+  # libstd-rust-web-dev:arm64 of the same version, unpacked into tests/.arm-tools and used as the
+  # target's sysroot. No foreign dpkg architecture is added (never armhf: its index fails to download).
+  say "rustup targets unavailable${ARM_RUST:+ (ARM_RUST=$ARM_RUST)}: Debian's rustc-web + libstd-rust-web-dev:arm64"
+  if ! dpkg-query -W -f='${Status}' rustc-web cargo-web 2>/dev/null | grep -q "install ok installed.*install ok installed"; then
+    [ "$(id -u)" = 0 ] || not_run "rustup targets unavailable and not root to install Debian's rustc-web"
+    { apt-get update -qq && apt-get install -y -qq --no-install-recommends rustc-web cargo-web >/dev/null; } \
+      || not_run "rustup targets unavailable and Debian's rustc-web/cargo-web could not be installed"
+  fi
+  ver="$(dpkg-query -W -f='${Version}' rustc-web)"
+  SYSROOT="$TOOLS/rust-web-arm64/$ver"
+  if [ ! -d "$SYSROOT/usr/lib/rustlib/aarch64-unknown-linux-gnu/lib" ]; then
+    rm -rf "$TOOLS/rust-web-arm64"
+    apt_fetch "$TOOLS/rust-web-arm64/apt" arm64 "$(system_deb_lines arm64)" "libstd-rust-web-dev:arm64=$ver" \
+      && mkdir -p "$SYSROOT" \
+      && dpkg-deb -x "$(ls "$TOOLS"/rust-web-arm64/apt/debs/libstd-rust-web-dev_*_arm64.deb | head -1)" "$SYSROOT" \
+      || not_run "rustup targets unavailable and libstd-rust-web-dev:arm64=$ver could not be fetched"
   fi
   export PATH="/usr/bin:$PATH" RUSTC=/usr/bin/rustc CARGO=/usr/bin/cargo
+  export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUSTFLAGS="--sysroot=$SYSROOT/usr"
   TARGETS=(aarch64-unknown-linux-gnu)
   GNU_TARGETS=(aarch64-unknown-linux-gnu)
-  echo "[arm] NOTE: Debian's rustc-web ($(rustc --version)) ships no armv7 or musl std: only aarch64-unknown-linux-gnu is built"
+  echo "[arm] NOTE: Debian's rustc-web ($(rustc --version)) has no armv7 or musl std here: only aarch64-unknown-linux-gnu is built"
 fi
 has_target() { local t; for t in "${TARGETS[@]}"; do [ "$t" = "$1" ] && return 0; done; return 1; }
 
@@ -201,22 +246,16 @@ has_target "$MUSL_TARGET" && smoke "$MUSL_TARGET" "$RUNNER_musl"
 # The gnu binaries against Pi OS bullseye's own glibc 2.31: libc6 (arm64, armhf) from Debian bullseye,
 # fetched with apt into tests/.arm-tools/bullseye (own lists and cache; the system's apt state is untouched).
 bullseye_root() { # bullseye_root ARCH -> prints the unpacked libc6 root
-  local B="$TOOLS/bullseye" arch="$1" mirror deb
-  if [ ! -e "$B/$arch/lib" ]; then
-    mirror="$(awk '/^URIs:/ && $2 !~ /security/ { print $2; exit }' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)"
-    [ -n "$mirror" ] || mirror="$(awk '$1 == "deb" && $0 !~ /security/ { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; exit } }' /etc/apt/sources.list 2>/dev/null || true)"
-    [ -n "$mirror" ] || return 1
-    mkdir -p "$B/lists/partial" "$B/cache/archives/partial" "$B/debs"
-    echo "deb [arch=arm64,armhf] $mirror bullseye main" >"$B/sources.list"
-    local O=(-o "Dir::Etc::SourceList=$B/sources.list" -o Dir::Etc::SourceParts=/nonexistent
-             -o "Dir::State::Lists=$B/lists" -o "Dir::Cache=$B/cache" -o Debug::NoLocking=1
-             -o APT::Architectures::=arm64 -o APT::Architectures::=armhf -o Acquire::Languages=none
-             -o APT::Sandbox::User=root)
-    [ -e "$B/lists/.done" ] || { apt-get "${O[@]}" update -qq >/dev/null 2>&1 && touch "$B/lists/.done"; } || return 1
-    (cd "$B/debs" && apt-get "${O[@]}" download -qq "libc6:$arch" >/dev/null 2>&1) || return 1
-    deb="$(ls "$B/debs"/libc6_2.31-*_"$arch".deb 2>/dev/null | head -1)"
+  local B="$TOOLS/bullseye" arch="$1" codename deb
+  if [ ! -e "$B/$arch/.deb" ]; then
+    rm -rf "$B/$arch" "$B/apt-$arch"
+    codename="$(. /etc/os-release && echo "${VERSION_CODENAME:-}")"
+    apt_fetch "$B/apt-$arch" "$arch" \
+      "$(system_deb_lines "$arch" | awk -v c="$codename" '$4 == c { $4 = "bullseye"; print; exit }')" "libc6:$arch" \
+      || return 1
+    deb="$(ls "$B/apt-$arch"/debs/libc6_2.31-*_"$arch".deb 2>/dev/null | head -1)"
     [ -n "$deb" ] || return 1
-    mkdir -p "$B/$arch" && dpkg-deb -x "$deb" "$B/$arch" || return 1
+    mkdir -p "$B/$arch" && dpkg-deb -x "$deb" "$B/$arch" && basename "$deb" >"$B/$arch/.deb" || return 1
   fi
   echo "$B/$arch"
 }
@@ -229,7 +268,7 @@ for t in "${GNU_TARGETS[@]}"; do
     bin="$OUT/$t/release/mcp-edge"
     if v="$("$qemu" -L "$root" -E "LD_LIBRARY_PATH=$root/lib/$libdir" "$bin" --version 2>&1)" \
        && "$qemu" -L "$root" -E "LD_LIBRARY_PATH=$root/lib/$libdir" "$bin" check-config "$CFG" >/dev/null 2>&1; then
-      echo "[arm] $t: runs with bullseye's glibc ($(basename "$(ls "$TOOLS"/bullseye/debs/libc6_*_"$arch".deb)")): $v, check-config ok"
+      echo "[arm] $t: runs with bullseye's glibc ($(cat "$root/.deb")): $v, check-config ok"
     else
       problems+=("$t: does not run with bullseye's glibc 2.31: $v")
     fi
