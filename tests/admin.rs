@@ -105,7 +105,7 @@ async fn status_metrics_readiness_and_reconnect() {
     // The CLI renders the same document as a table.
     let url = format!("http://{admin}");
     let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_mcp-edge"))
+        support::gateway_command()
             .args(["status", "--url", &url])
             .output()
             .unwrap()

@@ -1,10 +1,12 @@
 //! The command line: `check-config` exit codes and messages, `--version`,
 //! and `serve` refusing a bad config with exit 1 and the key named.
 
+mod support;
+
 use std::process::Command;
 
 fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_mcp-edge"))
+    support::gateway_command()
 }
 
 fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> std::path::PathBuf {

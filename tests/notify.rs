@@ -2,6 +2,8 @@
 //! watchdog): READY=1 with a status line, WATCHDOG=1 pings while healthy —
 //! also with an optional upstream dead — and STOPPING=1 on SIGTERM.
 
+mod support;
+
 use std::os::unix::net::UnixDatagram;
 use std::time::{Duration, Instant};
 
@@ -19,7 +21,7 @@ fn ready_watchdog_pings_with_a_dead_optional_upstream_and_stopping() {
          [[upstream]]\nname = \"dead\"\ncommand = \"/nonexistent/server\"\n",
     )
     .unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-edge"))
+    let mut child = support::gateway_command()
         .args(["serve", "--config"])
         .arg(&cfg)
         .env("NOTIFY_SOCKET", &sock_path)
@@ -87,7 +89,7 @@ fn sighup_reloads_without_dying_and_rejects_a_bad_config() {
         .unwrap();
     let cfg = dir.path().join("c.toml");
     std::fs::write(&cfg, "[server]\nlisten = \"127.0.0.1:0\"\n[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n").unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-edge"))
+    let mut child = support::gateway_command()
         .args(["serve", "--config"])
         .arg(&cfg)
         .env("NOTIFY_SOCKET", &sock_path)
@@ -148,7 +150,7 @@ fn start_watched(
     let sock = UnixDatagram::bind(&sock_path).unwrap();
     let cfg = dir.join("c.toml");
     std::fs::write(&cfg, config).unwrap();
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-edge"));
+    let mut cmd = support::gateway_command();
     cmd.args(["serve", "--config"])
         .arg(&cfg)
         .env("NOTIFY_SOCKET", &sock_path)

@@ -82,7 +82,7 @@ async fn sighup_restarts_only_what_changed_and_keeps_sessions() {
     );
     let cfg = dir.path().join("c.toml");
     std::fs::write(&cfg, &before).unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-edge"))
+    let mut child = support::gateway_command()
         .args(["serve", "--config"])
         .arg(&cfg)
         .env("NOTIFY_SOCKET", &sock_path)
@@ -216,7 +216,7 @@ async fn a_reload_keeps_the_board_profile_and_sigterm_is_honoured_while_upstream
         ),
     )
     .unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-edge"))
+    let mut child = support::gateway_command()
         .args(["serve", "--config"])
         .arg(&cfg)
         .env("NOTIFY_SOCKET", &sock_path)

@@ -4,7 +4,10 @@
 #   2. cargo nextest run --all-targets + cargo test --doc   (cargo test --all-targets when nextest is absent)
 #   3. tests/interop/conformance.sh  official MCP conformance suite against the release gateway
 #   4. tests/interop/readme_smoke.sh the README's `cargo run --release` + Inspector CLI lines
-# Stages 2 and 3 both run even if one fails; the exit code is non-zero if any stage failed.
+#   5. tests/arm.sh                  ARM: aarch64 test suite under qemu-user, release builds for aarch64-gnu,
+#                                    armv7 and aarch64-musl (glibc <= 2.31, musl static), each run under qemu
+#   6. tests/deb.sh                  .deb for amd64 and arm64 (cargo-deb), contents checked, amd64 installed under CI
+# Stages 2 to 6 all run even if one fails; the exit code is non-zero if any stage failed.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -13,10 +16,10 @@ failed=()
 
 stage() { printf '\n==== %s ====\n' "$*"; }
 
-stage "1/4 interop peers: tests/interop/setup.sh"
+stage "1/6 interop peers: tests/interop/setup.sh"
 bash tests/interop/setup.sh   # fatal on failure: nothing below can run without the peers
 
-stage "2/4 cargo tests"
+stage "2/6 cargo tests"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --all-targets --no-tests=warn || failed+=("cargo nextest")
   cargo test --doc || failed+=("cargo test --doc")
@@ -24,11 +27,17 @@ else
   cargo test --all-targets || failed+=("cargo test")
 fi
 
-stage "3/4 conformance: tests/interop/conformance.sh"
+stage "3/6 conformance: tests/interop/conformance.sh"
 bash tests/interop/conformance.sh || failed+=("conformance")
 
-stage "4/4 README run command: tests/interop/readme_smoke.sh"
+stage "4/6 README run command: tests/interop/readme_smoke.sh"
 bash tests/interop/readme_smoke.sh || failed+=("readme smoke")
+
+stage "5/6 ARM cross builds: tests/arm.sh"
+bash tests/arm.sh || failed+=("arm")
+
+stage "6/6 Debian packages: tests/deb.sh"
+bash tests/deb.sh || failed+=("deb")
 
 echo
 if [ "${#failed[@]}" -gt 0 ]; then

@@ -508,7 +508,7 @@ fn sigterm_of_mcp_edge_leaves_no_child_behind() {
         format!("[server]\nlisten = \"127.0.0.1:0\"\n[[upstream]]\nname = \"g\"\ncommand = \"sh\"\nargs = [\"-c\", {}]\n", json!(script)),
     )
     .unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-edge"))
+    let mut child = support::gateway_command()
         .args(["serve", "--config"])
         .arg(&cfg)
         .stderr(std::process::Stdio::null())

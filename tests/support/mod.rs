@@ -146,6 +146,38 @@ pub async fn modern(addr: SocketAddr, id: Value, method: &str, mut params: Value
     .await
 }
 
+/// A `Command` for the gateway binary built with these tests. When
+/// `MCP_EDGE_TEST_RUNNER` is set (tests/arm.sh sets it to the qemu-user
+/// runner, e.g. `qemu-aarch64 -L /usr/aarch64-linux-gnu`), the binary is run
+/// through it: a test binary that itself runs under qemu-user cannot execve a
+/// foreign-architecture binary without binfmt_misc. qemu-user forwards
+/// signals to its guest, so signalling `child.id()` reaches the gateway.
+/// The gateway also gets `PR_SET_PDEATHSIG` = SIGKILL, so a test process that
+/// dies half-way (a failed assertion, a killed test runner) leaves no gateway
+/// behind (its own children follow through their own death signal).
+pub fn gateway_command() -> std::process::Command {
+    use std::os::unix::process::CommandExt;
+    let bin = env!("CARGO_BIN_EXE_mcp-edge");
+    let runner = std::env::var("MCP_EDGE_TEST_RUNNER").unwrap_or_default();
+    let mut words = runner.split_whitespace();
+    let mut c = match words.next() {
+        Some(first) => {
+            let mut c = std::process::Command::new(first);
+            c.args(words).arg(bin);
+            c
+        }
+        None => std::process::Command::new(bin),
+    };
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    c
+}
+
 pub fn fake_upstream() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake/fake_upstream.py")
 }
