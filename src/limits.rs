@@ -130,6 +130,10 @@ pub const DEFAULT_RETRY_AFTER_CAP: Duration = Duration::from_secs(3600);
 /// era handshake (separate from `call_timeout`).
 pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How often queued histogram samples are folded into their buckets
+/// ([`crate::metrics::upkeep`]): 5 s.
+pub const METRICS_UPKEEP_PERIOD: Duration = Duration::from_secs(5);
+
 /// Bytes of a stdio child's stderr kept for status output (a ring).
 pub const STDERR_TAIL_BYTES: usize = 16 * 1024;
 /// How often a parked upstream's credential file is checked for a change (mtime).

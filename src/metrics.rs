@@ -97,11 +97,34 @@ pub fn read(name: &str, labels: &str) -> f64 {
 pub fn prometheus() -> Option<&'static metrics_exporter_prometheus::PrometheusHandle> {
     PROMETHEUS
         .get_or_init(|| {
+            // Fixed buckets: a Prometheus histogram of bounded size (without
+            // them the exporter keeps a summary sketch per label set).
             metrics_exporter_prometheus::PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    metrics_exporter_prometheus::Matcher::Full(REQUEST_DURATION.into()),
+                    &DURATION_BUCKETS,
+                )
+                .ok()?
                 .install_recorder()
                 .ok()
         })
         .as_ref()
+}
+
+/// Upper bounds (seconds) of `mcp_edge_request_duration_seconds`' buckets.
+pub const DURATION_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0,
+];
+
+/// Folds the samples recorded since the last call into the histograms. The
+/// exporter queues every histogram sample (about 16 bytes) until this runs
+/// (or `/metrics` is scraped), so the gateway calls it every
+/// [`crate::limits::METRICS_UPKEEP_PERIOD`]: heap then depends on the request
+/// rate, not on how many requests were ever served.
+pub fn upkeep() {
+    if let Some(h) = PROMETHEUS.get().and_then(Option::as_ref) {
+        h.run_upkeep();
+    }
 }
 
 /// The Prometheus text (format 0.0.4) of every metric, heap gauges refreshed

@@ -232,6 +232,7 @@ impl Gateway {
         let mut tasks = vec![
             OwnedTask::spawn(accept_loop(listener, app.clone(), shutdown.subscribe())),
             OwnedTask::spawn(sweep(app.clone(), shutdown.subscribe())),
+            OwnedTask::spawn(metrics_upkeep(shutdown.subscribe())),
         ];
         let mut admin_addr = None;
         if let Some(l) = admin_listener {
@@ -426,6 +427,16 @@ async fn route(app: Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, 
             StatusCode::NOT_FOUND,
             &json!({"error": format!("no such path {}; the MCP endpoint is /mcp", req.uri().path())}),
         ))
+    }
+}
+
+/// Folds queued histogram samples every [`crate::limits::METRICS_UPKEEP_PERIOD`].
+async fn metrics_upkeep(mut shutdown: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(crate::limits::METRICS_UPKEEP_PERIOD) => crate::metrics::upkeep(),
+            _ = shutdown.changed() => return,
+        }
     }
 }
 
