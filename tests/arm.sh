@@ -7,8 +7,11 @@
 #   3. release builds: the gnu targets with `cargo zigbuild` against glibc 2.17 (Pi OS bullseye has 2.31),
 #      aarch64 musl with Debian's gcc as linker; each binary runs --version, check-config and a short serve
 #      (initialize + tools/call over HTTP) under qemu
-#   4. checks: highest GLIBC_ symbol version of the gnu binaries <= 2.31; the musl binary is static (no
-#      INTERP, no NEEDED); prints the stripped size of each binary
+#   4. checks: highest GLIBC_ symbol version of the gnu binaries <= 2.31, and they run (--version,
+#      check-config) on Debian bullseye's own libc6 2.31 (fetched with apt into tests/.arm-tools/bullseye);
+#      the musl binary is static (no INTERP, no NEEDED); prints the stripped size of each binary
+# Fallback when rustup's targets cannot be downloaded: Debian's rustc-web/cargo-web with the std of
+# libstd-rust-web-dev:arm64 (aarch64-gnu only; steps 2-4 for that target).
 # ARM_QEMU_TESTS=0 leaves out step 2 (for quick local runs; CI never sets it). ARM_RUST=debian forces the
 # fallback below (to check it).
 # If neither rustup's targets nor Debian's rustc-web (aarch64 only) can be had, it prints one line
