@@ -44,8 +44,9 @@ check "$amd64" amd64
 
 if [ -x target/aarch64-unknown-linux-gnu/release/mcp-edge ]; then
   echo "[deb] arm64 (binary from tests/arm.sh)"
-  arm64="$(cargo deb --no-build --no-strip --target aarch64-unknown-linux-gnu | tail -1)"
+  arm64="$(cargo deb --no-build --no-strip --variant glibc217 --target aarch64-unknown-linux-gnu | tail -1)"
   check "$arm64" arm64
+  [ "$(dpkg-deb -f "$arm64" Depends)" = "libc6 (>= 2.17)" ] || { echo "[deb] $arm64: wrong Depends" >&2; exit 1; }
 else
   echo "[deb] ARM64 PACKAGE NOT BUILT: no target/aarch64-unknown-linux-gnu/release/mcp-edge (tests/arm.sh builds it)"
 fi
