@@ -140,6 +140,7 @@ mod mcp_servers;
 mod raw;
 mod render;
 mod server;
+mod upstream;
 mod validate;
 
 /// Whole validated config.
