@@ -16,6 +16,7 @@
 //! | [`metrics`] | metric names and the Prometheus recorder |
 //! | [`config`] | TOML and `mcpServers` JSON → validated [`config::Config`]; board profiles |
 //! | [`budget`] | the worst-case live heap a config allows (capacity × measured cost) |
+//! | [`drain`] | counting running calls/requests and waiting for them (shutdown, reload) |
 //! | [`session`] | the fixed-capacity legacy session table (time passed in) |
 //! | [`upstream`] | transports (`stdio`, `http`, `builtin`), era probe, in-flight table, id remap |
 //! | [`router`] | aggregated catalog, exposed-name mapping, list merge, call routing |
@@ -34,6 +35,7 @@
 pub mod alloc;
 pub mod budget;
 pub mod config;
+pub mod drain;
 pub mod fault;
 pub mod http;
 pub mod limits;

@@ -274,17 +274,7 @@ fn serve(path: Option<PathBuf>, board: Option<&str>) -> anyhow::Result<()> {
         Some(p) => Config::load_for(p, board.as_ref()).context("invalid config")?,
         None => Config::embedded_default_for(board.as_ref()),
     };
-    if let Some(b) = &config.board {
-        let worst = Estimate::of(&config).total();
-        if worst > b.heap_budget_bytes {
-            tracing::warn!(
-                "worst-case live heap {} exceeds the {} budget of board {} (see mcp-edge check-config)",
-                mib(worst),
-                mib(b.heap_budget_bytes),
-                b.name
-            );
-        }
-    }
+    warn_over_budget(&config);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(WORKERS)
         .enable_all()
@@ -329,6 +319,22 @@ fn serve(path: Option<PathBuf>, board: Option<&str>) -> anyhow::Result<()> {
     })
 }
 
+/// Logs a warning when `c`'s worst-case heap exceeds its board's budget
+/// (`check-config` fails on it; `serve` and reload run anyway).
+fn warn_over_budget(c: &Config) {
+    if let Some(b) = &c.board {
+        let worst = Estimate::of(c).total();
+        if worst > b.heap_budget_bytes {
+            tracing::warn!(
+                "worst-case live heap {} exceeds the {} budget of board {} (see mcp-edge check-config)",
+                mib(worst),
+                mib(b.heap_budget_bytes),
+                b.name
+            );
+        }
+    }
+}
+
 /// How long start-up and a reload wait for upstreams' first attempts before `READY=1`.
 const START_BUDGET: Duration = Duration::from_secs(30);
 
@@ -355,17 +361,7 @@ async fn reload(gateway: &mut Gateway, path: Option<&std::path::Path>, stop: &mu
                 LastReload::rejected(m)
             }
             Ok(c) => {
-                if let Some(b) = &c.board {
-                    let worst = Estimate::of(&c).total();
-                    if worst > b.heap_budget_bytes {
-                        tracing::warn!(
-                            "reload: worst-case live heap {} exceeds the {} budget of board {}",
-                            mib(worst),
-                            mib(b.heap_budget_bytes),
-                            b.name
-                        );
-                    }
-                }
+                warn_over_budget(&c);
                 let report = tokio::select! {
                     r = gateway.reload(c) => r,
                     _ = stop.requested() => return false,

@@ -83,24 +83,11 @@ fn ready_watchdog_pings_with_a_dead_optional_upstream_and_stopping() {
 #[test]
 fn sighup_reloads_without_dying_and_rejects_a_bad_config() {
     let dir = tempfile::tempdir().unwrap();
-    let sock_path = dir.path().join("notify.sock");
-    let sock = UnixDatagram::bind(&sock_path).unwrap();
-    sock.set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
+    let notify = support::NotifySocket::bind(dir.path(), Duration::from_secs(10));
     let cfg = dir.path().join("c.toml");
     std::fs::write(&cfg, "[server]\nlisten = \"127.0.0.1:0\"\n[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n").unwrap();
-    let mut child = support::gateway_command()
-        .args(["serve", "--config"])
-        .arg(&cfg)
-        .env("NOTIFY_SOCKET", &sock_path)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut buf = [0u8; 4096];
-    let mut next = || {
-        let n = sock.recv(&mut buf).expect("a notify datagram within 10 s");
-        String::from_utf8_lossy(&buf[..n]).into_owned()
-    };
+    let mut child = support::serve_notified(&cfg, &notify).spawn().unwrap();
+    let next = || notify.next();
     assert!(next().contains("READY=1"));
     std::fs::write(&cfg, "[server]\nbogus = 1\n").unwrap();
     unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };

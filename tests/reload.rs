@@ -6,7 +6,6 @@
 
 mod support;
 use serde_json::json;
-use std::os::unix::net::UnixDatagram;
 use std::time::Duration;
 use support::*;
 
@@ -69,10 +68,7 @@ fn free_port() -> u16 {
 #[tokio::test]
 async fn sighup_restarts_only_what_changed_and_keeps_sessions() {
     let dir = tempfile::tempdir().unwrap();
-    let sock_path = dir.path().join("notify.sock");
-    let sock = UnixDatagram::bind(&sock_path).unwrap();
-    sock.set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
+    let notify = NotifySocket::bind(dir.path(), Duration::from_secs(30));
     let port = free_port();
     let head = format!("[server]\nlisten = \"127.0.0.1:{port}\"\nmetrics_listen = \"off\"\n");
     let before = format!(
@@ -82,20 +78,10 @@ async fn sighup_restarts_only_what_changed_and_keeps_sessions() {
     );
     let cfg = dir.path().join("c.toml");
     std::fs::write(&cfg, &before).unwrap();
-    let mut child = support::gateway_command()
-        .args(["serve", "--config"])
-        .arg(&cfg)
-        .env("NOTIFY_SOCKET", &sock_path)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = serve_notified(&cfg, &notify).spawn().unwrap();
     let gw = child.id();
     let _kill = KillOnDrop(gw);
-    let mut buf = [0u8; 4096];
-    let mut next = || {
-        let n = sock.recv(&mut buf).expect("a notify datagram within 30 s");
-        String::from_utf8_lossy(&buf[..n]).into_owned()
-    };
+    let next = || notify.next();
     let ready = next();
     assert!(
         ready.contains("READY=1") && ready.contains("2/2 upstreams ready"),
@@ -203,10 +189,7 @@ async fn sighup_restarts_only_what_changed_and_keeps_sessions() {
 #[tokio::test]
 async fn a_reload_keeps_the_board_profile_and_sigterm_is_honoured_while_upstreams_start() {
     let dir = tempfile::tempdir().unwrap();
-    let sock_path = dir.path().join("notify.sock");
-    let sock = UnixDatagram::bind(&sock_path).unwrap();
-    sock.set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
+    let notify = NotifySocket::bind(dir.path(), Duration::from_secs(30));
     let cfg = dir.path().join("c.toml");
     std::fs::write(
         &cfg,
@@ -216,20 +199,12 @@ async fn a_reload_keeps_the_board_profile_and_sigterm_is_honoured_while_upstream
         ),
     )
     .unwrap();
-    let mut child = support::gateway_command()
-        .args(["serve", "--config"])
-        .arg(&cfg)
-        .env("NOTIFY_SOCKET", &sock_path)
+    let mut child = serve_notified(&cfg, &notify)
         .env("MCP_EDGE_BOARD", "rpi4-2gb")
-        .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let _kill = KillOnDrop(child.id());
-    let mut buf = [0u8; 4096];
-    let mut next = || {
-        let n = sock.recv(&mut buf).expect("a notify datagram within 30 s");
-        String::from_utf8_lossy(&buf[..n]).into_owned()
-    };
+    let next = || notify.next();
     let ready = next();
     assert!(
         ready.contains("READY=1") && ready.contains("0/128 sessions"),

@@ -396,7 +396,7 @@ async fn one(
                 let keepalive = app.config.server.keepalive;
                 let app = app.clone();
                 let fut = async move {
-                    let _busy = super::InFlightGuard::new(&app);
+                    let _busy = app.in_flight.enter();
                     let t0 = Instant::now();
                     let outcome = app.call(&method, params, modern, Some(relay)).await;
                     observe(&method, t0);
@@ -404,7 +404,7 @@ async fn one(
                 };
                 return Ok(Outcome::Stream(reply::relay_stream(rx, fut, keepalive)));
             }
-            let _busy = super::InFlightGuard::new(app);
+            let _busy = app.in_flight.enter();
             let t0 = Instant::now();
             let outcome = app.call(&method, params, modern, None).await;
             observe(&method, t0);

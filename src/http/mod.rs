@@ -52,9 +52,7 @@ pub struct App {
     /// deleted or evicted sessions end at once.
     pub sessions_changed: tokio::sync::Notify,
     /// Downstream requests being answered right now (shutdown waits for them).
-    pub in_flight: std::sync::atomic::AtomicUsize,
-    /// Wakes the shutdown when `in_flight` drops to zero.
-    pub idle: tokio::sync::Notify,
+    pub in_flight: crate::drain::Drain,
     /// Set once every enabled upstream settled its first attempt (`/readyz`, `READY=1`).
     pub ready: std::sync::atomic::AtomicBool,
     /// Bumped when any upstream's catalog changes; GET streams then send
@@ -209,8 +207,7 @@ impl Gateway {
             sessions_changed: tokio::sync::Notify::new(),
             catalog_gen: catalog_gen.clone(),
             ready: false.into(),
-            in_flight: 0.into(),
-            idle: tokio::sync::Notify::new(),
+            in_flight: crate::drain::Drain::new(),
             router: Router::new(
                 upstreams.clone(),
                 s.tool_names,
@@ -308,22 +305,15 @@ impl Gateway {
     /// then stops every upstream (stdio children get EOF, then TERM/KILL;
     /// HTTP sessions get DELETE), waiting up to 5 s for each.
     pub async fn shutdown_within(self, grace: Duration) {
-        use std::sync::atomic::Ordering;
         let _ = self.shutdown.send(true);
         let app = self.app.clone();
-        let drained = async {
-            loop {
-                let idle = app.idle.notified();
-                if app.in_flight.load(Ordering::Acquire) == 0 {
-                    return;
-                }
-                idle.await;
-            }
-        };
-        if tokio::time::timeout(grace, drained).await.is_err() {
+        if tokio::time::timeout(grace, app.in_flight.drained())
+            .await
+            .is_err()
+        {
             tracing::warn!(
                 "shutdown: {} call(s) still in flight after {grace:?}; stopping anyway",
-                app.in_flight.load(Ordering::Acquire)
+                app.in_flight.active()
             );
         }
         self.supervisor.shutdown(Duration::from_secs(5)).await;
@@ -332,30 +322,6 @@ impl Gateway {
     /// [`Gateway::shutdown_within`] with a 10 s grace.
     pub async fn shutdown(self) {
         self.shutdown_within(Duration::from_secs(10)).await;
-    }
-}
-
-/// Counts one downstream request in `App::in_flight` while it lives.
-pub(crate) struct InFlightGuard<'a>(&'a App);
-
-impl<'a> InFlightGuard<'a> {
-    pub(crate) fn new(app: &'a App) -> Self {
-        app.in_flight
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        InFlightGuard(app)
-    }
-}
-
-impl Drop for InFlightGuard<'_> {
-    fn drop(&mut self) {
-        if self
-            .0
-            .in_flight
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
-            == 1
-        {
-            self.0.idle.notify_waiters();
-        }
     }
 }
 

@@ -83,33 +83,7 @@ pub struct Upstream {
     /// Last 16 KiB of a stdio child's stderr.
     pub(crate) stderr_tail: Arc<std::sync::Mutex<ring::Ring>>,
     /// Calls being answered right now (a reload drains them before a stop).
-    active_calls: std::sync::atomic::AtomicUsize,
-    /// Woken when `active_calls` drops to zero.
-    calls_done: Notify,
-}
-
-/// Counts one call in [`Upstream::active_calls`] while it lives.
-struct ActiveCall<'a>(&'a Upstream);
-
-impl<'a> ActiveCall<'a> {
-    fn new(up: &'a Upstream) -> Self {
-        up.active_calls
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        ActiveCall(up)
-    }
-}
-
-impl Drop for ActiveCall<'_> {
-    fn drop(&mut self) {
-        if self
-            .0
-            .active_calls
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
-            == 1
-        {
-            self.0.calls_done.notify_waiters();
-        }
-    }
+    calls: crate::drain::Drain,
 }
 
 /// Why a connection was found dead by traffic.
@@ -160,8 +134,7 @@ impl Upstream {
             stderr_tail: Arc::new(std::sync::Mutex::new(ring::Ring::new(
                 crate::limits::STDERR_TAIL_BYTES,
             ))),
-            active_calls: 0.into(),
-            calls_done: Notify::new(),
+            calls: crate::drain::Drain::new(),
         })
     }
 
@@ -267,20 +240,14 @@ impl Upstream {
 
     /// Calls being answered right now.
     pub fn active_calls(&self) -> usize {
-        self.active_calls.load(std::sync::atomic::Ordering::Acquire)
+        self.calls.active()
     }
 
     /// Resolves once no call is being answered (at once if none is). A
     /// reload awaits this, with a deadline, before stopping an upstream it
     /// replaces or removes: new calls already go elsewhere.
     pub async fn drained(&self) {
-        loop {
-            let done = self.calls_done.notified();
-            if self.active_calls() == 0 {
-                return;
-            }
-            done.await;
-        }
+        self.calls.drained().await
     }
 
     /// Operator action: drop the connection (or end the wait) and connect
@@ -409,7 +376,7 @@ impl Upstream {
             });
         }
         let (conn, neg) = self.current().ok_or_else(|| self.unavailable())?;
-        let _active = ActiveCall::new(self);
+        let _active = self.calls.enter();
         let params = handshake::adapt_params(neg.era, params);
         let timeout = self.config.call_timeout;
         let first = conn

@@ -227,3 +227,37 @@ pub fn text_of(r: &Reply) -> String {
         .unwrap_or_else(|| panic!("no text content in {}", r.raw))
         .to_string()
 }
+
+/// systemd's end of sd_notify(3) for a test: a datagram socket in a folder
+/// the test owns, read with a timeout.
+pub struct NotifySocket {
+    pub path: PathBuf,
+    pub sock: std::os::unix::net::UnixDatagram,
+}
+
+impl NotifySocket {
+    /// Binds `<dir>/notify.sock`; reads wait up to `timeout`.
+    pub fn bind(dir: &Path, timeout: Duration) -> NotifySocket {
+        let path = dir.join("notify.sock");
+        let sock = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+        sock.set_read_timeout(Some(timeout)).unwrap();
+        NotifySocket { path, sock }
+    }
+
+    /// The next datagram (panics when none comes within the timeout).
+    pub fn next(&self) -> String {
+        let mut buf = [0u8; 4096];
+        let n = self.sock.recv(&mut buf).expect("a notify datagram in time");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+}
+
+/// `mcp-edge serve --config CONFIG` telling `notify` (stderr silenced).
+pub fn serve_notified(config: &Path, notify: &NotifySocket) -> std::process::Command {
+    let mut c = gateway_command();
+    c.args(["serve", "--config"])
+        .arg(config)
+        .env("NOTIFY_SOCKET", &notify.path)
+        .stderr(std::process::Stdio::null());
+    c
+}
