@@ -53,7 +53,12 @@ const SERVER: &str =
 
 #[tokio::test(start_paused = true)]
 async fn an_open_get_stream_does_not_keep_its_session_alive() {
-    let gw = start(SERVER, &fake_block("a", "legacy", "")).await;
+    // The built-in upstream: no child process whose timers virtual time could race.
+    let gw = start(
+        SERVER,
+        "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
+    )
+    .await;
     let addr = gw.local_addr();
     let sid = legacy_session(addr, "2025-11-25").await;
     let mut s = open_get(addr, &sid).await;
@@ -66,7 +71,6 @@ async fn an_open_get_stream_does_not_keep_its_session_alive() {
     // Within the idle timeout plus two keep-alive periods the slot is gone and the stream ends.
     let (_, ended) = read_to_end_of_body(&mut s, Duration::from_secs(10 + 2)).await;
     assert!(ended, "the stream of an expired session ends");
-    assert_eq!(gw.app().sessions.lock().unwrap().len(), 0);
     let r = post(
         addr,
         &[("mcp-session-id", &sid)],
@@ -74,6 +78,10 @@ async fn an_open_get_stream_does_not_keep_its_session_alive() {
     )
     .await;
     assert_eq!(r.status, 404);
+    // The slot itself is freed by the lookup above or by the sweep (every
+    // idle/4), whichever comes first: never later than one sweep period.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(gw.app().sessions.lock().unwrap().len(), 0);
 }
 
 /// Real time here (a keep-alive of 60 s): if DELETE did not wake the stream,
