@@ -129,6 +129,10 @@ pub const DEFAULT_RETRY_AFTER_CAP: Duration = Duration::from_secs(3600);
 /// Default `upstream.startup_timeout`: 30 s budget for spawn/dial plus the
 /// era handshake (separate from `call_timeout`).
 pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Slack past an upstream's `startup_timeout` that a downstream request
+/// needing the merged catalog waits for that upstream's first attempt
+/// ([`crate::upstream::Upstream::first_attempt`]): 1 s.
+pub const FIRST_ATTEMPT_MARGIN: Duration = Duration::from_secs(1);
 
 /// How often queued histogram samples are folded into their buckets
 /// ([`crate::metrics::upkeep`]): 5 s.

@@ -41,6 +41,9 @@ pub const OWNER_TASKS: &str = "mcp_edge_upstream_owner_tasks";
 pub const MONITORS: &str = "mcp_edge_upstream_monitors";
 /// Counter `{upstream}`: stdout lines of a stdio upstream that were not JSON-RPC (skipped).
 pub const STDOUT_NOISE: &str = "mcp_edge_upstream_stdout_noise_total";
+/// Counter: downstream requests that waited for an upstream's first connect
+/// attempt before being routed (right after a start or reload).
+pub const REQUESTS_HELD: &str = "mcp_edge_requests_held_total";
 /// Counter: HTTP requests refused by the Origin/Host check.
 pub const FORBIDDEN: &str = "mcp_edge_http_forbidden_total";
 

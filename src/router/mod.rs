@@ -221,8 +221,95 @@ impl Router {
             .map_err(|e| e.to_rpc())
     }
 
+    /// Waits for the first connect attempt of every upstream still making
+    /// it (each bounded by [`Upstream::first_attempt`]). True if it waited
+    /// (counted in `mcp_edge_requests_held_total`).
+    async fn first_attempts(&self) -> bool {
+        let all = self.upstreams();
+        if !all.iter().any(|u| u.first_attempt_pending()) {
+            return false;
+        }
+        metrics::counter!(crate::metrics::REQUESTS_HELD).increment(1);
+        for up in all.iter() {
+            up.first_attempt().await;
+        }
+        true
+    }
+
+    /// Where a `tools/call`, `prompts/get`, `resources/*` or
+    /// `completion/complete` request goes, found in `m`.
+    fn target(&self, m: &Merged, method: &str, params: Option<&Value>) -> Result<Target, Miss> {
+        let bad = |message: &str| Miss {
+            error: RpcError::new(protocol::INVALID_PARAMS, message),
+            unknown: false,
+        };
+        let uri_target = |uri: &str| {
+            self.route_uri(m, uri)
+                .map(|up| Target { up, original: None })
+                .ok_or_else(|| Miss {
+                    error: RpcError::new(
+                        protocol::INVALID_PARAMS,
+                        format!("Resource not found: {uri}"),
+                    )
+                    .with_data(json!({"uri": uri})),
+                    unknown: true,
+                })
+        };
+        let name_target =
+            |kind: &str, routes: &HashMap<String, (Arc<Upstream>, String)>, name: &str| {
+                routes
+                    .get(name)
+                    .map(|(up, original)| Target {
+                        up: up.clone(),
+                        original: Some(original.clone()),
+                    })
+                    .ok_or_else(|| Miss {
+                        error: self.unknown(kind, name),
+                        unknown: true,
+                    })
+            };
+        let params = params.ok_or_else(|| bad("missing params"))?;
+        match method {
+            "tools/call" | "prompts/get" => {
+                let name = params
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| bad("params.name must be a string"))?;
+                if method == "tools/call" {
+                    name_target("tool", &m.tool_routes, name)
+                } else {
+                    name_target("prompt", &m.prompt_routes, name)
+                }
+            }
+            "completion/complete" => {
+                let r = params.get("ref").unwrap_or(&Value::Null);
+                match r.get("type").and_then(Value::as_str) {
+                    Some("ref/prompt") => {
+                        let name = r.get("name").and_then(Value::as_str).unwrap_or("");
+                        name_target("prompt", &m.prompt_routes, name)
+                    }
+                    Some("ref/resource") => {
+                        uri_target(r.get("uri").and_then(Value::as_str).unwrap_or(""))
+                    }
+                    _ => Err(bad("params.ref must be a ref/prompt or ref/resource")),
+                }
+            }
+            _ => uri_target(
+                params
+                    .get("uri")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| bad("params.uri must be a string"))?,
+            ),
+        }
+    }
+
     /// Handles one downstream request that is routed to upstreams (everything
     /// but the lifecycle methods, which the endpoint answers itself).
+    ///
+    /// Lists, and names or URIs not found, first wait for upstreams still
+    /// making their first connect attempt ([`Upstream::first_attempt`]): a
+    /// client that connects right after a start or reload gets the tools of
+    /// every upstream that can connect, not `Unknown tool`.
     /// Errors: -32601 unknown method, -32602 unknown tool/prompt/resource or
     /// bad params, gateway-local -31000… for upstream failures, or the
     /// upstream's own error unchanged.
@@ -239,85 +326,62 @@ impl Router {
                 "Invalid cursor: mcp-edge returns complete lists",
             ));
         }
-        let m = self.merged();
         match method {
-            "tools/list" => Ok(json!({"tools": m.tools})),
-            "prompts/list" => Ok(json!({"prompts": m.prompts})),
-            "resources/list" => Ok(json!({"resources": m.resources})),
-            "resources/templates/list" => Ok(json!({"resourceTemplates": m.templates})),
-            "tools/call" | "prompts/get" => {
-                let (kind, routes) = if method == "tools/call" {
-                    ("tool", &m.tool_routes)
-                } else {
-                    ("prompt", &m.prompt_routes)
-                };
-                let mut params = params
-                    .ok_or_else(|| RpcError::new(protocol::INVALID_PARAMS, "missing params"))?;
-                let name = params.get("name").and_then(Value::as_str).ok_or_else(|| {
-                    RpcError::new(protocol::INVALID_PARAMS, "params.name must be a string")
-                })?;
-                let (up, original) = routes
-                    .get(name)
-                    .cloned()
-                    .ok_or_else(|| self.unknown(kind, name))?;
-                params["name"] = Value::String(original);
-                self.forward(up, method, Some(params), relay).await
+            "logging/setLevel" => return Ok(json!({})),
+            "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => {
+                self.first_attempts().await;
+                let m = self.merged();
+                return Ok(match method {
+                    "tools/list" => json!({"tools": m.tools}),
+                    "prompts/list" => json!({"prompts": m.prompts}),
+                    "resources/list" => json!({"resources": m.resources}),
+                    _ => json!({"resourceTemplates": m.templates}),
+                });
             }
-            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
-                let uri = params
-                    .as_ref()
-                    .and_then(|p| p.get("uri"))
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| {
-                        RpcError::new(protocol::INVALID_PARAMS, "params.uri must be a string")
-                    })?;
-                let up = self.route_uri(&m, uri).ok_or_else(|| {
-                    RpcError::new(
-                        protocol::INVALID_PARAMS,
-                        format!("Resource not found: {uri}"),
-                    )
-                    .with_data(json!({"uri": uri}))
-                })?;
-                self.forward(up, method, params, relay).await
+            "tools/call"
+            | "prompts/get"
+            | "resources/read"
+            | "resources/subscribe"
+            | "resources/unsubscribe"
+            | "completion/complete" => {}
+            _ => {
+                return Err(RpcError::new(
+                    protocol::METHOD_NOT_FOUND,
+                    format!("Method not found: {method}"),
+                ))
             }
-            "completion/complete" => {
-                let mut params = params
-                    .ok_or_else(|| RpcError::new(protocol::INVALID_PARAMS, "missing params"))?;
-                let r = params.get("ref").cloned().unwrap_or(Value::Null);
-                let up = match r.get("type").and_then(Value::as_str) {
-                    Some("ref/prompt") => {
-                        let name = r.get("name").and_then(Value::as_str).unwrap_or("");
-                        let (up, original) = m
-                            .prompt_routes
-                            .get(name)
-                            .cloned()
-                            .ok_or_else(|| self.unknown("prompt", name))?;
-                        params["ref"]["name"] = Value::String(original);
-                        up
-                    }
-                    Some("ref/resource") => {
-                        let uri = r.get("uri").and_then(Value::as_str).unwrap_or("");
-                        self.route_uri(&m, uri).ok_or_else(|| {
-                            RpcError::new(
-                                protocol::INVALID_PARAMS,
-                                format!("Resource not found: {uri}"),
-                            )
-                        })?
-                    }
-                    _ => {
-                        return Err(RpcError::new(
-                            protocol::INVALID_PARAMS,
-                            "params.ref must be a ref/prompt or ref/resource",
-                        ))
-                    }
-                };
-                self.forward(up, method, Some(params), relay).await
-            }
-            "logging/setLevel" => Ok(json!({})),
-            _ => Err(RpcError::new(
-                protocol::METHOD_NOT_FOUND,
-                format!("Method not found: {method}"),
-            )),
         }
+        let target = match self.target(&self.merged(), method, params.as_ref()) {
+            Err(miss) if miss.unknown && self.first_attempts().await => {
+                self.target(&self.merged(), method, params.as_ref())
+            }
+            found => found,
+        }
+        .map_err(|miss| miss.error)?;
+        let mut params = params;
+        if let (Some(original), Some(p)) = (target.original, params.as_mut()) {
+            if method == "completion/complete" {
+                p["ref"]["name"] = Value::String(original);
+            } else {
+                p["name"] = Value::String(original);
+            }
+        }
+        self.forward(target.up, method, params, relay).await
     }
+}
+
+/// Where a routed request goes.
+struct Target {
+    up: Arc<Upstream>,
+    /// The upstream's own name of the tool or prompt (`params.name`, or
+    /// `params.ref.name` of a completion), when it was exposed under another.
+    original: Option<String>,
+}
+
+/// A request [`Router::target`] could not route.
+struct Miss {
+    error: RpcError,
+    /// The name or URI is not (yet) in the merged catalog, as opposed to
+    /// malformed params: worth another look once connecting upstreams settle.
+    unknown: bool,
 }

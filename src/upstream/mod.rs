@@ -84,6 +84,9 @@ pub struct Upstream {
     pub(crate) stderr_tail: Arc<std::sync::Mutex<ring::Ring>>,
     /// Calls being answered right now (a reload drains them before a stop).
     calls: crate::drain::Drain,
+    /// When it was created (gateway start, or the reload that started it):
+    /// with `startup_timeout` it bounds [`Upstream::first_attempt`].
+    created: tokio::time::Instant,
 }
 
 /// Why a connection was found dead by traffic.
@@ -135,7 +138,31 @@ impl Upstream {
                 crate::limits::STDERR_TAIL_BYTES,
             ))),
             calls: crate::drain::Drain::new(),
+            created: tokio::time::Instant::now(),
         })
+    }
+
+    /// True while this upstream's first connect attempt has not settled:
+    /// enabled, `Connecting`, and no second attempt started yet.
+    pub fn first_attempt_pending(&self) -> bool {
+        matches!(*self.status.borrow(), Status::Connecting { .. }) && self.attempts() <= 1
+    }
+
+    /// Resolves once the first connect attempt settled (Ready, Backoff,
+    /// Parked, …), or at the latest `startup_timeout` +
+    /// [`crate::limits::FIRST_ATTEMPT_MARGIN`] after creation, the bound the
+    /// owner task itself keeps for that attempt. At once when it settled
+    /// long ago. A request that needs the merged catalog waits on this, so a
+    /// client connecting right after a (re)start sees every upstream that
+    /// can connect, not an empty list.
+    pub async fn first_attempt(&self) {
+        let deadline =
+            self.created + self.config.startup_timeout + crate::limits::FIRST_ATTEMPT_MARGIN;
+        let mut rx = self.status.subscribe();
+        // The predicate reads the status it is given: borrowing the watch
+        // again inside `wait_for` would take its lock twice.
+        let settled = |s: &Status| !matches!(s, Status::Connecting { .. }) || self.attempts() > 1;
+        let _ = tokio::time::timeout_at(deadline, rx.wait_for(settled)).await;
     }
 
     /// Its name.

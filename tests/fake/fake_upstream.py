@@ -2,6 +2,7 @@
 """A small scriptable MCP upstream over stdio, for fault and routing tests.
 
 Python standard library only. Usage: fake_upstream.py [--era legacy|modern] [--name N]
+[--slow-start MS] (reads nothing for MS milliseconds, like a server with a slow import)
 
 Tools: echo(text), slow_echo(text, ms) (answers out of order), exotic (unknown
 content type, annotations, _meta extension keys), whoami (returns the name it
@@ -183,6 +184,8 @@ def handle(msg):
         error(id, -32601, f"Method not found: {method}")
 
 
+if "--slow-start" in args:
+    time.sleep(int(args[args.index("--slow-start") + 1]) / 1000)
 for line in sys.stdin:
     line = line.strip()
     if line:

@@ -5,6 +5,8 @@
 #   1. cargo build --release
 #   2. writes out/conformance/mcp-edge.toml and starts `target/release/mcp-edge serve --config …` on a free
 #      loopback port (or $CONFORMANCE_PORT), waits for "mcp-edge listening on" / the TCP port
+#      (on purpose it does not wait for the Python upstream: requests that arrive while an upstream's first
+#      connect attempt is still running wait for it, see docs/architecture.md "Start-up")
 #   3. runs every server scenario (`conformance server --suite all`, i.e. active + pending) with Node 22 first
 #      on PATH; raw per-scenario results land in out/conformance/results/<scenario>-<time>/checks.json, the
 #      suite's console output in out/conformance/suite.log, the gateway's stderr in out/conformance/gateway.log
