@@ -51,8 +51,11 @@ impl Refusal {
     }
 }
 
-/// Entry point for every request on `/mcp`. Generic over the request body so
-/// tests and benchmarks can drive the endpoint without a socket
+/// Entry point for every request on `/mcp`: the Origin/Host check (403),
+/// then POST, GET, DELETE, or an OPTIONS CORS preflight; every answer to an
+/// allowed `Origin` carries the CORS response headers
+/// ([`reply::allow_origin`]). Generic over the request body so tests and
+/// benchmarks can drive the endpoint without a socket
 /// (`Request<Full<Bytes>>`); the listener passes hyper's `Incoming`.
 pub async fn handle<B>(app: Arc<App>, req: Request<B>) -> Response<Body>
 where
@@ -69,12 +72,18 @@ where
         )
         .into_response(Value::Null);
     }
-    match *req.method() {
+    let origin = req.headers().get(http::header::ORIGIN).cloned();
+    let mut resp = match *req.method() {
         Method::POST => post(app, req).await,
         Method::GET => get(app, req.headers()),
         Method::DELETE => delete(app, req.headers()),
+        Method::OPTIONS => reply::preflight(req.headers()),
         _ => reply::method_not_allowed(),
+    };
+    if let Some(origin) = origin {
+        reply::allow_origin(&mut resp, origin);
     }
+    resp
 }
 
 fn session_header(h: &HeaderMap) -> Result<Option<SessionId>, Refusal> {

@@ -66,9 +66,58 @@ pub fn method_not_allowed() -> Response<Body> {
         &serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": crate::protocol::INVALID_REQUEST,
             "message": "Method Not Allowed: use POST, or GET/DELETE with an Mcp-Session-Id"}}),
     );
-    r.headers_mut()
-        .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+    r.headers_mut().insert(
+        header::ALLOW,
+        HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
+    );
     r
+}
+
+/// The CORS preflight answer (Fetch standard §CORS protocol; RFC 9110
+/// §9.3.7 OPTIONS) for a request whose `Origin` already passed the
+/// Origin/Host check: 204, `Allow`, and, when `Origin` is present, the
+/// methods of `/mcp` and the asked-for request headers echoed back (the
+/// modern era's `Mcp-Param-*` names come from tool schemas and cannot be
+/// listed in advance). Browsers cache it for `Access-Control-Max-Age`, 600 s.
+pub fn preflight(request: &HeaderMap) -> Response<Body> {
+    let mut r = empty(StatusCode::NO_CONTENT);
+    let h = r.headers_mut();
+    h.insert(
+        header::ALLOW,
+        HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
+    );
+    if request.contains_key(header::ORIGIN) {
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST, DELETE"),
+        );
+        if let Some(asked) = request.get(header::ACCESS_CONTROL_REQUEST_HEADERS) {
+            h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, asked.clone());
+        }
+        h.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            HeaderValue::from_static("600"),
+        );
+    }
+    r
+}
+
+/// Marks `r` readable by the page at `origin` (which passed the Origin/Host
+/// check): `Access-Control-Allow-Origin` echoing it, `Vary: Origin`, and
+/// the response headers a client must read exposed (`Mcp-Session-Id`,
+/// `Mcp-Protocol-Version`, `Retry-After`, `WWW-Authenticate`). Without this a
+/// browser page at an `server.allowed_origins` origin could send requests but
+/// not read their answers.
+pub fn allow_origin(r: &mut Response<Body>, origin: HeaderValue) {
+    let h = r.headers_mut();
+    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    h.append(header::VARY, HeaderValue::from_static("Origin"));
+    h.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static(
+            "Mcp-Session-Id, Mcp-Protocol-Version, Retry-After, WWW-Authenticate",
+        ),
+    );
 }
 
 fn sse_headers(r: &mut Response<Body>) {

@@ -1,0 +1,100 @@
+//! CORS on `/mcp`: a browser page at an allowed origin (loopback, or
+//! `server.allowed_origins`) can preflight, send, and read answers and the
+//! session header; a foreign origin still gets 403 and no CORS headers.
+
+mod support;
+use serde_json::json;
+use support::*;
+
+const APP: &str = "https://app.example";
+
+async fn gateway() -> mcp_edge::http::Gateway {
+    start(
+        &format!("allowed_origins = [\"{APP}\"]"),
+        &fake_block("a", "legacy", ""),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn preflight_from_an_allowed_origin_lists_methods_and_echoes_headers() {
+    let gw = gateway().await;
+    let asked = "content-type, mcp-session-id, mcp-protocol-version, mcp-method, mcp-name, mcp-param-region";
+    let r = request(
+        "OPTIONS",
+        gw.local_addr(),
+        &[
+            ("origin", APP),
+            ("access-control-request-method", "POST"),
+            ("access-control-request-headers", asked),
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 204, "{}", r.raw);
+    assert_eq!(r.header("access-control-allow-origin"), Some(APP));
+    assert_eq!(
+        r.header("access-control-allow-methods"),
+        Some("GET, POST, DELETE")
+    );
+    assert_eq!(r.header("access-control-allow-headers"), Some(asked));
+    assert_eq!(r.header("vary"), Some("Origin"));
+    // Without an Origin it is a plain OPTIONS: 204 with Allow, no CORS.
+    let plain = request("OPTIONS", gw.local_addr(), &[], "").await;
+    assert_eq!(plain.status, 204);
+    assert_eq!(plain.header("allow"), Some("GET, POST, DELETE, OPTIONS"));
+    assert_eq!(plain.header("access-control-allow-origin"), None);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn answers_to_an_allowed_origin_are_readable_and_expose_the_session_id() {
+    let gw = gateway().await;
+    let addr = gw.local_addr();
+    let init = post(addr, &[("origin", APP)], &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "page", "version": "1"}}})).await;
+    assert_eq!(init.status, 200, "{}", init.raw);
+    assert_eq!(init.header("access-control-allow-origin"), Some(APP));
+    let exposed = init.header("access-control-expose-headers").unwrap();
+    assert!(exposed.contains("Mcp-Session-Id"), "{exposed}");
+    let sid = init.header("mcp-session-id").unwrap().to_string();
+    // Loopback pages are allowed too (a dev server on another port).
+    let local = "http://localhost:5173";
+    let list = post(
+        addr,
+        &[
+            ("origin", local),
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+    )
+    .await;
+    assert_eq!(list.header("access-control-allow-origin"), Some(local));
+    assert!(tool_names(&list).contains(&"a__echo".to_string()));
+    // Errors are readable too, so the page sees the reason.
+    let bad = request("POST", addr, &[("origin", APP)], "{not json").await;
+    assert_eq!(bad.status, 400);
+    assert_eq!(bad.header("access-control-allow-origin"), Some(APP));
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_foreign_origin_gets_403_without_cors_headers() {
+    let gw = gateway().await;
+    for method in ["OPTIONS", "POST"] {
+        let r = request(
+            method,
+            gw.local_addr(),
+            &[
+                ("origin", "https://evil.example"),
+                ("access-control-request-method", "POST"),
+            ],
+            "{}",
+        )
+        .await;
+        assert_eq!(r.status, 403, "{method}: {}", r.raw);
+        assert_eq!(r.header("access-control-allow-origin"), None, "{method}");
+    }
+    gw.shutdown().await;
+}
