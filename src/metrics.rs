@@ -2,8 +2,11 @@
 //! and the recorder. Label sets are bounded: no session ids, no client-chosen
 //! tool names.
 
-/// Counter `{limit}`: requests refused by a configured limit
-/// (`body_bytes`, `session_capacity`, `in_flight`, `result_bytes`, `catalog`, `connections`).
+/// Counter `{limit}`: requests refused by a configured limit (`body_bytes`,
+/// `session_capacity`, `in_flight`, `result_bytes`, `catalog_entries`,
+/// `catalog_bytes`, `pending_server_requests`, `relay_queue`,
+/// `streams_per_session`, `cancellations`: a legacy HTTP call's
+/// `notifications/cancelled` not sent because its queue was full).
 pub const REFUSED: &str = "mcp_edge_refused_total";
 /// Counter `{reason}`: sessions removed (`idle`, `deleted`).
 pub const SESSIONS_EVICTED: &str = "mcp_edge_sessions_evicted_total";

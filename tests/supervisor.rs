@@ -29,6 +29,9 @@ struct Upstream {
     requests: Mutex<Vec<(Instant, String)>>,
     session: Mutex<String>,
     generation: AtomicUsize,
+    /// Ids of `tools/call` requests, and `requestId`s of `notifications/cancelled`.
+    calls: Mutex<Vec<Value>>,
+    cancelled: Mutex<Vec<Value>>,
 }
 
 async fn answer(
@@ -96,13 +99,30 @@ async fn answer(
             resp(404, json!({"error": "unknown session"}))
         }
         "" => resp(202, Value::Null),
-        "ping" => ok(json!({})),
-        "tools/list" => {
-            ok(json!({"tools": [{"name": "hello", "inputSchema": {"type": "object"}}]}))
+        "notifications/cancelled" => {
+            u.cancelled
+                .lock()
+                .unwrap()
+                .push(body["params"]["requestId"].clone());
+            resp(202, Value::Null)
         }
-        "tools/call" => ok(
-            json!({"content": [{"type": "text", "text": format!("hello from {}", u.session.lock().unwrap())}]}),
+        m if m.starts_with("notifications/") => resp(202, Value::Null),
+        "tools/call" if body["params"]["name"] == "hang" => {
+            u.calls.lock().unwrap().push(id.clone());
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            ok(json!({"content": []}))
+        }
+        "ping" => ok(json!({})),
+        "tools/list" => ok(
+            json!({"tools": [{"name": "hello", "inputSchema": {"type": "object"}},
+                {"name": "hang", "inputSchema": {"type": "object"}}]}),
         ),
+        "tools/call" => {
+            u.calls.lock().unwrap().push(id.clone());
+            ok(
+                json!({"content": [{"type": "text", "text": format!("hello from {}", u.session.lock().unwrap())}]}),
+            )
+        }
         _ => ok(json!({})),
     })
 }
@@ -114,6 +134,8 @@ async fn scripted(mode: Mode) -> (Arc<Upstream>, String) {
         requests: Mutex::new(Vec::new()),
         session: Mutex::new(String::new()),
         generation: 0.into(),
+        calls: Mutex::new(Vec::new()),
+        cancelled: Mutex::new(Vec::new()),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
@@ -488,6 +510,52 @@ async fn a_restarted_legacy_http_upstream_is_reinitialized_under_a_live_session(
         gw.app().router.upstreams()[1].attempts(),
         1,
         "the other upstream was untouched"
+    );
+}
+
+/// A legacy HTTP server does not take a closed stream as cancellation, so
+/// a call the gateway gives up on (its timeout, or its caller gone) is
+/// cancelled with `notifications/cancelled`; an answered call is not.
+#[tokio::test(start_paused = true)]
+async fn abandoned_calls_on_a_legacy_http_upstream_are_cancelled() {
+    let (u, url) = scripted(Mode::Legacy).await;
+    let gw = start("", &http_block("remote", &url, "call_timeout = \"2s\"")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let hello = call(
+        addr,
+        &sid,
+        json!(1),
+        "tools/call",
+        json!({"name": "remote__hello"}),
+    )
+    .await;
+    assert_eq!(text_of(&hello), "hello from s0");
+    // 1. The call times out downstream.
+    let hung = call(
+        addr,
+        &sid,
+        json!(2),
+        "tools/call",
+        json!({"name": "remote__hang"}),
+    )
+    .await;
+    assert!(hung.raw.contains("did not answer"), "{}", hung.raw);
+    // 2. The caller goes away before the answer.
+    let up = gw.app().router.upstreams()[0].clone();
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(500),
+        up.call("tools/call", Some(json!({"name": "hang"}))),
+    )
+    .await;
+    assert!(dropped.is_err(), "the hang tool never answers");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let calls = u.calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 3, "{calls:?}");
+    assert_eq!(
+        *u.cancelled.lock().unwrap(),
+        calls[1..].to_vec(),
+        "exactly the two abandoned calls are cancelled, by the ids the upstream saw"
     );
 }
 

@@ -193,8 +193,22 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
         let mut tick = tokio::time::interval_at(Instant::now() + every, every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut misses = 0u32;
+        // Legacy HTTP calls given up on: cancelled from here, one at a time.
+        let mut abandoned = match &*conn {
+            Conn::Http(c) => c.take_abandoned(),
+            _ => None,
+        };
         loop {
             tokio::select! {
+                Some(id) = next_abandoned(&mut abandoned) => {
+                    if let Conn::Http(c) = &*conn {
+                        match tokio::time::timeout(up.config.probe_timeout, c.cancel(id)).await {
+                            Ok(Ok(())) => tracing::debug!(upstream = %name, id, "call cancelled upstream"),
+                            Ok(Err(e)) => tracing::debug!(upstream = %name, id, "notifications/cancelled failed: {e}"),
+                            Err(_) => tracing::debug!(upstream = %name, id, "notifications/cancelled timed out"),
+                        }
+                    }
+                }
                 _ = tick.tick() => {
                     if crate::fault::active(crate::fault::Fault::StallOwners) {
                         tracing::warn!(upstream = %name, "test fault: the owner task hangs in its probe");
@@ -244,6 +258,14 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
             End::Failed(f)
         }
         other => other,
+    }
+}
+
+/// The next abandoned call id, or never (no receiver: not an HTTP upstream).
+async fn next_abandoned(rx: &mut Option<tokio::sync::mpsc::Receiver<u64>>) -> Option<u64> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{mpsc, Notify, Semaphore};
 
 type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
@@ -39,6 +39,27 @@ pub struct HttpConn {
     list_changed: Arc<Notify>,
     ctx: RelayCtx,
     era: RwLock<UpstreamEra>,
+    /// Ids of legacy-era calls given up on (timeout, caller gone), for the
+    /// owner task to send `notifications/cancelled` (bounded: `max_in_flight`).
+    abandoned: mpsc::Sender<u64>,
+    abandoned_rx: std::sync::Mutex<Option<mpsc::Receiver<u64>>>,
+}
+
+/// Queues a legacy call's id for `notifications/cancelled` unless disarmed:
+/// dropped with the call's future (caller gone) or left armed by a timeout.
+struct Abandon<'a> {
+    to: Option<&'a mpsc::Sender<u64>>,
+    id: u64,
+}
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        if let Some(to) = self.to {
+            if to.try_send(self.id).is_err() {
+                metrics::counter!(crate::metrics::REFUSED, "limit" => "cancellations").increment(1);
+            }
+        }
+    }
 }
 
 /// Why an HTTP upstream could not be set up (bad URL, unreadable token file, no TLS roots).
@@ -93,7 +114,10 @@ impl HttpConn {
             v.set_sensitive(true);
             map.insert(header::AUTHORIZATION, v);
         }
+        let (abandoned, abandoned_rx) = mpsc::channel(cfg.max_in_flight.max(1));
         Ok(HttpConn {
+            abandoned,
+            abandoned_rx: std::sync::Mutex::new(Some(abandoned_rx)),
             client: https_client()?,
             url,
             headers: map,
@@ -176,7 +200,23 @@ impl HttpConn {
         let msg = protocol::request(json!(id), method, params);
         let req = self.build(method, &msg, era, msg.get("params"))?;
         let had_session = self.session.read().expect("session lock").is_some();
-        match tokio::time::timeout(timeout, self.exchange(req, method, id, relay.as_ref())).await {
+        // Legacy servers do not take a closed stream as cancellation
+        // (2025-11-25 transports.mdx §Sending Messages to the Server: "SHOULD
+        // NOT be interpreted as the client cancelling"), so a call given up on
+        // is cancelled explicitly (2025-11-25 utilities-cancellation.mdx;
+        // never `initialize`). Modern ones treat the closed stream as the
+        // cancellation (2026-07-28 patterns-cancellation.mdx §Transport-Specific).
+        let mut abandon = Abandon {
+            to: (matches!(era, UpstreamEra::Legacy(_)) && method != "initialize")
+                .then_some(&self.abandoned),
+            id,
+        };
+        let outcome =
+            tokio::time::timeout(timeout, self.exchange(req, method, id, relay.as_ref())).await;
+        if outcome.is_ok() {
+            abandon.to = None; // answered (or failed): nothing left to cancel
+        }
+        match outcome {
             Err(_) => Err(SendError::Timeout),
             Ok(Err(SendError::Http { status: 404, .. }))
                 if had_session && method != "initialize" =>
@@ -198,6 +238,25 @@ impl HttpConn {
         let msg = protocol::notification(method, params);
         self.post_expecting_no_answer(self.build(method, &msg, era, None)?)
             .await
+    }
+
+    /// The receiver of abandoned call ids (taken once, by the owner task,
+    /// which sends [`HttpConn::cancel`] for each).
+    pub fn take_abandoned(&self) -> Option<mpsc::Receiver<u64>> {
+        self.abandoned_rx.lock().expect("abandoned lock").take()
+    }
+
+    /// Tells the upstream to stop working on call `id`: `notifications/cancelled`
+    /// (2025-11-25 utilities-cancellation.mdx §Cancellation Flow) on the
+    /// current legacy session.
+    pub async fn cancel(&self, id: u64) -> Result<(), SendError> {
+        let era = *self.era.read().expect("era lock");
+        self.notify(
+            "notifications/cancelled",
+            Some(json!({"requestId": id, "reason": "the downstream caller gave up (timeout or disconnect)"})),
+            era,
+        )
+        .await
     }
 
     async fn exchange(
