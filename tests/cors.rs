@@ -39,6 +39,22 @@ async fn preflight_from_an_allowed_origin_lists_methods_and_echoes_headers() {
     );
     assert_eq!(r.header("access-control-allow-headers"), Some(asked));
     assert_eq!(r.header("vary"), Some("Origin"));
+    // A public page reaching a private address asks first (Private Network Access).
+    let pna = request(
+        "OPTIONS",
+        gw.local_addr(),
+        &[
+            ("origin", APP),
+            ("access-control-request-method", "POST"),
+            ("access-control-request-private-network", "true"),
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(
+        pna.header("access-control-allow-private-network"),
+        Some("true")
+    );
     // Without an Origin it is a plain OPTIONS: 204 with Allow, no CORS.
     let plain = request("OPTIONS", gw.local_addr(), &[], "").await;
     assert_eq!(plain.status, 204);

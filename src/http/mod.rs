@@ -307,6 +307,7 @@ impl Gateway {
     pub async fn shutdown_within(self, grace: Duration) {
         let _ = self.shutdown.send(true);
         let app = self.app.clone();
+        app.router.stop_holding();
         if tokio::time::timeout(grace, app.in_flight.drained())
             .await
             .is_err()

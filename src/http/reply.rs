@@ -58,7 +58,7 @@ pub fn empty(status: StatusCode) -> Response<Body> {
     r
 }
 
-/// 405 with `Allow: POST` (GET/DELETE without a legacy session:
+/// 405 with `Allow: GET, POST, DELETE, OPTIONS` (GET/DELETE without a legacy session:
 /// `../shared/spec/2026-07-28/transports-streamable-http.mdx` §Earlier Streamable HTTP Revisions).
 pub fn method_not_allowed() -> Response<Body> {
     let mut r = json(
@@ -98,6 +98,17 @@ pub fn preflight(request: &HeaderMap) -> Response<Body> {
             header::ACCESS_CONTROL_MAX_AGE,
             HeaderValue::from_static("600"),
         );
+        // Private Network Access: a page of an allowed public origin asking
+        // to reach this (private or loopback) address.
+        if request
+            .get("access-control-request-private-network")
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"))
+        {
+            h.insert(
+                "access-control-allow-private-network",
+                HeaderValue::from_static("true"),
+            );
+        }
     }
     r
 }
@@ -105,9 +116,11 @@ pub fn preflight(request: &HeaderMap) -> Response<Body> {
 /// Marks `r` readable by the page at `origin` (which passed the Origin/Host
 /// check): `Access-Control-Allow-Origin` echoing it, `Vary: Origin`, and
 /// the response headers a client must read exposed (`Mcp-Session-Id`,
-/// `Mcp-Protocol-Version`, `Retry-After`, `WWW-Authenticate`). Without this a
-/// browser page at an `server.allowed_origins` origin could send requests but
-/// not read their answers.
+/// `Mcp-Protocol-Version`, `Retry-After`, `WWW-Authenticate`). Allowed
+/// origins are loopback pages (any port) and `server.allowed_origins`; with
+/// [`preflight`] this is what lets a browser client there (e.g. the MCP
+/// Inspector's UI in direct mode) send JSON with MCP headers and read the
+/// answers. Any other origin was already refused with 403.
 pub fn allow_origin(r: &mut Response<Body>, origin: HeaderValue) {
     let h = r.headers_mut();
     h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);

@@ -43,6 +43,8 @@ pub struct Router {
     rule: ToolNameRule,
     separator: String,
     merged: Mutex<Arc<Merged>>,
+    /// Set by [`Router::stop_holding`].
+    stopping: tokio::sync::watch::Sender<bool>,
 }
 
 fn renamed(item: &Value, key: &str, exposed: &str) -> Value {
@@ -61,6 +63,7 @@ impl Router {
             rule,
             separator,
             merged: Mutex::new(Arc::new(Merged::default())),
+            stopping: tokio::sync::watch::Sender::new(false),
         }
     }
 
@@ -222,18 +225,37 @@ impl Router {
     }
 
     /// Waits for the first connect attempt of every upstream still making
-    /// it (each bounded by [`Upstream::first_attempt`]). True if it waited
-    /// (counted in `mcp_edge_requests_held_total`).
+    /// it (each bounded by [`Upstream::first_attempt`]; all released at once
+    /// by [`Router::stop_holding`]). True if it waited (counted in
+    /// `mcp_edge_requests_held_total`).
     async fn first_attempts(&self) -> bool {
         let all = self.upstreams();
-        if !all.iter().any(|u| u.first_attempt_pending()) {
+        let now = tokio::time::Instant::now();
+        if !all.iter().any(|u| u.first_attempt_pending(now)) {
+            return false;
+        }
+        let mut stopping = self.stopping.subscribe();
+        if *stopping.borrow() {
             return false;
         }
         metrics::counter!(crate::metrics::REQUESTS_HELD).increment(1);
-        for up in all.iter() {
-            up.first_attempt().await;
+        let all_settled = async {
+            for up in all.iter() {
+                up.first_attempt().await;
+            }
+        };
+        tokio::select! {
+            _ = all_settled => {}
+            _ = stopping.wait_for(|s| *s) => {}
         }
         true
+    }
+
+    /// Ends every wait for first attempts now, and stops new ones: the
+    /// gateway is shutting down, and a held request should be answered
+    /// with what there is rather than keep the shutdown waiting.
+    pub fn stop_holding(&self) {
+        self.stopping.send_replace(true);
     }
 
     /// Where a `tools/call`, `prompts/get`, `resources/*` or
@@ -268,7 +290,13 @@ impl Router {
                         unknown: true,
                     })
             };
-        let params = params.ok_or_else(|| bad("missing params"))?;
+        let Some(params) = params else {
+            return Err(bad(if method.starts_with("resources/") {
+                "params.uri must be a string"
+            } else {
+                "missing params"
+            }));
+        };
         match method {
             "tools/call" | "prompts/get" => {
                 let name = params

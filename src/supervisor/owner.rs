@@ -138,7 +138,7 @@ async fn probe(up: &Upstream, conn: &Conn, neg: &handshake::Negotiated) -> bool 
 /// Connects once and serves until the connection ends.
 async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) -> End {
     let name = up.name().to_string();
-    up.attempts.fetch_add(1, Relaxed);
+    up.attempt_started();
     let (conn, mut driver) = match open(up) {
         Ok(x) => x,
         Err(e) => return Failure::plain(e),
@@ -199,16 +199,10 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
             _ => None,
         };
         loop {
+            // Biased, probes first: cancellations (each bounded by
+            // probe_timeout) never delay a due probe by more than one.
             tokio::select! {
-                Some(id) = next_abandoned(&mut abandoned) => {
-                    if let Conn::Http(c) = &*conn {
-                        match tokio::time::timeout(up.config.probe_timeout, c.cancel(id)).await {
-                            Ok(Ok(())) => tracing::debug!(upstream = %name, id, "call cancelled upstream"),
-                            Ok(Err(e)) => tracing::debug!(upstream = %name, id, "notifications/cancelled failed: {e}"),
-                            Err(_) => tracing::debug!(upstream = %name, id, "notifications/cancelled timed out"),
-                        }
-                    }
-                }
+                biased;
                 _ = tick.tick() => {
                     if crate::fault::active(crate::fault::Fault::StallOwners) {
                         tracing::warn!(upstream = %name, "test fault: the owner task hangs in its probe");
@@ -229,6 +223,15 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
                     let c = Catalog::fetch(up, &neg).await;
                     up.set_catalog(c);
                     up.progressed();
+                }
+                Some(id) = next_abandoned(&mut abandoned) => {
+                    if let Conn::Http(c) = &*conn {
+                        match tokio::time::timeout(up.config.probe_timeout, c.cancel(id)).await {
+                            Ok(Ok(())) => tracing::debug!(upstream = %name, id, "call cancelled upstream"),
+                            Ok(Err(e)) => tracing::debug!(upstream = %name, id, "notifications/cancelled failed: {e}"),
+                            Err(_) => tracing::debug!(upstream = %name, id, "notifications/cancelled timed out"),
+                        }
+                    }
                 }
             }
         }

@@ -55,7 +55,9 @@ struct Abandon<'a> {
 impl Drop for Abandon<'_> {
     fn drop(&mut self) {
         if let Some(to) = self.to {
-            if to.try_send(self.id).is_err() {
+            // Closed: the connection was replaced; its session (and the
+            // work on it) is gone with it.
+            if let Err(mpsc::error::TrySendError::Full(_)) = to.try_send(self.id) {
                 metrics::counter!(crate::metrics::REFUSED, "limit" => "cancellations").increment(1);
             }
         }
@@ -315,6 +317,7 @@ impl HttpConn {
                 for e in events {
                     if let Some(r) = self.on_message(&e, id, relay).await {
                         found = Some(r);
+                        break; // nothing after the response is awaited
                     }
                 }
                 if found.is_some() {

@@ -84,9 +84,11 @@ pub struct Upstream {
     pub(crate) stderr_tail: Arc<std::sync::Mutex<ring::Ring>>,
     /// Calls being answered right now (a reload drains them before a stop).
     calls: crate::drain::Drain,
-    /// When it was created (gateway start, or the reload that started it):
-    /// with `startup_timeout` it bounds [`Upstream::first_attempt`].
+    /// When it was created (gateway start, or the reload that started it),
+    /// and when its owner task started the first connect attempt: the clock
+    /// of [`Upstream::first_attempt`].
     created: tokio::time::Instant,
+    first_started: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 /// Why a connection was found dead by traffic.
@@ -139,30 +141,70 @@ impl Upstream {
             ))),
             calls: crate::drain::Drain::new(),
             created: tokio::time::Instant::now(),
+            first_started: std::sync::Mutex::new(None),
         })
     }
 
-    /// True while this upstream's first connect attempt has not settled:
-    /// enabled, `Connecting`, and no second attempt started yet.
-    pub fn first_attempt_pending(&self) -> bool {
-        matches!(*self.status.borrow(), Status::Connecting { .. }) && self.attempts() <= 1
+    /// The owner task starts a connect attempt (counted in [`Upstream::attempts`];
+    /// the first one also starts the clock of [`Upstream::first_attempt`]).
+    pub(crate) fn attempt_started(&self) {
+        if self
+            .attempts
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            == 0
+        {
+            *self.first_started.lock().expect("first_started lock") =
+                Some(tokio::time::Instant::now());
+        }
     }
 
-    /// Resolves once the first connect attempt settled (Ready, Backoff,
-    /// Parked, …), or at the latest `startup_timeout` +
-    /// [`crate::limits::FIRST_ATTEMPT_MARGIN`] after creation, the bound the
-    /// owner task itself keeps for that attempt. At once when it settled
-    /// long ago. A request that needs the merged catalog waits on this, so a
-    /// client connecting right after a (re)start sees every upstream that
-    /// can connect, not an empty list.
+    /// How long a request may wait for the first attempt: from its start
+    /// (or, until the owner task starts it, from creation — a reload starts
+    /// a changed upstream only after the old one drained and stopped),
+    /// `startup_timeout` for the handshake + `call_timeout` for the first
+    /// catalog request + [`crate::limits::FIRST_ATTEMPT_MARGIN`].
+    fn first_attempt_deadline(&self) -> tokio::time::Instant {
+        let from = self
+            .first_started
+            .lock()
+            .expect("first_started lock")
+            .unwrap_or(self.created);
+        from + self.config.startup_timeout
+            + self.config.call_timeout
+            + crate::limits::FIRST_ATTEMPT_MARGIN
+    }
+
+    /// True while a request should wait for this upstream's first connect
+    /// attempt: enabled, `Connecting`, no second attempt started yet, and
+    /// the wait's bound ([`Upstream::first_attempt`]) not yet passed at `now`.
+    pub fn first_attempt_pending(&self, now: tokio::time::Instant) -> bool {
+        matches!(*self.status.borrow(), Status::Connecting { .. })
+            && self.attempts() <= 1
+            && now < self.first_attempt_deadline()
+    }
+
+    /// Resolves once the first connect attempt settled (Ready with its
+    /// catalog loaded, Backoff, Parked, …), or at its bound:
+    /// `startup_timeout` + `call_timeout` + 1 s after the attempt started.
+    /// At once when it settled long ago. A request that needs the merged
+    /// catalog waits on this, so a client connecting right after a
+    /// (re)start sees every upstream that can connect, not an empty list.
     pub async fn first_attempt(&self) {
-        let deadline =
-            self.created + self.config.startup_timeout + crate::limits::FIRST_ATTEMPT_MARGIN;
         let mut rx = self.status.subscribe();
         // The predicate reads the status it is given: borrowing the watch
         // again inside `wait_for` would take its lock twice.
         let settled = |s: &Status| !matches!(s, Status::Connecting { .. }) || self.attempts() > 1;
-        let _ = tokio::time::timeout_at(deadline, rx.wait_for(settled)).await;
+        loop {
+            // The bound moves once the owner task starts the attempt.
+            let deadline = self.first_attempt_deadline();
+            if tokio::time::timeout_at(deadline, rx.wait_for(settled))
+                .await
+                .is_ok()
+                || deadline == self.first_attempt_deadline()
+            {
+                return;
+            }
+        }
     }
 
     /// Its name.
