@@ -15,6 +15,8 @@
 //!   [`limits::MAX_STREAMS_PER_SESSION`] GET streams, each with a full
 //!   `sse_queue_depth` queue of relayed messages of typical size; a stream
 //!   holds a connection, so at most `max_connections` are open;
+//! - up to `session_capacity` modern `subscriptions/listen` streams
+//!   ([`crate::http::listen`]), each a little state and no queue;
 //! - `max_connections` connections, each holding a request body of up to
 //!   `max_body_bytes`;
 //! - calls in flight: at most one per connection (HTTP/1.1 answers one request
@@ -116,6 +118,15 @@ impl Estimate {
                     kib(QUEUED_MESSAGE_BYTES)
                 ),
                 bytes: open_streams * (STREAM_BYTES + s.sse_queue_depth * QUEUED_MESSAGE_BYTES),
+            },
+            Item {
+                what: format!(
+                    "listen streams (min({}, {}) × {}, no queue)",
+                    s.session_capacity,
+                    s.max_connections,
+                    kib(STREAM_BYTES)
+                ),
+                bytes: s.session_capacity.min(s.max_connections) * STREAM_BYTES,
             },
             Item {
                 what: format!(

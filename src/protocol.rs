@@ -38,6 +38,8 @@ pub const UPSTREAM_BUSY: i64 = -31002;
 pub const UPSTREAM_RESULT_TOO_LARGE: i64 = -31003;
 /// Gateway-local error: the session table is full (HTTP 503).
 pub const SESSIONS_FULL: i64 = -31004;
+/// Gateway-local error: every `subscriptions/listen` stream is taken (HTTP 503).
+pub const LISTEN_STREAMS_FULL: i64 = -31005;
 
 /// `_meta` key carrying the per-request protocol version (2026-07-28 index.mdx §_meta).
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";

@@ -86,6 +86,74 @@ async fn python_sdk_2_legacy_client() {
     );
 }
 
+/// The next JSON line the child printed (60 s at most).
+async fn next_json(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+) -> serde_json::Value {
+    let line = tokio::time::timeout(std::time::Duration::from_secs(60), lines.next_line())
+        .await
+        .expect("the client prints within 60 s")
+        .unwrap()
+        .expect("the client printed a line before exiting");
+    serde_json::from_str(&line).unwrap()
+}
+
+/// Python `mcp==2.3.0`'s own `Client.listen` through mcp-edge
+/// (tests/interop/listen_v2.py): the acknowledgment names the honoured
+/// subset (list changes, not resource updates), a reconnecting upstream is
+/// announced, and a gateway shutdown ends the stream gracefully, not as a
+/// lost subscription.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_2_listens_for_list_changes() {
+    use tokio::io::AsyncBufReadExt;
+    let gw = support::start(
+        "keepalive = \"60s\"",
+        "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
+    )
+    .await;
+    let url = format!("http://{}/mcp", gw.local_addr());
+    let mut child = tokio::process::Command::new(peers::python_v2())
+        .arg(peers::interop_dir().join("listen_v2.py"))
+        .arg(&url)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python listen client starts");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let honored = next_json(&mut lines).await;
+    assert_eq!(
+        honored["honored"],
+        json!({"toolsListChanged": true, "promptsListChanged": true}),
+        "{honored}"
+    );
+    gw.app().router.upstreams()[0].force_reconnect();
+    let mut events = Vec::new();
+    while !(events.contains(&"ToolsListChanged".to_string())
+        && events.contains(&"PromptsListChanged".to_string()))
+    {
+        let e = next_json(&mut lines).await;
+        events.push(
+            e["event"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{e}"))
+                .to_string(),
+        );
+    }
+    assert!(
+        !events.iter().any(|e| e == "ResourcesListChanged"),
+        "not asked for: {events:?}"
+    );
+    gw.shutdown().await;
+    let end = loop {
+        let v = next_json(&mut lines).await;
+        if v.get("end").is_some() {
+            break v;
+        }
+    };
+    assert_eq!(end["end"], "graceful", "{end}");
+    assert!(child.wait().await.unwrap().success());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typescript_sdk_client() {
     check_client(ClientKind::Ts).await;

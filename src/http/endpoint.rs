@@ -395,6 +395,15 @@ async fn one(
                 }
             }
             let modern = era == Era::Modern;
+            if modern && method == "subscriptions/listen" {
+                let opened = super::listen::open(app, id.clone(), params.as_ref(), stream_ok);
+                metrics::counter!(crate::metrics::REQUESTS, "method" => "subscriptions/listen",
+                    "outcome" => if opened.is_ok() { "ok" } else { "error" })
+                .increment(1);
+                return opened
+                    .map(Outcome::Stream)
+                    .map_err(|(status, e)| (id, Refusal(status, e)));
+            }
             if stream_ok && relayable(&method) {
                 let session = match era {
                     Era::Legacy(sid, _) => Some(sid.to_header()),

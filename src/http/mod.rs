@@ -8,6 +8,7 @@
 pub mod admin;
 pub mod checks;
 pub mod endpoint;
+pub mod listen;
 pub mod modern;
 pub mod reload;
 pub mod reply;
@@ -53,6 +54,11 @@ pub struct App {
     pub sessions_changed: tokio::sync::Notify,
     /// Downstream requests being answered right now (shutdown waits for them).
     pub in_flight: crate::drain::Drain,
+    /// Open `subscriptions/listen` streams (fixed pool of `server.session_capacity`).
+    pub listen_streams: listen::ListenStreams,
+    /// Set when the gateway starts shutting down: listen streams send their
+    /// closing response and end.
+    pub stopping: watch::Sender<bool>,
     /// Set once every enabled upstream settled its first attempt (`/readyz`, `READY=1`).
     pub ready: std::sync::atomic::AtomicBool,
     /// Bumped when any upstream's catalog changes; GET streams then send
@@ -208,6 +214,8 @@ impl Gateway {
             catalog_gen: catalog_gen.clone(),
             ready: false.into(),
             in_flight: crate::drain::Drain::new(),
+            listen_streams: listen::ListenStreams::new(s.session_capacity),
+            stopping: watch::Sender::new(false),
             router: Router::new(
                 upstreams.clone(),
                 s.tool_names,
@@ -301,14 +309,17 @@ impl Gateway {
         self.supervisor.live_tasks()
     }
 
-    /// Stops accepting, lets the calls in flight finish for up to `grace`,
-    /// then stops every upstream (stdio children get EOF, then TERM/KILL;
+    /// Stops accepting, lets the calls in flight finish and the
+    /// `subscriptions/listen` streams send their closing response for up to
+    /// `grace`, then stops every upstream (stdio children get EOF, then TERM/KILL;
     /// HTTP sessions get DELETE), waiting up to 5 s for each.
     pub async fn shutdown_within(self, grace: Duration) {
         let _ = self.shutdown.send(true);
         let app = self.app.clone();
         app.router.stop_holding();
-        if tokio::time::timeout(grace, app.in_flight.drained())
+        app.stopping.send_replace(true);
+        let deadline = tokio::time::Instant::now() + grace;
+        if tokio::time::timeout_at(deadline, app.in_flight.drained())
             .await
             .is_err()
         {
@@ -317,6 +328,9 @@ impl Gateway {
                 app.in_flight.active()
             );
         }
+        // Listen streams send their closing response and end on `stopping`;
+        // wait (within the same grace) until they have been written.
+        let _ = tokio::time::timeout_at(deadline, app.listen_streams.all_closed()).await;
         self.supervisor.shutdown(Duration::from_secs(5)).await;
     }
 

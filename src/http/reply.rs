@@ -133,7 +133,8 @@ pub fn allow_origin(r: &mut Response<Body>, origin: HeaderValue) {
     );
 }
 
-fn sse_headers(r: &mut Response<Body>) {
+/// `Content-Type: text/event-stream`, no caching, no proxy buffering.
+pub(crate) fn sse_headers(r: &mut Response<Body>) {
     let h = r.headers_mut();
     h.insert(
         header::CONTENT_TYPE,

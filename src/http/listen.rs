@@ -1,0 +1,263 @@
+//! `subscriptions/listen`: the modern era's notification stream
+//! (`../shared/spec/2026-07-28/patterns-subscriptions.mdx`).
+//!
+//! A modern client POSTs `subscriptions/listen` with a `notifications`
+//! filter; the answer is an SSE stream that starts with
+//! `notifications/subscriptions/acknowledged` (§Acknowledgment) carrying the
+//! honoured subset, then carries `notifications/{tools,prompts,resources}/list_changed`
+//! for the kinds asked for whenever the merged catalog changes (every frame
+//! has `_meta["io.modelcontextprotocol/subscriptionId"]` = the request's id,
+//! §Receiving Notifications), keep-alive comments every `server.keepalive`,
+//! and on shutdown the graceful closing response (§Graceful Closure). The
+//! client ends it by closing the stream.
+//!
+//! Not honoured yet (left out of the acknowledgment, as §Acknowledgment
+//! allows): `resourceSubscriptions`, since mcp-edge does not relay upstream
+//! `notifications/resources/updated`.
+//!
+//! Bounded: at most `server.session_capacity` listen streams at once (a
+//! fixed semaphore, like the legacy session table); one more is refused with
+//! HTTP 503 and `-31005`, counted in `mcp_edge_refused_total{limit="listen_streams"}`.
+//! A stream holds no queue: what it sends is derived from the catalog
+//! generation when it is polled, so a slow reader costs nothing but its
+//! connection, and changes made while it is not read collapse into one.
+
+use super::{App, Body};
+use crate::protocol::{self, sse, RpcError};
+use bytes::Bytes;
+use http::{Response, StatusCode};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use serde_json::{json, Map, Value};
+use std::convert::Infallible;
+use std::sync::Arc;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+
+/// `_meta` key naming the subscription a frame belongs to (§Receiving Notifications).
+pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// The list kinds a listen stream can carry: filter field and notification method.
+const LISTS: [(&str, &str); 3] = [
+    ("toolsListChanged", "notifications/tools/list_changed"),
+    ("promptsListChanged", "notifications/prompts/list_changed"),
+    (
+        "resourcesListChanged",
+        "notifications/resources/list_changed",
+    ),
+];
+
+/// The fixed pool of listen streams (`server.session_capacity` places).
+pub struct ListenStreams {
+    places: Arc<Semaphore>,
+    capacity: usize,
+    /// Woken whenever a stream gives its place back.
+    closed: Arc<Notify>,
+}
+
+impl ListenStreams {
+    /// A pool of `capacity` streams.
+    pub fn new(capacity: usize) -> Self {
+        ListenStreams {
+            places: Arc::new(Semaphore::new(capacity)),
+            capacity,
+            closed: Arc::new(Notify::new()),
+        }
+    }
+
+    /// Streams open now.
+    pub fn open(&self) -> usize {
+        self.capacity - self.places.available_permits()
+    }
+
+    /// Resolves once no stream is open (shutdown: after the closing
+    /// responses were written).
+    pub async fn all_closed(&self) {
+        loop {
+            let closed = self.closed.notified();
+            if self.open() == 0 {
+                return;
+            }
+            closed.await;
+        }
+    }
+}
+
+/// One stream's place in the pool, given back on drop.
+struct Place {
+    permit: Option<OwnedSemaphorePermit>,
+    closed: Arc<Notify>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        drop(self.permit.take()); // given back first, so a woken waiter sees it
+        self.closed.notify_waiters();
+    }
+}
+
+/// The honoured part of a `SubscriptionFilter` (2026-07-28 schema.json):
+/// which list kinds to send. Errors: -32602 when `notifications` is not an
+/// object, a `*ListChanged` field is not a boolean, or
+/// `resourceSubscriptions` is not an array of strings.
+fn honoured(params: Option<&Value>) -> Result<[bool; 3], RpcError> {
+    let bad = |m: String| RpcError::new(protocol::INVALID_PARAMS, m);
+    let filter = match params.and_then(|p| p.get("notifications")) {
+        None | Some(Value::Null) => return Ok([false; 3]),
+        Some(Value::Object(f)) => f,
+        Some(_) => return Err(bad("params.notifications must be an object".into())),
+    };
+    let mut on = [false; 3];
+    for (i, (field, _)) in LISTS.iter().enumerate() {
+        on[i] = match filter.get(*field) {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err(bad(format!(
+                    "params.notifications.{field} must be a boolean"
+                )))
+            }
+        };
+    }
+    match filter.get("resourceSubscriptions") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(a)) if a.iter().all(Value::is_string) => {}
+        Some(_) => {
+            return Err(bad(
+                "params.notifications.resourceSubscriptions must be an array of URI strings".into(),
+            ))
+        }
+    }
+    Ok(on)
+}
+
+fn frame(v: &Value) -> Result<Frame<Bytes>, Infallible> {
+    Ok(Frame::data(sse::event(&v.to_string())))
+}
+
+fn stamped(method: &str, id: &Value, extra: Option<(&str, Value)>) -> Value {
+    let mut params = Map::new();
+    params.insert("_meta".into(), json!({ META_SUBSCRIPTION_ID: id }));
+    if let Some((k, v)) = extra {
+        params.insert(k.into(), v);
+    }
+    protocol::notification(method, Some(Value::Object(params)))
+}
+
+/// Opens a listen stream for request `id`: the SSE response, or the status
+/// and JSON-RPC error to answer instead (-32602 bad filter, 406 + -32600
+/// when the client does not accept `text/event-stream`, 503 + -31005 when
+/// every listen stream is taken).
+pub fn open(
+    app: &Arc<App>,
+    id: Value,
+    params: Option<&Value>,
+    sse_ok: bool,
+) -> Result<Response<Body>, (StatusCode, RpcError)> {
+    if !sse_ok {
+        return Err((
+            StatusCode::NOT_ACCEPTABLE,
+            RpcError::new(
+                protocol::INVALID_REQUEST,
+                "subscriptions/listen answers with an SSE stream: send Accept: text/event-stream",
+            ),
+        ));
+    }
+    let on = honoured(params).map_err(|e| (StatusCode::OK, e))?;
+    let Ok(permit) = app.listen_streams.places.clone().try_acquire_owned() else {
+        metrics::counter!(crate::metrics::REFUSED, "limit" => "listen_streams").increment(1);
+        return Err((
+            StatusCode::SERVICE_UNAVAILABLE,
+            RpcError::new(
+                protocol::LISTEN_STREAMS_FULL,
+                format!(
+                    "all {} subscription streams are open (server.session_capacity); retry later",
+                    app.config.server.session_capacity
+                ),
+            ),
+        ));
+    };
+    let mut ack = Map::new();
+    for (i, (field, _)) in LISTS.iter().enumerate() {
+        if on[i] {
+            ack.insert((*field).into(), Value::Bool(true));
+        }
+    }
+    let first = stamped(
+        "notifications/subscriptions/acknowledged",
+        &id,
+        Some(("notifications", Value::Object(ack))),
+    );
+    let mut lists = app.catalog_gen.subscribe();
+    lists.mark_unchanged();
+    let period = app.config.server.keepalive;
+    let state = State {
+        id,
+        on,
+        lists,
+        stopping: app.stopping.subscribe(),
+        keepalive: tokio::time::interval_at(tokio::time::Instant::now() + period, period),
+        next: Some(first),
+        closed: false,
+        _place: Place {
+            permit: Some(permit),
+            closed: app.listen_streams.closed.clone(),
+        },
+    };
+    let stream = futures_util::stream::unfold(state, |mut s| async move {
+        let item = s.next_frame().await?;
+        Some((item, s))
+    });
+    let mut r = Response::new(BodyExt::boxed_unsync(StreamBody::new(stream)));
+    super::reply::sse_headers(&mut r);
+    Ok(r)
+}
+
+struct State {
+    id: Value,
+    on: [bool; 3],
+    lists: tokio::sync::watch::Receiver<u64>,
+    stopping: tokio::sync::watch::Receiver<bool>,
+    keepalive: tokio::time::Interval,
+    /// A message to send before anything else (the acknowledgment).
+    next: Option<Value>,
+    /// The closing response was sent: end.
+    closed: bool,
+    _place: Place,
+}
+
+impl State {
+    async fn next_frame(&mut self) -> Option<Result<Frame<Bytes>, Infallible>> {
+        if let Some(v) = self.next.take() {
+            return Some(frame(&v));
+        }
+        if self.closed {
+            return None;
+        }
+        loop {
+            tokio::select! {
+                biased;
+                _ = self.stopping.wait_for(|s| *s) => {
+                    self.closed = true;
+                    let done = protocol::result_response(self.id.clone(), json!({
+                        "resultType": "complete",
+                        "_meta": { META_SUBSCRIPTION_ID: self.id.clone() },
+                    }));
+                    return Some(frame(&done));
+                }
+                Ok(()) = self.lists.changed() => {
+                    self.lists.mark_unchanged();
+                    let mut out = Vec::new();
+                    for (i, (_, method)) in LISTS.iter().enumerate() {
+                        if self.on[i] {
+                            out.extend_from_slice(&sse::event(&stamped(method, &self.id, None).to_string()));
+                        }
+                    }
+                    if !out.is_empty() {
+                        return Some(Ok(Frame::data(Bytes::from(out))));
+                    }
+                }
+                _ = self.keepalive.tick() => return Some(Ok(Frame::data(sse::keepalive()))),
+            }
+        }
+    }
+}

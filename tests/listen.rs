@@ -1,0 +1,202 @@
+//! `subscriptions/listen` (2026-07-28 patterns-subscriptions.mdx): the
+//! acknowledgment first, only the asked-for list_changed kinds, every frame
+//! stamped with the subscription id, the graceful closing response on
+//! shutdown, a fixed pool of streams, and clear errors for bad filters.
+
+mod support;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use mcp_edge::protocol::sse::Decoder;
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::time::Duration;
+use support::*;
+use tokio::sync::mpsc;
+
+const SUB: &str = "io.modelcontextprotocol/subscriptionId";
+
+fn listen_body(id: Value, notifications: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": {
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {}
+        },
+        "notifications": notifications}})
+}
+
+/// Opens a listen stream; returns the HTTP status and a receiver of its
+/// messages (JSON), read as they arrive; the receiver ends with the stream.
+async fn listen(addr: SocketAddr, body: Value) -> (u16, mpsc::Receiver<Value>) {
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let req = http::Request::post(format!("http://{addr}/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "subscriptions/listen")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let sse = resp.headers()["content-type"] == "text/event-stream";
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        let mut body = resp.into_body();
+        if !sse {
+            let bytes = body.collect().await.unwrap().to_bytes();
+            let _ = tx.send(serde_json::from_slice(&bytes).unwrap()).await;
+            return;
+        }
+        let mut dec = Decoder::new(1 << 20);
+        // Reads until the stream ends, or drops it (closing the connection)
+        // once the receiver is gone: a client closing its stream.
+        while let Some(Ok(frame)) = tokio::select! {
+            f = body.frame() => f,
+            _ = tx.closed() => None,
+        } {
+            if let Some(d) = frame.data_ref() {
+                let mut evs = Vec::new();
+                dec.push(d, &mut |e| evs.push(e)).unwrap();
+                for e in evs {
+                    let _ = tx.send(serde_json::from_str(&e).unwrap()).await;
+                }
+            }
+        }
+    });
+    (status, rx)
+}
+
+async fn next(rx: &mut mpsc::Receiver<Value>) -> Value {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("a message within 10 s")
+        .expect("the stream is still open")
+}
+
+const EDGE: &str = "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n";
+
+#[tokio::test]
+async fn acknowledges_then_sends_only_the_asked_for_list_changes() {
+    let gw = start("keepalive = \"60s\"", EDGE).await;
+    let addr = gw.local_addr();
+    let (status, mut rx) = listen(
+        addr,
+        listen_body(
+            json!("sub-1"),
+            json!({"toolsListChanged": true, "resourceSubscriptions": ["file:///x"]}),
+        ),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let ack = next(&mut rx).await;
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(ack["params"]["_meta"][SUB], "sub-1");
+    // Honoured: the tool list; not resource updates (not relayed yet), so
+    // they are left out of the acknowledgment.
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"toolsListChanged": true})
+    );
+    // The upstream reconnects: its tools go away and come back.
+    gw.app().router.upstreams()[0].force_reconnect();
+    let change = next(&mut rx).await;
+    assert_eq!(change["method"], "notifications/tools/list_changed");
+    assert_eq!(change["params"]["_meta"][SUB], "sub-1");
+    assert_eq!(gw.app().listen_streams.open(), 1);
+    // Shutdown: the graceful closing response, then the end of the stream.
+    let app = gw.app().clone();
+    gw.shutdown().await;
+    let mut rest = Vec::new();
+    while let Some(v) = rx.recv().await {
+        rest.push(v);
+    }
+    let last = rest.last().expect("a closing response");
+    assert_eq!(last["id"], "sub-1", "{rest:?}");
+    assert_eq!(last["result"]["resultType"], "complete");
+    assert_eq!(last["result"]["_meta"][SUB], "sub-1");
+    assert!(
+        rest.iter()
+            .all(|m| m["method"] != "notifications/prompts/list_changed"
+                && m["method"] != "notifications/resources/list_changed"),
+        "only the asked-for kinds: {rest:?}"
+    );
+    assert_eq!(app.listen_streams.open(), 0);
+}
+
+#[tokio::test]
+async fn the_pool_is_fixed_and_a_closed_stream_gives_its_place_back() {
+    mcp_edge::metrics::prometheus();
+    let gw = start("session_capacity = 2\nkeepalive = \"60s\"", EDGE).await;
+    let addr = gw.local_addr();
+    let before = mcp_edge::metrics::read(mcp_edge::metrics::REFUSED, "limit=\"listen_streams\"");
+    let f = json!({"promptsListChanged": true});
+    let (_, mut a) = listen(addr, listen_body(json!(1), f.clone())).await;
+    let (_, mut b) = listen(addr, listen_body(json!(2), f.clone())).await;
+    next(&mut a).await;
+    next(&mut b).await;
+    let (status, mut c) = listen(addr, listen_body(json!(3), f.clone())).await;
+    assert_eq!(status, 503);
+    let refused = next(&mut c).await;
+    assert_eq!(refused["error"]["code"], -31005, "{refused}");
+    assert_eq!(refused["id"], 3);
+    let after = mcp_edge::metrics::read(mcp_edge::metrics::REFUSED, "limit=\"listen_streams\"");
+    assert!(after >= before + 1.0, "the refusal is counted");
+    // The client closes one stream: its place is free again.
+    drop(a);
+    let mut reopened = None;
+    for _ in 0..100 {
+        let (status, mut d) = listen(addr, listen_body(json!(4), f.clone())).await;
+        if status == 200 {
+            assert_eq!(
+                next(&mut d).await["method"],
+                "notifications/subscriptions/acknowledged"
+            );
+            reopened = Some(d);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        reopened.is_some(),
+        "the closed stream's place was given back"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_filters_and_legacy_sessions_get_clear_errors() {
+    let gw = start("", EDGE).await;
+    let addr = gw.local_addr();
+    for (notifications, needle) in [
+        (
+            json!({"toolsListChanged": "yes"}),
+            "toolsListChanged must be a boolean",
+        ),
+        (
+            json!({"resourceSubscriptions": "file:///x"}),
+            "array of URI strings",
+        ),
+        (json!([true]), "must be an object"),
+    ] {
+        let (status, mut rx) = listen(addr, listen_body(json!(9), notifications)).await;
+        let r = next(&mut rx).await;
+        assert_eq!(status, 200, "{r}");
+        assert_eq!(r["error"]["code"], -32602, "{r}");
+        assert!(
+            r["error"]["message"].as_str().unwrap().contains(needle),
+            "{r}"
+        );
+    }
+    assert_eq!(
+        gw.app().listen_streams.open(),
+        0,
+        "refused filters hold no place"
+    );
+    // subscriptions/listen is modern-only: a legacy session gets -32601.
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let r = call(addr, &sid, json!(1), "subscriptions/listen", json!({})).await;
+    assert_eq!(r.error_code(), Some(-32601), "{}", r.raw);
+    gw.shutdown().await;
+}
