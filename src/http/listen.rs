@@ -36,14 +36,11 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 /// `_meta` key naming the subscription a frame belongs to (§Receiving Notifications).
 pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
-/// The list kinds a listen stream can carry: filter field and notification method.
-const LISTS: [(&str, &str); 3] = [
-    ("toolsListChanged", "notifications/tools/list_changed"),
-    ("promptsListChanged", "notifications/prompts/list_changed"),
-    (
-        "resourcesListChanged",
-        "notifications/resources/list_changed",
-    ),
+/// The filter field of each list kind, in [`crate::upstream::ListGens`] order.
+const FIELDS: [&str; 3] = [
+    "toolsListChanged",
+    "promptsListChanged",
+    "resourcesListChanged",
 ];
 
 /// The fixed pool of listen streams (`server.session_capacity` places).
@@ -107,7 +104,7 @@ fn honoured(params: Option<&Value>) -> Result<[bool; 3], RpcError> {
         Some(_) => return Err(bad("params.notifications must be an object".into())),
     };
     let mut on = [false; 3];
-    for (i, (field, _)) in LISTS.iter().enumerate() {
+    for (i, field) in FIELDS.iter().enumerate() {
         on[i] = match filter.get(*field) {
             None | Some(Value::Null) => false,
             Some(Value::Bool(b)) => *b,
@@ -177,7 +174,7 @@ pub fn open(
         ));
     };
     let mut ack = Map::new();
-    for (i, (field, _)) in LISTS.iter().enumerate() {
+    for (i, field) in FIELDS.iter().enumerate() {
         if on[i] {
             ack.insert((*field).into(), Value::Bool(true));
         }
@@ -188,12 +185,13 @@ pub fn open(
         Some(("notifications", Value::Object(ack))),
     );
     let mut lists = app.catalog_gen.subscribe();
-    lists.mark_unchanged();
+    let seen = *lists.borrow_and_update();
     let period = app.config.server.keepalive;
     let state = State {
         id,
         on,
         lists,
+        seen,
         stopping: app.stopping.subscribe(),
         keepalive: tokio::time::interval_at(tokio::time::Instant::now() + period, period),
         next: Some(first),
@@ -215,7 +213,9 @@ pub fn open(
 struct State {
     id: Value,
     on: [bool; 3],
-    lists: tokio::sync::watch::Receiver<u64>,
+    lists: tokio::sync::watch::Receiver<crate::upstream::ListGens>,
+    /// The generations last announced.
+    seen: crate::upstream::ListGens,
     stopping: tokio::sync::watch::Receiver<bool>,
     keepalive: tokio::time::Interval,
     /// A message to send before anything else (the acknowledgment).
@@ -245,15 +245,11 @@ impl State {
                     return Some(frame(&done));
                 }
                 Ok(()) = self.lists.changed() => {
-                    self.lists.mark_unchanged();
-                    let mut out = Vec::new();
-                    for (i, (_, method)) in LISTS.iter().enumerate() {
-                        if self.on[i] {
-                            out.extend_from_slice(&sse::event(&stamped(method, &self.id, None).to_string()));
-                        }
-                    }
-                    if !out.is_empty() {
-                        return Some(Ok(Frame::data(Bytes::from(out))));
+                    let now = *self.lists.borrow_and_update();
+                    let changed = now.changed_since(&self.seen);
+                    self.seen = now;
+                    if let Some(events) = super::reply::list_changed(changed, self.on, Some(&self.id)) {
+                        return Some(Ok(Frame::data(events)));
                     }
                 }
                 _ = self.keepalive.tick() => return Some(Ok(Frame::data(sse::keepalive()))),

@@ -61,9 +61,11 @@ pub struct App {
     pub stopping: watch::Sender<bool>,
     /// Set once every enabled upstream settled its first attempt (`/readyz`, `READY=1`).
     pub ready: std::sync::atomic::AtomicBool,
-    /// Bumped when any upstream's catalog changes; GET streams then send
-    /// `notifications/{tools,prompts,resources}/list_changed`.
-    pub catalog_gen: Arc<watch::Sender<u64>>,
+    /// Moved on, per list kind, when an upstream's catalog really changes
+    /// (or a reload swaps the upstream set); GET and listen streams then
+    /// send `notifications/{tools,prompts,resources}/list_changed` for the
+    /// kinds that moved.
+    pub catalog_gen: Arc<watch::Sender<crate::upstream::ListGens>>,
     /// The watchdog's rules (`[watchdog]`; a reload replaces them).
     pub watchdog: Mutex<crate::config::WatchdogConfig>,
     /// The outcome of the last reload, if any (`STATUS=`, `/status`).
@@ -170,7 +172,7 @@ impl Gateway {
     /// [`GatewayError::Bind`], [`GatewayError::AdminBind`] (both before any
     /// upstream is started).
     pub async fn start(config: Config) -> Result<Gateway, GatewayError> {
-        let catalog_gen = Arc::new(watch::channel(0u64).0);
+        let catalog_gen = Arc::new(watch::channel(crate::upstream::ListGens::default()).0);
         let upstreams: Vec<Arc<Upstream>> = config
             .upstreams
             .iter()

@@ -183,7 +183,7 @@ impl Gateway {
         *app.watchdog.lock().expect("watchdog lock") = new.watchdog.clone();
         if !report.is_noop() {
             // GET streams tell their clients the lists changed.
-            app.catalog_gen.send_modify(|g| *g = g.wrapping_add(1));
+            app.catalog_gen.send_modify(|g| g.bump([true; 3]));
         }
         tracing::info!("{report}");
         report

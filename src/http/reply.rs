@@ -175,18 +175,27 @@ pub fn session_stream(app: Arc<App>, id: SessionId) -> Response<Body> {
     let start = Instant::now() + period;
     let guard = StreamGuard(app.clone(), id);
     let mut lists = app.catalog_gen.subscribe();
-    lists.mark_unchanged();
-    let state = (app, tokio::time::interval_at(start, period), guard, lists);
-    let stream =
-        futures_util::stream::unfold(state, move |(app, mut iv, guard, mut lists)| async move {
+    let seen = *lists.borrow_and_update();
+    let state = (
+        app,
+        tokio::time::interval_at(start, period),
+        guard,
+        lists,
+        seen,
+    );
+    let stream = futures_util::stream::unfold(
+        state,
+        move |(app, mut iv, guard, mut lists, mut seen)| async move {
             loop {
                 // What to send: a keep-alive, the list_changed notifications, or nothing.
                 let what = tokio::select! {
                     _ = iv.tick() => Some(sse::keepalive()),
                     _ = app.sessions_changed.notified() => None,
                     Ok(()) = lists.changed() => {
-                        lists.mark_unchanged();
-                        Some(list_changed())
+                        let now = *lists.borrow_and_update();
+                        let changed = now.changed_since(&seen);
+                        seen = now;
+                        list_changed(changed, [true; 3], None)
                     }
                 };
                 let alive = app
@@ -201,30 +210,39 @@ pub fn session_stream(app: Arc<App>, id: SessionId) -> Response<Body> {
                 if let Some(bytes) = what {
                     return Some((
                         Ok::<_, Infallible>(Frame::data(bytes)),
-                        (app, iv, guard, lists),
+                        (app, iv, guard, lists, seen),
                     ));
                 }
             }
-        });
+        },
+    );
     let mut r = Response::new(BodyExt::boxed_unsync(StreamBody::new(stream)));
     sse_headers(&mut r);
     r
 }
 
-/// The three list_changed notifications as SSE events (2025-11-25
-/// schema.json `ToolListChangedNotification` and siblings).
-fn list_changed() -> bytes::Bytes {
+/// SSE events for the list kinds that `changed` and the client asked for
+/// (`wanted`), in the order tools, prompts, resources (2025-11-25
+/// schema.json `ToolListChangedNotification` and siblings); `None` when
+/// there is nothing to send. With `subscription`, each carries
+/// `_meta["io.modelcontextprotocol/subscriptionId"]` (2026-07-28
+/// patterns-subscriptions.mdx §Receiving Notifications).
+pub(crate) fn list_changed(
+    changed: [bool; 3],
+    wanted: [bool; 3],
+    subscription: Option<&Value>,
+) -> Option<Bytes> {
     let mut out = Vec::new();
-    for m in [
-        "notifications/tools/list_changed",
-        "notifications/prompts/list_changed",
-        "notifications/resources/list_changed",
-    ] {
-        out.extend_from_slice(&sse::event(
-            &crate::protocol::notification(m, None).to_string(),
-        ));
+    for (i, method) in crate::upstream::ListGens::METHODS.iter().enumerate() {
+        if changed[i] && wanted[i] {
+            let params = subscription
+                .map(|id| serde_json::json!({"_meta": {super::listen::META_SUBSCRIPTION_ID: id}}));
+            out.extend_from_slice(&sse::event(
+                &crate::protocol::notification(method, params).to_string(),
+            ));
+        }
     }
-    bytes::Bytes::from(out)
+    (!out.is_empty()).then(|| Bytes::from(out))
 }
 
 /// Gives a GET stream's place back to its session when the stream ends.

@@ -12,6 +12,37 @@ use super::{Negotiated, Upstream};
 use crate::limits;
 use serde_json::{json, Value};
 
+/// Generation counters of the merged lists, one per kind a `list_changed`
+/// notification names: `[tools, prompts, resources]` (resources and
+/// resource templates together, as `notifications/resources/list_changed`
+/// covers both: 2025-11-25 schema.json `ResourceListChangedNotification`).
+/// Published on `App::catalog_gen`; streams compare what they saw last.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ListGens(pub [u64; 3]);
+
+impl ListGens {
+    /// The notification method of each kind, in order.
+    pub const METHODS: [&'static str; 3] = [
+        "notifications/tools/list_changed",
+        "notifications/prompts/list_changed",
+        "notifications/resources/list_changed",
+    ];
+
+    /// Which kinds moved on since `seen`.
+    pub fn changed_since(&self, seen: &ListGens) -> [bool; 3] {
+        [0, 1, 2].map(|i| self.0[i] != seen.0[i])
+    }
+
+    /// Moves the kinds in `which` on by one.
+    pub fn bump(&mut self, which: [bool; 3]) {
+        for (g, on) in self.0.iter_mut().zip(which) {
+            if on {
+                *g = g.wrapping_add(1);
+            }
+        }
+    }
+}
+
 /// The four lists of one upstream; each entry is the upstream's JSON, unchanged.
 #[derive(Debug, Default, Clone)]
 pub struct Catalog {
@@ -26,6 +57,16 @@ pub struct Catalog {
 }
 
 impl Catalog {
+    /// Which list kinds (`[tools, prompts, resources]`, see [`ListGens`])
+    /// differ between `self` and `other` (entries compared as JSON).
+    pub fn differs(&self, other: &Catalog) -> [bool; 3] {
+        [
+            self.tools != other.tools,
+            self.prompts != other.prompts,
+            self.resources != other.resources || self.templates != other.templates,
+        ]
+    }
+
     /// Lists everything the upstream's capabilities announce. A failing list
     /// leaves that kind empty (logged) rather than failing the connection.
     pub async fn fetch(up: &Upstream, neg: &Negotiated) -> Catalog {
@@ -129,4 +170,49 @@ async fn list_all(up: &Upstream, method: &str, key: &str, budget: &mut Budget) -
     }
     tracing::warn!(upstream = %up.name(), "{method}: more than {} pages; stopping", limits::MAX_LIST_PAGES);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cat(tools: &[&str], prompts: &[&str], templates: &[&str]) -> Catalog {
+        let named = |xs: &[&str]| xs.iter().map(|n| json!({"name": n})).collect();
+        Catalog {
+            tools: named(tools),
+            prompts: named(prompts),
+            resources: Vec::new(),
+            templates: templates
+                .iter()
+                .map(|t| json!({"uriTemplate": t}))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn only_the_kinds_that_differ_move_on() {
+        let a = cat(&["echo"], &["greet"], &[]);
+        assert_eq!(
+            a.differs(&a.clone()),
+            [false; 3],
+            "a same-list refresh announces nothing"
+        );
+        assert_eq!(
+            a.differs(&cat(&["echo", "add"], &["greet"], &[])),
+            [true, false, false]
+        );
+        assert_eq!(a.differs(&cat(&["echo"], &[], &[])), [false, true, false]);
+        // Templates are announced as a resource list change.
+        assert_eq!(
+            a.differs(&cat(&["echo"], &["greet"], &["x://{id}"])),
+            [false, false, true]
+        );
+        let mut g = ListGens::default();
+        let seen = g;
+        g.bump([false, true, false]);
+        assert_eq!(g.changed_since(&seen), [false, true, false]);
+        g.bump([true, true, true]);
+        assert_eq!(g.changed_since(&seen), [true, true, true]);
+        assert_eq!(g.changed_since(&g), [false; 3]);
+    }
 }

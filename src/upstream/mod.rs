@@ -25,7 +25,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::sync::{watch, Notify};
 
-pub use catalog::Catalog;
+pub use catalog::{Catalog, ListGens};
 pub use conn::Conn;
 pub use error::{CallError, SendError};
 pub use handshake::{Negotiated, UpstreamEra};
@@ -54,8 +54,8 @@ pub struct Upstream {
     reinit: tokio::sync::Mutex<()>,
     /// Server→client requests relayed to downstream clients, awaiting answers.
     pub(crate) pending: Arc<relay::Pending>,
-    /// Bumped whenever any upstream's catalog changes (shared by all upstreams).
-    catalog_gen: Arc<watch::Sender<u64>>,
+    /// Moved on, per kind, whenever any upstream's catalog changes (shared by all upstreams).
+    catalog_gen: Arc<watch::Sender<ListGens>>,
     /// Why traffic last saw this upstream fail (read by the owner task).
     loss: std::sync::Mutex<Option<Loss>>,
     /// Calls are refused until then (the upstream's Retry-After).
@@ -110,7 +110,7 @@ impl Upstream {
         id: usize,
         config: UpstreamConfig,
         max_pending: usize,
-        catalog_gen: Arc<watch::Sender<u64>>,
+        catalog_gen: Arc<watch::Sender<ListGens>>,
     ) -> Arc<Self> {
         let initial = Status::initial(config.enabled);
         Arc::new(Upstream {
@@ -389,8 +389,17 @@ impl Upstream {
     }
 
     pub(crate) fn set_catalog(&self, c: Catalog) {
-        *self.catalog.write().expect("catalog lock") = Arc::new(c);
-        self.catalog_gen.send_modify(|g| *g = g.wrapping_add(1));
+        let changed = {
+            let mut cur = self.catalog.write().expect("catalog lock");
+            let changed = cur.differs(&c);
+            *cur = Arc::new(c);
+            changed
+        };
+        // Only the kinds that really changed are announced (a refresh that
+        // found the same lists announces nothing).
+        if changed.contains(&true) {
+            self.catalog_gen.send_modify(|g| g.bump(changed));
+        }
     }
 
     /// What the handshake learnt, while connected.
