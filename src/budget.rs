@@ -15,7 +15,7 @@
 //!   [`limits::MAX_STREAMS_PER_SESSION`] GET streams, each with a full
 //!   `sse_queue_depth` queue of relayed messages of typical size; a stream
 //!   holds a connection, so at most `max_connections` are open;
-//! - up to `session_capacity` modern `subscriptions/listen` streams
+//! - up to min(`session_capacity`, `max_connections` / 2) modern `subscriptions/listen` streams
 //!   ([`crate::http::listen`]), each a little state and no queue;
 //! - `max_connections` connections, each holding a request body of up to
 //!   `max_body_bytes`;
@@ -121,12 +121,12 @@ impl Estimate {
             },
             Item {
                 what: format!(
-                    "listen streams (min({}, {}) × {}, no queue)",
+                    "listen streams (min({}, {} / 2) × {}, no queue)",
                     s.session_capacity,
                     s.max_connections,
                     kib(STREAM_BYTES)
                 ),
-                bytes: s.session_capacity.min(s.max_connections) * STREAM_BYTES,
+                bytes: s.session_capacity.min(s.max_connections / 2).max(1) * STREAM_BYTES,
             },
             Item {
                 what: format!(

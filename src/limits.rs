@@ -138,6 +138,10 @@ pub const FIRST_ATTEMPT_MARGIN: Duration = Duration::from_secs(1);
 /// ([`crate::metrics::upkeep`]): 5 s.
 pub const METRICS_UPKEEP_PERIOD: Duration = Duration::from_secs(5);
 
+/// `Retry-After` of a `subscriptions/listen` refused because every stream
+/// is taken (`-31005`, HTTP 503): 5 s.
+pub const LISTEN_RETRY_AFTER: Duration = Duration::from_secs(5);
+
 /// Bytes of a stdio child's stderr kept for status output (a ring).
 pub const STDERR_TAIL_BYTES: usize = 16 * 1024;
 /// How often a parked upstream's credential file is checked for a change (mtime).

@@ -47,6 +47,10 @@ pub const STDOUT_NOISE: &str = "mcp_edge_upstream_stdout_noise_total";
 /// Counter: downstream requests that waited for an upstream's first connect
 /// attempt before being routed (right after a start or reload).
 pub const REQUESTS_HELD: &str = "mcp_edge_requests_held_total";
+/// Gauge: open `subscriptions/listen` streams.
+pub const LISTEN_STREAMS: &str = "mcp_edge_listen_streams";
+/// Gauge: capacity of the `subscriptions/listen` stream pool.
+pub const LISTEN_STREAMS_CAPACITY: &str = "mcp_edge_listen_streams_capacity";
 /// Counter: HTTP requests refused by the Origin/Host check.
 pub const FORBIDDEN: &str = "mcp_edge_http_forbidden_total";
 

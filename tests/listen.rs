@@ -136,11 +136,19 @@ async fn the_pool_is_fixed_and_a_closed_stream_gives_its_place_back() {
     let (_, mut b) = listen(addr, listen_body(json!(2), f.clone())).await;
     next(&mut a).await;
     next(&mut b).await;
-    let (status, mut c) = listen(addr, listen_body(json!(3), f.clone())).await;
-    assert_eq!(status, 503);
-    let refused = next(&mut c).await;
-    assert_eq!(refused["error"]["code"], -31005, "{refused}");
-    assert_eq!(refused["id"], 3);
+    let refused = post(
+        addr,
+        &[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "subscriptions/listen"),
+        ],
+        &listen_body(json!(3), f.clone()),
+    )
+    .await;
+    assert_eq!(refused.status, 503, "{}", refused.raw);
+    assert_eq!(refused.error_code(), Some(-31005), "{}", refused.raw);
+    assert_eq!(refused.body["id"], 3);
+    assert_eq!(refused.header("retry-after"), Some("5"));
     let after = mcp_edge::metrics::read(mcp_edge::metrics::REFUSED, "limit=\"listen_streams\"");
     assert!(after >= before + 1.0, "the refusal is counted");
     // The client closes one stream: its place is free again.
@@ -194,6 +202,35 @@ async fn bad_filters_and_legacy_sessions_get_clear_errors() {
         0,
         "refused filters hold no place"
     );
+    // A client that cannot read SSE is told so (406), holding no place.
+    let r = post(
+        addr,
+        &[
+            ("accept", "application/json"),
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "subscriptions/listen"),
+        ],
+        &listen_body(json!(10), json!({"toolsListChanged": true})),
+    )
+    .await;
+    assert_eq!(r.status, 406, "{}", r.raw);
+    assert_eq!(r.error_code(), Some(-32600), "{}", r.raw);
+    // Asking only for what mcp-edge does not relay yet: the empty
+    // acknowledgment and at once the graceful end.
+    let (status, mut rx) = listen(
+        addr,
+        listen_body(json!("r"), json!({"resourceSubscriptions": ["file:///x"]})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let ack = next(&mut rx).await;
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(ack["params"]["notifications"], json!({}));
+    let done = next(&mut rx).await;
+    assert_eq!(done["result"]["resultType"], "complete", "{done}");
+    assert_eq!(done["result"]["_meta"][SUB], "r");
+    assert!(rx.recv().await.is_none(), "the stream ended");
+    assert_eq!(gw.app().listen_streams.open(), 0);
     // subscriptions/listen is modern-only: a legacy session gets -32601.
     let sid = legacy_session(addr, "2025-11-25").await;
     let r = call(addr, &sid, json!(1), "subscriptions/listen", json!({})).await;

@@ -191,7 +191,8 @@ pub struct ServerConfig {
     pub allowed_hosts: Vec<String>,
     /// Request body limit in bytes (`max_body_bytes`).
     pub max_body_bytes: usize,
-    /// Capacity of the legacy session table (`session_capacity`).
+    /// Capacity of the legacy session table (`session_capacity`); also caps
+    /// the `subscriptions/listen` pool (with `max_connections` / 2).
     pub session_capacity: usize,
     /// Idle timeout of a legacy session (`session_idle_timeout`); never zero.
     pub session_idle_timeout: Duration,

@@ -400,9 +400,16 @@ async fn one(
                 metrics::counter!(crate::metrics::REQUESTS, "method" => "subscriptions/listen",
                     "outcome" => if opened.is_ok() { "ok" } else { "error" })
                 .increment(1);
-                return opened
-                    .map(Outcome::Stream)
-                    .map_err(|(status, e)| (id, Refusal(status, e)));
+                return match opened {
+                    Ok(stream) => Ok(Outcome::Stream(stream)),
+                    // A bad filter is an ordinary JSON-RPC error, framed as the client asked.
+                    Err((StatusCode::OK, e)) => Ok(Outcome::Answer(Answer {
+                        response: protocol::error_response(id, &e),
+                        status: StatusCode::OK,
+                        session: None,
+                    })),
+                    Err((status, e)) => Err((id, Refusal(status, e))),
+                };
             }
             if stream_ok && relayable(&method) {
                 let session = match era {

@@ -15,9 +15,14 @@
 //! allows): `resourceSubscriptions`, since mcp-edge does not relay upstream
 //! `notifications/resources/updated`.
 //!
-//! Bounded: at most `server.session_capacity` listen streams at once (a
-//! fixed semaphore, like the legacy session table); one more is refused with
-//! HTTP 503 and `-31005`, counted in `mcp_edge_refused_total{limit="listen_streams"}`.
+//! Bounded: at most min(`server.session_capacity`, `server.max_connections`
+//! / 2) listen streams at once (a fixed semaphore; a stream holds its
+//! connection for as long as the client listens, so half the connections
+//! always stay free for requests); one more is refused with HTTP 503,
+//! `-31005` and `Retry-After`, counted in
+//! `mcp_edge_refused_total{limit="listen_streams"}`; `mcp_edge_listen_streams`
+//! is the number open. A request for nothing mcp-edge honours gets the
+//! acknowledgment and at once the closing response, holding no place.
 //! A stream holds no queue: what it sends is derived from the catalog
 //! generation when it is polled, so a slow reader costs nothing but its
 //! connection, and changes made while it is not read collapse into one.
@@ -43,7 +48,7 @@ const FIELDS: [&str; 3] = [
     "resourcesListChanged",
 ];
 
-/// The fixed pool of listen streams (`server.session_capacity` places).
+/// The fixed pool of listen streams (min(`session_capacity`, `max_connections` / 2) places).
 pub struct ListenStreams {
     places: Arc<Semaphore>,
     capacity: usize,
@@ -54,6 +59,7 @@ pub struct ListenStreams {
 impl ListenStreams {
     /// A pool of `capacity` streams.
     pub fn new(capacity: usize) -> Self {
+        metrics::gauge!(crate::metrics::LISTEN_STREAMS_CAPACITY).set(capacity as f64);
         ListenStreams {
             places: Arc::new(Semaphore::new(capacity)),
             capacity,
@@ -66,8 +72,13 @@ impl ListenStreams {
         self.capacity - self.places.available_permits()
     }
 
-    /// Resolves once no stream is open (shutdown: after the closing
-    /// responses were written).
+    /// The most streams open at once.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Resolves once no stream is open (shutdown: once every closing
+    /// response was handed to its connection).
     pub async fn all_closed(&self) {
         loop {
             let closed = self.closed.notified();
@@ -88,6 +99,7 @@ struct Place {
 impl Drop for Place {
     fn drop(&mut self) {
         drop(self.permit.take()); // given back first, so a woken waiter sees it
+        metrics::gauge!(crate::metrics::LISTEN_STREAMS).decrement(1.0);
         self.closed.notify_waiters();
     }
 }
@@ -140,6 +152,15 @@ fn stamped(method: &str, id: &Value, extra: Option<(&str, Value)>) -> Value {
     protocol::notification(method, Some(Value::Object(params)))
 }
 
+/// The graceful closing response (§Graceful Closure; 2026-07-28 schema.json
+/// `SubscriptionsListenResult`).
+fn closing(id: &Value) -> Value {
+    protocol::result_response(
+        id.clone(),
+        json!({"resultType": "complete", "_meta": { META_SUBSCRIPTION_ID: id }}),
+    )
+}
+
 /// Opens a listen stream for request `id`: the SSE response, or the status
 /// and JSON-RPC error to answer instead (-32602 bad filter, 406 + -32600
 /// when the client does not accept `text/event-stream`, 503 + -31005 when
@@ -160,19 +181,6 @@ pub fn open(
         ));
     }
     let on = honoured(params).map_err(|e| (StatusCode::OK, e))?;
-    let Ok(permit) = app.listen_streams.places.clone().try_acquire_owned() else {
-        metrics::counter!(crate::metrics::REFUSED, "limit" => "listen_streams").increment(1);
-        return Err((
-            StatusCode::SERVICE_UNAVAILABLE,
-            RpcError::new(
-                protocol::LISTEN_STREAMS_FULL,
-                format!(
-                    "all {} subscription streams are open (server.session_capacity); retry later",
-                    app.config.server.session_capacity
-                ),
-            ),
-        ));
-    };
     let mut ack = Map::new();
     for (i, field) in FIELDS.iter().enumerate() {
         if on[i] {
@@ -184,16 +192,43 @@ pub fn open(
         &id,
         Some(("notifications", Value::Object(ack))),
     );
+    if !on.contains(&true) {
+        // Nothing to listen for here: acknowledge the empty subset and end
+        // gracefully at once rather than hold a place for keep-alives.
+        let mut body = sse::event(&first.to_string()).to_vec();
+        body.extend_from_slice(&sse::event(&closing(&id).to_string()));
+        let mut r = Response::new(super::reply::full(body));
+        super::reply::sse_headers(&mut r);
+        return Ok(r);
+    }
+    let Ok(permit) = app.listen_streams.places.clone().try_acquire_owned() else {
+        metrics::counter!(crate::metrics::REFUSED, "limit" => "listen_streams").increment(1);
+        let secs = crate::limits::LISTEN_RETRY_AFTER.as_secs();
+        return Err((
+            StatusCode::SERVICE_UNAVAILABLE,
+            RpcError::new(
+                protocol::LISTEN_STREAMS_FULL,
+                format!(
+                    "all {} subscription streams are open; retry later",
+                    app.listen_streams.capacity
+                ),
+            )
+            .with_data(json!({"retryAfterSeconds": secs})),
+        ));
+    };
+    metrics::gauge!(crate::metrics::LISTEN_STREAMS).increment(1.0);
     let mut lists = app.catalog_gen.subscribe();
     let seen = *lists.borrow_and_update();
     let period = app.config.server.keepalive;
+    let mut keepalive = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let state = State {
         id,
         on,
         lists,
         seen,
         stopping: app.stopping.subscribe(),
-        keepalive: tokio::time::interval_at(tokio::time::Instant::now() + period, period),
+        keepalive,
         next: Some(first),
         closed: false,
         _place: Place {
@@ -238,11 +273,7 @@ impl State {
                 biased;
                 _ = self.stopping.wait_for(|s| *s) => {
                     self.closed = true;
-                    let done = protocol::result_response(self.id.clone(), json!({
-                        "resultType": "complete",
-                        "_meta": { META_SUBSCRIPTION_ID: self.id.clone() },
-                    }));
-                    return Some(frame(&done));
+                    return Some(frame(&closing(&self.id)));
                 }
                 Ok(()) = self.lists.changed() => {
                     let now = *self.lists.borrow_and_update();

@@ -54,7 +54,8 @@ pub struct App {
     pub sessions_changed: tokio::sync::Notify,
     /// Downstream requests being answered right now (shutdown waits for them).
     pub in_flight: crate::drain::Drain,
-    /// Open `subscriptions/listen` streams (fixed pool of `server.session_capacity`).
+    /// Open `subscriptions/listen` streams (fixed pool of
+    /// min(`session_capacity`, `max_connections` / 2)).
     pub listen_streams: listen::ListenStreams,
     /// Set when the gateway starts shutting down: listen streams send their
     /// closing response and end.
@@ -74,8 +75,9 @@ pub struct App {
 
 impl App {
     /// The capabilities mcp-edge announces in `initialize` and `server/discover`.
-    /// `listChanged`: a legacy session's GET stream is told when the merged
-    /// lists change (an upstream connects, drops, or says its list changed).
+    /// `listChanged`: a legacy session's GET stream, or a modern
+    /// `subscriptions/listen` stream, is told when the merged lists change
+    /// (an upstream connects, drops, or says its list changed).
     pub fn capabilities() -> Value {
         json!({"tools": {"listChanged": true}, "prompts": {"listChanged": true},
             "resources": {"listChanged": true}, "completions": {}, "logging": {}})
@@ -216,7 +218,9 @@ impl Gateway {
             catalog_gen: catalog_gen.clone(),
             ready: false.into(),
             in_flight: crate::drain::Drain::new(),
-            listen_streams: listen::ListenStreams::new(s.session_capacity),
+            listen_streams: listen::ListenStreams::new(
+                s.session_capacity.min(s.max_connections / 2).max(1),
+            ),
             stopping: watch::Sender::new(false),
             router: Router::new(
                 upstreams.clone(),
@@ -331,8 +335,16 @@ impl Gateway {
             );
         }
         // Listen streams send their closing response and end on `stopping`;
-        // wait (within the same grace) until they have been written.
-        let _ = tokio::time::timeout_at(deadline, app.listen_streams.all_closed()).await;
+        // wait (within the same grace) until each was handed to its connection.
+        if tokio::time::timeout_at(deadline, app.listen_streams.all_closed())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "shutdown: {} subscription stream(s) did not take their closing response within {grace:?}",
+                app.listen_streams.open()
+            );
+        }
         self.supervisor.shutdown(Duration::from_secs(5)).await;
     }
 

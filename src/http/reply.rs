@@ -34,7 +34,7 @@ pub fn wants_sse(h: &HeaderMap) -> bool {
         && !accept.contains("*/*")
 }
 
-fn full(b: impl Into<Bytes>) -> Body {
+pub(crate) fn full(b: impl Into<Bytes>) -> Body {
     Full::new(b.into())
         .map_err(|e: Infallible| match e {})
         .boxed_unsync()
@@ -173,6 +173,8 @@ pub fn answer(
 pub fn session_stream(app: Arc<App>, id: SessionId) -> Response<Body> {
     let period = app.config.server.keepalive;
     let start = Instant::now() + period;
+    let mut keepalive = tokio::time::interval_at(start, period);
+    keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let guard = StreamGuard(app.clone(), id);
     let mut lists = app.catalog_gen.subscribe();
     let seen = *lists.borrow_and_update();
