@@ -86,6 +86,63 @@ async fn python_sdk_2_legacy_client() {
     );
 }
 
+/// A legacy HTTP upstream (the Python SDK's own streamable-HTTP server)
+/// announces a new tool on its session's GET stream, tied to no request:
+/// mcp-edge reads that stream, refreshes the catalog, and the tool appears
+/// downstream without a reconnect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_http_upstream_announces_new_tools_on_its_get_stream() {
+    let (_guard, port) = peers::spawn_fixture_http_server();
+    let gw = support::start(
+        "",
+        &format!("[[upstream]]\nname = \"py\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n"),
+    )
+    .await;
+    let addr = gw.local_addr();
+    let up = gw.app().router.upstreams()[0].clone();
+    let attempts = up.attempts();
+    let sid = support::legacy_session(addr, "2025-11-25").await;
+    let mut grown = Vec::new();
+    for i in 0..40 {
+        // Grow now and then: the first call may come before the GET stream is open.
+        if i % 8 == 0 {
+            let r = support::call(
+                addr,
+                &sid,
+                json!(i),
+                "tools/call",
+                json!({"name": "py__grow"}),
+            )
+            .await;
+            assert!(support::text_of(&r).starts_with("grew grown_"), "{}", r.raw);
+        }
+        let list = support::call(addr, &sid, json!(1000 + i), "tools/list", json!({})).await;
+        grown = support::tool_names(&list)
+            .into_iter()
+            .filter(|n| n.starts_with("py__grown_"))
+            .collect();
+        if !grown.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    assert!(
+        !grown.is_empty(),
+        "the GET stream's list_changed was never seen"
+    );
+    assert_eq!(up.attempts(), attempts, "seen without a reconnect");
+    let r = support::call(
+        addr,
+        &sid,
+        json!("g"),
+        "tools/call",
+        json!({"name": grown[0]}),
+    )
+    .await;
+    assert!(support::text_of(&r).starts_with("grown "), "{}", r.raw);
+    gw.shutdown().await;
+}
+
 /// The next JSON line the child printed (60 s at most).
 async fn next_json(
     lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,

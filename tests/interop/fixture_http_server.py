@@ -17,6 +17,8 @@ Tools:
   sleep_ms(ms:int)   -> waits ms milliseconds, then text "slept <ms> ms" (timeouts / cancellation)
   notify(steps:int=3)-> sends `steps` notifications/message (info) and, when the request carried
                         _meta.progressToken, `steps` notifications/progress; text "notified <steps>"
+  grow()             -> adds a tool grown_<n> and sends notifications/tools/list_changed on the
+                        session's GET stream (not tied to the request); text "grew grown_<n>"
 
 How a test checks unknown-field forwarding: call `extensions` through the gateway with
 client_v1.py (the mcp 1.30 client keeps unknown fields: its models use extra="allow") and
@@ -109,6 +111,22 @@ def build(port: int, json_response: bool, stateless: bool) -> FastMCP:
             await ctx.report_progress(i, steps, f"step {i}")
             await asyncio.sleep(0.01)
         return f"notified {steps}"
+
+    grown = [0]
+
+    @mcp.tool()
+    async def grow(ctx: Context) -> str:
+        """Add a tool grown_<n> and announce it with notifications/tools/list_changed, sent (unrelated
+        to this request) on the session's GET stream: a client without one never hears of it."""
+        grown[0] += 1
+        n = grown[0]
+
+        def grown_tool() -> str:
+            return f"grown {n}"
+
+        mcp.add_tool(grown_tool, name=f"grown_{n}", description=f"added by grow call {n}")
+        await ctx.session.send_tool_list_changed()
+        return f"grew grown_{n}"
 
     return mcp
 

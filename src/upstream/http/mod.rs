@@ -7,6 +7,9 @@
 //! §Session Management); modern ones get `MCP-Protocol-Version`, `Mcp-Method`
 //! and `Mcp-Name` headers (§Request Metadata).
 
+mod get_stream;
+pub use get_stream::GetStreamEnd;
+
 use super::handshake::UpstreamEra;
 use super::relay::{relay_request, Relay, RelayCtx};
 use super::SendError;

@@ -1,0 +1,181 @@
+//! The scriptable streamable-HTTP upstream of the supervisor tests: a small
+//! hyper server on a loopback port that answers as its [`Mode`] says
+//! (401, 429 with Retry-After, a legacy server with sessions, with or
+//! without a GET stream, a tool that never answers) and records every
+//! request it saw.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How the scriptable HTTP upstream answers.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Mode {
+    /// 401 with a challenge, always.
+    Unauthorized,
+    /// 429 with `Retry-After: 120` (or the HTTP-date form) for the first request, then a legacy server.
+    TooManyThen { http_date: bool },
+    /// A legacy (2025-11-25) server with sessions; `restart` invalidates them.
+    Legacy,
+    /// [`Mode::Legacy`] that also offers a GET stream, which sends one
+    /// `notifications/tools/list_changed` and ends.
+    LegacyGet,
+}
+
+pub struct Upstream {
+    pub mode: Mode,
+    pub requests: Mutex<Vec<(Instant, String)>>,
+    pub session: Mutex<String>,
+    pub generation: AtomicUsize,
+    /// Ids of `tools/call` requests, and `requestId`s of `notifications/cancelled`.
+    pub calls: Mutex<Vec<Value>>,
+    pub cancelled: Mutex<Vec<Value>>,
+}
+
+async fn answer(
+    u: Arc<Upstream>,
+    req: http::Request<Incoming>,
+) -> Result<http::Response<Full<Bytes>>, std::convert::Infallible> {
+    if req.method() == http::Method::GET {
+        u.requests
+            .lock()
+            .unwrap()
+            .push((Instant::now(), "GET".into()));
+        if u.mode != Mode::LegacyGet {
+            let mut r = http::Response::new(Full::new(Bytes::new()));
+            *r.status_mut() = http::StatusCode::METHOD_NOT_ALLOWED;
+            return Ok(r);
+        }
+        let event =
+            "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n\n";
+        let mut r = http::Response::new(Full::new(Bytes::from(event)));
+        r.headers_mut()
+            .insert("content-type", "text/event-stream".parse().unwrap());
+        return Ok(r);
+    }
+    let sid_in = req
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_string());
+    let body: Value = serde_json::from_slice(&req.into_body().collect().await.unwrap().to_bytes())
+        .unwrap_or(Value::Null);
+    let method = body["method"].as_str().unwrap_or("").to_string();
+    let n = {
+        let mut r = u.requests.lock().unwrap();
+        r.push((Instant::now(), method.clone()));
+        r.len()
+    };
+    let resp = |status: u16, v: Value| {
+        let mut r = http::Response::new(Full::new(Bytes::from(v.to_string())));
+        *r.status_mut() = http::StatusCode::from_u16(status).unwrap();
+        r.headers_mut()
+            .insert("content-type", "application/json".parse().unwrap());
+        r
+    };
+    match u.mode {
+        Mode::Unauthorized => {
+            let mut r = resp(401, json!({"error": "unauthorized"}));
+            r.headers_mut().insert(
+                "www-authenticate",
+                "Bearer realm=\"secret-realm\"".parse().unwrap(),
+            );
+            return Ok(r);
+        }
+        Mode::TooManyThen { http_date } if n == 1 => {
+            let mut r = resp(429, json!({"error": "slow down"}));
+            let v = if http_date {
+                httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(120))
+            } else {
+                "120".to_string()
+            };
+            r.headers_mut().insert("retry-after", v.parse().unwrap());
+            return Ok(r);
+        }
+        _ => {}
+    }
+    let id = body["id"].clone();
+    let ok = |result: Value| resp(200, json!({"jsonrpc": "2.0", "id": id, "result": result}));
+    Ok(match method.as_str() {
+        "server/discover" => resp(
+            400,
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "Method not found"}}),
+        ),
+        "initialize" => {
+            let sid = format!("s{}", u.generation.fetch_add(1, Ordering::SeqCst));
+            *u.session.lock().unwrap() = sid.clone();
+            let mut r = ok(
+                json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": {"name": "scripted", "version": "1"}}),
+            );
+            r.headers_mut()
+                .insert("mcp-session-id", sid.parse().unwrap());
+            r
+        }
+        _ if sid_in.as_deref() != Some(u.session.lock().unwrap().as_str()) => {
+            resp(404, json!({"error": "unknown session"}))
+        }
+        "" => resp(202, Value::Null),
+        "notifications/cancelled" => {
+            u.cancelled
+                .lock()
+                .unwrap()
+                .push(body["params"]["requestId"].clone());
+            resp(202, Value::Null)
+        }
+        m if m.starts_with("notifications/") => resp(202, Value::Null),
+        "tools/call" if body["params"]["name"] == "hang" => {
+            u.calls.lock().unwrap().push(id.clone());
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            ok(json!({"content": []}))
+        }
+        "ping" => ok(json!({})),
+        "tools/list" => ok(
+            json!({"tools": [{"name": "hello", "inputSchema": {"type": "object"}},
+                {"name": "hang", "inputSchema": {"type": "object"}}]}),
+        ),
+        "tools/call" => {
+            u.calls.lock().unwrap().push(id.clone());
+            ok(
+                json!({"content": [{"type": "text", "text": format!("hello from {}", u.session.lock().unwrap())}]}),
+            )
+        }
+        _ => ok(json!({})),
+    })
+}
+
+/// Starts the scripted upstream on a loopback port; returns it and its URL.
+pub async fn scripted(mode: Mode) -> (Arc<Upstream>, String) {
+    let u = Arc::new(Upstream {
+        mode,
+        requests: Mutex::new(Vec::new()),
+        session: Mutex::new(String::new()),
+        generation: 0.into(),
+        calls: Mutex::new(Vec::new()),
+        cancelled: Mutex::new(Vec::new()),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let u2 = u.clone();
+    tokio::spawn(async move {
+        loop {
+            let (s, _) = listener.accept().await.unwrap();
+            let u = u2.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |r| answer(u.clone(), r));
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
+                    .await;
+            });
+        }
+    });
+    (u, url)
+}
+
+pub fn http_block(name: &str, url: &str, extra: &str) -> String {
+    format!("[[upstream]]\nname = \"{name}\"\ntransport = \"http\"\nurl = \"{url}\"\n{extra}\n")
+}
