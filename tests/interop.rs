@@ -86,32 +86,22 @@ async fn python_sdk_2_legacy_client() {
     );
 }
 
-/// A legacy HTTP upstream (the Python SDK's own streamable-HTTP server)
-/// announces a new tool on its session's GET stream, tied to no request:
-/// mcp-edge reads that stream, refreshes the catalog, and the tool appears
-/// downstream without a reconnect.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_legacy_http_upstream_announces_new_tools_on_its_get_stream() {
-    let (_guard, port) = peers::spawn_fixture_http_server();
-    let gw = support::start(
-        "",
-        &format!("[[upstream]]\nname = \"py\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n"),
-    )
-    .await;
-    let addr = gw.local_addr();
-    let up = gw.app().router.upstreams()[0].clone();
-    let attempts = up.attempts();
+/// Calls `{prefix}__grow` now and then and polls the gateway's tools/list
+/// until a `{prefix}__grown_*` tool appears (the upstream announced it on a
+/// stream not tied to the call); returns the grown tools' names (empty if
+/// none appeared within ~10 s).
+async fn grown_tools(addr: std::net::SocketAddr, prefix: &str) -> Vec<String> {
     let sid = support::legacy_session(addr, "2025-11-25").await;
     let mut grown = Vec::new();
     for i in 0..40 {
-        // Grow now and then: the first call may come before the GET stream is open.
+        // Grow now and then: the first call may come before the stream is open.
         if i % 8 == 0 {
             let r = support::call(
                 addr,
                 &sid,
                 json!(i),
                 "tools/call",
-                json!({"name": "py__grow"}),
+                json!({"name": format!("{prefix}__grow")}),
             )
             .await;
             assert!(support::text_of(&r).starts_with("grew grown_"), "{}", r.raw);
@@ -119,27 +109,50 @@ async fn a_legacy_http_upstream_announces_new_tools_on_its_get_stream() {
         let list = support::call(addr, &sid, json!(1000 + i), "tools/list", json!({})).await;
         grown = support::tool_names(&list)
             .into_iter()
-            .filter(|n| n.starts_with("py__grown_"))
+            .filter(|n| n.starts_with(&format!("{prefix}__grown_")))
             .collect();
         if !grown.is_empty() {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
-    assert!(
-        !grown.is_empty(),
-        "the GET stream's list_changed was never seen"
+    if let Some(t) = grown.first() {
+        let r = support::call(addr, &sid, json!("g"), "tools/call", json!({"name": t})).await;
+        assert!(support::text_of(&r).starts_with("grown "), "{}", r.raw);
+    }
+    grown
+}
+
+/// An upstream announces a new tool on a stream tied to no request: a
+/// legacy HTTP server (Python `mcp==1.30.0`) on its session's GET stream, a
+/// modern one (Python `mcp==2.3.0`, over streamable HTTP and over stdio)
+/// only to `subscriptions/listen` streams. mcp-edge follows each, refreshes
+/// the catalog, and the tool appears downstream without a reconnect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstreams_announce_new_tools_on_their_notification_streams() {
+    let (_legacy, lport) = peers::spawn_fixture_http_server();
+    let (_modern, mport) = peers::spawn_fixture_modern_server();
+    let upstreams = format!(
+        "[[upstream]]\nname = \"py\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:{lport}/mcp\"\n\n\
+         [[upstream]]\nname = \"mh\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:{mport}/mcp\"\n\n\
+         [[upstream]]\nname = \"ms\"\ntransport = \"stdio\"\ncommand = \"{}\"\nargs = [\"{}\", \"stdio\"]\n",
+        peers::python_v2().display(),
+        peers::fixture_modern_server_py().display()
     );
-    assert_eq!(up.attempts(), attempts, "seen without a reconnect");
-    let r = support::call(
-        addr,
-        &sid,
-        json!("g"),
-        "tools/call",
-        json!({"name": grown[0]}),
-    )
-    .await;
-    assert!(support::text_of(&r).starts_with("grown "), "{}", r.raw);
+    let gw = support::start("", &upstreams).await;
+    assert_eq!(gw.ready_upstreams(), 3);
+    let ups = gw.app().router.upstreams().to_vec();
+    assert!(ups[1].negotiated().unwrap().era == mcp_edge::upstream::UpstreamEra::Modern);
+    let attempts: Vec<u64> = ups.iter().map(|u| u.attempts()).collect();
+    for prefix in ["py", "mh", "ms"] {
+        let grown = grown_tools(gw.local_addr(), prefix).await;
+        assert!(
+            !grown.is_empty(),
+            "{prefix}: the announced tool never appeared"
+        );
+    }
+    let after: Vec<u64> = ups.iter().map(|u| u.attempts()).collect();
+    assert_eq!(after, attempts, "seen without a reconnect");
     gw.shutdown().await;
 }
 

@@ -11,7 +11,7 @@
 use super::backoff::{jitter_unit, Backoff};
 use super::persist::{unix_ms_after, Persist, Saved};
 use crate::limits;
-use crate::upstream::http::{GetStreamEnd, HttpConn};
+use crate::upstream::http::{HttpConn, NotificationsEnd};
 use crate::upstream::{handshake, stdio, Catalog, Conn, SendError, Upstream};
 use std::future::Future;
 use std::pin::Pin;
@@ -199,26 +199,33 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
             Conn::Http(c) => c.take_abandoned(),
             _ => None,
         };
-        // A legacy HTTP upstream's GET stream (list changes not tied to a
-        // call), read here as one more arm, reopened after health_interval.
-        let get_stream = async {
+        // A modern child announces list changes only to a listener.
+        if let (Conn::Stdio(c), handshake::UpstreamEra::Modern) = (&*conn, neg.era) {
+            if let Err(e) = c.listen().await {
+                tracing::debug!(upstream = %name, "subscriptions/listen not sent: {e}");
+            }
+        }
+        // An HTTP upstream's notification stream (list changes not tied to a
+        // call: a legacy GET stream or a modern subscriptions/listen), read
+        // here as one more arm, reopened after health_interval.
+        let notifications = async {
             let Conn::Http(c) = &*conn else {
                 return std::future::pending::<()>().await;
             };
             loop {
-                match c.read_get_stream().await {
-                    GetStreamEnd::NotOffered => {
-                        tracing::debug!(upstream = %name, "no GET stream offered");
+                match c.read_notifications().await {
+                    NotificationsEnd::NotOffered => {
+                        tracing::debug!(upstream = %name, "no notification stream offered");
                         return std::future::pending::<()>().await;
                     }
-                    GetStreamEnd::Ended(why) => {
-                        tracing::debug!(upstream = %name, "GET stream: {why}; again in {:?}", up.config.health_interval);
+                    NotificationsEnd::Ended(why) => {
+                        tracing::debug!(upstream = %name, "notification stream: {why}; again in {:?}", up.config.health_interval);
                         tokio::time::sleep(up.config.health_interval).await;
                     }
                 }
             }
         };
-        tokio::pin!(get_stream);
+        tokio::pin!(notifications);
         loop {
             // Biased, probes first: cancellations (each bounded by
             // probe_timeout) never delay a due probe by more than one.
@@ -245,7 +252,7 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
                     up.set_catalog(c);
                     up.progressed();
                 }
-                _ = &mut get_stream => {}
+                _ = &mut notifications => {}
                 Some(id) = next_abandoned(&mut abandoned) => {
                     if let Conn::Http(c) = &*conn {
                         match tokio::time::timeout(up.config.probe_timeout, c.cancel(id)).await {

@@ -325,6 +325,8 @@ async fn on_line(
         Ok(Message::Notification { method, params }) => {
             if method.ends_with("/list_changed") {
                 list_changed.notify_one();
+            } else if method == "notifications/subscriptions/acknowledged" {
+                // mcp-edge's own listen stream (StdioConn::listen): nobody to tell.
             } else if method == "notifications/progress" {
                 let token = params.as_ref().and_then(|p| p.get("progressToken"));
                 if let Some((relay, original)) = token.and_then(|t| inflight.progress_target(t)) {
@@ -420,6 +422,26 @@ impl StdioConn {
     /// Writes a response (to a request the upstream sent us).
     pub async fn respond(&self, msg: &Value) -> Result<(), SendError> {
         write_line(&self.stdin, msg).await
+    }
+
+    /// Asks a modern (2026-07-28) child for its list changes: one
+    /// `subscriptions/listen` request (id [`super::http::LISTEN_ID`]) for the
+    /// three list kinds (2026-07-28 patterns-subscriptions.mdx). Its stream
+    /// is the child's stdout: the acknowledgment is skipped, list_changed
+    /// wakes the catalog refresh like a legacy child's, and its final
+    /// response (or a refusal) is an answer nobody waits for.
+    pub async fn listen(&self) -> Result<(), SendError> {
+        let params = super::handshake::adapt_params(
+            super::UpstreamEra::Modern,
+            Some(json!({"notifications": {"toolsListChanged": true,
+                "promptsListChanged": true, "resourcesListChanged": true}})),
+        );
+        let msg = protocol::request(
+            json!(super::http::LISTEN_ID),
+            "subscriptions/listen",
+            params,
+        );
+        write_line(&self.stdin, &msg).await
     }
 
     /// Sends a notification.

@@ -187,6 +187,25 @@ pub fn spawn_fixture_http_server_with(flags: &[&str]) -> (KillOnDrop, u16) {
     })
 }
 
+/// `tests/interop/fixture_modern_server.py` (mcp 2.3.0 MCPServer, 2026-07-28 only).
+pub fn fixture_modern_server_py() -> PathBuf {
+    installed(
+        interop_dir().join("fixture_modern_server.py"),
+        "the modern fixture server",
+    )
+}
+
+/// Starts `fixture_modern_server.py http PORT` on a free loopback port and
+/// waits until it accepts TCP. URL: `http://127.0.0.1:{port}/mcp`.
+pub fn spawn_fixture_modern_server() -> (KillOnDrop, u16) {
+    let (py, script) = (python_v2(), fixture_modern_server_py());
+    spawn_listening("fixture_modern_server", |port| {
+        let mut c = Command::new(&py);
+        c.arg(&script).arg("http").arg(port.to_string());
+        c
+    })
+}
+
 /// Starts server-everything in `streamableHttp` mode on a free port, forced onto 127.0.0.1.
 /// URL: `http://127.0.0.1:{port}/mcp`. Killed when the guard drops (it is `node` itself, not an npx wrapper).
 pub fn spawn_server_everything_http() -> (KillOnDrop, u16) {

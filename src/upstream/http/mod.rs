@@ -7,8 +7,8 @@
 //! §Session Management); modern ones get `MCP-Protocol-Version`, `Mcp-Method`
 //! and `Mcp-Name` headers (§Request Metadata).
 
-mod get_stream;
-pub use get_stream::GetStreamEnd;
+mod notifications;
+pub use notifications::{NotificationsEnd, LISTEN_ID};
 
 use super::handshake::UpstreamEra;
 use super::relay::{relay_request, Relay, RelayCtx};

@@ -1,0 +1,162 @@
+//! The upstream's notification stream: how a streamable-HTTP server tells
+//! mcp-edge things unrelated to any request it made, above all
+//! `notifications/tools/list_changed` and its siblings. Without it, an HTTP
+//! upstream whose lists change is only seen anew after a reconnect.
+//!
+//! - Legacy (2025-era): the session's GET stream
+//!   (`../shared/spec/2025-11-25/transports.mdx` §Listening for Messages
+//!   from the Server).
+//! - Modern (2026-07-28): a `subscriptions/listen` request for the three
+//!   list kinds (`../shared/spec/2026-07-28/patterns-subscriptions.mdx`);
+//!   its acknowledgment is skipped, its closing response ends the stream.
+//!
+//! One stream per connection, read by the owner task's monitor as one more
+//! `select!` arm (no task of its own): list_changed wakes the catalog
+//! refresh, `ping` is answered, other server→client requests are refused
+//! (there is no downstream caller to relay them to), other notifications are
+//! dropped. A server that does not offer the stream (405, or not
+//! `text/event-stream`) is not asked again on this connection; one that ends
+//! it is asked again after `health_interval`. A modern server that refuses
+//! the listen request (an error response, e.g. -32601) counts as not
+//! offering one.
+
+use super::{chain, HttpConn};
+use crate::protocol::{self, sse, Message};
+use crate::upstream::UpstreamEra;
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use serde_json::json;
+
+/// How one notification stream ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum NotificationsEnd {
+    /// The server does not offer one (405, another content type, or a
+    /// refused `subscriptions/listen`): do not ask again on this connection.
+    NotOffered,
+    /// It ended or failed (the reason): ask again later.
+    Ended(String),
+}
+
+impl HttpConn {
+    /// Opens the notification stream (a legacy session's GET stream, or a
+    /// modern `subscriptions/listen`) and reads it until it ends, handling
+    /// each message as described in the module docs. An event over
+    /// `max_result_bytes` ends the stream.
+    pub async fn read_notifications(&self) -> NotificationsEnd {
+        let era = *self.era.read().expect("era lock");
+        let req = match era {
+            UpstreamEra::Legacy(version) => self.get_request(version),
+            UpstreamEra::Modern => {
+                let params = crate::upstream::handshake::adapt_params(
+                    UpstreamEra::Modern,
+                    Some(json!({"notifications": {"toolsListChanged": true,
+                        "promptsListChanged": true, "resourcesListChanged": true}})),
+                );
+                let msg = protocol::request(json!(LISTEN_ID), "subscriptions/listen", params);
+                self.build("subscriptions/listen", &msg, era, msg.get("params"))
+                    .map_err(|e| e.to_string())
+            }
+        };
+        let req = match req {
+            Ok(r) => r,
+            Err(e) => return NotificationsEnd::Ended(e),
+        };
+        let resp = match self.client.request(req).await {
+            Ok(r) => r,
+            Err(e) => {
+                return NotificationsEnd::Ended(format!("{}: {}", self.url, chain(&e)));
+            }
+        };
+        let status = resp.status();
+        let is_sse = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let refused = match era {
+            UpstreamEra::Legacy(_) => status == StatusCode::METHOD_NOT_ALLOWED,
+            // A JSON-RPC error (-32601 is HTTP 404 in this era) or a 400.
+            UpstreamEra::Modern => matches!(status.as_u16(), 400 | 404 | 405),
+        };
+        if refused || (status.is_success() && !is_sse) {
+            return NotificationsEnd::NotOffered;
+        }
+        if !status.is_success() {
+            return NotificationsEnd::Ended(format!(
+                "the notification stream was answered {status}"
+            ));
+        }
+        let mut body = resp.into_body();
+        let mut dec = sse::Decoder::new(self.max_bytes);
+        while let Some(frame) = body.frame().await {
+            let frame = match frame {
+                Ok(f) => f,
+                Err(e) => return NotificationsEnd::Ended(format!("GET stream: {e}")),
+            };
+            let Some(data) = frame.data_ref() else {
+                continue;
+            };
+            let mut events = Vec::new();
+            if dec.push(data, &mut |e| events.push(e)).is_err() {
+                return NotificationsEnd::Ended(format!(
+                    "GET stream: an event over {} bytes (max_result_bytes)",
+                    self.max_bytes
+                ));
+            }
+            for e in events {
+                // The listen request's own answer: its closing response ends
+                // the stream; an error means the server does not offer one.
+                if let Ok(Message::Response { id, outcome }) = serde_json::from_str(&e)
+                    .map_err(|_| ())
+                    .and_then(|v| protocol::classify(v).map_err(|_| ()))
+                {
+                    if id == json!(LISTEN_ID) {
+                        return match outcome {
+                            Ok(_) => NotificationsEnd::Ended("the listen stream was closed".into()),
+                            Err(e) => {
+                                tracing::debug!("subscriptions/listen refused: {}", e.message);
+                                NotificationsEnd::NotOffered
+                            }
+                        };
+                    }
+                }
+                // Id 0 is never used by a call (ids start at 1), and no relay:
+                // other responses are ignored, requests answered or refused here.
+                let _ = self.on_message(&e, 0, None).await;
+            }
+        }
+        NotificationsEnd::Ended("the notification stream ended".into())
+    }
+
+    /// The GET request of a legacy session's stream.
+    fn get_request(
+        &self,
+        version: crate::protocol::ProtocolVersion,
+    ) -> Result<Request<Full<Bytes>>, String> {
+        let mut req = Request::builder()
+            .method(Method::GET)
+            .uri(self.url.clone())
+            .header(header::ACCEPT, "text/event-stream")
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| e.to_string())?;
+        let h = req.headers_mut();
+        for (k, v) in &self.headers {
+            h.insert(k.clone(), v.clone());
+        }
+        if version != crate::protocol::ProtocolVersion::V2025_03_26 {
+            h.insert(
+                "mcp-protocol-version",
+                HeaderValue::from_static(version.as_str()),
+            );
+        }
+        if let Some(s) = self.session.read().expect("session lock").clone() {
+            h.insert("mcp-session-id", s);
+        }
+        Ok(req)
+    }
+}
+
+/// The JSON-RPC id of mcp-edge's own `subscriptions/listen` upstream (a
+/// string: call ids are numbers, so it never collides with one).
+pub const LISTEN_ID: &str = "mcp-edge/listen";
