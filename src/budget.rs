@@ -15,6 +15,8 @@
 //!   [`limits::MAX_STREAMS_PER_SESSION`] GET streams, each with a full
 //!   `sse_queue_depth` queue of relayed messages of typical size; a stream
 //!   holds a connection, so at most `max_connections` are open;
+//! - the resource subscription table, allocated at start, with a URI of
+//!   up to [`limits::MAX_SUBSCRIPTION_URI_BYTES`] per entry;
 //! - up to min(`session_capacity`, `max_connections` / 2) modern `subscriptions/listen` streams
 //!   ([`crate::http::listen`]), each a little state and no queue;
 //! - `max_connections` connections, each holding a request body of up to
@@ -36,6 +38,9 @@ pub const FIXED_BYTES: usize = 512 * 1024;
 pub const SESSION_SLOT_BYTES: usize = 48;
 /// One open GET stream without queued messages (bytes).
 pub const STREAM_BYTES: usize = 4 * 1024;
+/// One slot of the resource subscription table ([`crate::subscriptions`]),
+/// without its URI: 64 B (checked against `size_of` by a unit test).
+pub const SUBSCRIPTION_BYTES: usize = 64;
 /// One queued relayed message (progress, log, list_changed) as it sits in a
 /// stream's queue (bytes, typical).
 pub const QUEUED_MESSAGE_BYTES: usize = 2 * 1024;
@@ -118,6 +123,16 @@ impl Estimate {
                     kib(QUEUED_MESSAGE_BYTES)
                 ),
                 bytes: open_streams * (STREAM_BYTES + s.sse_queue_depth * QUEUED_MESSAGE_BYTES),
+            },
+            Item {
+                what: format!(
+                    "resource subscriptions ({} × ({} B + up to {} URI))",
+                    limits::MAX_RESOURCE_SUBSCRIPTIONS,
+                    SUBSCRIPTION_BYTES,
+                    kib(limits::MAX_SUBSCRIPTION_URI_BYTES)
+                ),
+                bytes: limits::MAX_RESOURCE_SUBSCRIPTIONS
+                    * (SUBSCRIPTION_BYTES + limits::MAX_SUBSCRIPTION_URI_BYTES),
             },
             Item {
                 what: format!(

@@ -18,6 +18,7 @@
 //! | [`budget`] | the worst-case live heap a config allows (capacity × measured cost) |
 //! | [`drain`] | counting running calls/requests and waiting for them (shutdown, reload) |
 //! | [`session`] | the fixed-capacity legacy session table (time passed in) |
+//! | [`subscriptions`] | the fixed table of downstream resource subscriptions (who wants which URI from which upstream) |
 //! | [`upstream`] | transports (`stdio`, `http`, `builtin`), era probe, in-flight table, id remap |
 //! | [`router`] | aggregated catalog, exposed-name mapping, list merge, call routing |
 //! | [`supervisor`] | the owner task per upstream (connect, reconnect), the only spawner of long-lived tasks |
@@ -44,5 +45,6 @@ pub mod notify;
 pub mod protocol;
 pub mod router;
 pub mod session;
+pub mod subscriptions;
 pub mod supervisor;
 pub mod upstream;

@@ -138,6 +138,14 @@ pub const FIRST_ATTEMPT_MARGIN: Duration = Duration::from_secs(1);
 /// ([`crate::metrics::upkeep`]): 5 s.
 pub const METRICS_UPKEEP_PERIOD: Duration = Duration::from_secs(5);
 
+/// Entries of the resource subscription table ([`crate::subscriptions`]),
+/// allocated at start: 1,024.
+pub const MAX_RESOURCE_SUBSCRIPTIONS: usize = 1024;
+/// Resource subscriptions one client (legacy session or listen stream) may hold: 32.
+pub const MAX_SUBSCRIPTIONS_PER_CLIENT: usize = 32;
+/// Longest resource URI a client may subscribe to, in bytes: 2,048.
+pub const MAX_SUBSCRIPTION_URI_BYTES: usize = 2048;
+
 /// `Retry-After` of a `subscriptions/listen` refused because every stream
 /// is taken (`-31005`, HTTP 503): 5 s.
 pub const LISTEN_RETRY_AFTER: Duration = Duration::from_secs(5);

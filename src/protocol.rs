@@ -40,6 +40,9 @@ pub const UPSTREAM_RESULT_TOO_LARGE: i64 = -31003;
 pub const SESSIONS_FULL: i64 = -31004;
 /// Gateway-local error: every `subscriptions/listen` stream is taken (HTTP 503).
 pub const LISTEN_STREAMS_FULL: i64 = -31005;
+/// Gateway-local error: the resource subscription table, or this client's
+/// share of it, is full.
+pub const SUBSCRIPTIONS_FULL: i64 = -31006;
 
 /// `_meta` key carrying the per-request protocol version (2026-07-28 index.mdx §_meta).
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";

@@ -148,6 +148,8 @@ fn delete(app: Arc<App>, h: &HeaderMap) -> Response<Body> {
                 for up in app.router.upstreams().iter() {
                     up.forget_session(&header);
                 }
+                app.resources
+                    .remove_subscriber(crate::subscriptions::Subscriber::Session(id));
                 reply::empty(StatusCode::OK)
             } else {
                 refuse(
@@ -396,7 +398,7 @@ async fn one(
             }
             let modern = era == Era::Modern;
             if modern && method == "subscriptions/listen" {
-                let opened = super::listen::open(app, id.clone(), params.as_ref(), stream_ok);
+                let opened = super::listen::open(app, id.clone(), params.as_ref(), stream_ok).await;
                 metrics::counter!(crate::metrics::REQUESTS, "method" => "subscriptions/listen",
                     "outcome" => if opened.is_ok() { "ok" } else { "error" })
                 .increment(1);
@@ -410,6 +412,18 @@ async fn one(
                     })),
                     Err((status, e)) => Err((id, Refusal(status, e))),
                 };
+            }
+            if let (Era::Legacy(sid, _), "resources/subscribe" | "resources/unsubscribe") =
+                (&era, method.as_str())
+            {
+                let _busy = app.in_flight.enter();
+                let t0 = Instant::now();
+                let who = crate::subscriptions::Subscriber::Session(*sid);
+                let outcome = app
+                    .resource_subscription(who, &method, params.as_ref())
+                    .await;
+                observe(&method, t0);
+                return Ok(Outcome::Answer(finish(id, &method, era, outcome)));
             }
             if stream_ok && relayable(&method) {
                 let session = match era {

@@ -11,9 +11,13 @@
 //! and on shutdown the graceful closing response (§Graceful Closure). The
 //! client ends it by closing the stream.
 //!
-//! Not honoured yet (left out of the acknowledgment, as §Acknowledgment
-//! allows): `resourceSubscriptions`, since mcp-edge does not relay upstream
-//! `notifications/resources/updated`.
+//! `resourceSubscriptions`: each URI is honoured when it routes to an
+//! upstream that can report updates (a legacy one declaring
+//! `resources.subscribe`), the subscription table has room
+//! ([`crate::subscriptions`]) and the upstream accepted; the acknowledgment
+//! lists the honoured URIs (§Acknowledgment lets a server honour a subset),
+//! and `notifications/resources/updated` for them follow on the stream. The
+//! stream's subscriptions go when it ends.
 //!
 //! Bounded: at most min(`server.session_capacity`, `server.max_connections`
 //! / 2) listen streams at once (a fixed semaphore; a stream holds its
@@ -22,13 +26,14 @@
 //! `-31005` and `Retry-After`, counted in
 //! `mcp_edge_refused_total{limit="listen_streams"}`; `mcp_edge_listen_streams`
 //! is the number open. A request for nothing mcp-edge honours gets the
-//! acknowledgment and at once the closing response, holding no place.
+//! acknowledgment and at once the closing response, keeping no place.
 //! A stream holds no queue: what it sends is derived from the catalog
 //! generation when it is polled, so a slow reader costs nothing but its
 //! connection, and changes made while it is not read collapse into one.
 
 use super::{App, Body};
 use crate::protocol::{self, sse, RpcError};
+use crate::subscriptions::{Subscriber, Subscriptions};
 use bytes::Bytes;
 use http::{Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
@@ -94,24 +99,28 @@ impl ListenStreams {
 struct Place {
     permit: Option<OwnedSemaphorePermit>,
     closed: Arc<Notify>,
+    /// This stream's resource subscriptions, forgotten with it.
+    who: Subscriber,
+    resources: Arc<Subscriptions>,
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
+        self.resources.remove_subscriber(self.who);
         drop(self.permit.take()); // given back first, so a woken waiter sees it
         metrics::gauge!(crate::metrics::LISTEN_STREAMS).decrement(1.0);
         self.closed.notify_waiters();
     }
 }
 
-/// The honoured part of a `SubscriptionFilter` (2026-07-28 schema.json):
-/// which list kinds to send. Errors: -32602 when `notifications` is not an
-/// object, a `*ListChanged` field is not a boolean, or
-/// `resourceSubscriptions` is not an array of strings.
-fn honoured(params: Option<&Value>) -> Result<[bool; 3], RpcError> {
+/// The asked-for part of a `SubscriptionFilter` (2026-07-28 schema.json):
+/// which list kinds to send, and which resource URIs to report. Errors:
+/// -32602 when `notifications` is not an object, a `*ListChanged` field is
+/// not a boolean, or `resourceSubscriptions` is not an array of strings.
+fn asked(params: Option<&Value>) -> Result<([bool; 3], Vec<&str>), RpcError> {
     let bad = |m: String| RpcError::new(protocol::INVALID_PARAMS, m);
     let filter = match params.and_then(|p| p.get("notifications")) {
-        None | Some(Value::Null) => return Ok([false; 3]),
+        None | Some(Value::Null) => return Ok(([false; 3], Vec::new())),
         Some(Value::Object(f)) => f,
         Some(_) => return Err(bad("params.notifications must be an object".into())),
     };
@@ -127,17 +136,23 @@ fn honoured(params: Option<&Value>) -> Result<[bool; 3], RpcError> {
             }
         };
     }
-    match filter.get("resourceSubscriptions") {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(a)) if a.iter().all(Value::is_string) => {}
+    let uris = match filter.get("resourceSubscriptions") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) if a.iter().all(Value::is_string) => {
+            a.iter().filter_map(Value::as_str).collect()
+        }
         Some(_) => {
             return Err(bad(
                 "params.notifications.resourceSubscriptions must be an array of URI strings".into(),
             ))
         }
-    }
-    Ok(on)
+    };
+    Ok((on, uris))
 }
+
+/// The process-unique number of the next listen stream (its
+/// [`Subscriber::Listen`] identity).
+static NEXT_STREAM: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 fn frame(v: &Value) -> Result<Frame<Bytes>, Infallible> {
     Ok(Frame::data(sse::event(&v.to_string())))
@@ -164,8 +179,11 @@ fn closing(id: &Value) -> Value {
 /// Opens a listen stream for request `id`: the SSE response, or the status
 /// and JSON-RPC error to answer instead (-32602 bad filter, 406 + -32600
 /// when the client does not accept `text/event-stream`, 503 + -31005 when
-/// every listen stream is taken).
-pub fn open(
+/// every listen stream is taken). Each asked-for resource URI is honoured
+/// when it routes to an upstream that can report it, the subscription table
+/// has room, and the upstream accepted (`resources/subscribe`, once per URI
+/// and connection); the acknowledgment lists the honoured ones.
+pub async fn open(
     app: &Arc<App>,
     id: Value,
     params: Option<&Value>,
@@ -180,27 +198,7 @@ pub fn open(
             ),
         ));
     }
-    let on = honoured(params).map_err(|e| (StatusCode::OK, e))?;
-    let mut ack = Map::new();
-    for (i, field) in FIELDS.iter().enumerate() {
-        if on[i] {
-            ack.insert((*field).into(), Value::Bool(true));
-        }
-    }
-    let first = stamped(
-        "notifications/subscriptions/acknowledged",
-        &id,
-        Some(("notifications", Value::Object(ack))),
-    );
-    if !on.contains(&true) {
-        // Nothing to listen for here: acknowledge the empty subset and end
-        // gracefully at once rather than hold a place for keep-alives.
-        let mut body = sse::event(&first.to_string()).to_vec();
-        body.extend_from_slice(&sse::event(&closing(&id).to_string()));
-        let mut r = Response::new(super::reply::full(body));
-        super::reply::sse_headers(&mut r);
-        return Ok(r);
-    }
+    let (on, uris) = asked(params).map_err(|e| (StatusCode::OK, e))?;
     let Ok(permit) = app.listen_streams.places.clone().try_acquire_owned() else {
         metrics::counter!(crate::metrics::REFUSED, "limit" => "listen_streams").increment(1);
         let secs = crate::limits::LISTEN_RETRY_AFTER.as_secs();
@@ -217,6 +215,48 @@ pub fn open(
         ));
     };
     metrics::gauge!(crate::metrics::LISTEN_STREAMS).increment(1.0);
+    let who = Subscriber::Listen(NEXT_STREAM.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    // From here on, dropping the place forgets this stream's subscriptions.
+    let place = Place {
+        permit: Some(permit),
+        closed: app.listen_streams.closed.clone(),
+        who,
+        resources: app.resources.clone(),
+    };
+    let mut honoured_uris = Vec::new();
+    for uri in uris {
+        match subscribe(app, who, uri).await {
+            Ok(()) => honoured_uris.push(Value::String(uri.into())),
+            Err(e) => {
+                tracing::debug!(%uri, "listen: resource subscription not honoured: {}", e.message)
+            }
+        }
+    }
+    let mut ack = Map::new();
+    for (i, field) in FIELDS.iter().enumerate() {
+        if on[i] {
+            ack.insert((*field).into(), Value::Bool(true));
+        }
+    }
+    let watching = !honoured_uris.is_empty();
+    if watching {
+        ack.insert("resourceSubscriptions".into(), Value::Array(honoured_uris));
+    }
+    let first = stamped(
+        "notifications/subscriptions/acknowledged",
+        &id,
+        Some(("notifications", Value::Object(ack))),
+    );
+    if !on.contains(&true) && !watching {
+        // Nothing to listen for here: acknowledge the empty subset and end
+        // gracefully at once rather than hold a place for keep-alives.
+        drop(place);
+        let mut body = sse::event(&first.to_string()).to_vec();
+        body.extend_from_slice(&sse::event(&closing(&id).to_string()));
+        let mut r = Response::new(super::reply::full(body));
+        super::reply::sse_headers(&mut r);
+        return Ok(r);
+    }
     let mut lists = app.catalog_gen.subscribe();
     let seen = *lists.borrow_and_update();
     let period = app.config.server.keepalive;
@@ -225,16 +265,14 @@ pub fn open(
     let state = State {
         id,
         on,
+        app: app.clone(),
         lists,
         seen,
         stopping: app.stopping.subscribe(),
         keepalive,
         next: Some(first),
         closed: false,
-        _place: Place {
-            permit: Some(permit),
-            closed: app.listen_streams.closed.clone(),
-        },
+        place,
     };
     let stream = futures_util::stream::unfold(state, |mut s| async move {
         let item = s.next_frame().await?;
@@ -245,9 +283,22 @@ pub fn open(
     Ok(r)
 }
 
+/// One asked-for URI of a listen stream: routed, entered in the table, and
+/// asked of its upstream; the entry is taken back if the upstream refuses.
+async fn subscribe(app: &App, who: Subscriber, uri: &str) -> Result<(), RpcError> {
+    let up = app.subscribable(uri).await?;
+    app.subscribe_in_table(who, up.id, uri)?;
+    if let Err(e) = up.ensure_subscribed(uri).await {
+        app.resources.unsubscribe(who, uri);
+        return Err(e.to_rpc());
+    }
+    Ok(())
+}
+
 struct State {
     id: Value,
     on: [bool; 3],
+    app: Arc<App>,
     lists: tokio::sync::watch::Receiver<crate::upstream::ListGens>,
     /// The generations last announced.
     seen: crate::upstream::ListGens,
@@ -257,7 +308,7 @@ struct State {
     next: Option<Value>,
     /// The closing response was sent: end.
     closed: bool,
-    _place: Place,
+    place: Place,
 }
 
 impl State {
@@ -268,7 +319,15 @@ impl State {
         if self.closed {
             return None;
         }
+        let resources = self.app.resources.clone();
         loop {
+            // Registered before the check, so no update is missed between.
+            let updated = resources.changed.notified();
+            if let Some(events) =
+                super::reply::resource_updates(&self.app, self.place.who, Some(&self.id))
+            {
+                return Some(Ok(Frame::data(events)));
+            }
             tokio::select! {
                 biased;
                 _ = self.stopping.wait_for(|s| *s) => {
@@ -283,6 +342,7 @@ impl State {
                         return Some(Ok(Frame::data(events)));
                     }
                 }
+                _ = updated => {}
                 _ = self.keepalive.tick() => return Some(Ok(Frame::data(sse::keepalive()))),
             }
         }

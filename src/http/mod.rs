@@ -12,6 +12,7 @@ pub mod listen;
 pub mod modern;
 pub mod reload;
 pub mod reply;
+mod resources;
 
 use crate::config::Config;
 use crate::protocol::{self, ProtocolVersion, RpcError};
@@ -67,6 +68,8 @@ pub struct App {
     /// send `notifications/{tools,prompts,resources}/list_changed` for the
     /// kinds that moved.
     pub catalog_gen: Arc<watch::Sender<crate::upstream::ListGens>>,
+    /// Downstream resource subscriptions (fixed table, [`crate::subscriptions`]).
+    pub resources: Arc<crate::subscriptions::Subscriptions>,
     /// The watchdog's rules (`[watchdog]`; a reload replaces them).
     pub watchdog: Mutex<crate::config::WatchdogConfig>,
     /// The outcome of the last reload, if any (`STATUS=`, `/status`).
@@ -77,10 +80,13 @@ impl App {
     /// The capabilities mcp-edge announces in `initialize` and `server/discover`.
     /// `listChanged`: a legacy session's GET stream, or a modern
     /// `subscriptions/listen` stream, is told when the merged lists change
-    /// (an upstream connects, drops, or says its list changed).
+    /// (an upstream connects, drops, or says its list changed). `subscribe`:
+    /// resource subscriptions are kept by mcp-edge ([`crate::subscriptions`])
+    /// and relayed for upstreams that can report updates; others get a
+    /// clear error.
     pub fn capabilities() -> Value {
         json!({"tools": {"listChanged": true}, "prompts": {"listChanged": true},
-            "resources": {"listChanged": true}, "completions": {}, "logging": {}})
+            "resources": {"listChanged": true, "subscribe": true}, "completions": {}, "logging": {}})
     }
 
     /// `Implementation` of mcp-edge (2025-11-25 schema.json `Implementation`; rmcp's model type).
@@ -110,6 +116,16 @@ impl App {
             "mcp-edge gateway aggregating upstream MCP servers: {}.",
             list.join(", ")
         )
+    }
+
+    /// Forgets the resource subscriptions of legacy sessions no longer in
+    /// the table (expired or evicted); returns how many.
+    pub fn forget_gone_sessions(&self) -> usize {
+        let now = tokio::time::Instant::now();
+        let t = self.sessions.lock().expect("sessions");
+        // Lock order: sessions, then subscriptions (nowhere the reverse).
+        self.resources
+            .retain_sessions(|id| t.peek(id, now).is_some())
     }
 
     /// Answers one request after the era checks: lifecycle methods here,
@@ -175,6 +191,9 @@ impl Gateway {
     /// upstream is started).
     pub async fn start(config: Config) -> Result<Gateway, GatewayError> {
         let catalog_gen = Arc::new(watch::channel(crate::upstream::ListGens::default()).0);
+        let resources = Arc::new(crate::subscriptions::Subscriptions::new(
+            crate::limits::MAX_RESOURCE_SUBSCRIPTIONS,
+        ));
         let upstreams: Vec<Arc<Upstream>> = config
             .upstreams
             .iter()
@@ -185,6 +204,7 @@ impl Gateway {
                     c.clone(),
                     config.server.max_pending_server_requests,
                     catalog_gen.clone(),
+                    resources.clone(),
                 )
             })
             .collect();
@@ -216,6 +236,7 @@ impl Gateway {
             )),
             sessions_changed: tokio::sync::Notify::new(),
             catalog_gen: catalog_gen.clone(),
+            resources,
             ready: false.into(),
             in_flight: crate::drain::Drain::new(),
             listen_streams: listen::ListenStreams::new(
@@ -451,5 +472,8 @@ async fn sweep(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
         if expired > 0 {
             app.sessions_changed.notify_waiters();
         }
+        // Subscriptions of sessions that expired, or were evicted for a new
+        // one since the last sweep, go too.
+        app.forget_gone_sessions();
     }
 }

@@ -149,6 +149,7 @@ impl Gateway {
                         c.clone(),
                         app.config.server.max_pending_server_requests,
                         app.catalog_gen.clone(),
+                        app.resources.clone(),
                     );
                     self.next_id += 1;
                     set.push(up.clone());

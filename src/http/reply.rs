@@ -188,10 +188,21 @@ pub fn session_stream(app: Arc<App>, id: SessionId) -> Response<Body> {
     let stream = futures_util::stream::unfold(
         state,
         move |(app, mut iv, guard, mut lists, mut seen)| async move {
+            let who = crate::subscriptions::Subscriber::Session(id);
+            let resources = app.resources.clone();
             loop {
-                // What to send: a keep-alive, the list_changed notifications, or nothing.
+                // Registered before the check, so no update is missed between.
+                let updated = resources.changed.notified();
+                if let Some(bytes) = resource_updates(&app, who, None) {
+                    return Some((
+                        Ok::<_, Infallible>(Frame::data(bytes)),
+                        (app, iv, guard, lists, seen),
+                    ));
+                }
+                // What to send: a keep-alive, notifications, or nothing.
                 let what = tokio::select! {
                     _ = iv.tick() => Some(sse::keepalive()),
+                    _ = updated => resource_updates(&app, who, None),
                     _ = app.sessions_changed.notified() => None,
                     Ok(()) = lists.changed() => {
                         let now = *lists.borrow_and_update();
@@ -221,6 +232,33 @@ pub fn session_stream(app: Arc<App>, id: SessionId) -> Response<Body> {
     let mut r = Response::new(BodyExt::boxed_unsync(StreamBody::new(stream)));
     sse_headers(&mut r);
     r
+}
+
+/// SSE events `notifications/resources/updated` (2025-11-25 schema.json
+/// `ResourceUpdatedNotification`) for the URIs updated since `who` last
+/// looked; `None` when there are none. With `subscription`, each carries
+/// `_meta["io.modelcontextprotocol/subscriptionId"]`.
+pub(crate) fn resource_updates(
+    app: &App,
+    who: crate::subscriptions::Subscriber,
+    subscription: Option<&Value>,
+) -> Option<Bytes> {
+    let uris = app.resources.take_updates(who);
+    if uris.is_empty() {
+        return None;
+    }
+    let mut out = Vec::new();
+    for uri in uris {
+        let mut params = serde_json::json!({ "uri": &*uri });
+        if let Some(id) = subscription {
+            params["_meta"] = serde_json::json!({ super::listen::META_SUBSCRIPTION_ID: id });
+        }
+        out.extend_from_slice(&sse::event(
+            &crate::protocol::notification("notifications/resources/updated", Some(params))
+                .to_string(),
+        ));
+    }
+    Some(Bytes::from(out))
 }
 
 /// SSE events for the list kinds that `changed` and the client asked for

@@ -251,6 +251,19 @@ impl Router {
         true
     }
 
+    /// The upstream serving resource `uri` (listed, or matched by a
+    /// template, or the only one serving resources), after waiting for
+    /// upstreams still making their first attempt if it is not found at once.
+    pub async fn resource_owner(&self, uri: &str) -> Option<Arc<Upstream>> {
+        if let Some(up) = self.route_uri(&self.merged(), uri) {
+            return Some(up);
+        }
+        if self.first_attempts().await {
+            return self.route_uri(&self.merged(), uri);
+        }
+        None
+    }
+
     /// Ends every wait for first attempts now, and stops new ones: the
     /// gateway is shutting down, and a held request should be answered
     /// with what there is rather than keep the shutdown waiting.

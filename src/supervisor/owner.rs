@@ -180,6 +180,7 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
     };
     metrics::counter!(crate::metrics::UPSTREAM_CONNECTS, "upstream" => name.clone(), "outcome" => "ok").increment(1);
     tracing::info!(upstream = %name, era = ?neg.era, "connected");
+    up.forget_subscribed(); // a new connection was asked for nothing yet
     up.install(conn.clone(), neg.clone());
     let since = Instant::now();
     let _monitor = MonitorGuard::new(up);
@@ -226,7 +227,14 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
             }
         };
         tokio::pin!(notifications);
+        // Resource subscriptions clients hold on this upstream: asked for
+        // again on this connection, then kept in line with the table.
+        up.reconcile_subscriptions().await;
         loop {
+            // Registered now (a Notified counts from creation): a table
+            // change made while an arm's body runs is caught by the next
+            // health tick instead.
+            let resources_changed = up.resources.changed.notified();
             // Biased, probes first: cancellations (each bounded by
             // probe_timeout) never delay a due probe by more than one.
             tokio::select! {
@@ -238,6 +246,9 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
                     }
                     let answered = probe(up, &conn, &neg).await;
                     up.progressed();
+                    if answered {
+                        up.reconcile_subscriptions().await;
+                    }
                     if answered {
                         misses = 0;
                     } else {
@@ -252,6 +263,7 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
                     up.set_catalog(c);
                     up.progressed();
                 }
+                _ = resources_changed => up.reconcile_subscriptions().await,
                 _ = &mut notifications => {}
                 Some(id) = next_abandoned(&mut abandoned) => {
                     if let Conn::Http(c) = &*conn {

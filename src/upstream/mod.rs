@@ -14,6 +14,7 @@ pub mod handshake;
 pub mod http;
 pub mod inflight;
 pub mod relay;
+mod resources;
 pub mod ring;
 pub mod state;
 pub mod stdio;
@@ -56,6 +57,11 @@ pub struct Upstream {
     pub(crate) pending: Arc<relay::Pending>,
     /// Moved on, per kind, whenever any upstream's catalog changes (shared by all upstreams).
     catalog_gen: Arc<watch::Sender<ListGens>>,
+    /// The downstream resource subscriptions (shared by all upstreams).
+    pub(crate) resources: Arc<crate::subscriptions::Subscriptions>,
+    /// The resource URIs this connection was asked to report
+    /// (`resources/subscribe` sent and answered); emptied on every connect.
+    pub(crate) subscribed: std::sync::Mutex<std::collections::BTreeSet<Box<str>>>,
     /// Why traffic last saw this upstream fail (read by the owner task).
     loss: std::sync::Mutex<Option<Loss>>,
     /// Calls are refused until then (the upstream's Retry-After).
@@ -111,6 +117,7 @@ impl Upstream {
         config: UpstreamConfig,
         max_pending: usize,
         catalog_gen: Arc<watch::Sender<ListGens>>,
+        resources: Arc<crate::subscriptions::Subscriptions>,
     ) -> Arc<Self> {
         let initial = Status::initial(config.enabled);
         Arc::new(Upstream {
@@ -124,6 +131,8 @@ impl Upstream {
             reinit: tokio::sync::Mutex::new(()),
             pending: Arc::new(relay::Pending::new(max_pending)),
             catalog_gen,
+            resources,
+            subscribed: std::sync::Mutex::new(Default::default()),
             loss: std::sync::Mutex::new(None),
             retry_floor: std::sync::Mutex::new(None),
             reconnect: Notify::new(),
@@ -511,6 +520,7 @@ impl Upstream {
             id: self.id,
             pending: self.pending.clone(),
             max_age: self.config.call_timeout,
+            resources: self.resources.clone(),
         }
     }
 

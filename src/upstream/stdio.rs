@@ -325,6 +325,8 @@ async fn on_line(
         Ok(Message::Notification { method, params }) => {
             if method.ends_with("/list_changed") {
                 list_changed.notify_one();
+            } else if method == "notifications/resources/updated" {
+                ctx.resource_updated(params.as_ref());
             } else if method == "notifications/subscriptions/acknowledged" {
                 // mcp-edge's own listen stream (StdioConn::listen): nobody to tell.
             } else if method == "notifications/progress" {

@@ -6,7 +6,9 @@ Python standard library only. Usage: fake_upstream.py [--era legacy|modern] [--n
 
 Tools: echo(text), slow_echo(text, ms) (answers out of order), exotic (unknown
 content type, annotations, _meta extension keys), whoami (returns the name it
-was called by), stats (requests seen), crash (exits), big(bytes).
+was called by), stats (requests seen, cancellations, current resource
+subscriptions), crash (exits), big(bytes), touch(uri) (sends
+notifications/resources/updated for uri, before its answer).
 Also one prompt (greet) and one resource (fake://<name>/readme).
 """
 import json, sys, threading, time
@@ -18,7 +20,7 @@ name = args[args.index("--name") + 1] if "--name" in args else "fake"
 page = int(args[args.index("--paged") + 1]) if "--paged" in args else 0
 looping = "--looping" in args
 lock = threading.Lock()
-seen = {"requests": 0, "methods": [], "cancelled": []}
+seen = {"requests": 0, "methods": [], "cancelled": [], "subscribed": []}
 initialized = False
 LONG = "a_really_long_tool_name_that_goes_on_and_on_past_the_sixty_four_char_limit"
 TOOLS = [
@@ -33,6 +35,7 @@ TOOLS = [
     {"name": "progress", "inputSchema": {"type": "object", "properties": {"steps": {"type": "integer"}, "ms": {"type": "integer"}, "tag": {"type": "string"}}}},
     {"name": "ask", "inputSchema": {"type": "object", "properties": {"question": {"type": "string"}}}},
     {"name": "fat", "description": "A tool whose definition alone is over 2 KiB. " + "x" * 2048, "inputSchema": {"type": "object"}},
+    {"name": "touch", "inputSchema": {"type": "object", "properties": {"uri": {"type": "string"}}}},
 ]
 # --tools N: N more tools of about 1 KiB each (catalog memory measurements).
 if "--tools" in args:
@@ -67,6 +70,9 @@ def call_tool(id, params):
     a = params.get("arguments") or {}
     if tool == "echo":
         result(id, text(f"{name}:{a.get('text', '')}"))
+    elif tool == "touch":
+        send({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": a.get("uri", "")}})
+        result(id, text(f"touched {a.get('uri', '')}"))
     elif tool == "slow_echo":
         def later():
             time.sleep(a.get("ms", 100) / 1000)
@@ -147,7 +153,7 @@ def handle(msg):
     else:
         if method == "initialize":
             return result(id, {"protocolVersion": params.get("protocolVersion", "2025-11-25"),
-                               "capabilities": {"tools": {"listChanged": True}, "prompts": {}, "resources": {}},
+                               "capabilities": {"tools": {"listChanged": True}, "prompts": {}, "resources": {"subscribe": True}},
                                "serverInfo": {"name": name, "version": "1"}})
         if not initialized:
             return error(id, -32600, f"Server not initialized (got {method})")
@@ -178,6 +184,14 @@ def handle(msg):
         result(id, {"resources": [{"uri": f"fake://{name}/readme", "name": "readme"}]})
     elif method == "resources/templates/list":
         result(id, {"resourceTemplates": []})
+    elif method == "resources/subscribe":
+        if params.get("uri") not in seen["subscribed"]:
+            seen["subscribed"].append(params.get("uri"))
+        result(id, {})
+    elif method == "resources/unsubscribe":
+        if params.get("uri") in seen["subscribed"]:
+            seen["subscribed"].remove(params.get("uri"))
+        result(id, {})
     elif method == "resources/read":
         result(id, {"contents": [{"uri": params.get("uri"), "text": f"readme of {name}"}]})
     else:

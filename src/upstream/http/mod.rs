@@ -385,6 +385,12 @@ impl HttpConn {
                 self.list_changed.notify_one();
                 None
             }
+            Ok(Message::Notification { method, params })
+                if method == "notifications/resources/updated" =>
+            {
+                self.ctx.resource_updated(params.as_ref());
+                None
+            }
             Ok(Message::Notification { method, params }) => {
                 if let Some(r) = relay {
                     r.forward(protocol::notification(&method, params));

@@ -1,0 +1,381 @@
+//! Resource subscriptions through the gateway
+//! (2025-11-25 server/resources.mdx §Subscriptions): kept in mcp-edge's own
+//! fixed table, one upstream subscription however many sessions want a URI,
+//! `notifications/resources/updated` delivered to exactly the sessions that
+//! subscribed (on their GET stream), the upstream told to stop once the
+//! last one is gone, and asked again after it reconnects.
+
+mod support;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use mcp_edge::protocol::sse::Decoder;
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::time::Duration;
+use support::*;
+use tokio::sync::mpsc;
+
+const URI: &str = "fake://a/readme";
+
+/// Opens the session's GET stream; its messages (JSON) as they arrive.
+async fn get_stream(addr: SocketAddr, sid: &str) -> mpsc::Receiver<Value> {
+    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let req = http::Request::get(format!("http://{addr}/mcp"))
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", sid)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(Empty::new())
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        let mut body = resp.into_body();
+        let mut dec = Decoder::new(1 << 20);
+        while let Some(Ok(frame)) = tokio::select! {
+            f = body.frame() => f,
+            _ = tx.closed() => None,
+        } {
+            if let Some(d) = frame.data_ref() {
+                let mut evs = Vec::new();
+                dec.push(d, &mut |e| evs.push(e)).unwrap();
+                for e in evs {
+                    let _ = tx.send(serde_json::from_str(&e).unwrap()).await;
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// The next `notifications/resources/updated` on `rx` within `wait`, if any.
+async fn next_update(rx: &mut mpsc::Receiver<Value>, wait: Duration) -> Option<Value> {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(m)) if m["method"] == "notifications/resources/updated" => return Some(m),
+            Ok(Some(_)) => continue,
+            _ => return None,
+        }
+    }
+}
+
+/// The fake upstream's own view: the URIs it was asked to report.
+async fn upstream_subscribed(addr: SocketAddr, sid: &str) -> Vec<String> {
+    let r = call(
+        addr,
+        sid,
+        json!("s"),
+        "tools/call",
+        json!({"name": "a__stats"}),
+    )
+    .await;
+    let seen: Value = serde_json::from_str(&text_of(&r)).unwrap();
+    serde_json::from_value(seen["subscribed"].clone()).unwrap()
+}
+
+async fn touch(addr: SocketAddr, sid: &str) {
+    let r = call(
+        addr,
+        sid,
+        json!("t"),
+        "tools/call",
+        json!({"name": "a__touch", "arguments": {"uri": URI}}),
+    )
+    .await;
+    assert_eq!(text_of(&r), format!("touched {URI}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn updates_reach_exactly_the_subscribed_sessions() {
+    let gw = start(
+        "keepalive = \"60s\"",
+        &fake_block("a", "legacy", "health_interval = \"1s\""),
+    )
+    .await;
+    let addr = gw.local_addr();
+    let (s1, s2, s3) = (
+        legacy_session(addr, "2025-11-25").await,
+        legacy_session(addr, "2025-11-25").await,
+        legacy_session(addr, "2025-11-25").await,
+    );
+    let (mut g1, mut g2, mut g3) = (
+        get_stream(addr, &s1).await,
+        get_stream(addr, &s2).await,
+        get_stream(addr, &s3).await,
+    );
+    for s in [&s1, &s2] {
+        let r = call(
+            addr,
+            s,
+            json!(1),
+            "resources/subscribe",
+            json!({"uri": URI}),
+        )
+        .await;
+        assert_eq!(r.body["result"], json!({}), "{}", r.raw);
+    }
+    assert_eq!(
+        upstream_subscribed(addr, &s3).await,
+        vec![URI],
+        "one upstream subscription for two sessions"
+    );
+    touch(addr, &s3).await;
+    for g in [&mut g1, &mut g2] {
+        let u = next_update(g, Duration::from_secs(10))
+            .await
+            .expect("the subscriber is told");
+        assert_eq!(u["params"]["uri"], URI);
+    }
+    assert!(
+        next_update(&mut g3, Duration::from_millis(300))
+            .await
+            .is_none(),
+        "s3 did not subscribe"
+    );
+    // s1 leaves: the upstream still reports the URI for s2.
+    let r = call(
+        addr,
+        &s1,
+        json!(2),
+        "resources/unsubscribe",
+        json!({"uri": URI}),
+    )
+    .await;
+    assert_eq!(r.body["result"], json!({}));
+    touch(addr, &s3).await;
+    assert!(next_update(&mut g2, Duration::from_secs(10))
+        .await
+        .is_some());
+    assert!(
+        next_update(&mut g1, Duration::from_millis(300))
+            .await
+            .is_none(),
+        "s1 unsubscribed"
+    );
+    assert_eq!(upstream_subscribed(addr, &s3).await, vec![URI]);
+    // s2's session ends: nobody wants the URI, and the owner task tells the upstream.
+    let r = request("DELETE", addr, &[("mcp-session-id", &s2)], "").await;
+    assert_eq!(r.status, 200);
+    let mut left = vec![URI.to_string()];
+    for _ in 0..100 {
+        left = upstream_subscribed(addr, &s3).await;
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(left.is_empty(), "the upstream was told to stop: {left:?}");
+    assert_eq!(gw.app().resources.len(), 0);
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnected_upstream_is_asked_again() {
+    let gw = start("keepalive = \"60s\"", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let mut g = get_stream(addr, &sid).await;
+    let r = call(
+        addr,
+        &sid,
+        json!(1),
+        "resources/subscribe",
+        json!({"uri": URI}),
+    )
+    .await;
+    assert_eq!(r.body["result"], json!({}), "{}", r.raw);
+    // A new child knows nothing of the old one's subscriptions.
+    let up = gw.app().router.upstreams()[0].clone();
+    let mut rx = up.subscribe();
+    up.force_reconnect();
+    while !(up.attempts() == 2 && rx.borrow().is_ready()) {
+        rx.changed().await.unwrap();
+    }
+    let mut asked = Vec::new();
+    for _ in 0..100 {
+        asked = upstream_subscribed(addr, &sid).await;
+        if !asked.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(asked, vec![URI], "subscribed again on the new connection");
+    touch(addr, &sid).await;
+    assert!(next_update(&mut g, Duration::from_secs(10)).await.is_some());
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn refusals_are_clear_and_counted() {
+    mcp_edge::metrics::prometheus();
+    let gw = start(
+        "",
+        &(fake_block("a", "legacy", "") + &fake_block("m", "modern", "")),
+    )
+    .await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let sub = |uri: String| {
+        let sid = sid.clone();
+        async move {
+            call(
+                addr,
+                &sid,
+                json!(1),
+                "resources/subscribe",
+                json!({"uri": uri}),
+            )
+            .await
+        }
+    };
+    let r = sub("nowhere://x".into()).await;
+    assert_eq!(r.error_code(), Some(-32602), "{}", r.raw);
+    assert!(r.raw.contains("Resource not found"), "{}", r.raw);
+    // Routed to a modern upstream: not relayed yet, and it says so.
+    let r = sub("fake://m/readme".into()).await;
+    assert_eq!(r.error_code(), Some(-32602), "{}", r.raw);
+    assert!(
+        r.raw
+            .contains("upstream 'm' cannot report resource updates"),
+        "{}",
+        r.raw
+    );
+    gw.shutdown().await;
+    // A client's share is bounded (one upstream serving resources takes every URI).
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let sub = |uri: String| {
+        let sid = sid.clone();
+        async move {
+            call(
+                addr,
+                &sid,
+                json!(1),
+                "resources/subscribe",
+                json!({"uri": uri}),
+            )
+            .await
+        }
+    };
+    let before = mcp_edge::metrics::read(
+        mcp_edge::metrics::REFUSED,
+        "limit=\"resource_subscriptions\"",
+    );
+    for i in 0..mcp_edge::limits::MAX_SUBSCRIPTIONS_PER_CLIENT {
+        let r = sub(format!("fake://a/readme?{i}")).await;
+        assert_eq!(r.body["result"], json!({}), "{}", r.raw);
+    }
+    let r = sub("fake://a/readme?more".into()).await;
+    assert_eq!(
+        r.error_code(),
+        Some(mcp_edge::protocol::SUBSCRIPTIONS_FULL),
+        "{}",
+        r.raw
+    );
+    assert!(
+        mcp_edge::metrics::read(
+            mcp_edge::metrics::REFUSED,
+            "limit=\"resource_subscriptions\""
+        ) >= before + 1.0
+    );
+    assert_eq!(
+        gw.app().resources.len(),
+        mcp_edge::limits::MAX_SUBSCRIPTIONS_PER_CLIENT
+    );
+    gw.shutdown().await;
+}
+
+/// Opens a modern `subscriptions/listen` stream; its messages as they arrive.
+async fn listen(addr: SocketAddr, id: &str, notifications: Value) -> mpsc::Receiver<Value> {
+    use http_body_util::Full;
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": {
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {}
+        },
+        "notifications": notifications}});
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let req = http::Request::post(format!("http://{addr}/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "subscriptions/listen")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        let mut body = resp.into_body();
+        let mut dec = Decoder::new(1 << 20);
+        while let Some(Ok(frame)) = tokio::select! {
+            f = body.frame() => f,
+            _ = tx.closed() => None,
+        } {
+            if let Some(d) = frame.data_ref() {
+                let mut evs = Vec::new();
+                dec.push(d, &mut |e| evs.push(e)).unwrap();
+                for e in evs {
+                    let _ = tx.send(serde_json::from_str(&e).unwrap()).await;
+                }
+            }
+        }
+    });
+    rx
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_stream_reports_the_resources_it_was_allowed() {
+    let gw = start(
+        "keepalive = \"60s\"",
+        &fake_block("a", "legacy", "health_interval = \"1s\""),
+    )
+    .await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let mut rx = listen(
+        addr,
+        "res",
+        json!({"resourceSubscriptions": [URI, "x".repeat(3000)]}),
+    )
+    .await;
+    let ack = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"resourceSubscriptions": [URI]}),
+        "only the URI it can honour"
+    );
+    assert_eq!(upstream_subscribed(addr, &sid).await, vec![URI]);
+    touch(addr, &sid).await;
+    let u = next_update(&mut rx, Duration::from_secs(10))
+        .await
+        .expect("the stream is told");
+    assert_eq!(u["params"]["uri"], URI);
+    assert_eq!(
+        u["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "res"
+    );
+    // The client closes the stream: its subscription goes, and so does the
+    // upstream's.
+    drop(rx);
+    let mut left = vec![URI.to_string()];
+    for _ in 0..100 {
+        left = upstream_subscribed(addr, &sid).await;
+        if left.is_empty() && gw.app().resources.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(left.is_empty(), "{left:?}");
+    assert!(gw.app().resources.is_empty());
+    gw.shutdown().await;
+}
