@@ -24,6 +24,10 @@ pub const DEFAULT_REQUIRED_GRACE: Duration = Duration::from_secs(5 * 60);
 /// Default request body limit in bytes (`server.max_body_bytes`): 1 MiB.
 /// Larger bodies get 413 with a JSON-RPC error.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Time a client has to send a request body once its headers arrived: 30 s.
+/// A client dripping its body byte by byte would otherwise hold one of
+/// `server.max_connections` for ever (HTTP 408 after this).
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Ceiling for `server.max_body_bytes`: 64 MiB.
 pub const MAX_BODY_BYTES_CEILING: usize = 64 * 1024 * 1024;
 
@@ -149,6 +153,13 @@ pub const MAX_SUBSCRIPTION_URI_BYTES: usize = 2048;
 /// `Retry-After` of a `subscriptions/listen` refused because every stream
 /// is taken (`-31005`, HTTP 503): 5 s.
 pub const LISTEN_RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// stderr lines of one stdio child logged in a burst before the rate
+/// limit applies: 20.
+pub const STDERR_LOG_BURST: u32 = 20;
+/// stderr lines of one stdio child logged per second once the burst is
+/// spent: 5 (the rest are counted, kept in the tail, and not logged).
+pub const STDERR_LOG_PER_SECOND: u32 = 5;
 
 /// Bytes of a stdio child's stderr kept for status output (a ring).
 pub const STDERR_TAIL_BYTES: usize = 16 * 1024;

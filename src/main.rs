@@ -67,6 +67,16 @@ fn main() -> ExitCode {
     // `MCP_EDGE_BOARD=` (empty, e.g. to clear a drop-in's value) means no board.
     cli.board = cli.board.filter(|b| !b.trim().is_empty());
     init_logs();
+    if !matches!(cli.command, Some(Command::Serve) | None) {
+        // A one-shot command piped into `head` ends quietly when the pipe
+        // closes, like any Unix tool, instead of panicking on EPIPE (Rust
+        // ignores SIGPIPE; `serve` keeps ignoring it, a dropped client must
+        // not kill the gateway).
+        // SAFETY: called before any thread is started; restores the default.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     match cli.command {
         Some(Command::CheckConfig { file }) => check_config(&file, cli.board.as_deref()),
         Some(Command::Status) => {

@@ -51,6 +51,9 @@ pub const REQUESTS_HELD: &str = "mcp_edge_requests_held_total";
 pub const LISTEN_STREAMS: &str = "mcp_edge_listen_streams";
 /// Gauge: capacity of the `subscriptions/listen` stream pool.
 pub const LISTEN_STREAMS_CAPACITY: &str = "mcp_edge_listen_streams_capacity";
+/// Counter `{upstream}`: stderr lines of a stdio upstream not logged because
+/// of the log rate limit (still kept in the stderr tail).
+pub const STDERR_SKIPPED: &str = "mcp_edge_upstream_stderr_skipped_total";
 /// Counter: HTTP requests refused by the Origin/Host check.
 pub const FORBIDDEN: &str = "mcp_edge_http_forbidden_total";
 

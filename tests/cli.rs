@@ -243,3 +243,24 @@ fn status_cli_accepts_url_without_scheme_and_explains_an_off_admin_listener() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `mcp-edge check-config … | head -1`: a reader that goes away ends the
+/// command quietly (SIGPIPE, like any Unix tool), never with a panic.
+#[test]
+fn a_closed_pipe_ends_check_config_quietly() {
+    let cfg = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/config.toml");
+    for _ in 0..5 {
+        let mut child = support::gateway_command()
+            .arg("check-config")
+            .arg(&cfg)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // the reader is gone before anything is written
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(!stderr.contains("Broken pipe"), "{stderr}");
+    }
+}

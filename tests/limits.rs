@@ -10,6 +10,36 @@ fn refused(limit: &str) -> f64 {
     read(REFUSED, &format!("limit=\"{limit}\""))
 }
 
+/// A client that sends its headers and then drips its body (or stops) does
+/// not hold a connection for ever: 408 after `limits::BODY_READ_TIMEOUT`
+/// (virtual time; the endpoint is driven without a socket).
+#[tokio::test(start_paused = true)]
+async fn a_dripping_body_gets_408_and_is_counted() {
+    use futures_util::StreamExt;
+    prometheus();
+    let gw = start(
+        "",
+        "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
+    )
+    .await;
+    let before = refused("body_read_time");
+    let chunks = futures_util::stream::iter([Ok::<_, std::convert::Infallible>(
+        hyper::body::Frame::data(bytes::Bytes::from_static(b"{\"jsonrpc\":")),
+    )])
+    .chain(futures_util::stream::pending());
+    let req = http::Request::post("/mcp")
+        .header("host", "127.0.0.1")
+        .header("content-type", "application/json")
+        .header("content-length", "1000")
+        .body(http_body_util::StreamBody::new(chunks))
+        .unwrap();
+    let t0 = tokio::time::Instant::now();
+    let resp = mcp_edge::http::endpoint::handle(gw.app().clone(), req).await;
+    assert_eq!(resp.status(), 408);
+    assert_eq!(t0.elapsed(), mcp_edge::limits::BODY_READ_TIMEOUT);
+    assert!(refused("body_read_time") >= before + 1.0);
+}
+
 #[tokio::test]
 async fn body_limit_is_413_and_counted() {
     prometheus();

@@ -162,3 +162,43 @@ async fn without_a_client_to_ask_the_upstream_gets_an_error() {
         r.raw
     );
 }
+
+/// Modern callers get `notifications/message` only when their request asked
+/// with `io.modelcontextprotocol/logLevel`, and only from that level up
+/// (2026-07-28 changelog: MUST NOT emit otherwise); a legacy upstream never
+/// sees the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modern_callers_get_log_messages_only_as_asked() {
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let logs = |level: Option<&'static str>| async move {
+        let mut meta = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {}
+        });
+        if let Some(l) = level {
+            meta["io.modelcontextprotocol/logLevel"] = json!(l);
+        }
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "a__progress", "arguments": {"steps": 2, "ms": 10, "tag": "m"}, "_meta": meta}});
+        let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+        let req = http::Request::post(format!("http://{addr}/mcp"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "a__progress")
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        let resp = client.request(req).await.unwrap();
+        let raw = resp.into_body().collect().await.unwrap().to_bytes();
+        let text = String::from_utf8_lossy(&raw).to_string();
+        assert!(text.contains("done; upstream saw"), "{text}");
+        text.matches("notifications/message").count()
+    };
+    assert_eq!(logs(None).await, 0, "not asked: none");
+    assert_eq!(logs(Some("debug")).await, 2, "info ≥ debug");
+    assert_eq!(logs(Some("info")).await, 2);
+    assert_eq!(logs(Some("error")).await, 0, "info < error");
+}

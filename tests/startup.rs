@@ -119,3 +119,36 @@ async fn shutdown_releases_held_requests() {
     assert_eq!(list.status, 200, "{}", list.raw);
     assert!(list.body["result"]["tools"].is_array(), "{}", list.raw);
 }
+
+/// A listing that fails once does not hide an upstream's tools until it
+/// reconnects: the catalog is marked incomplete and listed again at the next
+/// health check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_first_listing_is_retried_at_the_next_health_check() {
+    let gw = start(
+        "",
+        &fake_block_args(
+            "a",
+            "legacy",
+            &["--fail-first-list"],
+            "health_interval = \"1s\"",
+        ),
+    )
+    .await;
+    let addr = gw.local_addr();
+    let up = gw.app().router.upstreams()[0].clone();
+    assert!(up.catalog().incomplete, "the first tools/list failed");
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let mut names = Vec::new();
+    for _ in 0..100 {
+        names = tool_names(&call(addr, &sid, json!(1), "tools/list", json!({})).await);
+        if !names.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(names.iter().any(|n| n == "a__echo"), "{names:?}");
+    assert!(!up.catalog().incomplete);
+    assert_eq!(up.attempts(), 1, "no reconnect was needed");
+    gw.shutdown().await;
+}

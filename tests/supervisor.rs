@@ -498,3 +498,25 @@ fn sigterm_of_mcp_edge_leaves_no_child_behind() {
         );
     }
 }
+
+/// Credentials in an upstream URL (userinfo, query) never leave the config:
+/// not in the error a client gets while the upstream is down, not in `/status`.
+#[tokio::test]
+async fn a_down_http_upstreams_credentials_stay_secret() {
+    let url = "http://user:SECRETPW@127.0.0.1:1/mcp?api_key=SECRETQ";
+    let gw = start("", &http_block("h", url, "")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let r = call(addr, &sid, json!(1), "tools/call", json!({"name": "h__x"})).await;
+    assert!(r.error_code().is_some(), "{}", r.raw);
+    assert!(
+        r.raw.contains("127.0.0.1:1"),
+        "the reason still names the host: {}",
+        r.raw
+    );
+    let status = mcp_edge::http::admin::status(gw.app()).to_string();
+    for shown in [&r.raw, &status] {
+        assert!(!shown.contains("SECRET"), "{shown}");
+    }
+    gw.shutdown().await;
+}

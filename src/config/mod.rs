@@ -139,6 +139,7 @@ mod fields;
 mod mcp_servers;
 mod raw;
 mod render;
+pub use render::mask_url;
 mod server;
 mod upstream;
 mod validate;

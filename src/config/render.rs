@@ -238,8 +238,10 @@ fn is_secret_name(name: &str) -> bool {
 }
 
 /// `scheme://user:pw@host/p?q#f` → `scheme://***@host/p?***#***`; other
-/// strings unchanged.
-fn mask_url(s: &str) -> String {
+/// strings unchanged. Used wherever an upstream URL is shown (check-config,
+/// errors sent to clients, `/status`, logs): credentials in the userinfo or
+/// the query must not leave the config.
+pub fn mask_url(s: &str) -> String {
     let Some(scheme_end) = s.find("://").map(|i| i + 3) else {
         return s.to_owned();
     };

@@ -186,9 +186,23 @@ where
         return Err(too_big());
     }
     let (parts, body) = req.into_parts();
-    let bytes = http_body_util::Limited::new(body, limit)
-        .collect()
-        .await
+    let collected = tokio::time::timeout(
+        crate::limits::BODY_READ_TIMEOUT,
+        http_body_util::Limited::new(body, limit).collect(),
+    )
+    .await
+    .map_err(|_| {
+        metrics::counter!(crate::metrics::REFUSED, "limit" => "body_read_time").increment(1);
+        refuse(
+            StatusCode::REQUEST_TIMEOUT,
+            protocol::INVALID_REQUEST,
+            format!(
+                "Request body not received within {} s",
+                crate::limits::BODY_READ_TIMEOUT.as_secs()
+            ),
+        )
+    })?;
+    let bytes = collected
         .map_err(|e| {
             if e.is::<http_body_util::LengthLimitError>() {
                 too_big()
@@ -432,6 +446,16 @@ async fn one(
                 };
                 let (relay, rx) =
                     crate::upstream::relay::Relay::new(session, app.config.server.sse_queue_depth);
+                let relay = if modern {
+                    // Log messages only when asked for, and from that level up.
+                    let floor = protocol::params_meta(params.as_ref())
+                        .and_then(|m| m.get("io.modelcontextprotocol/logLevel"))
+                        .and_then(Value::as_str)
+                        .and_then(crate::upstream::relay::log_rank);
+                    relay.with_log_floor(floor)
+                } else {
+                    relay
+                };
                 let keepalive = app.config.server.keepalive;
                 let app = app.clone();
                 let fut = async move {

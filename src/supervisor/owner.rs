@@ -247,6 +247,10 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
                     let answered = probe(up, &conn, &neg).await;
                     up.progressed();
                     if answered {
+                        if up.catalog().incomplete {
+                            // A listing failed last time: try again now.
+                            up.set_catalog(Catalog::fetch(up, &neg).await);
+                        }
                         up.reconcile_subscriptions().await;
                     }
                     if answered {

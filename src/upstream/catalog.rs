@@ -54,6 +54,10 @@ pub struct Catalog {
     pub resources: Vec<Value>,
     /// `ResourceTemplate` objects.
     pub templates: Vec<Value>,
+    /// A listing failed (transport error, timeout, error answer): its kind
+    /// kept the previous entries, and the owner task lists again at the next
+    /// health check.
+    pub incomplete: bool,
 }
 
 impl Catalog {
@@ -70,26 +74,42 @@ impl Catalog {
     /// Lists everything the upstream's capabilities announce. A failing list
     /// leaves that kind empty (logged) rather than failing the connection.
     pub async fn fetch(up: &Upstream, neg: &Negotiated) -> Catalog {
+        let previous = up.catalog();
         let mut c = Catalog::default();
         let mut budget = Budget {
             bytes_left: up.config.max_catalog_bytes,
             max_entries: up.config.max_catalog_entries,
         };
+        // A listing that fails keeps what the last one found (none on a new
+        // connection) and marks the catalog incomplete: the owner task lists
+        // again on its next health tick instead of hiding the upstream's
+        // tools until a reconnect.
+        let mut kind = |got: Option<Vec<Value>>, before: &Vec<Value>| match got {
+            Some(v) => v,
+            None => {
+                c.incomplete = true;
+                before.clone()
+            }
+        };
         if neg.has("tools") {
-            c.tools = list_all(up, "tools/list", "tools", &mut budget).await;
+            let got = list_all(up, "tools/list", "tools", &mut budget).await;
+            c.tools = kind(got, &previous.tools);
         }
         if neg.has("prompts") {
-            c.prompts = list_all(up, "prompts/list", "prompts", &mut budget).await;
+            let got = list_all(up, "prompts/list", "prompts", &mut budget).await;
+            c.prompts = kind(got, &previous.prompts);
         }
         if neg.has("resources") {
-            c.resources = list_all(up, "resources/list", "resources", &mut budget).await;
-            c.templates = list_all(
+            let got = list_all(up, "resources/list", "resources", &mut budget).await;
+            c.resources = kind(got, &previous.resources);
+            let got = list_all(
                 up,
                 "resources/templates/list",
                 "resourceTemplates",
                 &mut budget,
             )
             .await;
+            c.templates = kind(got, &previous.templates);
         }
         c
     }
@@ -118,7 +138,14 @@ pub fn json_len(v: &Value) -> usize {
     c.0
 }
 
-async fn list_all(up: &Upstream, method: &str, key: &str, budget: &mut Budget) -> Vec<Value> {
+/// Every page of `method`; `None` when a page request failed (limits only
+/// shorten the list).
+async fn list_all(
+    up: &Upstream,
+    method: &str,
+    key: &str,
+    budget: &mut Budget,
+) -> Option<Vec<Value>> {
     let mut out = Vec::new();
     let mut cursor: Option<String> = None;
     // Every cursor seen so far, to catch a looping upstream; at most one per page.
@@ -128,8 +155,8 @@ async fn list_all(up: &Upstream, method: &str, key: &str, budget: &mut Budget) -
         let page = match up.call(method, params).await {
             Ok(p) => p,
             Err(e) => {
-                tracing::warn!(upstream = %up.name(), "{method} failed: {e}");
-                return out;
+                tracing::warn!(upstream = %up.name(), "{method} failed: {e}; listing again at the next health check");
+                return None;
             }
         };
         if let Some(items) = page.get(key).and_then(Value::as_array) {
@@ -139,7 +166,7 @@ async fn list_all(up: &Upstream, method: &str, key: &str, budget: &mut Budget) -
                     metrics::counter!(crate::metrics::REFUSED, "limit" => "catalog_entries")
                         .increment(1);
                     tracing::warn!(upstream = %up.name(), "{method}: more than {} entries (max_catalog_entries); the rest are left out", budget.max_entries);
-                    return out;
+                    return Some(out);
                 }
                 let size = json_len(item);
                 if size > budget.bytes_left {
@@ -158,18 +185,18 @@ async fn list_all(up: &Upstream, method: &str, key: &str, budget: &mut Budget) -
             Some(next) if !next.is_empty() => {
                 if seen.iter().any(|s| s == next) {
                     tracing::warn!(upstream = %up.name(), "{method}: cursor {next:?} repeated; stopping");
-                    return out;
+                    return Some(out);
                 }
                 if seen.push(next.to_string()).is_err() {
                     break; // page cap reached
                 }
                 cursor = Some(next.to_string());
             }
-            _ => return out,
+            _ => return Some(out),
         }
     }
     tracing::warn!(upstream = %up.name(), "{method}: more than {} pages; stopping", limits::MAX_LIST_PAGES);
-    out
+    Some(out)
 }
 
 #[cfg(test)]

@@ -81,8 +81,10 @@ fn modern_meta(meta: &mut Map<String, Value>) {
 
 /// Adapts a caller's params to the upstream's era: a modern upstream gets the
 /// per-request `_meta` fields (the caller's capabilities are kept when it sent
-/// them); a legacy upstream gets the `io.modelcontextprotocol/*` request
-/// fields removed (it negotiated them in `initialize`). Every other `_meta`
+/// them); a legacy upstream gets the per-request `io.modelcontextprotocol/*`
+/// fields (protocolVersion, clientInfo, clientCapabilities, logLevel: 2026-07-28
+/// index.mdx §Per-request protocol fields) removed (it negotiated them in
+/// `initialize`). Every other `_meta`
 /// key (e.g. `progressToken`, vendor keys) passes unchanged.
 pub fn adapt_params(era: UpstreamEra, params: Option<Value>) -> Option<Value> {
     match era {
@@ -104,6 +106,7 @@ pub fn adapt_params(era: UpstreamEra, params: Option<Value>) -> Option<Value> {
                 meta.remove(protocol::META_PROTOCOL_VERSION);
                 meta.remove(protocol::META_CLIENT_INFO);
                 meta.remove(protocol::META_CLIENT_CAPABILITIES);
+                meta.remove("io.modelcontextprotocol/logLevel");
                 if meta.is_empty() {
                     params
                         .as_object_mut()

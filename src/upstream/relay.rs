@@ -28,6 +28,31 @@ pub struct Relay {
     /// The caller's legacy session (`Mcp-Session-Id`); `None` for modern callers,
     /// which get no server→client requests outside MRTR.
     pub session: Option<String>,
+    /// The least severe `notifications/message` the caller wants, as a rank
+    /// of [`LOG_LEVELS`]; `None` = none at all. Legacy callers take every
+    /// one; a modern caller only those at or above the
+    /// `io.modelcontextprotocol/logLevel` of its request, and none without
+    /// it (2026-07-28 changelog.mdx: servers MUST NOT emit
+    /// `notifications/message` for requests without that field).
+    pub log_floor: Option<usize>,
+}
+
+/// `LoggingLevel` values, least severe first (RFC 5424 severities;
+/// 2025-11-25 schema.json `LoggingLevel`).
+pub const LOG_LEVELS: [&str; 8] = [
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
+
+/// The rank of `level` in [`LOG_LEVELS`].
+pub fn log_rank(level: &str) -> Option<usize> {
+    LOG_LEVELS.iter().position(|l| *l == level)
 }
 
 impl Relay {
@@ -35,11 +60,37 @@ impl Relay {
     /// and the receiver its SSE stream reads.
     pub fn new(session: Option<String>, depth: usize) -> (Relay, mpsc::Receiver<Value>) {
         let (tx, rx) = mpsc::channel(depth.max(1));
-        (Relay { tx, session }, rx)
+        (
+            Relay {
+                tx,
+                session,
+                log_floor: Some(0),
+            },
+            rx,
+        )
+    }
+
+    /// Sets the least severe log message forwarded ([`Relay::log_floor`]).
+    pub fn with_log_floor(mut self, floor: Option<usize>) -> Self {
+        self.log_floor = floor;
+        self
     }
 
     /// Queues a message; a full queue drops it (counted as `relay_queue`).
+    /// A `notifications/message` below the caller's log floor is dropped
+    /// silently (true: nothing went wrong).
     pub fn forward(&self, msg: Value) -> bool {
+        if msg.get("method").and_then(Value::as_str) == Some("notifications/message") {
+            let rank = msg
+                .get("params")
+                .and_then(|p| p.get("level"))
+                .and_then(Value::as_str)
+                .and_then(log_rank)
+                .unwrap_or(LOG_LEVELS.len() - 1);
+            if self.log_floor.is_none_or(|floor| rank < floor) {
+                return true;
+            }
+        }
         let ok = self.tx.try_send(msg).is_ok();
         if !ok {
             metrics::counter!(crate::metrics::REFUSED, "limit" => "relay_queue").increment(1);

@@ -199,6 +199,7 @@ async fn drive(
     let mut line = Vec::new();
     let mut err_line = Vec::new();
     let mut stderr_open = true;
+    let mut log_budget = LogBudget::new(tokio::time::Instant::now());
     let mut noise = 0u64;
     let reason = loop {
         tokio::select! {
@@ -229,7 +230,7 @@ async fn drive(
             },
             r = read_line_bounded(&mut stderr, &mut err_line, limits::STDERR_LINE_BYTES), if stderr_open => match r {
                 Ok(Ok(true)) => {
-                    tracing::info!(upstream = %name, "stderr: {}", String::from_utf8_lossy(&err_line));
+                    log_budget.log(&name, &err_line);
                     stderr_tail.lock().expect("stderr lock").push_line(&err_line);
                 }
                 Ok(Err(_)) => tracing::info!(upstream = %name, "stderr: (line longer than {} bytes cut)", limits::STDERR_LINE_BYTES),
@@ -254,7 +255,7 @@ async fn drive(
                                 stderr_open = false;
                                 continue;
                             };
-                            tracing::info!(upstream = %name, "stderr: {}", String::from_utf8_lossy(&err_line));
+                            log_budget.log(&name, &err_line);
                             stderr_tail.lock().expect("stderr lock").push_line(&err_line);
                         }
                     })
@@ -300,6 +301,58 @@ async fn drive(
     }
     // The child is gone; whatever it forked goes too (GroupKill on drop).
     reason
+}
+
+/// The log rate limit of one child's stderr (a token bucket:
+/// [`limits::STDERR_LOG_BURST`] lines at once, refilled at
+/// [`limits::STDERR_LOG_PER_SECOND`]): a child printing without pause cannot
+/// flood the journal or wear a Pi's SD card. Skipped lines are counted in
+/// `mcp_edge_upstream_stderr_skipped_total` and named in the next line logged;
+/// every line still reaches the stderr tail of `/status`.
+struct LogBudget {
+    tokens: f64,
+    last: tokio::time::Instant,
+    skipped: u64,
+}
+
+impl LogBudget {
+    fn new(now: tokio::time::Instant) -> Self {
+        LogBudget {
+            tokens: f64::from(limits::STDERR_LOG_BURST),
+            last: now,
+            skipped: 0,
+        }
+    }
+
+    /// True if a line may be logged at `now` (taking a token).
+    fn allow(&mut self, now: tokio::time::Instant) -> bool {
+        let refill = now.saturating_duration_since(self.last).as_secs_f64()
+            * f64::from(limits::STDERR_LOG_PER_SECOND);
+        self.tokens = (self.tokens + refill).min(f64::from(limits::STDERR_LOG_BURST));
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn log(&mut self, name: &str, line: &[u8]) {
+        if !self.allow(tokio::time::Instant::now()) {
+            self.skipped += 1;
+            metrics::counter!(crate::metrics::STDERR_SKIPPED, "upstream" => name.to_string())
+                .increment(1);
+            return;
+        }
+        let text = String::from_utf8_lossy(line);
+        match std::mem::take(&mut self.skipped) {
+            0 => tracing::info!(upstream = %name, "stderr: {text}"),
+            n => {
+                tracing::info!(upstream = %name, "stderr: {text} ({n} earlier lines not logged: rate limit)")
+            }
+        }
+    }
 }
 
 async fn on_line(
@@ -461,6 +514,27 @@ impl StdioConn {
 mod tests {
     use super::sniff_id;
     use serde_json::json;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_chatty_child_is_logged_at_the_rate_limit() {
+        let t0 = tokio::time::Instant::now();
+        let mut b = super::LogBudget::new(t0);
+        let burst = (0..1000).filter(|_| b.allow(t0)).count();
+        assert_eq!(burst, crate::limits::STDERR_LOG_BURST as usize);
+        // A simulated hour of 1,000 lines a second logs 5 a second.
+        let mut logged = 0;
+        for ms in 1..=3_600_000u64 {
+            let now = t0 + std::time::Duration::from_millis(ms);
+            if b.allow(now) {
+                logged += 1;
+            }
+        }
+        let per_s = crate::limits::STDERR_LOG_PER_SECOND as usize;
+        assert!(
+            (3600 * per_s - 1..=3600 * per_s + 1).contains(&logged),
+            "{logged}"
+        );
+    }
 
     #[test]
     fn finds_ids_in_message_heads() {

@@ -19,6 +19,8 @@ name = args[args.index("--name") + 1] if "--name" in args else "fake"
 # --paged N: tools/list in pages of N; --looping: every page points to the same cursor.
 page = int(args[args.index("--paged") + 1]) if "--paged" in args else 0
 looping = "--looping" in args
+# --fail-first-list: the first tools/list answers an error (a transient failure).
+fail_first_list = ["--fail-first-list" in args]
 lock = threading.Lock()
 seen = {"requests": 0, "methods": [], "cancelled": [], "subscribed": []}
 initialized = False
@@ -162,6 +164,9 @@ def handle(msg):
     if method == "ping":
         result(id, {})
     elif method == "tools/list":
+        if fail_first_list[0]:
+            fail_first_list[0] = False
+            return error(id, -32603, "tools/list failed, this time")
         if looping:
             result(id, {"tools": TOOLS[:2], "nextCursor": "again"})
         elif page:

@@ -33,6 +33,9 @@ type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Byte
 pub struct HttpConn {
     client: HttpsClient,
     url: Uri,
+    /// `url` as shown in errors and logs: credentials masked
+    /// ([`crate::config::mask_url`]).
+    shown_url: String,
     headers: HeaderMap,
     session: RwLock<Option<HeaderValue>>,
     expired: std::sync::atomic::AtomicBool,
@@ -97,6 +100,7 @@ impl HttpConn {
         else {
             return Err(SetupError("not an http upstream".into()));
         };
+        let shown_url = crate::config::mask_url(url);
         let url: Uri = url.parse().map_err(|e| SetupError(format!("url: {e}")))?;
         let mut map = HeaderMap::new();
         for (k, v) in headers {
@@ -125,6 +129,7 @@ impl HttpConn {
             abandoned_rx: std::sync::Mutex::new(Some(abandoned_rx)),
             client: https_client()?,
             url,
+            shown_url,
             headers: map,
             session: RwLock::new(None),
             expired: false.into(),
@@ -271,11 +276,10 @@ impl HttpConn {
         id: u64,
         relay: Option<&Relay>,
     ) -> Result<Value, SendError> {
-        let resp = self
-            .client
-            .request(req)
-            .await
-            .map_err(|e| SendError::Transport(format!("POST {}: {}", self.url, chain(&e))))?;
+        let resp =
+            self.client.request(req).await.map_err(|e| {
+                SendError::Transport(format!("POST {}: {}", self.shown_url, chain(&e)))
+            })?;
         let status = resp.status();
         if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
             // The challenge (WWW-Authenticate) stays here: never passed downstream.
@@ -430,11 +434,10 @@ impl HttpConn {
 
     /// POSTs a notification or response: any 2xx (202 Accepted) is success.
     async fn post_expecting_no_answer(&self, req: Request<Full<Bytes>>) -> Result<(), SendError> {
-        let resp = self
-            .client
-            .request(req)
-            .await
-            .map_err(|e| SendError::Transport(format!("POST {}: {}", self.url, chain(&e))))?;
+        let resp =
+            self.client.request(req).await.map_err(|e| {
+                SendError::Transport(format!("POST {}: {}", self.shown_url, chain(&e)))
+            })?;
         let status = resp.status();
         let _ = resp.into_body().collect().await;
         if status.is_success() {

@@ -65,7 +65,7 @@ impl HttpConn {
         let resp = match self.client.request(req).await {
             Ok(r) => r,
             Err(e) => {
-                return NotificationsEnd::Ended(format!("{}: {}", self.url, chain(&e)));
+                return NotificationsEnd::Ended(format!("{}: {}", self.shown_url, chain(&e)));
             }
         };
         let status = resp.status();
