@@ -213,6 +213,7 @@ mod tests {
                 .iter()
                 .map(|t| json!({"uriTemplate": t}))
                 .collect(),
+            incomplete: false,
         }
     }
 
