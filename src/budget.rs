@@ -11,14 +11,13 @@
 //! heap per byte while such a message is read, parsed and written on.
 //!
 //! What can be alive at once:
-//! - every session slot (allocated at start) and, per session, up to
-//!   [`limits::MAX_STREAMS_PER_SESSION`] GET streams, each with a full
-//!   `sse_queue_depth` queue of relayed messages of typical size; a stream
-//!   holds a connection, so at most `max_connections` are open;
+//! - every session slot (allocated at start), and long-lived streams (legacy
+//!   GET streams, at most [`limits::MAX_STREAMS_PER_SESSION`] per session,
+//!   and modern listen streams) from one pool of max(1, `max_connections` /
+//!   2) places, each counted with a full `sse_queue_depth` queue of relayed
+//!   messages of typical size;
 //! - the resource subscription table, allocated at start, with a URI of
 //!   up to [`limits::MAX_SUBSCRIPTION_URI_BYTES`] per entry;
-//! - up to min(`session_capacity`, `max_connections` / 2) modern `subscriptions/listen` streams
-//!   ([`crate::http::listen`]), each a little state and no queue;
 //! - `max_connections` connections, each holding a request body of up to
 //!   `max_body_bytes`;
 //! - calls in flight: at most one per connection (HTTP/1.1 answers one request
@@ -94,9 +93,9 @@ impl Estimate {
     pub fn of(cfg: &Config) -> Estimate {
         let s = &cfg.server;
         let ups: Vec<_> = cfg.upstreams.iter().filter(|u| u.enabled).collect();
-        let streams = limits::MAX_STREAMS_PER_SESSION as usize;
-        // Each open stream holds a connection (counted under connections).
-        let open_streams = (s.session_capacity * streams).min(s.max_connections);
+        // GET and listen streams share one pool of max(1, max_connections / 2)
+        // places; each open stream also holds a connection (counted there).
+        let open_streams = (s.max_connections / 2).max(1);
         let in_flight: usize = ups.iter().map(|u| u.max_in_flight).sum();
         let calls = in_flight.min(s.max_connections);
         let largest_result = ups.iter().map(|u| u.max_result_bytes).max().unwrap_or(0);
@@ -115,8 +114,7 @@ impl Estimate {
             },
             Item {
                 what: format!(
-                    "GET streams (min({} × {streams}, {}) × ({} + {} queued × {}))",
-                    s.session_capacity,
+                    "GET and listen streams (max(1, {} / 2) × ({} + {} queued × {}))",
                     s.max_connections,
                     kib(STREAM_BYTES),
                     s.sse_queue_depth,
@@ -133,15 +131,6 @@ impl Estimate {
                 ),
                 bytes: limits::MAX_RESOURCE_SUBSCRIPTIONS
                     * (SUBSCRIPTION_BYTES + limits::MAX_SUBSCRIPTION_URI_BYTES),
-            },
-            Item {
-                what: format!(
-                    "listen streams (min({}, {} / 2) × {}, no queue)",
-                    s.session_capacity,
-                    s.max_connections,
-                    kib(STREAM_BYTES)
-                ),
-                bytes: s.session_capacity.min(s.max_connections / 2).max(1) * STREAM_BYTES,
             },
             Item {
                 what: format!(

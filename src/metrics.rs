@@ -5,7 +5,7 @@
 /// Counter `{limit}`: requests refused by a configured limit (`body_bytes`,
 /// `session_capacity`, `in_flight`, `result_bytes`, `catalog_entries`,
 /// `catalog_bytes`, `pending_server_requests`, `relay_queue`,
-/// `streams_per_session`, `cancellations`: a legacy HTTP call's
+/// `streams_per_session`, `streams`, `resource_subscriptions`, `body_read_time`, `cancellations`: a legacy HTTP call's
 /// `notifications/cancelled` not sent because its queue was full).
 pub const REFUSED: &str = "mcp_edge_refused_total";
 /// Counter `{reason}`: sessions removed (`idle`, `deleted`).
@@ -47,10 +47,10 @@ pub const STDOUT_NOISE: &str = "mcp_edge_upstream_stdout_noise_total";
 /// Counter: downstream requests that waited for an upstream's first connect
 /// attempt before being routed (right after a start or reload).
 pub const REQUESTS_HELD: &str = "mcp_edge_requests_held_total";
-/// Gauge: open `subscriptions/listen` streams.
-pub const LISTEN_STREAMS: &str = "mcp_edge_listen_streams";
-/// Gauge: capacity of the `subscriptions/listen` stream pool.
-pub const LISTEN_STREAMS_CAPACITY: &str = "mcp_edge_listen_streams_capacity";
+/// Gauge: open long-lived streams (legacy GET and `subscriptions/listen`).
+pub const STREAMS: &str = "mcp_edge_streams";
+/// Gauge: places in the long-lived stream pool.
+pub const STREAMS_CAPACITY: &str = "mcp_edge_streams_capacity";
 /// Counter `{upstream}`: stderr lines of a stdio upstream not logged because
 /// of the log rate limit (still kept in the stderr tail).
 pub const STDERR_SKIPPED: &str = "mcp_edge_upstream_stderr_skipped_total";

@@ -38,8 +38,9 @@ pub const UPSTREAM_BUSY: i64 = -31002;
 pub const UPSTREAM_RESULT_TOO_LARGE: i64 = -31003;
 /// Gateway-local error: the session table is full (HTTP 503).
 pub const SESSIONS_FULL: i64 = -31004;
-/// Gateway-local error: every `subscriptions/listen` stream is taken (HTTP 503).
-pub const LISTEN_STREAMS_FULL: i64 = -31005;
+/// Gateway-local error: every long-lived stream place (legacy GET and
+/// `subscriptions/listen` streams share them) is taken (HTTP 503).
+pub const STREAMS_FULL: i64 = -31005;
 /// Gateway-local error: the resource subscription table, or this client's
 /// share of it, is full.
 pub const SUBSCRIPTIONS_FULL: i64 = -31006;

@@ -104,7 +104,7 @@ async fn acknowledges_then_sends_only_the_asked_for_list_changes() {
     let change = next(&mut rx).await;
     assert_eq!(change["method"], "notifications/tools/list_changed");
     assert_eq!(change["params"]["_meta"][SUB], "sub-1");
-    assert_eq!(gw.app().listen_streams.open(), 1);
+    assert_eq!(gw.app().streams.open(), 1);
     // Shutdown: the graceful closing response, then the end of the stream.
     let app = gw.app().clone();
     gw.shutdown().await;
@@ -122,15 +122,17 @@ async fn acknowledges_then_sends_only_the_asked_for_list_changes() {
                 && m["method"] != "notifications/resources/list_changed"),
         "only the asked-for kinds: {rest:?}"
     );
-    assert_eq!(app.listen_streams.open(), 0);
+    assert_eq!(app.streams.open(), 0);
 }
 
 #[tokio::test]
 async fn the_pool_is_fixed_and_a_closed_stream_gives_its_place_back() {
     mcp_edge::metrics::prometheus();
-    let gw = start("session_capacity = 2\nkeepalive = \"60s\"", EDGE).await;
+    // 4 connections: 2 places for long-lived streams, 2 always left for requests.
+    let gw = start("max_connections = 4\nkeepalive = \"60s\"", EDGE).await;
+    assert_eq!(gw.app().streams.capacity(), 2);
     let addr = gw.local_addr();
-    let before = mcp_edge::metrics::read(mcp_edge::metrics::REFUSED, "limit=\"listen_streams\"");
+    let before = mcp_edge::metrics::read(mcp_edge::metrics::REFUSED, "limit=\"streams\"");
     let f = json!({"promptsListChanged": true});
     let (_, mut a) = listen(addr, listen_body(json!(1), f.clone())).await;
     let (_, mut b) = listen(addr, listen_body(json!(2), f.clone())).await;
@@ -149,8 +151,19 @@ async fn the_pool_is_fixed_and_a_closed_stream_gives_its_place_back() {
     assert_eq!(refused.error_code(), Some(-31005), "{}", refused.raw);
     assert_eq!(refused.body["id"], 3);
     assert_eq!(refused.header("retry-after"), Some("5"));
-    let after = mcp_edge::metrics::read(mcp_edge::metrics::REFUSED, "limit=\"listen_streams\"");
-    assert!(after >= before + 1.0, "the refusal is counted");
+    // Legacy GET streams share the pool.
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let get = request(
+        "GET",
+        addr,
+        &[("mcp-session-id", &sid), ("accept", "text/event-stream")],
+        "",
+    )
+    .await;
+    assert_eq!(get.status, 503, "{}", get.raw);
+    assert_eq!(get.error_code(), Some(-31005), "{}", get.raw);
+    let after = mcp_edge::metrics::read(mcp_edge::metrics::REFUSED, "limit=\"streams\"");
+    assert!(after >= before + 2.0, "the refusals are counted");
     // The client closes one stream: its place is free again.
     drop(a);
     let mut reopened = None;
@@ -197,11 +210,7 @@ async fn bad_filters_and_legacy_sessions_get_clear_errors() {
             "{r}"
         );
     }
-    assert_eq!(
-        gw.app().listen_streams.open(),
-        0,
-        "refused filters hold no place"
-    );
+    assert_eq!(gw.app().streams.open(), 0, "refused filters hold no place");
     // A client that cannot read SSE is told so (406), holding no place.
     let r = post(
         addr,
@@ -230,7 +239,7 @@ async fn bad_filters_and_legacy_sessions_get_clear_errors() {
     assert_eq!(done["result"]["resultType"], "complete", "{done}");
     assert_eq!(done["result"]["_meta"][SUB], "r");
     assert!(rx.recv().await.is_none(), "the stream ended");
-    assert_eq!(gw.app().listen_streams.open(), 0);
+    assert_eq!(gw.app().streams.open(), 0);
     // subscriptions/listen is modern-only: a legacy session gets -32601.
     let sid = legacy_session(addr, "2025-11-25").await;
     let r = call(addr, &sid, json!(1), "subscriptions/listen", json!({})).await;

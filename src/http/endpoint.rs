@@ -110,13 +110,18 @@ fn get(app: Arc<App>, h: &HeaderMap) -> Response<Body> {
         Ok(None) => return reply::method_not_allowed(),
         Ok(Some(id)) => id,
     };
+    // A place in the shared pool first, so a full pool costs the session nothing.
+    let place = match app.streams.take() {
+        Ok(p) => p,
+        Err((status, e)) => return Refusal(status, e).into_response(Value::Null),
+    };
     let opened = app.sessions.lock().expect("sessions").open_stream(
         &id,
         Instant::now(),
         crate::limits::MAX_STREAMS_PER_SESSION,
     );
     match opened {
-        Ok(_) => reply::session_stream(app.clone(), id),
+        Ok(_) => reply::session_stream(app.clone(), id, place),
         Err(e @ SessionError::TooManyStreams { .. }) => refuse(
             StatusCode::TOO_MANY_REQUESTS,
             protocol::INVALID_REQUEST,

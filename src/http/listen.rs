@@ -19,13 +19,13 @@
 //! and `notifications/resources/updated` for them follow on the stream. The
 //! stream's subscriptions go when it ends.
 //!
-//! Bounded: at most min(`server.session_capacity`, `server.max_connections`
-//! / 2) listen streams at once (a fixed semaphore; a stream holds its
-//! connection for as long as the client listens, so half the connections
-//! always stay free for requests); one more is refused with HTTP 503,
-//! `-31005` and `Retry-After`, counted in
-//! `mcp_edge_refused_total{limit="listen_streams"}`; `mcp_edge_listen_streams`
-//! is the number open. A request for nothing mcp-edge honours gets the
+//! Bounded: listen streams share one fixed pool with legacy GET streams
+//! ([`StreamPool`], max(1, `server.max_connections` / 2) places; a stream
+//! holds its connection for as long as the client listens, so half the
+//! connections always stay free for requests); one more is refused with
+//! HTTP 503, `-31005` and `Retry-After`, counted in
+//! `mcp_edge_refused_total{limit="streams"}`; `mcp_edge_streams` is the
+//! number open. A request for nothing mcp-edge honours gets the
 //! acknowledgment and at once the closing response, keeping no place.
 //! A stream holds no queue: what it sends is derived from the catalog
 //! generation when it is polled, so a slow reader costs nothing but its
@@ -53,19 +53,22 @@ const FIELDS: [&str; 3] = [
     "resourcesListChanged",
 ];
 
-/// The fixed pool of listen streams (min(`session_capacity`, `max_connections` / 2) places).
-pub struct ListenStreams {
+/// The fixed pool of long-lived streams: legacy GET streams and modern
+/// listen streams together, max(1, `max_connections` / 2) places. Each such
+/// stream holds its connection for as long as the client keeps it open, so
+/// at least half the connections always stay free for requests.
+pub struct StreamPool {
     places: Arc<Semaphore>,
     capacity: usize,
     /// Woken whenever a stream gives its place back.
     closed: Arc<Notify>,
 }
 
-impl ListenStreams {
-    /// A pool of `capacity` streams.
+impl StreamPool {
+    /// A pool of `capacity` places.
     pub fn new(capacity: usize) -> Self {
-        metrics::gauge!(crate::metrics::LISTEN_STREAMS_CAPACITY).set(capacity as f64);
-        ListenStreams {
+        metrics::gauge!(crate::metrics::STREAMS_CAPACITY).set(capacity as f64);
+        StreamPool {
             places: Arc::new(Semaphore::new(capacity)),
             capacity,
             closed: Arc::new(Notify::new()),
@@ -82,6 +85,32 @@ impl ListenStreams {
         self.capacity
     }
 
+    /// A place for one more stream, or the HTTP 503 and JSON-RPC error
+    /// (-31005, `Retry-After`) to answer with, counted as
+    /// `mcp_edge_refused_total{limit="streams"}`.
+    pub fn take(&self) -> Result<StreamPlace, (StatusCode, RpcError)> {
+        let Ok(permit) = self.places.clone().try_acquire_owned() else {
+            metrics::counter!(crate::metrics::REFUSED, "limit" => "streams").increment(1);
+            let secs = crate::limits::LISTEN_RETRY_AFTER.as_secs();
+            return Err((
+                StatusCode::SERVICE_UNAVAILABLE,
+                RpcError::new(
+                    protocol::STREAMS_FULL,
+                    format!(
+                        "all {} long-lived streams (GET and subscriptions/listen) are open; retry later",
+                        self.capacity
+                    ),
+                )
+                .with_data(json!({"retryAfterSeconds": secs})),
+            ));
+        };
+        metrics::gauge!(crate::metrics::STREAMS).increment(1.0);
+        Ok(StreamPlace {
+            permit: Some(permit),
+            closed: self.closed.clone(),
+        })
+    }
+
     /// Resolves once no stream is open (shutdown: once every closing
     /// response was handed to its connection).
     pub async fn all_closed(&self) {
@@ -96,20 +125,30 @@ impl ListenStreams {
 }
 
 /// One stream's place in the pool, given back on drop.
-struct Place {
+pub struct StreamPlace {
     permit: Option<OwnedSemaphorePermit>,
     closed: Arc<Notify>,
-    /// This stream's resource subscriptions, forgotten with it.
+}
+
+impl Drop for StreamPlace {
+    fn drop(&mut self) {
+        drop(self.permit.take()); // given back first, so a woken waiter sees it
+        metrics::gauge!(crate::metrics::STREAMS).decrement(1.0);
+        self.closed.notify_waiters();
+    }
+}
+
+/// A listen stream's place: its pool place, and its resource
+/// subscriptions, forgotten with it (before the place is given back).
+struct Place {
     who: Subscriber,
     resources: Arc<Subscriptions>,
+    _place: StreamPlace,
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
         self.resources.remove_subscriber(self.who);
-        drop(self.permit.take()); // given back first, so a woken waiter sees it
-        metrics::gauge!(crate::metrics::LISTEN_STREAMS).decrement(1.0);
-        self.closed.notify_waiters();
     }
 }
 
@@ -199,29 +238,13 @@ pub async fn open(
         ));
     }
     let (on, uris) = asked(params).map_err(|e| (StatusCode::OK, e))?;
-    let Ok(permit) = app.listen_streams.places.clone().try_acquire_owned() else {
-        metrics::counter!(crate::metrics::REFUSED, "limit" => "listen_streams").increment(1);
-        let secs = crate::limits::LISTEN_RETRY_AFTER.as_secs();
-        return Err((
-            StatusCode::SERVICE_UNAVAILABLE,
-            RpcError::new(
-                protocol::LISTEN_STREAMS_FULL,
-                format!(
-                    "all {} subscription streams are open; retry later",
-                    app.listen_streams.capacity
-                ),
-            )
-            .with_data(json!({"retryAfterSeconds": secs})),
-        ));
-    };
-    metrics::gauge!(crate::metrics::LISTEN_STREAMS).increment(1.0);
+    let stream_place = app.streams.take()?;
     let who = Subscriber::Listen(NEXT_STREAM.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     // From here on, dropping the place forgets this stream's subscriptions.
     let place = Place {
-        permit: Some(permit),
-        closed: app.listen_streams.closed.clone(),
         who,
         resources: app.resources.clone(),
+        _place: stream_place,
     };
     let mut honoured_uris = Vec::new();
     for uri in uris {

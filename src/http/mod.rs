@@ -55,9 +55,9 @@ pub struct App {
     pub sessions_changed: tokio::sync::Notify,
     /// Downstream requests being answered right now (shutdown waits for them).
     pub in_flight: crate::drain::Drain,
-    /// Open `subscriptions/listen` streams (fixed pool of
-    /// min(`session_capacity`, `max_connections` / 2)).
-    pub listen_streams: listen::ListenStreams,
+    /// Places for long-lived streams, legacy GET and `subscriptions/listen`
+    /// (fixed pool of max(1, `max_connections` / 2)).
+    pub streams: listen::StreamPool,
     /// Set when the gateway starts shutting down: listen streams send their
     /// closing response and end.
     pub stopping: watch::Sender<bool>,
@@ -239,9 +239,7 @@ impl Gateway {
             resources,
             ready: false.into(),
             in_flight: crate::drain::Drain::new(),
-            listen_streams: listen::ListenStreams::new(
-                s.session_capacity.min(s.max_connections / 2).max(1),
-            ),
+            streams: listen::StreamPool::new((s.max_connections / 2).max(1)),
             stopping: watch::Sender::new(false),
             router: Router::new(
                 upstreams.clone(),
@@ -357,13 +355,13 @@ impl Gateway {
         }
         // Listen streams send their closing response and end on `stopping`;
         // wait (within the same grace) until each was handed to its connection.
-        if tokio::time::timeout_at(deadline, app.listen_streams.all_closed())
+        if tokio::time::timeout_at(deadline, app.streams.all_closed())
             .await
             .is_err()
         {
             tracing::warn!(
                 "shutdown: {} subscription stream(s) did not take their closing response within {grace:?}",
-                app.listen_streams.open()
+                app.streams.open()
             );
         }
         self.supervisor.shutdown(Duration::from_secs(5)).await;

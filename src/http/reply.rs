@@ -167,27 +167,28 @@ pub fn answer(
     r
 }
 
-/// The GET stream of a legacy session: keep-alive comments every
-/// `server.keepalive`; ends as soon as the session is deleted, evicted or
-/// expires. The stream never touches the session's idle clock.
-pub fn session_stream(app: Arc<App>, id: SessionId) -> Response<Body> {
+/// The GET stream of a legacy session, holding `place` in the stream pool:
+/// keep-alive comments every `server.keepalive`, list_changed and
+/// resources/updated notifications; ends as soon as the session is deleted,
+/// evicted or expires, or the gateway shuts down. The stream never touches
+/// the session's idle clock.
+pub fn session_stream(
+    app: Arc<App>,
+    id: SessionId,
+    place: super::listen::StreamPlace,
+) -> Response<Body> {
     let period = app.config.server.keepalive;
     let start = Instant::now() + period;
     let mut keepalive = tokio::time::interval_at(start, period);
     keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let guard = StreamGuard(app.clone(), id);
+    let guard = StreamGuard(app.clone(), id, place);
     let mut lists = app.catalog_gen.subscribe();
     let seen = *lists.borrow_and_update();
-    let state = (
-        app,
-        tokio::time::interval_at(start, period),
-        guard,
-        lists,
-        seen,
-    );
+    let stopping = app.stopping.subscribe();
+    let state = (app, keepalive, guard, lists, seen, stopping);
     let stream = futures_util::stream::unfold(
         state,
-        move |(app, mut iv, guard, mut lists, mut seen)| async move {
+        move |(app, mut iv, guard, mut lists, mut seen, mut stopping)| async move {
             let who = crate::subscriptions::Subscriber::Session(id);
             let resources = app.resources.clone();
             loop {
@@ -196,11 +197,14 @@ pub fn session_stream(app: Arc<App>, id: SessionId) -> Response<Body> {
                 if let Some(bytes) = resource_updates(&app, who, None) {
                     return Some((
                         Ok::<_, Infallible>(Frame::data(bytes)),
-                        (app, iv, guard, lists, seen),
+                        (app, iv, guard, lists, seen, stopping),
                     ));
                 }
                 // What to send: a keep-alive, notifications, or nothing.
                 let what = tokio::select! {
+                    // The gateway is shutting down: the stream ends (the
+                    // client reconnects to whatever runs next).
+                    _ = stopping.wait_for(|s| *s) => return None,
                     _ = iv.tick() => Some(sse::keepalive()),
                     _ = updated => resource_updates(&app, who, None),
                     _ = app.sessions_changed.notified() => None,
@@ -223,7 +227,7 @@ pub fn session_stream(app: Arc<App>, id: SessionId) -> Response<Body> {
                 if let Some(bytes) = what {
                     return Some((
                         Ok::<_, Infallible>(Frame::data(bytes)),
-                        (app, iv, guard, lists, seen),
+                        (app, iv, guard, lists, seen, stopping),
                     ));
                 }
             }
@@ -285,8 +289,13 @@ pub(crate) fn list_changed(
     (!out.is_empty()).then(|| Bytes::from(out))
 }
 
-/// Gives a GET stream's place back to its session when the stream ends.
-struct StreamGuard(Arc<App>, SessionId);
+/// Gives a GET stream's place back to its session, and its place in the
+/// stream pool, when the stream ends.
+struct StreamGuard(
+    Arc<App>,
+    SessionId,
+    #[allow(dead_code)] super::listen::StreamPlace,
+);
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
