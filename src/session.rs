@@ -57,6 +57,9 @@ pub struct Session {
     pub initialized: bool,
     /// GET streams open on this session.
     pub streams: u8,
+    /// The least severe `notifications/message` the client wants, as a rank
+    /// of `upstream::relay::LOG_LEVELS` (`logging/setLevel`; 0 = all).
+    pub log_floor: u8,
 }
 
 const NIL: u32 = u32::MAX;
@@ -261,6 +264,7 @@ impl Table {
             version,
             last_seen: now,
             initialized: false,
+            log_floor: 0,
             streams: 0,
         });
         self.push_tail(i);
@@ -341,6 +345,21 @@ impl Table {
             if let Some(s) = self.slots[i as usize].session.as_mut() {
                 s.initialized = true;
             }
+        }
+    }
+
+    /// Records the session's `logging/setLevel` (2025-11-25
+    /// server/utilities/logging.mdx); false if the id was unknown.
+    pub fn set_log_floor(&mut self, id: &SessionId, rank: u8) -> bool {
+        let Some(i) = self.find(id) else {
+            return false;
+        };
+        match self.slots[i as usize].session.as_mut() {
+            Some(s) => {
+                s.log_floor = rank;
+                true
+            }
+            None => false,
         }
     }
 

@@ -202,3 +202,45 @@ async fn modern_callers_get_log_messages_only_as_asked() {
     assert_eq!(logs(Some("info")).await, 2);
     assert_eq!(logs(Some("error")).await, 0, "info < error");
 }
+
+/// A legacy session's `logging/setLevel` is kept per session (the upstreams
+/// are shared) and filters the log messages relayed to that session only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_sessions_log_level_filters_its_own_messages() {
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let (quiet, chatty) = (
+        legacy_session(addr, "2025-11-25").await,
+        legacy_session(addr, "2025-11-25").await,
+    );
+    let r = call(
+        addr,
+        &quiet,
+        json!(1),
+        "logging/setLevel",
+        json!({"level": "error"}),
+    )
+    .await;
+    assert_eq!(r.body["result"], json!({}), "{}", r.raw);
+    let bad = call(
+        addr,
+        &quiet,
+        json!(2),
+        "logging/setLevel",
+        json!({"level": "loud"}),
+    )
+    .await;
+    assert_eq!(bad.error_code(), Some(-32602), "{}", bad.raw);
+    let progress = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "a__progress", "arguments": {"steps": 2, "ms": 10, "tag": "x"}}});
+    let logs = |events: Vec<Value>| {
+        events
+            .iter()
+            .filter(|e| e["method"] == "notifications/message")
+            .count()
+    };
+    let q = collect(post_streaming(addr, &quiet, progress.clone()).await).await;
+    assert_eq!(logs(q), 0, "info is below the quiet session's error level");
+    let c = collect(post_streaming(addr, &chatty, progress).await).await;
+    assert_eq!(logs(c), 2, "the other session still gets them");
+}

@@ -432,6 +432,31 @@ async fn one(
                     Err((status, e)) => Err((id, Refusal(status, e))),
                 };
             }
+            if let (Era::Legacy(sid, _), "logging/setLevel") = (&era, method.as_str()) {
+                // Kept per session and applied to the log messages relayed to
+                // it (the upstreams are shared, so their own level is not set).
+                let level = params
+                    .as_ref()
+                    .and_then(|p| p.get("level"))
+                    .and_then(Value::as_str);
+                let outcome = match level.and_then(crate::upstream::relay::log_rank) {
+                    Some(rank) => {
+                        app.sessions
+                            .lock()
+                            .expect("sessions")
+                            .set_log_floor(sid, rank as u8);
+                        Ok(json!({}))
+                    }
+                    None => Err(RpcError::new(
+                        protocol::INVALID_PARAMS,
+                        format!(
+                            "params.level must be one of {}",
+                            crate::upstream::relay::LOG_LEVELS.join(", ")
+                        ),
+                    )),
+                };
+                return Ok(Outcome::Answer(finish(id, &method, era, outcome)));
+            }
             if let (Era::Legacy(sid, _), "resources/subscribe" | "resources/unsubscribe") =
                 (&era, method.as_str())
             {
@@ -451,7 +476,16 @@ async fn one(
                 };
                 let (relay, rx) =
                     crate::upstream::relay::Relay::new(session, app.config.server.sse_queue_depth);
-                let relay = if modern {
+                let relay = if let Era::Legacy(sid, _) = &era {
+                    // The session's logging/setLevel.
+                    let floor = app
+                        .sessions
+                        .lock()
+                        .expect("sessions")
+                        .peek(sid, Instant::now())
+                        .map_or(0, |s| s.log_floor);
+                    relay.with_log_floor(Some(usize::from(floor)))
+                } else if modern {
                     // Log messages only when asked for, and from that level up.
                     let floor = protocol::params_meta(params.as_ref())
                         .and_then(|m| m.get("io.modelcontextprotocol/logLevel"))
