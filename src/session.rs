@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// A session id as sent in `Mcp-Session-Id`: 36 visible ASCII characters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SessionId {
     secret: [u8; 16],
     slot: u16,

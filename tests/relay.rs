@@ -244,3 +244,48 @@ async fn a_legacy_sessions_log_level_filters_its_own_messages() {
     let c = collect(post_streaming(addr, &chatty, progress).await).await;
     assert_eq!(logs(c), 2, "the other session still gets them");
 }
+
+/// A legacy client's `notifications/cancelled` ends its request at once
+/// (answered -32800) and the upstream is told in turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_cancellation_reaches_the_upstream() {
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let slow = json!({"jsonrpc": "2.0", "id": "long-one", "method": "tools/call",
+        "params": {"name": "a__slow_echo", "arguments": {"text": "x", "ms": 5000}}});
+    let rx = post_streaming(addr, &sid, slow).await;
+    // Until the gateway is answering it.
+    while gw.app().cancels.is_empty() {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": "long-one", "reason": "user pressed stop"}});
+    let r = post(addr, &[("mcp-session-id", &sid)], &note).await;
+    assert_eq!(r.status, 202);
+    let events = tokio::time::timeout(std::time::Duration::from_secs(3), collect(rx))
+        .await
+        .expect("the request ended long before the tool's 5 s");
+    let last = events.last().unwrap();
+    assert_eq!(last["id"], "long-one");
+    assert_eq!(last["error"]["code"], -32800, "{last}");
+    assert!(gw.app().cancels.is_empty());
+    // The upstream is told by the stdio driver, a moment later.
+    let mut seen = Value::Null;
+    for i in 0..100 {
+        let stats = call(
+            addr,
+            &sid,
+            json!(i),
+            "tools/call",
+            json!({"name": "a__stats"}),
+        )
+        .await;
+        seen = serde_json::from_str(&text_of(&stats)).unwrap();
+        if !seen["cancelled"].as_array().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(seen["cancelled"].as_array().unwrap().len(), 1, "{seen}");
+}

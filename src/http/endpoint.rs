@@ -397,10 +397,15 @@ async fn one(
             relayed_answer(app, h, id, outcome).await;
             Ok(Outcome::Accepted)
         }
-        Message::Notification { method, .. } => {
+        Message::Notification { method, params } => {
             if method == "notifications/initialized" {
                 if let Ok(Some(id)) = session_header(h) {
                     app.sessions.lock().expect("sessions").mark_initialized(&id);
+                }
+            } else if method == "notifications/cancelled" {
+                let request = params.as_ref().and_then(|p| p.get("requestId"));
+                if let (Ok(Some(sid)), Some(request)) = (session_header(h), request) {
+                    app.cancels.cancel(sid, request);
                 }
             }
             Ok(Outcome::Accepted)
@@ -497,10 +502,20 @@ async fn one(
                 };
                 let keepalive = app.config.server.keepalive;
                 let app = app.clone();
+                let cancel = match &era {
+                    Era::Legacy(sid, _) => Some(app.cancels.register(*sid, &id)),
+                    Era::Modern => None,
+                };
                 let fut = async move {
                     let _busy = app.in_flight.enter();
                     let t0 = Instant::now();
-                    let outcome = app.call(&method, params, modern, Some(relay)).await;
+                    let call = app.call(&method, params, modern, Some(relay));
+                    let outcome = match cancel {
+                        Some((_registered, cancelled)) => {
+                            super::cancel::cancellable(call, cancelled).await
+                        }
+                        None => call.await,
+                    };
                     observe(&method, t0);
                     finish(id, &method, era, outcome).response
                 };
@@ -508,7 +523,14 @@ async fn one(
             }
             let _busy = app.in_flight.enter();
             let t0 = Instant::now();
-            let outcome = app.call(&method, params, modern, None).await;
+            let call = app.call(&method, params, modern, None);
+            let outcome = match &era {
+                Era::Legacy(sid, _) => {
+                    let (_registered, cancelled) = app.cancels.register(*sid, &id);
+                    super::cancel::cancellable(call, cancelled).await
+                }
+                Era::Modern => call.await,
+            };
             observe(&method, t0);
             Ok(Outcome::Answer(finish(id, &method, era, outcome)))
         }

@@ -6,6 +6,7 @@
 //! the kernel backlog instead of costing memory here.
 
 pub mod admin;
+pub mod cancel;
 pub mod checks;
 pub mod endpoint;
 pub mod listen;
@@ -68,6 +69,8 @@ pub struct App {
     /// send `notifications/{tools,prompts,resources}/list_changed` for the
     /// kinds that moved.
     pub catalog_gen: Arc<watch::Sender<crate::upstream::ListGens>>,
+    /// Legacy requests being answered, cancellable by `notifications/cancelled`.
+    pub cancels: Arc<cancel::Cancels>,
     /// Downstream resource subscriptions (fixed table, [`crate::subscriptions`]).
     pub resources: Arc<crate::subscriptions::Subscriptions>,
     /// The watchdog's rules (`[watchdog]`; a reload replaces them).
@@ -237,6 +240,7 @@ impl Gateway {
             sessions_changed: tokio::sync::Notify::new(),
             catalog_gen: catalog_gen.clone(),
             resources,
+            cancels: Default::default(),
             ready: false.into(),
             in_flight: crate::drain::Drain::new(),
             streams: listen::StreamPool::new((s.max_connections / 2).max(1)),
