@@ -313,4 +313,5 @@ pub fn routed_name<'a>(method: &str, params: Option<&'a Value>) -> Option<&'a st
     params?.get(key)?.as_str()
 }
 
+pub mod param_headers;
 pub mod sse;

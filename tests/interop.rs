@@ -156,6 +156,69 @@ async fn upstreams_announce_new_tools_on_their_notification_streams() {
     gw.shutdown().await;
 }
 
+/// `x-mcp-header` both ways, with the Python `mcp==2.3.0` server (which
+/// rejects a call without the matching header): mcp-edge sends
+/// `Mcp-Param-Region` upstream for a legacy client's call, and checks the
+/// header a modern client sends it (400 and -32020 when missing or wrong).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_parameters_mirrored_into_headers_both_ways() {
+    let (_modern, port) = peers::spawn_fixture_modern_server();
+    let gw = support::start(
+        "",
+        &format!("[[upstream]]\nname = \"mh\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n"),
+    )
+    .await;
+    let addr = gw.local_addr();
+    let sid = support::legacy_session(addr, "2025-11-25").await;
+    let args = json!({"name": "mh__where", "arguments": {"region": "eu-west1"}});
+    let r = support::call(addr, &sid, json!(1), "tools/call", args.clone()).await;
+    assert_eq!(support::text_of(&r), "served in eu-west1", "{}", r.raw);
+    // A modern client must send the header itself.
+    let modern = |headers: Vec<(&'static str, &'static str)>| {
+        let args = args.clone();
+        async move {
+            let mut params = args;
+            params["_meta"] = json!({
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {}
+            });
+            let mut h = vec![
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/call"),
+                ("mcp-name", "mh__where"),
+            ];
+            h.extend(headers);
+            support::post(
+                addr,
+                &h,
+                &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}),
+            )
+            .await
+        }
+    };
+    let missing = modern(vec![]).await;
+    assert_eq!(missing.status, 400, "{}", missing.raw);
+    assert_eq!(missing.error_code(), Some(-32020), "{}", missing.raw);
+    let wrong = modern(vec![("mcp-param-region", "us-west1")]).await;
+    assert_eq!(wrong.error_code(), Some(-32020), "{}", wrong.raw);
+    let right = modern(vec![("mcp-param-region", "eu-west1")]).await;
+    assert_eq!(
+        support::text_of(&right),
+        "served in eu-west1",
+        "{}",
+        right.raw
+    );
+    let encoded = modern(vec![("Mcp-Param-Region", "=?base64?ZXUtd2VzdDE=?=")]).await;
+    assert_eq!(
+        support::text_of(&encoded),
+        "served in eu-west1",
+        "{}",
+        encoded.raw
+    );
+    gw.shutdown().await;
+}
+
 /// The next JSON line the child printed (60 s at most).
 async fn next_json(
     lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,

@@ -419,6 +419,9 @@ async fn one(
                 if let Err(e) = modern::validate(h, &method, params.as_ref()) {
                     return Err((id, Refusal(StatusCode::BAD_REQUEST, e)));
                 }
+                if let Err(e) = check_param_headers(app, h, &method, params.as_ref()) {
+                    return Err((id, Refusal(StatusCode::BAD_REQUEST, e)));
+                }
             }
             let modern = era == Era::Modern;
             if modern && method == "subscriptions/listen" {
@@ -535,6 +538,34 @@ async fn one(
             Ok(Outcome::Answer(finish(id, &method, era, outcome)))
         }
     }
+}
+
+/// A modern `tools/call`'s `Mcp-Param-*` headers against its arguments,
+/// for a tool whose `inputSchema` annotates parameters with `x-mcp-header`
+/// (2026-07-28 transports-streamable-http.mdx §Server Validation). Errors:
+/// `-32020` naming the header.
+fn check_param_headers(
+    app: &App,
+    h: &HeaderMap,
+    method: &str,
+    params: Option<&Value>,
+) -> Result<(), RpcError> {
+    if method != "tools/call" {
+        return Ok(());
+    }
+    let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+        return Ok(());
+    };
+    let annotated = app.router.param_headers(name);
+    if annotated.is_empty() {
+        return Ok(());
+    }
+    let args = params.and_then(|p| p.get("arguments"));
+    crate::protocol::param_headers::check(&annotated, args, |n| {
+        h.get(format!("mcp-param-{n}").as_str())
+            .and_then(|v| v.to_str().ok())
+    })
+    .map_err(|m| RpcError::new(protocol::HEADER_MISMATCH, m))
 }
 
 /// `initialize`: version negotiation and a new session

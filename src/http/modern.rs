@@ -12,7 +12,6 @@
 
 use crate::limits;
 use crate::protocol::{self, ProtocolVersion, RpcError};
-use base64::Engine;
 use http::HeaderMap;
 use serde_json::{json, Value};
 
@@ -28,19 +27,7 @@ fn header<'a>(h: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, RpcError>
     }
 }
 
-/// Decodes a header value that may use the Base64 sentinel `=?base64?…?=`.
-pub fn decode_sentinel(v: &str) -> Option<String> {
-    match v
-        .strip_prefix("=?base64?")
-        .and_then(|r| r.strip_suffix("?="))
-    {
-        Some(b64) => base64::engine::general_purpose::STANDARD
-            .decode(b64)
-            .ok()
-            .and_then(|b| String::from_utf8(b).ok()),
-        None => Some(v.to_string()),
-    }
-}
+pub use crate::protocol::param_headers::decode_sentinel;
 
 /// Validates a modern request's headers against its body. Errors carry the
 /// JSON-RPC code; every one of them is answered with HTTP 400.

@@ -26,6 +26,8 @@ pub struct Merged {
     /// `Tool` objects with exposed names.
     pub tools: Vec<Value>,
     tool_routes: HashMap<String, (Arc<Upstream>, String)>,
+    /// `x-mcp-header` annotations of the tools that have any, by exposed name.
+    tool_params: HashMap<String, Vec<crate::protocol::param_headers::ParamHeader>>,
     /// `Prompt` objects with exposed names.
     pub prompts: Vec<Value>,
     prompt_routes: HashMap<String, (Arc<Upstream>, String)>,
@@ -132,9 +134,27 @@ impl Router {
     }
 
     fn build(&self, snapshot: Vec<(Arc<Upstream>, Arc<Catalog>)>) -> Merged {
+        use crate::protocol::param_headers::annotations;
         let mut m = Merged::default();
         for (up, cat) in &snapshot {
-            self.expose_all("tool", up, &cat.tools, &mut m.tools, &mut m.tool_routes);
+            // A tool whose x-mcp-header annotations break the rules is left
+            // out (2026-07-28 transports-streamable-http.mdx §Schema
+            // Extension: clients MUST exclude it).
+            let valid: Vec<Value> = cat
+                .tools
+                .iter()
+                .filter(|t| match t.get("inputSchema").map(annotations) {
+                    Some(Err(why)) => {
+                        metrics::counter!(crate::metrics::CATALOG_DROPPED, "reason" => "invalid_x_mcp_header")
+                            .increment(1);
+                        tracing::warn!(upstream = %up.name(), tool = ?t.get("name"), "tool left out: {why}");
+                        false
+                    }
+                    _ => true,
+                })
+                .cloned()
+                .collect();
+            self.expose_all("tool", up, &valid, &mut m.tools, &mut m.tool_routes);
             self.expose_all(
                 "prompt",
                 up,
@@ -158,6 +178,18 @@ impl Router {
                     let prefix = tpl.split('{').next().unwrap_or("").to_string();
                     m.template_routes.push((prefix, up.clone()));
                     m.templates.push(t.clone());
+                }
+            }
+        }
+        for t in &m.tools {
+            let (Some(name), Some(schema)) =
+                (t.get("name").and_then(Value::as_str), t.get("inputSchema"))
+            else {
+                continue;
+            };
+            if let Ok(a) = annotations(schema) {
+                if !a.is_empty() {
+                    m.tool_params.insert(name.to_string(), a);
                 }
             }
         }
@@ -249,6 +281,17 @@ impl Router {
             _ = stopping.wait_for(|s| *s) => {}
         }
         true
+    }
+
+    /// The `x-mcp-header` annotations of exposed tool `name` (empty when it
+    /// has none or is unknown): a modern downstream request must send the
+    /// matching `Mcp-Param-*` headers.
+    pub fn param_headers(&self, name: &str) -> Vec<crate::protocol::param_headers::ParamHeader> {
+        self.merged()
+            .tool_params
+            .get(name)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The upstream serving resource `uri` (listed, or matched by a

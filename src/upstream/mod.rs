@@ -398,6 +398,11 @@ impl Upstream {
     }
 
     pub(crate) fn set_catalog(&self, c: Catalog) {
+        if let Some(live) = self.live.read().expect("live lock").as_ref() {
+            if let Conn::Http(h) = &*live.conn {
+                h.set_param_headers(&c.tools);
+            }
+        }
         let changed = {
             let mut cur = self.catalog.write().expect("catalog lock");
             let changed = cur.differs(&c);

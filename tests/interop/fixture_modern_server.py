@@ -5,6 +5,8 @@ usage: .venv2/bin/python fixture_modern_server.py stdio
 
 Tools:
   echo(text:str) -> text unchanged
+  where(region)  -> "served in <region>"; `region` carries x-mcp-header "Region", so over HTTP the
+                    call must send a matching Mcp-Param-Region header (the SDK checks it)
   grow()         -> adds a tool grown_<n> and publishes a tools list-changed event, which the SDK
                     delivers only on `subscriptions/listen` streams: a client that does not listen
                     never hears of it. Text "grew grown_<n>".
@@ -13,8 +15,10 @@ Tools:
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 from mcp.server.mcpserver import Context, MCPServer
+from pydantic import Field
 
 
 def build() -> MCPServer:
@@ -25,6 +29,12 @@ def build() -> MCPServer:
     def echo(text: str) -> str:
         """Echo text back."""
         return text
+
+    @mcp.tool()
+    def where(region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})]) -> str:
+        """A tool whose `region` is mirrored into the Mcp-Param-Region header; the SDK's HTTP
+        transport rejects a call whose header is missing or differs (-32020)."""
+        return f"served in {region}"
 
     @mcp.tool()
     async def grow(ctx: Context) -> str:

@@ -49,6 +49,12 @@ pub struct HttpConn {
     /// owner task to send `notifications/cancelled` (bounded: `max_in_flight`).
     abandoned: mpsc::Sender<u64>,
     abandoned_rx: std::sync::Mutex<Option<mpsc::Receiver<u64>>>,
+    /// The upstream's tools that annotate parameters with `x-mcp-header`,
+    /// by name (set with each catalog): their `tools/call` carries
+    /// `Mcp-Param-*` headers (2026-07-28 transports-streamable-http.mdx
+    /// §Custom Headers from Tool Parameters).
+    param_headers:
+        RwLock<std::collections::HashMap<String, Vec<crate::protocol::param_headers::ParamHeader>>>,
 }
 
 /// Queues a legacy call's id for `notifications/cancelled` unless disarmed:
@@ -127,6 +133,7 @@ impl HttpConn {
         Ok(HttpConn {
             abandoned,
             abandoned_rx: std::sync::Mutex::new(Some(abandoned_rx)),
+            param_headers: RwLock::new(Default::default()),
             client: https_client()?,
             url,
             shown_url,
@@ -140,6 +147,37 @@ impl HttpConn {
             ctx,
             era: RwLock::new(UpstreamEra::Modern),
         })
+    }
+
+    /// Records which of the upstream's tools annotate parameters with
+    /// `x-mcp-header` (from its `tools/list`).
+    pub fn set_param_headers(&self, tools: &[Value]) {
+        use crate::protocol::param_headers::annotations;
+        let map = tools
+            .iter()
+            .filter_map(|t| {
+                let name = t.get("name")?.as_str()?;
+                let a = annotations(t.get("inputSchema")?).ok()?;
+                (!a.is_empty()).then(|| (name.to_string(), a))
+            })
+            .collect();
+        *self.param_headers.write().expect("param_headers lock") = map;
+    }
+
+    fn insert_param_headers(&self, h: &mut HeaderMap, params: Option<&Value>) {
+        let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+            return;
+        };
+        let map = self.param_headers.read().expect("param_headers lock");
+        let Some(annotated) = map.get(name) else {
+            return;
+        };
+        let args = params.and_then(|p| p.get("arguments"));
+        for (header, text) in crate::protocol::param_headers::to_send(annotated, args) {
+            if let Ok(n) = HeaderName::from_bytes(header.as_bytes()) {
+                h.insert(n, header_safe(&text));
+            }
+        }
     }
 
     /// True after a 404 ended the legacy session (cleared by the next `initialize`).
@@ -179,6 +217,9 @@ impl HttpConn {
                 }
                 if let Some(name) = protocol::routed_name(method, params) {
                     h.insert("mcp-name", header_safe(name));
+                }
+                if method == "tools/call" {
+                    self.insert_param_headers(h, params);
                 }
             }
             UpstreamEra::Legacy(v) => {
