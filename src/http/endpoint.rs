@@ -304,10 +304,13 @@ fn decide_era(
     let legacy_header = header_version
         .and_then(ProtocolVersion::parse)
         .is_some_and(|v| v.is_legacy());
-    let session = session_header(h)?;
-    if meta_version.is_some() || (header_version.is_some() && !legacy_header && session.is_none()) {
+    // A modern request ignores any Mcp-Session-Id (2026-07-28 is
+    // stateless), well-formed or not.
+    let has_session = h.contains_key("mcp-session-id");
+    if meta_version.is_some() || (header_version.is_some() && !legacy_header && !has_session) {
         return Ok(Era::Modern);
     }
+    let session = session_header(h)?;
     let Some(id) = session else {
         return Err(refuse(
             StatusCode::BAD_REQUEST,

@@ -1,0 +1,109 @@
+//! The modern era (2026-07-28) at the downstream endpoint: stateless
+//! exchanges reach a legacy-only upstream, and the header rules
+//! (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`) are enforced.
+
+mod support;
+use serde_json::json;
+use support::*;
+
+#[tokio::test]
+async fn modern_exchange_reaches_a_legacy_only_upstream() {
+    let gw = start("", &fake_block("old", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let d = modern(addr, json!("d1"), "server/discover", json!({})).await;
+    assert_eq!(d.status, 200, "{}", d.raw);
+    let r = &d.body["result"];
+    assert_eq!(r["resultType"], "complete");
+    assert!(r["supportedVersions"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("2026-07-28")));
+    assert!(r["ttlMs"].as_u64().is_some() && r["cacheScope"].is_string());
+    assert!(
+        d.header("mcp-session-id").is_none(),
+        "modern requests get no session"
+    );
+    let l = modern(addr, json!(2), "tools/list", json!({})).await;
+    assert_eq!(l.body["result"]["resultType"], "complete");
+    assert!(l.body["result"]["ttlMs"].is_u64());
+    assert!(tool_names(&l).contains(&"old__echo".to_string()));
+    // The fake legacy upstream errors if it sees modern _meta keys, so this also
+    // proves the gateway strips them for a legacy upstream.
+    let c = modern(
+        addr,
+        json!(3),
+        "tools/call",
+        json!({"name": "old__echo", "arguments": {"text": "m"}}),
+    )
+    .await;
+    assert_eq!(text_of(&c), "old:m");
+    assert_eq!(c.body["result"]["resultType"], "complete");
+    // A modern request ignores any Mcp-Session-Id, even a malformed one.
+    let body = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let r = post(
+        addr,
+        &[
+            ("mcp-session-id", "abc"),
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/list"),
+        ],
+        &body,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.raw);
+}
+
+#[tokio::test]
+async fn modern_header_rules() {
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}});
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "a__echo", "_meta": meta}});
+    // Mcp-Name mismatch → 400 + -32020.
+    let r = post(
+        addr,
+        &[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "a__other"),
+        ],
+        &body,
+    )
+    .await;
+    assert_eq!((r.status, r.error_code()), (400, Some(-32020)), "{}", r.raw);
+    // Mcp-Method mismatch → 400 + -32020.
+    let r = post(
+        addr,
+        &[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/list"),
+            ("mcp-name", "a__echo"),
+        ],
+        &body,
+    )
+    .await;
+    assert_eq!((r.status, r.error_code()), (400, Some(-32020)));
+    // Unsupported version → 400 + -32022 listing the supported versions.
+    let mut b2 = body.clone();
+    b2["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("1900-01-01");
+    let r = post(
+        addr,
+        &[
+            ("mcp-protocol-version", "1900-01-01"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "a__echo"),
+        ],
+        &b2,
+    )
+    .await;
+    assert_eq!((r.status, r.error_code()), (400, Some(-32022)));
+    assert_eq!(r.body["error"]["data"]["supported"][0], "2026-07-28");
+    // Unknown method on the modern path → 404 + -32601.
+    let r = modern(addr, json!(9), "nope/nothing", json!({})).await;
+    assert_eq!((r.status, r.error_code()), (404, Some(-32601)));
+    // GET and DELETE without a legacy session → 405.
+    assert_eq!(request("GET", addr, &[], "").await.status, 405);
+    assert_eq!(request("DELETE", addr, &[], "").await.status, 405);
+}
