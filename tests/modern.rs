@@ -107,3 +107,19 @@ async fn modern_header_rules() {
     assert_eq!(request("GET", addr, &[], "").await.status, 405);
     assert_eq!(request("DELETE", addr, &[], "").await.status, 405);
 }
+
+/// A list missing a down upstream's part is not cacheable (ttlMs 0); a
+/// complete one keeps the gateway's default hint.
+#[tokio::test]
+async fn a_partial_list_is_not_cached() {
+    let dead = "[[upstream]]\nname = \"dead\"\ntransport = \"stdio\"\ncommand = \"false\"\n";
+    let gw = start("", &(fake_block("ok", "legacy", "") + dead)).await;
+    let l = modern(gw.local_addr(), json!(1), "tools/list", json!({})).await;
+    assert!(tool_names(&l).contains(&"ok__echo".to_string()));
+    assert_eq!(l.body["result"]["ttlMs"], 0, "{}", l.raw);
+    gw.shutdown().await;
+    let gw = start("", &fake_block("ok", "legacy", "")).await;
+    let l = modern(gw.local_addr(), json!(1), "tools/list", json!({})).await;
+    assert!(l.body["result"]["ttlMs"].as_u64().unwrap() > 0, "{}", l.raw);
+    gw.shutdown().await;
+}

@@ -148,7 +148,23 @@ impl App {
                 "_meta": {protocol::META_SERVER_INFO: App::server_info()},
                 "instructions": self.instructions(),
             })),
-            _ => self.router.dispatch(method, params, relay).await,
+            _ => {
+                let mut r = self.router.dispatch(method, params, relay).await;
+                // A list missing a connected upstream's part must not be
+                // cached as complete: ttlMs 0 (2026-07-28 caching hints).
+                if let (true, Ok(Value::Object(o))) = (modern && method.ends_with("/list"), &mut r)
+                {
+                    let partial = self
+                        .router
+                        .upstreams()
+                        .iter()
+                        .any(|u| u.config.enabled && !u.status().is_ready());
+                    if partial {
+                        o.insert("ttlMs".into(), json!(0));
+                    }
+                }
+                r
+            }
         }
     }
 }
