@@ -132,6 +132,37 @@ fn report(r: anyhow::Result<()>) -> ExitCode {
 }
 
 /// One request to a running gateway's admin listener; returns the body.
+/// The admin address a config file names. A file that does not validate
+/// (say, after an edit the running gateway rejected) is still read for its
+/// `server.metrics_listen` alone, so `status` works when it is needed most.
+fn admin_listen(p: &std::path::Path) -> anyhow::Result<Option<std::net::SocketAddr>> {
+    match Config::load(p) {
+        Ok(c) => Ok(c.server.metrics_listen),
+        Err(e) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let raw: toml::Table = toml::from_str(&text)
+                .map_err(|_| e)
+                .context("invalid config")?;
+            let listen = raw
+                .get("server")
+                .and_then(|s| s.get("metrics_listen"))
+                .and_then(|v| v.as_str());
+            eprintln!(
+                "mcp-edge: note: {} does not validate; asking the admin listener it names",
+                p.display()
+            );
+            match listen {
+                Some("off") => Ok(None),
+                Some(a) => Ok(Some(a.parse().with_context(|| {
+                    format!("{}: server.metrics_listen {a:?}", p.display())
+                })?)),
+                None => Ok(Some(mcp_edge::limits::DEFAULT_METRICS_LISTEN.parse()?)),
+            }
+        }
+    }
+}
+
 fn admin(
     config: &Option<PathBuf>,
     url: Option<String>,
@@ -143,11 +174,7 @@ fn admin(
         Some(u) if u.contains("://") => u,
         Some(u) => format!("http://{u}"),
         None => match config {
-            Some(p) => match Config::load(p)
-                .context("invalid config")?
-                .server
-                .metrics_listen
-            {
+            Some(p) => match admin_listen(p)? {
                 Some(a) => format!("http://{a}"),
                 None => anyhow::bail!(
                     "{}: server.metrics_listen is \"off\": no admin listener to ask (pass --url)",

@@ -264,3 +264,28 @@ fn a_closed_pipe_ends_check_config_quietly() {
         assert!(!stderr.contains("Broken pipe"), "{stderr}");
     }
 }
+
+/// `status --config` on a file the gateway would reject still asks the
+/// admin listener that file names (the moment an operator needs it most).
+#[test]
+fn status_reads_the_admin_address_of_a_file_that_does_not_validate() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(
+        &dir,
+        "broken.toml",
+        "[server]\nmetrics_listen = \"127.0.0.1:1\"\nno_such_key = 1\n",
+    );
+    let out = bin()
+        .arg("status")
+        .arg("--config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("does not validate"), "{stderr}");
+    assert!(
+        stderr.contains("127.0.0.1:1"),
+        "it asked the named listener: {stderr}"
+    );
+}
