@@ -67,12 +67,16 @@ pub enum SubscribeError {
     },
 }
 
-/// The table, its lock, and the wake-up of streams.
+/// The table, its lock, and the wake-ups of streams and owners.
 pub struct Subscriptions {
     entries: Mutex<Vec<Option<Entry>>>,
-    /// Woken (all waiters) when an update was marked or an upstream's wanted
-    /// set changed; streams then take their updates, owners reconcile.
+    /// Woken (all waiters) when an update was marked; streams then take
+    /// their updates (each registers before it looks, so none is missed).
     pub changed: Notify,
+    /// Moved on whenever the set of wanted (upstream, URI) pairs may have
+    /// changed; owner tasks reconcile on it (a `watch`, so a change made
+    /// while an owner was busy is seen when it next looks).
+    pub wanted: tokio::sync::watch::Sender<u64>,
 }
 
 impl Subscriptions {
@@ -83,22 +87,27 @@ impl Subscriptions {
         Subscriptions {
             entries: Mutex::new(v),
             changed: Notify::new(),
+            wanted: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    fn wanted_changed(&self) {
+        self.wanted.send_modify(|g| *g = g.wrapping_add(1));
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Option<Entry>>> {
         self.entries.lock().expect("subscriptions lock")
     }
 
-    /// Records that `who` wants updates of `uri` from upstream `upstream`.
-    /// Subscribing twice is one subscription. Wakes the owners when the
-    /// upstream's wanted set grew.
+    /// Records that `who` wants updates of `uri` from upstream `upstream`;
+    /// true if this added an entry (false: `who` already had it).
+    /// Wakes the owners when the upstream's wanted set grew.
     pub fn subscribe(
         &self,
         who: Subscriber,
         upstream: usize,
         uri: &str,
-    ) -> Result<(), SubscribeError> {
+    ) -> Result<bool, SubscribeError> {
         if uri.len() > limits::MAX_SUBSCRIPTION_URI_BYTES {
             return Err(SubscribeError::UriTooLong {
                 max: limits::MAX_SUBSCRIPTION_URI_BYTES,
@@ -109,7 +118,7 @@ impl Subscriptions {
         let mut held = 0;
         for e in mine {
             if &*e.uri == uri {
-                return Ok(());
+                return Ok(false);
             }
             held += 1;
         }
@@ -135,9 +144,9 @@ impl Subscriptions {
         });
         drop(t);
         if !wanted_before {
-            self.changed.notify_waiters();
+            self.wanted_changed();
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Forgets `who`'s subscription to `uri`; true if there was one.
@@ -151,7 +160,7 @@ impl Subscriptions {
         };
         *slot = None;
         drop(t);
-        self.changed.notify_waiters();
+        self.wanted_changed();
         true
     }
 
@@ -168,7 +177,7 @@ impl Subscriptions {
         }
         drop(t);
         if n > 0 {
-            self.changed.notify_waiters();
+            self.wanted_changed();
         }
         n
     }
@@ -192,9 +201,30 @@ impl Subscriptions {
         }
         drop(t);
         if n > 0 {
-            self.changed.notify_waiters();
+            self.wanted_changed();
         }
         n
+    }
+
+    /// A reload replaced upstream `old` by `new` (same name, new id): its
+    /// subscriptions move over (`new` then asks its upstream for them); with
+    /// `new` = `None` (removed) they are forgotten.
+    pub fn rekey(&self, old: usize, new: Option<usize>) {
+        let mut t = self.lock();
+        for slot in t.iter_mut() {
+            if slot.as_ref().is_some_and(|e| e.upstream == old) {
+                match new {
+                    Some(n) => {
+                        if let Some(e) = slot.as_mut() {
+                            e.upstream = n;
+                        }
+                    }
+                    None => *slot = None,
+                }
+            }
+        }
+        drop(t);
+        self.wanted_changed();
     }
 
     /// Upstream `upstream` said `uri` changed: marks every subscription to
@@ -268,8 +298,8 @@ mod tests {
     #[test]
     fn subscribe_mark_take_and_forget() {
         let s = Subscriptions::new(4);
-        s.subscribe(A, 7, "file:///a").unwrap();
-        s.subscribe(A, 7, "file:///a").unwrap(); // twice is once
+        assert!(s.subscribe(A, 7, "file:///a").unwrap());
+        assert!(!s.subscribe(A, 7, "file:///a").unwrap(), "twice is once");
         s.subscribe(B, 7, "file:///a").unwrap();
         s.subscribe(B, 8, "file:///b").unwrap();
         assert_eq!(s.len(), 3);
@@ -285,6 +315,12 @@ mod tests {
         assert_eq!(s.uris_of(7), vec!["file:///a".into()], "B still wants it");
         assert_eq!(s.remove_subscriber(B), 2);
         assert!(s.is_empty() && s.uris_of(7).is_empty());
+        // A reload moves an upstream's subscriptions to its successor.
+        s.subscribe(A, 7, "file:///a").unwrap();
+        s.rekey(7, Some(9));
+        assert_eq!(s.uris_of(9), vec!["file:///a".into()]);
+        s.rekey(9, None);
+        assert!(s.is_empty());
     }
 
     #[test]

@@ -76,6 +76,25 @@ async fn upstream_subscribed(addr: SocketAddr, sid: &str) -> Vec<String> {
     serde_json::from_value(seen["subscribed"].clone()).unwrap()
 }
 
+/// How many `resources/subscribe` requests the fake upstream received.
+async fn upstream_subscribe_calls(addr: SocketAddr, sid: &str) -> usize {
+    let r = call(
+        addr,
+        sid,
+        json!("s"),
+        "tools/call",
+        json!({"name": "a__stats"}),
+    )
+    .await;
+    let seen: Value = serde_json::from_str(&text_of(&r)).unwrap();
+    seen["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| *m == "resources/subscribe")
+        .count()
+}
+
 async fn touch(addr: SocketAddr, sid: &str) {
     let r = call(
         addr,
@@ -90,11 +109,7 @@ async fn touch(addr: SocketAddr, sid: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn updates_reach_exactly_the_subscribed_sessions() {
-    let gw = start(
-        "keepalive = \"60s\"",
-        &fake_block("a", "legacy", "health_interval = \"1s\""),
-    )
-    .await;
+    let gw = start("keepalive = \"60s\"", &fake_block("a", "legacy", "")).await;
     let addr = gw.local_addr();
     let (s1, s2, s3) = (
         legacy_session(addr, "2025-11-25").await,
@@ -121,6 +136,11 @@ async fn updates_reach_exactly_the_subscribed_sessions() {
         upstream_subscribed(addr, &s3).await,
         vec![URI],
         "one upstream subscription for two sessions"
+    );
+    assert_eq!(
+        upstream_subscribe_calls(addr, &s3).await,
+        1,
+        "asked once, not once per session nor again by the owner task"
     );
     touch(addr, &s3).await;
     for g in [&mut g1, &mut g2] {
@@ -286,6 +306,17 @@ async fn refusals_are_clear_and_counted() {
         gw.app().resources.len(),
         mcp_edge::limits::MAX_SUBSCRIPTIONS_PER_CLIENT
     );
+    // 2026-07-28 removed resources/subscribe: a modern request gets -32601
+    // and never reaches the upstream (it could unsubscribe others' URIs).
+    let m = modern(
+        addr,
+        json!(7),
+        "resources/unsubscribe",
+        json!({"uri": "fake://a/readme?0"}),
+    )
+    .await;
+    assert_eq!(m.error_code(), Some(-32601), "{}", m.raw);
+    assert_eq!(m.status, 404);
     gw.shutdown().await;
 }
 
@@ -331,11 +362,7 @@ async fn listen(addr: SocketAddr, id: &str, notifications: Value) -> mpsc::Recei
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listen_stream_reports_the_resources_it_was_allowed() {
-    let gw = start(
-        "keepalive = \"60s\"",
-        &fake_block("a", "legacy", "health_interval = \"1s\""),
-    )
-    .await;
+    let gw = start("keepalive = \"60s\"", &fake_block("a", "legacy", "")).await;
     let addr = gw.local_addr();
     let sid = legacy_session(addr, "2025-11-25").await;
     let mut rx = listen(

@@ -131,8 +131,12 @@ async fn retry_after_is_a_floor(http_date: bool) {
     let reqs = u.requests.lock().unwrap().clone();
     assert!(reqs.len() >= 2, "connected after the window");
     let second = reqs[1].0 - t0;
+    // An HTTP date has whole seconds, and the real clock it is read against
+    // moves on between the 429 and its parsing (much more under qemu), so
+    // that form may land up to ~2 s short of the 120 s the server meant.
+    let floor = if http_date { 118 } else { 119 };
     assert!(
-        second >= Duration::from_secs(119),
+        second >= Duration::from_secs(floor),
         "second request after {second:?}"
     );
     assert!(up.status().is_ready(), "{:?}", up.status());

@@ -28,23 +28,25 @@ type Key = (SessionId, String);
 /// Requests of legacy sessions being answered, by (session, request id).
 #[derive(Default)]
 pub struct Cancels {
-    running: Mutex<HashMap<Key, oneshot::Sender<()>>>,
+    running: Mutex<HashMap<Key, (u64, oneshot::Sender<()>)>>,
+    next: std::sync::atomic::AtomicU64,
 }
 
 /// Keeps a request cancellable while it lives.
 pub struct Registration {
     cancels: Arc<Cancels>,
-    key: Option<Key>,
+    /// The key and this registration's token: only its own entry is removed
+    /// (a later request may reuse the id once this one was cancelled).
+    key: Option<(Key, u64)>,
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        if let Some(k) = self.key.take() {
-            self.cancels
-                .running
-                .lock()
-                .expect("cancels lock")
-                .remove(&k);
+        if let Some((k, token)) = self.key.take() {
+            let mut running = self.cancels.running.lock().expect("cancels lock");
+            if running.get(&k).is_some_and(|(t, _)| *t == token) {
+                running.remove(&k);
+            }
         }
     }
 }
@@ -60,12 +62,13 @@ impl Cancels {
     ) -> (Registration, oneshot::Receiver<()>) {
         let (tx, rx) = oneshot::channel();
         let key = (sid, id.to_string());
+        let token = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut running = self.running.lock().expect("cancels lock");
         let key = if running.contains_key(&key) {
             None
         } else {
-            running.insert(key.clone(), tx);
-            Some(key)
+            running.insert(key.clone(), (token, tx));
+            Some((key, token))
         };
         (
             Registration {
@@ -83,7 +86,7 @@ impl Cancels {
             .lock()
             .expect("cancels lock")
             .remove(&(sid, request_id.to_string()));
-        tx.is_some_and(|tx| tx.send(()).is_ok())
+        tx.is_some_and(|(_, tx)| tx.send(()).is_ok())
     }
 
     /// Requests registered now.

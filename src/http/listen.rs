@@ -246,8 +246,16 @@ pub async fn open(
         resources: app.resources.clone(),
         _place: stream_place,
     };
-    let mut honoured_uris = Vec::new();
+    let mut honoured_uris: Vec<Value> = Vec::new();
+    // Each distinct URI once, and no more than one client's share.
+    let mut distinct: Vec<&str> = Vec::new();
     for uri in uris {
+        if !distinct.contains(&uri) && distinct.len() < crate::limits::MAX_SUBSCRIPTIONS_PER_CLIENT
+        {
+            distinct.push(uri);
+        }
+    }
+    for uri in distinct {
         match subscribe(app, who, uri).await {
             Ok(()) => honoured_uris.push(Value::String(uri.into())),
             Err(e) => {
@@ -310,9 +318,11 @@ pub async fn open(
 /// asked of its upstream; the entry is taken back if the upstream refuses.
 async fn subscribe(app: &App, who: Subscriber, uri: &str) -> Result<(), RpcError> {
     let up = app.subscribable(uri).await?;
-    app.subscribe_in_table(who, up.id, uri)?;
+    let added = app.subscribe_in_table(who, up.id, uri)?;
     if let Err(e) = up.ensure_subscribed(uri).await {
-        app.resources.unsubscribe(who, uri);
+        if added {
+            app.resources.unsubscribe(who, uri);
+        }
         return Err(e.to_rpc());
     }
     Ok(())

@@ -162,6 +162,15 @@ impl Gateway {
                 report.stopped.push(o.name().to_string());
             }
         }
+        // Resource subscriptions follow a restarted upstream to its
+        // successor (which asks for them once connected); a removed one's go.
+        for o in &old {
+            if set.iter().any(|u| Arc::ptr_eq(u, o)) {
+                continue;
+            }
+            let successor = set.iter().find(|u| u.name() == o.name()).map(|u| u.id);
+            app.resources.rekey(o.id, successor);
+        }
         // Route to the new set at once: a removed upstream's tools are gone,
         // a changed one answers "connecting" until its new owner is Ready.
         app.router.set_upstreams(set);

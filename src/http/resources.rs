@@ -39,9 +39,12 @@ impl App {
             return Ok(json!({}));
         }
         let up = self.subscribable(uri).await?;
-        self.subscribe_in_table(who, up.id, uri)?;
+        let added = self.subscribe_in_table(who, up.id, uri)?;
         if let Err(e) = up.ensure_subscribed(uri).await {
-            self.resources.unsubscribe(who, uri);
+            // Only what this request added is taken back.
+            if added {
+                self.resources.unsubscribe(who, uri);
+            }
             return Err(e.to_rpc());
         }
         Ok(json!({}))
@@ -64,15 +67,15 @@ impl App {
         Ok(up)
     }
 
-    /// Adds the table entry; a full table is first purged of sessions that
-    /// are gone. Errors: -31006 (full, or this client's share used up),
-    /// -32602 (URI too long).
+    /// Adds the table entry (true if added, false if `who` had it); a full
+    /// table is first purged of sessions that are gone. Errors: -31006
+    /// (full, or this client's share used up), -32602 (URI too long).
     pub(crate) fn subscribe_in_table(
         &self,
         who: Subscriber,
         upstream: usize,
         uri: &str,
-    ) -> Result<(), RpcError> {
+    ) -> Result<bool, RpcError> {
         let mut r = self.resources.subscribe(who, upstream, uri);
         if matches!(r, Err(SubscribeError::Full { .. })) && self.forget_gone_sessions() > 0 {
             r = self.resources.subscribe(who, upstream, uri);

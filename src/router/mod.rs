@@ -425,9 +425,15 @@ impl Router {
             "tools/call"
             | "prompts/get"
             | "resources/read"
-            | "resources/subscribe"
-            | "resources/unsubscribe"
             | "completion/complete" => {}
+            // Legacy sessions' are answered by the endpoint (the gateway keeps
+            // them); 2026-07-28 removed both in favour of subscriptions/listen.
+            "resources/subscribe" | "resources/unsubscribe" => {
+                return Err(RpcError::new(
+                    protocol::METHOD_NOT_FOUND,
+                    format!("Method not found: {method} (2026-07-28: use subscriptions/listen with resourceSubscriptions)"),
+                ))
+            }
             _ => {
                 return Err(RpcError::new(
                     protocol::METHOD_NOT_FOUND,

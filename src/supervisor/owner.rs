@@ -180,8 +180,8 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
     };
     metrics::counter!(crate::metrics::UPSTREAM_CONNECTS, "upstream" => name.clone(), "outcome" => "ok").increment(1);
     tracing::info!(upstream = %name, era = ?neg.era, "connected");
-    up.forget_subscribed(); // a new connection was asked for nothing yet
     up.install(conn.clone(), neg.clone());
+    up.forget_subscribed(); // a new connection was asked for nothing yet
     let since = Instant::now();
     let _monitor = MonitorGuard::new(up);
     // The monitor: catalog (now and on list_changed) and health probes, polled
@@ -229,12 +229,10 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
         tokio::pin!(notifications);
         // Resource subscriptions clients hold on this upstream: asked for
         // again on this connection, then kept in line with the table.
+        let mut wanted = up.resources.wanted.subscribe();
+        wanted.mark_unchanged();
         up.reconcile_subscriptions().await;
         loop {
-            // Registered now (a Notified counts from creation): a table
-            // change made while an arm's body runs is caught by the next
-            // health tick instead.
-            let resources_changed = up.resources.changed.notified();
             // Biased, probes first: cancellations (each bounded by
             // probe_timeout) never delay a due probe by more than one.
             tokio::select! {
@@ -250,6 +248,7 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
                         if up.catalog().incomplete {
                             // A listing failed last time: try again now.
                             up.set_catalog(Catalog::fetch(up, &neg).await);
+                            up.progressed();
                         }
                         up.reconcile_subscriptions().await;
                     }
@@ -267,7 +266,10 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
                     up.set_catalog(c);
                     up.progressed();
                 }
-                _ = resources_changed => up.reconcile_subscriptions().await,
+                Ok(()) = wanted.changed() => {
+                    wanted.mark_unchanged();
+                    up.reconcile_subscriptions().await;
+                }
                 _ = &mut notifications => {}
                 Some(id) = next_abandoned(&mut abandoned) => {
                     if let Conn::Http(c) = &*conn {

@@ -62,6 +62,9 @@ pub struct Upstream {
     /// The resource URIs this connection was asked to report
     /// (`resources/subscribe` sent and answered); emptied on every connect.
     pub(crate) subscribed: std::sync::Mutex<std::collections::BTreeSet<Box<str>>>,
+    /// One subscription change at a time (a client's subscribe, or the
+    /// owner's reconcile).
+    subs_lock: tokio::sync::Mutex<()>,
     /// Why traffic last saw this upstream fail (read by the owner task).
     loss: std::sync::Mutex<Option<Loss>>,
     /// Calls are refused until then (the upstream's Retry-After).
@@ -133,6 +136,7 @@ impl Upstream {
             catalog_gen,
             resources,
             subscribed: std::sync::Mutex::new(Default::default()),
+            subs_lock: tokio::sync::Mutex::new(()),
             loss: std::sync::Mutex::new(None),
             retry_floor: std::sync::Mutex::new(None),
             reconnect: Notify::new(),
@@ -214,6 +218,15 @@ impl Upstream {
                 return;
             }
         }
+    }
+
+    /// [`Conn::id`] of the live connection, if connected.
+    pub(crate) fn live_conn_id(&self) -> Option<usize> {
+        self.live
+            .read()
+            .expect("live lock")
+            .as_ref()
+            .map(|l| Conn::id(&l.conn))
     }
 
     /// Its name.
@@ -483,6 +496,8 @@ impl Upstream {
                     handshake::reinitialize(h, &neg)
                         .await
                         .map_err(|e| self.name_send_error(e, &conn))?;
+                    // The new upstream session has no resource subscriptions.
+                    self.forget_subscribed();
                 }
                 conn.send(method, params, neg.era, timeout, relay).await
             }

@@ -59,17 +59,29 @@ impl Upstream {
 
     /// Makes sure the current connection reports `uri`: sends
     /// `resources/subscribe` unless it was already sent on this connection.
+    /// Serialized with [`Upstream::reconcile_subscriptions`] (one lock per
+    /// upstream), so the two never both ask, nor race an unsubscribe.
     /// Errors: the upstream's own, or the call's (timeout, not connected).
     pub async fn ensure_subscribed(&self, uri: &str) -> Result<(), CallError> {
+        let _one_at_a_time = self.subs_lock.lock().await;
+        self.subscribe_locked(uri).await
+    }
+
+    async fn subscribe_locked(&self, uri: &str) -> Result<(), CallError> {
         if self.is_subscribed(uri) {
             return Ok(());
         }
+        let conn = self.live_conn_id();
         self.call("resources/subscribe", Some(json!({ "uri": uri })))
             .await?;
-        self.subscribed
-            .lock()
-            .expect("subscribed lock")
-            .insert(uri.into());
+        // Recorded only for the connection that was asked: a reconnect in
+        // between started from nothing, and the owner asks it again.
+        if conn.is_some() && self.live_conn_id() == conn {
+            self.subscribed
+                .lock()
+                .expect("subscribed lock")
+                .insert(uri.into());
+        }
         Ok(())
     }
 
@@ -80,20 +92,34 @@ impl Upstream {
             .contains(uri)
     }
 
-    /// A new connection was asked for nothing yet.
+    /// A new connection — or a legacy HTTP session re-initialized after a
+    /// 404 — was asked for nothing yet; the owner is woken to ask again.
     pub(crate) fn forget_subscribed(&self) {
         self.subscribed.lock().expect("subscribed lock").clear();
+        self.resources
+            .wanted
+            .send_modify(|g| *g = g.wrapping_add(1));
     }
 
     /// Asks for every wanted URI not asked for on this connection, and
-    /// unsubscribes every URI no client wants any more. Failures are logged
-    /// and tried again on the next call (the owner calls this on every
-    /// table change and health tick). A no-op for upstreams that cannot
-    /// subscribe.
+    /// unsubscribes every URI no client wants any more (re-checked just
+    /// before, under the same lock as [`Upstream::ensure_subscribed`]). Each
+    /// call is bounded by `probe_timeout` and reported as progress, so the
+    /// owner's monitor never looks wedged; failures are logged and tried
+    /// again on the next change or health tick. An error answer to an
+    /// unsubscribe (e.g. -32601) counts as done. A no-op for upstreams that
+    /// cannot subscribe, and when a client's subscribe holds the lock for
+    /// longer than `probe_timeout` (the next round catches up).
     pub(crate) async fn reconcile_subscriptions(&self) {
         if self.can_subscribe().is_err() {
             return;
         }
+        let Ok(_one_at_a_time) =
+            tokio::time::timeout(self.config.probe_timeout, self.subs_lock.lock()).await
+        else {
+            return;
+        };
+        let bound = self.config.probe_timeout;
         let wanted = self.resources.uris_of(self.id);
         let asked: Vec<Box<str>> = self
             .subscribed
@@ -103,22 +129,34 @@ impl Upstream {
             .cloned()
             .collect();
         for uri in wanted.iter().filter(|u| !asked.contains(u)) {
-            if let Err(e) = self.ensure_subscribed(uri).await {
-                tracing::info!(upstream = %self.name(), %uri, "resources/subscribe failed: {e}");
+            match tokio::time::timeout(bound, self.subscribe_locked(uri)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::info!(upstream = %self.name(), %uri, "resources/subscribe failed: {e}")
+                }
+                Err(_) => {
+                    tracing::info!(upstream = %self.name(), %uri, "resources/subscribe: no answer within {bound:?}")
+                }
             }
+            self.progressed();
         }
-        for uri in asked.iter().filter(|u| !wanted.contains(u)) {
-            match self
-                .call("resources/unsubscribe", Some(json!({ "uri": &**uri })))
-                .await
-            {
-                Ok(_) => {
-                    self.subscribed.lock().expect("subscribed lock").remove(uri);
-                }
-                Err(e) => {
-                    tracing::info!(upstream = %self.name(), %uri, "resources/unsubscribe failed: {e}")
-                }
+        for uri in asked.iter() {
+            if self.resources.uris_of(self.id).contains(uri) {
+                continue; // wanted again meanwhile
             }
+            let call = self.call("resources/unsubscribe", Some(json!({ "uri": &**uri })));
+            let done = match tokio::time::timeout(bound, call).await {
+                Ok(Ok(_)) | Ok(Err(CallError::Rpc(_))) => true,
+                Ok(Err(e)) => {
+                    tracing::info!(upstream = %self.name(), %uri, "resources/unsubscribe failed: {e}");
+                    false
+                }
+                Err(_) => false,
+            };
+            if done {
+                self.subscribed.lock().expect("subscribed lock").remove(uri);
+            }
+            self.progressed();
         }
     }
 }
