@@ -31,7 +31,8 @@ use http::{header, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use mcp_edge::alloc::{live_bytes, peak_bytes, reset_peak, rss_bytes};
 use mcp_edge::config::Config;
-use mcp_edge::http::{endpoint, App, Gateway};
+use mcp_edge::gateway::Gateway;
+use mcp_edge::http::{endpoint, App};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
     PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
@@ -302,7 +303,7 @@ impl Edge {
     /// The time after which every idle session is gone: the idle timeout
     /// plus one sweep period (`min(idle / 4, 60 s)`) plus a second.
     fn reap_after(&self) -> Duration {
-        let idle = self.app.config.server.session_idle_timeout;
+        let idle = self.app.server.session_idle_timeout;
         idle + (idle / 4).min(Duration::from_secs(60)) + Duration::from_secs(1)
     }
 

@@ -91,13 +91,3 @@ pub fn rss_bytes() -> Option<u64> {
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }
-
-/// Sets the heap and RSS gauges (called before each metrics render).
-pub fn publish() {
-    metrics::gauge!(crate::metrics::HEAP_LIVE).set(live_bytes() as f64);
-    metrics::gauge!(crate::metrics::HEAP_PEAK).set(peak_bytes() as f64);
-    metrics::counter!(crate::metrics::HEAP_ALLOCATIONS).absolute(allocations());
-    if let Some(rss) = rss_bytes() {
-        metrics::gauge!(crate::metrics::RSS).set(rss as f64);
-    }
-}

@@ -11,9 +11,11 @@
 //! | module | owns |
 //! |---|---|
 //! | [`limits`] | every capacity, timeout and default, in one place |
+//! | [`fault`] | test-only faults (`MCP_EDGE_TEST_FAULT`, cargo feature `test-faults`) that the watchdog must catch |
 //! | [`alloc`] | the counting global allocator (live/peak heap) and RSS |
+//! | [`metrics`] | metric names, the Prometheus recorder, heap gauges |
+//! | [`notify`] | sd-notify (`READY=1`, `STATUS=`, `STOPPING=1`, `RELOADING=1`) and the watchdog pinger, reading a small health view |
 //! | [`protocol`] | JSON-RPC envelope, error codes, era and version rules, SSE codec |
-//! | [`metrics`] | metric names and the Prometheus recorder |
 //! | [`config`] | TOML and `mcpServers` JSON → validated [`config::Config`]; board profiles |
 //! | [`budget`] | the worst-case live heap a config allows (capacity × measured cost) |
 //! | [`drain`] | counting running calls/requests and waiting for them (shutdown, reload) |
@@ -21,23 +23,18 @@
 //! | [`subscriptions`] | the fixed table of downstream resource subscriptions (who wants which URI from which upstream) |
 //! | [`upstream`] | transports (`stdio`, `http`, `builtin`), era probe, in-flight table, id remap |
 //! | [`router`] | aggregated catalog, exposed-name mapping, list merge, call routing |
-//! | [`supervisor`] | the owner task per upstream (connect, reconnect), the only spawner of long-lived tasks |
-//! | [`http`] | the downstream face: listener, `/mcp` endpoint, Origin/Host checks, framing |
-//! | [`notify`] | sd-notify (`READY=1`, `STATUS=`, `STOPPING=1`, `RELOADING=1`) and the watchdog thread |
-//! | [`fault`] | test-only faults (`MCP_EDGE_TEST_FAULT`) that the watchdog must catch |
+//! | [`supervisor`] | the owner task per upstream (connect, reconnect); with [`gateway`], the only spawner of long-lived tasks |
+//! | [`http`] | the downstream face: accept loop, `/mcp` endpoint, Origin/Host checks, framing, admin routes |
+//! | [`gateway`] | the composition root: builds everything from a `Config`; start, reload, shutdown, the systemd lifecycle |
 //!
 //! The binary (`src/main.rs`) is CLI only.
-
-// Errors carry the caller's JSON-RPC id next to the error object; they are
-// built on cold paths only, so their size does not matter.
-#![allow(clippy::result_large_err)]
-#![warn(missing_docs)]
 
 pub mod alloc;
 pub mod budget;
 pub mod config;
 pub mod drain;
 pub mod fault;
+pub mod gateway;
 pub mod http;
 pub mod limits;
 pub mod metrics;

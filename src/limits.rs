@@ -173,3 +173,29 @@ pub const CHILD_STOP_GRACE: Duration = Duration::from_secs(2);
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// GET streams one legacy session may hold open at once; more get 429.
 pub const MAX_STREAMS_PER_SESSION: u8 = 2;
+
+// ---- the composition root (gateway/*) ----
+
+/// Runtime worker threads: two, as many as a Pi Zero 2 W has cores to spare.
+pub const RUNTIME_WORKERS: usize = 2;
+/// How long start-up and a reload wait for upstreams' first attempts before
+/// `READY=1` (and `/readyz`).
+pub const START_BUDGET: Duration = Duration::from_secs(30);
+/// How long calls in flight and listen streams' closing responses may take
+/// at shutdown before the upstreams are stopped anyway.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// How long one stopping owner task gets (stdio EOF then TERM/KILL, HTTP
+/// DELETE) before it is aborted.
+pub const OWNER_STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long calls already running on a replaced or removed upstream may
+/// take to finish before a reload stops it (as shutdown's grace).
+pub const RELOAD_DRAIN_GRACE: Duration = Duration::from_secs(10);
+/// How long a one-shot admin command (`status`, `upstream reconnect`) waits
+/// for the running gateway's answer.
+pub const ADMIN_CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the admin listener gives one connection.
+pub const ADMIN_CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the accept loop pauses after a failed `accept` (e.g. EMFILE).
+pub const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+/// The session sweep runs every `min(session_idle_timeout / 4, this)`.
+pub const SESSION_SWEEP_MAX_PERIOD: Duration = Duration::from_secs(60);

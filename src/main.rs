@@ -4,10 +4,9 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use mcp_edge::budget::{mib, Estimate};
 use mcp_edge::config::{Board, Config};
-use mcp_edge::http::Gateway;
+use mcp_edge::gateway::{Control, Controls};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 #[global_allocator]
 static ALLOC: mcp_edge::alloc::Counting = mcp_edge::alloc::Counting;
@@ -196,12 +195,20 @@ fn admin(
             .method(method)
             .uri(&uri)
             .body(Full::new(bytes::Bytes::new()))?;
-        let resp = tokio::time::timeout(Duration::from_secs(10), client.request(req))
-            .await
-            .with_context(|| format!("{uri}: no answer within 10 s"))?
-            .with_context(|| {
-                format!("cannot reach the admin listener at {uri} (is server.metrics_listen set?)")
-            })?;
+        let resp =
+            tokio::time::timeout(mcp_edge::limits::ADMIN_CLIENT_TIMEOUT, client.request(req))
+                .await
+                .with_context(|| {
+                    format!(
+                        "{uri}: no answer within {:?}",
+                        mcp_edge::limits::ADMIN_CLIENT_TIMEOUT
+                    )
+                })?
+                .with_context(|| {
+                    format!(
+                        "cannot reach the admin listener at {uri} (is server.metrics_listen set?)"
+                    )
+                })?;
         let status = resp.status();
         let body =
             String::from_utf8_lossy(&resp.into_body().collect().await?.to_bytes()).into_owned();
@@ -258,9 +265,6 @@ fn print_status(body: &str) {
     }
 }
 
-/// Runtime worker threads: two, as many as a Pi Zero 2 W has cores to spare.
-const WORKERS: usize = 2;
-
 /// `check-config`: the resolved config, its worst-case heap, and the
 /// board budget verdict.
 fn check_config(file: &std::path::Path, board: Option<&str>) -> ExitCode {
@@ -305,154 +309,52 @@ fn check_config(file: &std::path::Path, board: Option<&str>) -> ExitCode {
     }
 }
 
+/// `serve`: load the config, start the runtime, hand over to the gateway's
+/// composition root ([`mcp_edge::gateway::run`]) with the signals as its controls.
 fn serve(path: Option<PathBuf>, board: Option<&str>) -> anyhow::Result<()> {
     let board = board.map(Board::named).transpose()?;
     let config = match &path {
         Some(p) => Config::load_for(p, board.as_ref()).context("invalid config")?,
         None => Config::embedded_default_for(board.as_ref()),
     };
-    warn_over_budget(&config);
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(WORKERS)
+        .worker_threads(mcp_edge::limits::RUNTIME_WORKERS)
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
     runtime.block_on(async move {
-        let Signals { mut stop, mut hup } = Signals::install()?;
-        mcp_edge::metrics::prometheus();
-        let mut gateway = Gateway::start(config).await?;
-        eprintln!("mcp-edge listening on http://{}/mcp", gateway.local_addr());
-        if let Some(a) = gateway.admin_addr() {
-            tracing::info!("admin listener on http://{a} (/metrics /healthz /readyz /status)");
-        }
-        // READY=1 once the listener is bound and every upstream's first attempt
-        // settled (or 30 s passed), then the watchdog if systemd asked for one.
-        // A stop request while waiting is honoured at once.
-        let stopped = tokio::select! {
-            _ = gateway.wait_upstreams(START_BUDGET) => false,
-            _ = stop.requested() => true,
-        };
-        let mut watchdog = None;
-        if !stopped {
-            mcp_edge::notify::ready(&mcp_edge::notify::status_line(gateway.app()));
-            watchdog = mcp_edge::notify::watchdog_period()
-                .map(|period| mcp_edge::notify::Watchdog::start(gateway.app().clone(), period));
-            mcp_edge::fault::block_runtime_if_asked(WORKERS);
-            loop {
-                tokio::select! {
-                    _ = stop.requested() => break,
-                    _ = hup.recv() => {
-                        if !reload(&mut gateway, path.as_deref(), &mut stop).await {
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-        mcp_edge::notify::stopping();
-        drop(watchdog);
-        gateway.shutdown().await;
+        let signals = Signals::install()?;
+        mcp_edge::gateway::run(config, path, signals).await?;
         Ok(())
     })
 }
 
-/// Logs a warning when `c`'s worst-case heap exceeds its board's budget
-/// (`check-config` fails on it; `serve` and reload run anyway).
-fn warn_over_budget(c: &Config) {
-    if let Some(b) = &c.board {
-        let worst = Estimate::of(c).total();
-        if worst > b.heap_budget_bytes {
-            tracing::warn!(
-                "worst-case live heap {} exceeds the {} budget of board {} (see mcp-edge check-config)",
-                mib(worst),
-                mib(b.heap_budget_bytes),
-                b.name
-            );
-        }
-    }
-}
-
-/// How long start-up and a reload wait for upstreams' first attempts before `READY=1`.
-const START_BUDGET: Duration = Duration::from_secs(30);
-
-/// SIGHUP (`systemctl reload`): `RELOADING=1`, re-read the config file
-/// under the running board profile; an invalid one is rejected whole (the
-/// running config stays, the error goes to the log, `STATUS=` and
-/// `/status`); a valid one is applied in place ([`Gateway::reload`]):
-/// changed, added and removed upstreams are restarted, started and stopped,
-/// the others and every session stay. Then `READY=1`. Returns false when a
-/// stop was requested meanwhile (the reload is abandoned; shutdown follows).
-async fn reload(gateway: &mut Gateway, path: Option<&std::path::Path>, stop: &mut Stop) -> bool {
-    use mcp_edge::http::reload::LastReload;
-    mcp_edge::notify::reloading();
-    let board = gateway.app().config.board.clone();
-    let note = match path {
-        None => LastReload::applied(
-            "reload: no config file (embedded default); nothing to do",
-            false,
-        ),
-        Some(p) => match Config::load_for(p, board.as_ref()) {
-            Err(e) => {
-                let m = format!("reload rejected, the running config stays: {e}");
-                tracing::error!("{m}");
-                LastReload::rejected(m)
-            }
-            Ok(c) => {
-                warn_over_budget(&c);
-                let report = tokio::select! {
-                    r = gateway.reload(c) => r,
-                    _ = stop.requested() => return false,
-                };
-                tokio::select! {
-                    _ = gateway.wait_upstreams(START_BUDGET) => {}
-                    _ = stop.requested() => return false,
-                }
-                LastReload::applied(&report.to_string(), report.server_changed)
-            }
-        },
-    };
-    let msg = format!(
-        "{}; {}",
-        note.message,
-        mcp_edge::notify::status_line(gateway.app())
-    );
-    *gateway.app().last_reload.lock().expect("last_reload lock") = Some(note);
-    mcp_edge::notify::ready(&msg);
-    true
-}
-
-/// SIGTERM/SIGINT and SIGHUP handlers, installed before READY=1 so an early
-/// `systemctl reload` or stop cannot hit the default action (termination).
+/// SIGTERM (`systemctl stop`) and SIGINT (Ctrl-C) mean stop; SIGHUP
+/// (`systemctl reload`) means reload. Installed before the gateway starts,
+/// so an early signal cannot hit the default action (termination).
 struct Signals {
-    stop: Stop,
-    hup: tokio::signal::unix::Signal,
-}
-
-/// SIGTERM (`systemctl stop`) and SIGINT (Ctrl-C).
-struct Stop {
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
-}
-
-impl Stop {
-    /// Resolves when a stop is requested.
-    async fn requested(&mut self) {
-        tokio::select! {
-            _ = self.term.recv() => {}
-            _ = self.int.recv() => {}
-        }
-    }
+    hup: tokio::signal::unix::Signal,
 }
 
 impl Signals {
     fn install() -> anyhow::Result<Signals> {
         use tokio::signal::unix::{signal, SignalKind};
         Ok(Signals {
-            stop: Stop {
-                term: signal(SignalKind::terminate()).context("SIGTERM handler")?,
-                int: signal(SignalKind::interrupt()).context("SIGINT handler")?,
-            },
+            term: signal(SignalKind::terminate()).context("SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("SIGINT handler")?,
             hup: signal(SignalKind::hangup()).context("SIGHUP handler")?,
         })
+    }
+}
+
+impl Controls for Signals {
+    async fn next(&mut self) -> Control {
+        tokio::select! {
+            _ = self.term.recv() => Control::Stop,
+            _ = self.int.recv() => Control::Stop,
+            _ = self.hup.recv() => Control::Reload,
+        }
     }
 }

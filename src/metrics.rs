@@ -144,7 +144,17 @@ pub fn upkeep() {
 /// first; `None` without a recorder.
 pub fn render() -> Option<String> {
     let h = prometheus()?;
-    crate::alloc::publish();
+    publish_heap();
     h.run_upkeep();
     Some(h.render())
+}
+
+/// Sets the heap and RSS gauges (called before each metrics render).
+fn publish_heap() {
+    metrics::gauge!(HEAP_LIVE).set(crate::alloc::live_bytes() as f64);
+    metrics::gauge!(HEAP_PEAK).set(crate::alloc::peak_bytes() as f64);
+    metrics::counter!(HEAP_ALLOCATIONS).absolute(crate::alloc::allocations());
+    if let Some(rss) = crate::alloc::rss_bytes() {
+        metrics::gauge!(RSS).set(rss as f64);
+    }
 }

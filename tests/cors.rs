@@ -8,7 +8,7 @@ use support::*;
 
 const APP: &str = "https://app.example";
 
-async fn gateway() -> mcp_edge::http::Gateway {
+async fn gateway() -> mcp_edge::gateway::Gateway {
     start(
         &format!("allowed_origins = [\"{APP}\"]"),
         &fake_block("a", "legacy", ""),

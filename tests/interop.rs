@@ -13,7 +13,7 @@ use serde_json::json;
 
 /// A gateway fronting server-everything (stdio, prefix `everything`) and the
 /// Python fixture server (HTTP, prefix `py`). The guard keeps the fixture alive.
-async fn two_upstreams() -> (mcp_edge::http::Gateway, peers::KillOnDrop) {
+async fn two_upstreams() -> (mcp_edge::gateway::Gateway, peers::KillOnDrop) {
     let (guard, port) = peers::spawn_fixture_http_server();
     let upstreams = format!(
         "[[upstream]]\nname = \"everything\"\ntransport = \"stdio\"\ncommand = \"node\"\nargs = [\"{}\", \"stdio\"]\n\n\
@@ -303,7 +303,7 @@ async fn embedded_default_serves_edge_tools_to_the_inspector() {
     let mut config = mcp_edge::config::Config::embedded_default();
     config.server.listen = "127.0.0.1:0".parse().unwrap();
     config.server.metrics_listen = None;
-    let gw = mcp_edge::http::Gateway::start(config).await.unwrap();
+    let gw = mcp_edge::gateway::Gateway::start(config).await.unwrap();
     gw.wait_upstreams(std::time::Duration::from_secs(5)).await;
     let out = peers::inspector_tools_list(&format!("http://{}/mcp", gw.local_addr())).await;
     let names: Vec<&str> = out["tools"]

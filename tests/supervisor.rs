@@ -207,7 +207,7 @@ async fn a_restart_resumes_the_persisted_backoff() {
         json!({"version": 1, "upstreams": {"a": {"failures": 7, "next_attempt_unix_ms": ms, "parked": false, "reason": "refused"}}}).to_string(),
     )
     .unwrap();
-    let gw = mcp_edge::http::Gateway::start(
+    let gw = mcp_edge::gateway::Gateway::start(
         mcp_edge::config::Config::from_toml_str(
             &format!(
                 "[server]\nlisten = \"127.0.0.1:0\"\nstate_directory = \"{}\"\n{}",

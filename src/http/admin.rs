@@ -21,7 +21,6 @@ use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -83,7 +82,7 @@ pub fn status(app: &App) -> Value {
         "upstreams": upstreams,
         "pid": std::process::id(),
         "listen": app.listen_addr.to_string(),
-        "board": app.config.board.as_ref().map(|b| b.name.clone()),
+        "board": app.board,
         "last_reload": app.last_reload.lock().expect("last_reload lock").as_ref().map(|r| json!({
             "rejected": r.rejected,
             "server_pending": r.server_pending,
@@ -152,7 +151,8 @@ async fn route<B>(app: Arc<App>, req: Request<B>) -> Response<Full<Bytes>> {
 }
 
 /// Serves the admin routes on `listener` until shutdown. Requests are short
-/// and served one at a time inline (no task per request), each within 10 s.
+/// and served one at a time inline (no task per request), each within
+/// [`crate::limits::ADMIN_CONNECTION_TIMEOUT`].
 pub async fn serve(listener: TcpListener, app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
     loop {
         let stream = tokio::select! {
@@ -165,7 +165,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, mut shutdown: watch::Re
             async move { Ok::<_, std::convert::Infallible>(route(a, req).await) }
         });
         let _ = tokio::time::timeout(
-            Duration::from_secs(10),
+            crate::limits::ADMIN_CONNECTION_TIMEOUT,
             hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc),
         )
         .await;
@@ -175,4 +175,47 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, mut shutdown: watch::Re
 /// True when `s` counts as settled for readiness.
 pub fn settled(s: &Status) -> bool {
     !matches!(s, Status::Connecting { .. })
+}
+
+/// The outcome of the last reload, kept for `STATUS=` and `/status` (the
+/// watchdog refreshes `STATUS=`, so a one-off message would vanish).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastReload {
+    /// The config file was rejected; the running config stays.
+    pub rejected: bool,
+    /// `[server]` changed and waits for a restart.
+    pub server_pending: bool,
+    /// The one-line report or the rejection reason.
+    pub message: String,
+    /// When, in seconds since the Unix epoch.
+    pub at_unix: u64,
+}
+
+impl LastReload {
+    fn now() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0)
+    }
+
+    /// A reload that was applied (`server_pending`: `[server]` changed).
+    pub fn applied(message: &str, server_pending: bool) -> Self {
+        LastReload {
+            rejected: false,
+            server_pending,
+            message: message.to_string(),
+            at_unix: Self::now(),
+        }
+    }
+
+    /// A rejected reload and why.
+    pub fn rejected(message: String) -> Self {
+        LastReload {
+            rejected: true,
+            server_pending: false,
+            message,
+            at_unix: Self::now(),
+        }
+    }
 }

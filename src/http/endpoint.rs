@@ -153,7 +153,7 @@ fn delete(app: Arc<App>, h: &HeaderMap) -> Response<Body> {
                 for up in app.router.upstreams().iter() {
                     up.forget_session(&header);
                 }
-                app.resources
+                app.subscriptions
                     .remove_subscriber(crate::subscriptions::Subscriber::Session(id));
                 reply::empty(StatusCode::OK)
             } else {
@@ -173,7 +173,7 @@ where
     B: hyper::body::Body<Data = bytes::Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let limit = app.config.server.max_body_bytes;
+    let limit = app.server.max_body_bytes;
     let too_big = || {
         metrics::counter!(crate::metrics::REFUSED, "limit" => "body_bytes").increment(1);
         refuse(
@@ -486,7 +486,7 @@ async fn one(
                     Era::Modern => None,
                 };
                 let (relay, rx) =
-                    crate::upstream::relay::Relay::new(session, app.config.server.sse_queue_depth);
+                    crate::upstream::relay::Relay::new(session, app.server.sse_queue_depth);
                 let relay = if let Era::Legacy(sid, _) = &era {
                     // The session's logging/setLevel.
                     let floor = app
@@ -506,7 +506,7 @@ async fn one(
                 } else {
                     relay
                 };
-                let keepalive = app.config.server.keepalive;
+                let keepalive = app.server.keepalive;
                 let app = app.clone();
                 let cancel = match &era {
                     Era::Legacy(sid, _) => Some(app.cancels.register(*sid, &id)),

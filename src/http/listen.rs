@@ -142,13 +142,13 @@ impl Drop for StreamPlace {
 /// subscriptions, forgotten with it (before the place is given back).
 struct Place {
     who: Subscriber,
-    resources: Arc<Subscriptions>,
+    subscriptions: Arc<Subscriptions>,
     _place: StreamPlace,
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
-        self.resources.remove_subscriber(self.who);
+        self.subscriptions.remove_subscriber(self.who);
     }
 }
 
@@ -243,7 +243,7 @@ pub async fn open(
     // From here on, dropping the place forgets this stream's subscriptions.
     let place = Place {
         who,
-        resources: app.resources.clone(),
+        subscriptions: app.subscriptions.clone(),
         _place: stream_place,
     };
     let mut honoured_uris: Vec<Value> = Vec::new();
@@ -290,7 +290,7 @@ pub async fn open(
     }
     let mut lists = app.catalog_gen.subscribe();
     let seen = *lists.borrow_and_update();
-    let period = app.config.server.keepalive;
+    let period = app.server.keepalive;
     let mut keepalive = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let state = State {
@@ -321,7 +321,7 @@ async fn subscribe(app: &App, who: Subscriber, uri: &str) -> Result<(), RpcError
     let added = app.subscribe_in_table(who, up.id, uri)?;
     if let Err(e) = up.ensure_subscribed(uri).await {
         if added {
-            app.resources.unsubscribe(who, uri);
+            app.subscriptions.unsubscribe(who, uri);
         }
         return Err(e.to_rpc());
     }
@@ -352,10 +352,10 @@ impl State {
         if self.closed {
             return None;
         }
-        let resources = self.app.resources.clone();
+        let subscriptions = self.app.subscriptions.clone();
         loop {
             // Registered before the check, so no update is missed between.
-            let updated = resources.changed.notified();
+            let updated = subscriptions.changed.notified();
             if let Some(events) =
                 super::reply::resource_updates(&self.app, self.place.who, Some(&self.id))
             {

@@ -1,5 +1,7 @@
-//! The downstream face: the listener, the `/mcp` endpoint for both eras, and
-//! request checks. [`Gateway::start`] wires everything together.
+//! The downstream face: the accept loop, the `/mcp` endpoint for both eras,
+//! request checks, framing, and the admin routes. [`App`] is the narrow
+//! state it needs; the composition root ([`crate::gateway`]) builds it and
+//! runs the loops.
 //!
 //! Connections are limited by a semaphore whose permit is taken *before*
 //! `accept` and moved into the connection's task, so excess clients wait in
@@ -11,16 +13,13 @@ pub mod checks;
 pub mod endpoint;
 pub mod listen;
 pub mod modern;
-pub mod reload;
 pub mod reply;
-mod resources;
+mod subscriptions;
 
-use crate::config::Config;
+use crate::config::ServerConfig;
 use crate::protocol::{self, ProtocolVersion, RpcError};
 use crate::router::Router;
 use crate::session::Table;
-use crate::supervisor::{OwnedTask, Supervisor};
-use crate::upstream::Upstream;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::combinators::UnsyncBoxBody;
@@ -41,10 +40,10 @@ pub type Body = UnsyncBoxBody<Bytes, Infallible>;
 pub struct App {
     /// The address `/mcp` is served on (bound: the real port when the config says 0).
     pub listen_addr: SocketAddr,
-    /// The config the gateway started with. Its `[server]` part is what
-    /// runs; the running upstreams are [`Router::upstreams`] (a reload
-    /// replaces them, not this).
-    pub config: Config,
+    /// `[server]` as the gateway started with it (its changes wait for a restart).
+    pub server: ServerConfig,
+    /// The board profile's name, if any (`/status`).
+    pub board: Option<String>,
     /// Legacy sessions (fixed capacity).
     pub sessions: Mutex<Table>,
     /// Catalog and routing.
@@ -72,14 +71,48 @@ pub struct App {
     /// Legacy requests being answered, cancellable by `notifications/cancelled`.
     pub cancels: Arc<cancel::Cancels>,
     /// Downstream resource subscriptions (fixed table, [`crate::subscriptions`]).
-    pub resources: Arc<crate::subscriptions::Subscriptions>,
-    /// The watchdog's rules (`[watchdog]`; a reload replaces them).
-    pub watchdog: Mutex<crate::config::WatchdogConfig>,
+    pub subscriptions: Arc<crate::subscriptions::Subscriptions>,
     /// The outcome of the last reload, if any (`STATUS=`, `/status`).
-    pub last_reload: Mutex<Option<reload::LastReload>>,
+    pub last_reload: Mutex<Option<admin::LastReload>>,
 }
 
 impl App {
+    /// The downstream state of a gateway listening on `listen_addr`.
+    pub fn new(
+        listen_addr: SocketAddr,
+        server: ServerConfig,
+        board: Option<String>,
+        router: Router,
+        catalog_gen: Arc<watch::Sender<crate::upstream::ListGens>>,
+        subscriptions: Arc<crate::subscriptions::Subscriptions>,
+    ) -> App {
+        App {
+            sessions: Mutex::new(Table::new(
+                server.session_capacity,
+                server.session_idle_timeout,
+                server.session_min_idle_before_evict,
+            )),
+            sessions_changed: tokio::sync::Notify::new(),
+            catalog_gen,
+            subscriptions,
+            cancels: Default::default(),
+            ready: false.into(),
+            in_flight: crate::drain::Drain::new(),
+            streams: listen::StreamPool::new((server.max_connections / 2).max(1)),
+            stopping: watch::Sender::new(false),
+            router,
+            origin: checks::OriginPolicy::new(
+                listen_addr,
+                &server.allowed_hosts,
+                &server.allowed_origins,
+            ),
+            last_reload: Mutex::new(None),
+            listen_addr,
+            server,
+            board,
+        }
+    }
+
     /// The capabilities mcp-edge announces in `initialize` and `server/discover`.
     /// `listChanged`: a legacy session's GET stream, or a modern
     /// `subscriptions/listen` stream, is told when the merged lists change
@@ -101,7 +134,7 @@ impl App {
 
     /// Instructions naming the upstreams and their tool prefixes.
     pub fn instructions(&self) -> String {
-        let sep = &self.config.server.tool_name_separator;
+        let sep = &self.server.tool_name_separator;
         let list: Vec<String> = self
             .router
             .upstreams()
@@ -127,7 +160,7 @@ impl App {
         let now = tokio::time::Instant::now();
         let t = self.sessions.lock().expect("sessions");
         // Lock order: sessions, then subscriptions (nowhere the reverse).
-        self.resources
+        self.subscriptions
             .retain_sessions(|id| t.peek(id, now).is_some())
     }
 
@@ -169,232 +202,15 @@ impl App {
     }
 }
 
-/// Why the gateway could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum GatewayError {
-    /// Binding the listen address failed.
-    #[error("cannot listen on {addr}")]
-    Bind {
-        /// The configured address.
-        addr: SocketAddr,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// Binding the admin listener (`server.metrics_listen`) failed: another
-    /// gateway may hold it, and `mcp-edge status` would then report on that one.
-    #[error("cannot open the admin listener (/metrics /status /healthz /readyz) on {addr}; set server.metrics_listen to a free address, or \"off\"")]
-    AdminBind {
-        /// The configured (or default) address.
-        addr: SocketAddr,
-        /// The OS error.
-        source: std::io::Error,
-    },
-}
-
-/// A running gateway. Dropping it aborts its tasks; [`Gateway::shutdown`] stops it in order.
-pub struct Gateway {
-    addr: SocketAddr,
-    admin_addr: Option<SocketAddr>,
+/// Accepts downstream connections until shutdown (a task of the
+/// composition root). A permit of the `max_connections` semaphore is taken
+/// *before* `accept` and moved into the connection's task.
+pub async fn accept_loop(
+    listener: TcpListener,
     app: Arc<App>,
-    supervisor: Supervisor,
-    shutdown: watch::Sender<bool>,
-    /// The next [`Upstream::id`] a reload hands out.
-    next_id: usize,
-    _tasks: Vec<OwnedTask>,
-}
-
-impl Gateway {
-    /// Binds `server.listen`, starts one owner task per enabled upstream, the
-    /// accept loop, the session sweep and the admin listener. Errors:
-    /// [`GatewayError::Bind`], [`GatewayError::AdminBind`] (both before any
-    /// upstream is started).
-    pub async fn start(config: Config) -> Result<Gateway, GatewayError> {
-        let catalog_gen = Arc::new(watch::channel(crate::upstream::ListGens::default()).0);
-        let resources = Arc::new(crate::subscriptions::Subscriptions::new(
-            crate::limits::MAX_RESOURCE_SUBSCRIPTIONS,
-        ));
-        let upstreams: Vec<Arc<Upstream>> = config
-            .upstreams
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                Upstream::new(
-                    i,
-                    c.clone(),
-                    config.server.max_pending_server_requests,
-                    catalog_gen.clone(),
-                    resources.clone(),
-                )
-            })
-            .collect();
-        let listener = TcpListener::bind(config.server.listen)
-            .await
-            .map_err(|source| GatewayError::Bind {
-                addr: config.server.listen,
-                source,
-            })?;
-        let addr = listener.local_addr().map_err(|source| GatewayError::Bind {
-            addr: config.server.listen,
-            source,
-        })?;
-        let s = &config.server;
-        // Bound before any upstream starts, so a taken port fails cleanly.
-        let admin_listener = match s.metrics_listen {
-            Some(m) => Some(
-                TcpListener::bind(m)
-                    .await
-                    .map_err(|source| GatewayError::AdminBind { addr: m, source })?,
-            ),
-            None => None,
-        };
-        let app = Arc::new(App {
-            sessions: Mutex::new(Table::new(
-                s.session_capacity,
-                s.session_idle_timeout,
-                s.session_min_idle_before_evict,
-            )),
-            sessions_changed: tokio::sync::Notify::new(),
-            catalog_gen: catalog_gen.clone(),
-            resources,
-            cancels: Default::default(),
-            ready: false.into(),
-            in_flight: crate::drain::Drain::new(),
-            streams: listen::StreamPool::new((s.max_connections / 2).max(1)),
-            stopping: watch::Sender::new(false),
-            router: Router::new(
-                upstreams.clone(),
-                s.tool_names,
-                s.tool_name_separator.clone(),
-            ),
-            origin: checks::OriginPolicy::new(addr, &s.allowed_hosts, &s.allowed_origins),
-            watchdog: Mutex::new(config.watchdog.clone()),
-            last_reload: Mutex::new(None),
-            listen_addr: addr,
-            config: config.clone(),
-        });
-        let persist = s.state_directory.as_ref().map(|dir| {
-            let names: Vec<&str> = upstreams.iter().map(|u| u.name()).collect();
-            Arc::new(crate::supervisor::persist::Persist::open(dir, &names))
-        });
-        let supervisor = Supervisor::start(&upstreams, persist);
-        metrics::gauge!(crate::metrics::SESSIONS_CAPACITY).set(s.session_capacity as f64);
-        let (shutdown, _) = watch::channel(false);
-        let mut tasks = vec![
-            OwnedTask::spawn(accept_loop(listener, app.clone(), shutdown.subscribe())),
-            OwnedTask::spawn(sweep(app.clone(), shutdown.subscribe())),
-            OwnedTask::spawn(metrics_upkeep(shutdown.subscribe())),
-        ];
-        let mut admin_addr = None;
-        if let Some(l) = admin_listener {
-            admin_addr = l.local_addr().ok();
-            tasks.push(OwnedTask::spawn(admin::serve(
-                l,
-                app.clone(),
-                shutdown.subscribe(),
-            )));
-        }
-        Ok(Gateway {
-            next_id: upstreams.len(),
-            admin_addr,
-            addr,
-            app,
-            supervisor,
-            shutdown,
-            _tasks: tasks,
-        })
-    }
-
-    /// The bound address (useful with port 0).
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// Shared state (sessions, router, upstreams).
-    pub fn app(&self) -> &Arc<App> {
-        &self.app
-    }
-
-    /// Waits until every enabled upstream has settled its first attempt
-    /// (ready or failed), or `budget` passed. Returns how many are ready.
-    pub async fn wait_upstreams(&self, budget: Duration) -> usize {
-        let deadline = tokio::time::Instant::now() + budget;
-        for up in self
-            .app
-            .router
-            .upstreams()
-            .iter()
-            .filter(|u| u.config.enabled)
-        {
-            let mut rx = up.subscribe();
-            let _ = tokio::time::timeout_at(deadline, rx.wait_for(admin::settled)).await;
-        }
-        self.app
-            .ready
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        self.ready_upstreams()
-    }
-
-    /// The bound admin address (`server.metrics_listen`), if any.
-    pub fn admin_addr(&self) -> Option<SocketAddr> {
-        self.admin_addr
-    }
-
-    /// Number of upstreams in `Ready`.
-    pub fn ready_upstreams(&self) -> usize {
-        self.app
-            .router
-            .upstreams()
-            .iter()
-            .filter(|u| matches!(u.status(), crate::upstream::Status::Ready { .. }))
-            .count()
-    }
-
-    /// Number of upstream owner tasks alive.
-    pub fn live_owner_tasks(&self) -> usize {
-        self.supervisor.live_tasks()
-    }
-
-    /// Stops accepting, lets the calls in flight finish and the
-    /// `subscriptions/listen` streams send their closing response for up to
-    /// `grace`, then stops every upstream (stdio children get EOF, then TERM/KILL;
-    /// HTTP sessions get DELETE), waiting up to 5 s for each.
-    pub async fn shutdown_within(self, grace: Duration) {
-        let _ = self.shutdown.send(true);
-        let app = self.app.clone();
-        app.router.stop_holding();
-        app.stopping.send_replace(true);
-        let deadline = tokio::time::Instant::now() + grace;
-        if tokio::time::timeout_at(deadline, app.in_flight.drained())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                "shutdown: {} call(s) still in flight after {grace:?}; stopping anyway",
-                app.in_flight.active()
-            );
-        }
-        // Listen streams send their closing response and end on `stopping`;
-        // wait (within the same grace) until each was handed to its connection.
-        if tokio::time::timeout_at(deadline, app.streams.all_closed())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                "shutdown: {} subscription stream(s) did not take their closing response within {grace:?}",
-                app.streams.open()
-            );
-        }
-        self.supervisor.shutdown(Duration::from_secs(5)).await;
-    }
-
-    /// [`Gateway::shutdown_within`] with a 10 s grace.
-    pub async fn shutdown(self) {
-        self.shutdown_within(Duration::from_secs(10)).await;
-    }
-}
-
-async fn accept_loop(listener: TcpListener, app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
-    let permits = Arc::new(Semaphore::new(app.config.server.max_connections));
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let permits = Arc::new(Semaphore::new(app.server.max_connections));
     loop {
         let permit = tokio::select! {
             p = permits.clone().acquire_owned() => p.expect("semaphore never closed"),
@@ -405,16 +221,18 @@ async fn accept_loop(listener: TcpListener, app: Arc<App>, mut shutdown: watch::
                 Ok(x) => x,
                 Err(e) => {
                     tracing::warn!("accept: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    tokio::time::sleep(crate::limits::ACCEPT_RETRY).await;
                     continue;
                 }
             },
             _ = shutdown.changed() => return,
         };
         let _ = stream.set_nodelay(true);
-        set_user_timeout(&stream, app.config.server.keepalive * 2);
+        set_user_timeout(&stream, app.server.keepalive * 2);
         let app = app.clone();
         // The connection's own future: lives as long as the client's socket.
+        #[allow(clippy::disallowed_methods)]
+        // one task per accepted connection, bounded by its permit
         tokio::spawn(async move {
             let _permit = permit;
             let svc = hyper::service::service_fn(move |req| route(app.clone(), req));
@@ -464,20 +282,11 @@ async fn route(app: Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, 
     }
 }
 
-/// Folds queued histogram samples every [`crate::limits::METRICS_UPKEEP_PERIOD`].
-async fn metrics_upkeep(mut shutdown: watch::Receiver<bool>) {
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(crate::limits::METRICS_UPKEEP_PERIOD) => crate::metrics::upkeep(),
-            _ = shutdown.changed() => return,
-        }
-    }
-}
-
 /// One timer for the whole table: removes idle sessions every
-/// `min(idle_timeout / 4, 60 s)` (lookups also expire lazily).
-async fn sweep(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
-    let period = (app.config.server.session_idle_timeout / 4).min(Duration::from_secs(60));
+/// `min(idle_timeout / 4, 60 s)` (lookups also expire lazily). A task of the
+/// composition root.
+pub async fn sweep_sessions(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
+    let period = (app.server.session_idle_timeout / 4).min(crate::limits::SESSION_SWEEP_MAX_PERIOD);
     loop {
         tokio::select! {
             _ = tokio::time::sleep(period) => {}

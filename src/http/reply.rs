@@ -177,7 +177,7 @@ pub fn session_stream(
     id: SessionId,
     place: super::listen::StreamPlace,
 ) -> Response<Body> {
-    let period = app.config.server.keepalive;
+    let period = app.server.keepalive;
     let start = Instant::now() + period;
     let mut keepalive = tokio::time::interval_at(start, period);
     keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -190,10 +190,10 @@ pub fn session_stream(
         state,
         move |(app, mut iv, guard, mut lists, mut seen, mut stopping)| async move {
             let who = crate::subscriptions::Subscriber::Session(id);
-            let resources = app.resources.clone();
+            let subscriptions = app.subscriptions.clone();
             loop {
                 // Registered before the check, so no update is missed between.
-                let updated = resources.changed.notified();
+                let updated = subscriptions.changed.notified();
                 if let Some(bytes) = resource_updates(&app, who, None) {
                     return Some((
                         Ok::<_, Infallible>(Frame::data(bytes)),
@@ -247,7 +247,7 @@ pub(crate) fn resource_updates(
     who: crate::subscriptions::Subscriber,
     subscription: Option<&Value>,
 ) -> Option<Bytes> {
-    let uris = app.resources.take_updates(who);
+    let uris = app.subscriptions.take_updates(who);
     if uris.is_empty() {
         return None;
     }

@@ -7,7 +7,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use mcp_edge::config::Config;
-use mcp_edge::http::Gateway;
+use mcp_edge::gateway::Gateway;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

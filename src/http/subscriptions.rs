@@ -35,7 +35,7 @@ impl App {
                 RpcError::new(protocol::INVALID_PARAMS, "params.uri must be a string")
             })?;
         if method == "resources/unsubscribe" {
-            self.resources.unsubscribe(who, uri);
+            self.subscriptions.unsubscribe(who, uri);
             return Ok(json!({}));
         }
         let up = self.subscribable(uri).await?;
@@ -43,7 +43,7 @@ impl App {
         if let Err(e) = up.ensure_subscribed(uri).await {
             // Only what this request added is taken back.
             if added {
-                self.resources.unsubscribe(who, uri);
+                self.subscriptions.unsubscribe(who, uri);
             }
             return Err(e.to_rpc());
         }
@@ -76,9 +76,9 @@ impl App {
         upstream: usize,
         uri: &str,
     ) -> Result<bool, RpcError> {
-        let mut r = self.resources.subscribe(who, upstream, uri);
+        let mut r = self.subscriptions.subscribe(who, upstream, uri);
         if matches!(r, Err(SubscribeError::Full { .. })) && self.forget_gone_sessions() > 0 {
-            r = self.resources.subscribe(who, upstream, uri);
+            r = self.subscriptions.subscribe(who, upstream, uri);
         }
         r.map_err(|e| {
             let code = match e {

@@ -1,0 +1,300 @@
+//! The composition root: builds the tables, the supervisor and the
+//! listeners from a [`Config`], and owns start, reload ([`reload`]),
+//! shutdown and the systemd lifecycle ([`serve`]: `READY=1`, `STATUS=`,
+//! `WATCHDOG=1`, `RELOADING=1`, `STOPPING=1`).
+//!
+//! `main.rs` is the command line only: it loads the config and calls
+//! [`run`]. Tests start a [`Gateway`] in-process with [`Gateway::start`] and
+//! drive it with [`Gateway::serve`] and a channel of [`Control`]s.
+//!
+//! Besides the supervisor's owner tasks, this is the one place that starts
+//! long-lived tasks: the accept loop, the admin listener, the session sweep,
+//! the metrics upkeep and the watchdog heartbeat, each held by an
+//! [`OwnedTask`] whose drop ends it.
+
+mod health;
+pub mod reload;
+mod serve;
+
+pub use reload::ReloadReport;
+pub use serve::{run, Control, Controls};
+
+use crate::config::{Config, UpstreamConfig};
+use crate::http::App;
+use crate::router::Router;
+use crate::subscriptions::Subscriptions;
+use crate::supervisor::{persist::Persist, OwnedTask, Supervisor};
+use crate::upstream::{ListGens, Upstream};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// Binding the listen address failed.
+    #[error("cannot listen on {addr}")]
+    Bind {
+        /// The configured address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Binding the admin listener (`server.metrics_listen`) failed: another
+    /// gateway may hold it, and `mcp-edge status` would then report on that one.
+    #[error("cannot open the admin listener (/metrics /status /healthz /readyz) on {addr}; set server.metrics_listen to a free address, or \"off\"")]
+    AdminBind {
+        /// The configured (or default) address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// A running gateway. Dropping it aborts its tasks; [`Gateway::shutdown`]
+/// stops it in order.
+pub struct Gateway {
+    /// The running config: `[server]` as started (its changes wait for a
+    /// restart), upstreams and `[watchdog]` as last applied.
+    config: Config,
+    addr: SocketAddr,
+    admin_addr: Option<SocketAddr>,
+    app: Arc<App>,
+    /// Shared by every upstream: the list generations and the subscription table.
+    shared: Shared,
+    supervisor: Supervisor,
+    /// The watchdog's rules (`[watchdog]`; a reload replaces them).
+    watchdog: Arc<std::sync::Mutex<crate::config::WatchdogConfig>>,
+    shutdown: watch::Sender<bool>,
+    /// The next [`Upstream::id`] a reload hands out.
+    next_id: usize,
+    _tasks: Vec<OwnedTask>,
+}
+
+/// What every upstream of one gateway shares.
+#[derive(Clone)]
+struct Shared {
+    catalog_gen: Arc<watch::Sender<ListGens>>,
+    subscriptions: Arc<Subscriptions>,
+    max_pending: usize,
+}
+
+impl Shared {
+    fn upstream(&self, id: usize, c: &UpstreamConfig) -> Arc<Upstream> {
+        Upstream::new(
+            id,
+            c.clone(),
+            self.max_pending,
+            self.catalog_gen.clone(),
+            self.subscriptions.clone(),
+        )
+    }
+}
+
+impl Gateway {
+    /// Binds `server.listen` and the admin listener, then starts one owner
+    /// task per enabled upstream, the accept loop, the session sweep, the
+    /// metrics upkeep and the admin listener. Errors:
+    /// [`GatewayError::Bind`], [`GatewayError::AdminBind`] (both before any
+    /// upstream is started).
+    pub async fn start(config: Config) -> Result<Gateway, GatewayError> {
+        let s = &config.server;
+        let listener = bind(s.listen, |addr, source| GatewayError::Bind { addr, source }).await?;
+        let addr = listener.local_addr().map_err(|source| GatewayError::Bind {
+            addr: s.listen,
+            source,
+        })?;
+        // Bound before any upstream starts, so a taken port fails cleanly.
+        let admin = match s.metrics_listen {
+            Some(m) => {
+                Some(bind(m, |addr, source| GatewayError::AdminBind { addr, source }).await?)
+            }
+            None => None,
+        };
+        let shared = Shared {
+            catalog_gen: Arc::new(watch::channel(ListGens::default()).0),
+            subscriptions: Arc::new(Subscriptions::new(
+                crate::limits::MAX_RESOURCE_SUBSCRIPTIONS,
+            )),
+            max_pending: s.max_pending_server_requests,
+        };
+        let upstreams: Vec<Arc<Upstream>> = (config.upstreams.iter().enumerate())
+            .map(|(i, c)| shared.upstream(i, c))
+            .collect();
+        let router = Router::new(
+            upstreams.clone(),
+            s.tool_names,
+            s.tool_name_separator.clone(),
+        );
+        let app = Arc::new(App::new(
+            addr,
+            s.clone(),
+            config.board.as_ref().map(|b| b.name.clone()),
+            router,
+            shared.catalog_gen.clone(),
+            shared.subscriptions.clone(),
+        ));
+        let supervisor = Supervisor::start(&upstreams, persist(&config, &upstreams));
+        metrics::gauge!(crate::metrics::SESSIONS_CAPACITY).set(s.session_capacity as f64);
+        let (shutdown, _) = watch::channel(false);
+        let admin_addr = admin.as_ref().and_then(|l| l.local_addr().ok());
+        let tasks = root_tasks(&app, listener, admin, &shutdown);
+        Ok(Gateway {
+            watchdog: Arc::new(std::sync::Mutex::new(config.watchdog.clone())),
+            next_id: upstreams.len(),
+            config,
+            admin_addr,
+            addr,
+            app,
+            shared,
+            supervisor,
+            shutdown,
+            _tasks: tasks,
+        })
+    }
+
+    /// The bound address (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The bound admin address (`server.metrics_listen`), if any.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
+    }
+
+    /// The downstream face's state (sessions, router, upstreams).
+    pub fn app(&self) -> &Arc<App> {
+        &self.app
+    }
+
+    /// The running config (see the field's note on `[server]`).
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Waits until every enabled upstream has settled its first attempt
+    /// (ready or failed), or `budget` passed; then reports ready
+    /// (`/readyz`). Returns how many upstreams are ready.
+    pub async fn wait_upstreams(&self, budget: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + budget;
+        for up in self.enabled() {
+            let mut rx = up.subscribe();
+            let _ =
+                tokio::time::timeout_at(deadline, rx.wait_for(crate::http::admin::settled)).await;
+        }
+        self.app
+            .ready
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.ready_upstreams()
+    }
+
+    fn enabled(&self) -> Vec<Arc<Upstream>> {
+        let ups = self.app.router.upstreams();
+        ups.iter().filter(|u| u.config.enabled).cloned().collect()
+    }
+
+    /// Number of upstreams in `Ready`.
+    pub fn ready_upstreams(&self) -> usize {
+        let ups = self.app.router.upstreams();
+        ups.iter().filter(|u| u.status().is_ready()).count()
+    }
+
+    /// Number of upstream owner tasks alive.
+    pub fn live_owner_tasks(&self) -> usize {
+        self.supervisor.live_tasks()
+    }
+
+    /// Stops accepting, lets the calls in flight finish and the
+    /// `subscriptions/listen` streams send their closing response for up to
+    /// `grace`, then stops every upstream (stdio children get EOF, then
+    /// TERM/KILL; HTTP sessions get DELETE), waiting up to
+    /// [`crate::limits::OWNER_STOP_GRACE`] for each.
+    pub async fn shutdown_within(self, grace: Duration) {
+        let _ = self.shutdown.send(true);
+        let app = self.app.clone();
+        app.router.stop_holding();
+        app.stopping.send_replace(true);
+        let deadline = tokio::time::Instant::now() + grace;
+        if tokio::time::timeout_at(deadline, app.in_flight.drained())
+            .await
+            .is_err()
+        {
+            let n = app.in_flight.active();
+            tracing::warn!(
+                "shutdown: {n} call(s) still in flight after {grace:?}; stopping anyway"
+            );
+        }
+        // Listen streams send their closing response and end on `stopping`;
+        // wait (within the same grace) until each was handed to its connection.
+        if tokio::time::timeout_at(deadline, app.streams.all_closed())
+            .await
+            .is_err()
+        {
+            let n = app.streams.open();
+            tracing::warn!("shutdown: {n} subscription stream(s) did not take their closing response within {grace:?}");
+        }
+        self.supervisor
+            .shutdown(crate::limits::OWNER_STOP_GRACE)
+            .await;
+    }
+
+    /// [`Gateway::shutdown_within`] with [`crate::limits::SHUTDOWN_GRACE`].
+    pub async fn shutdown(self) {
+        self.shutdown_within(crate::limits::SHUTDOWN_GRACE).await;
+    }
+}
+
+async fn bind(
+    addr: SocketAddr,
+    error: impl FnOnce(SocketAddr, std::io::Error) -> GatewayError,
+) -> Result<TcpListener, GatewayError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| error(addr, source))
+}
+
+/// The backoff memory (`server.state_directory`), if configured.
+fn persist(config: &Config, upstreams: &[Arc<Upstream>]) -> Option<Arc<Persist>> {
+    let dir = config.server.state_directory.as_ref()?;
+    let names: Vec<&str> = upstreams.iter().map(|u| u.name()).collect();
+    Some(Arc::new(Persist::open(dir, &names)))
+}
+
+/// The root's long-lived tasks, each ending on `shutdown` (or when dropped).
+fn root_tasks(
+    app: &Arc<App>,
+    listener: TcpListener,
+    admin: Option<TcpListener>,
+    shutdown: &watch::Sender<bool>,
+) -> Vec<OwnedTask> {
+    let mut tasks = vec![
+        OwnedTask::spawn(crate::http::accept_loop(
+            listener,
+            app.clone(),
+            shutdown.subscribe(),
+        )),
+        OwnedTask::spawn(crate::http::sweep_sessions(
+            app.clone(),
+            shutdown.subscribe(),
+        )),
+        OwnedTask::spawn(metrics_upkeep(shutdown.subscribe())),
+    ];
+    if let Some(l) = admin {
+        let serve = crate::http::admin::serve(l, app.clone(), shutdown.subscribe());
+        tasks.push(OwnedTask::spawn(serve));
+    }
+    tasks
+}
+
+/// Folds queued histogram samples every [`crate::limits::METRICS_UPKEEP_PERIOD`].
+async fn metrics_upkeep(mut shutdown: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(crate::limits::METRICS_UPKEEP_PERIOD) => crate::metrics::upkeep(),
+            _ = shutdown.changed() => return,
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! Applying a reloaded config in place (`SIGHUP`, `systemctl reload`).
+//!
+//! The new config has already been validated whole (an invalid one never
+//! gets here: the running one stays). Upstreams are matched by name and
+//! compared by their resolved config ([`crate::config::UpstreamConfig`]'s
+//! equality): unchanged ones keep their owner task, connection and child
+//! process; changed ones are stopped, then started again under the new
+//! config (agentgateway's rule: stop the old task before starting its
+//! replacement) once the calls already running on them finished (up to
+//! [`crate::limits::RELOAD_DRAIN_GRACE`]; new calls go to the new set at
+//! once); added ones are started; removed ones are stopped the same way.
+//! Downstream sessions are never touched. `[server]` keys (listen address,
+//! capacities) size tables that live for the whole process, so changes to
+//! them are reported and wait for a restart; `[watchdog]` applies at once.
+
+use super::Gateway;
+use crate::config::Config;
+use crate::limits::{OWNER_STOP_GRACE, RELOAD_DRAIN_GRACE};
+use crate::upstream::Upstream;
+use std::fmt;
+use std::sync::Arc;
+
+/// What a reload did, by upstream name.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReloadReport {
+    /// New upstreams, started.
+    pub started: Vec<String>,
+    /// Upstreams whose config changed: stopped, then started again.
+    pub restarted: Vec<String>,
+    /// Upstreams no longer in the config: stopped.
+    pub stopped: Vec<String>,
+    /// Upstreams left running as they were.
+    pub unchanged: Vec<String>,
+    /// The `[server]` section changed: applies at the next restart.
+    pub server_changed: bool,
+}
+
+impl ReloadReport {
+    /// True when nothing changed.
+    pub fn is_noop(&self) -> bool {
+        self.started.is_empty()
+            && self.restarted.is_empty()
+            && self.stopped.is_empty()
+            && !self.server_changed
+    }
+}
+
+impl fmt::Display for ReloadReport {
+    /// One line, e.g. `reload applied: restarted b; started -; stopped -; 1 unchanged`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list = |v: &[String]| {
+            if v.is_empty() {
+                "-".to_string()
+            } else {
+                v.join(",")
+            }
+        };
+        write!(
+            f,
+            "reload applied: restarted {}; started {}; stopped {}; {} unchanged",
+            list(&self.restarted),
+            list(&self.started),
+            list(&self.stopped),
+            self.unchanged.len()
+        )?;
+        if self.server_changed {
+            write!(f, "; [server] changes apply at the next restart")?;
+        }
+        Ok(())
+    }
+}
+
+/// The upstream set a reload leads to.
+struct Plan {
+    report: ReloadReport,
+    /// The new set, in config order: kept upstreams and fresh ones.
+    set: Vec<Arc<Upstream>>,
+    /// The fresh ones, to start once their predecessors stopped.
+    fresh: Vec<Arc<Upstream>>,
+}
+
+impl Gateway {
+    /// Applies `new` in place (see the module docs) and returns what changed.
+    /// Stops take up to [`OWNER_STOP_GRACE`] each; new upstreams are started,
+    /// not awaited (use [`Gateway::wait_upstreams`] for that).
+    pub async fn reload(&mut self, new: Config) -> ReloadReport {
+        let app = self.app.clone();
+        let old: Vec<Arc<Upstream>> = app.router.upstreams().to_vec();
+        let Plan { report, set, fresh } = self.plan(&old, &new);
+        // Resource subscriptions follow a restarted upstream to its
+        // successor (which asks for them once connected); a removed one's go.
+        for o in old
+            .iter()
+            .filter(|o| !set.iter().any(|u| Arc::ptr_eq(u, o)))
+        {
+            let successor = set.iter().find(|u| u.name() == o.name()).map(|u| u.id);
+            self.shared.subscriptions.rekey(o.id, successor);
+        }
+        // Route to the new set at once: a removed upstream's tools are gone,
+        // a changed one answers "connecting" until its new owner is Ready.
+        app.router.set_upstreams(set);
+        self.stop_replaced(&old, &report).await;
+        for up in fresh {
+            self.supervisor.start_one(up);
+        }
+        *self.watchdog.lock().expect("watchdog lock") = new.watchdog.clone();
+        self.config.upstreams = new.upstreams;
+        self.config.watchdog = new.watchdog;
+        if !report.is_noop() {
+            // GET and listen streams tell their clients the lists changed.
+            self.shared.catalog_gen.send_modify(|g| g.bump([true; 3]));
+        }
+        tracing::info!("{report}");
+        report
+    }
+
+    /// Matches `new`'s upstreams with the running ones by name.
+    fn plan(&mut self, old: &[Arc<Upstream>], new: &Config) -> Plan {
+        let mut plan = Plan {
+            report: ReloadReport {
+                server_changed: new.server != self.config.server,
+                ..ReloadReport::default()
+            },
+            set: Vec::with_capacity(new.upstreams.len()),
+            fresh: Vec::new(),
+        };
+        for c in &new.upstreams {
+            match old.iter().find(|o| o.name() == c.name) {
+                Some(o) if o.config == *c => {
+                    plan.report.unchanged.push(c.name.clone());
+                    plan.set.push(o.clone());
+                    continue;
+                }
+                Some(_) => plan.report.restarted.push(c.name.clone()),
+                None => plan.report.started.push(c.name.clone()),
+            }
+            let up = self.shared.upstream(self.next_id, c);
+            self.next_id += 1;
+            plan.set.push(up.clone());
+            plan.fresh.push(up);
+        }
+        plan.report.stopped = (old.iter())
+            .filter(|o| !new.upstreams.iter().any(|c| c.name == o.name()))
+            .map(|o| o.name().to_string())
+            .collect();
+        plan
+    }
+
+    /// Lets the calls running on restarted and removed upstreams finish (up
+    /// to [`RELOAD_DRAIN_GRACE`] in all), then stops their owners.
+    async fn stop_replaced(&mut self, old: &[Arc<Upstream>], report: &ReloadReport) {
+        let deadline = tokio::time::Instant::now() + RELOAD_DRAIN_GRACE;
+        for name in report.restarted.iter().chain(&report.stopped) {
+            if let Some(o) = old.iter().find(|o| o.name() == name) {
+                if tokio::time::timeout_at(deadline, o.drained())
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!(upstream = %name, calls = o.active_calls(), "reload: calls still running after {RELOAD_DRAIN_GRACE:?}; stopping anyway");
+                }
+            }
+            self.supervisor.stop_one(name, OWNER_STOP_GRACE).await;
+        }
+    }
+}

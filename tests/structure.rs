@@ -1,0 +1,489 @@
+//! Structure gate (stage 0 of `tests/run_all.sh`): the rules of
+//! `src/lib.rs`'s module map, checked by reading the sources.
+//!
+//! - **Layering**: a top-level module refers (`crate::x…`, `use crate::{x, …}`)
+//!   only to modules listed above it in the module map table of `src/lib.rs`.
+//! - **No circles** among sibling submodules (`super::x`, `crate::a::x`) of
+//!   any module.
+//! - **Small functions and files**: no function in `src/` over
+//!   [`MAX_FN_LINES`] lines (from `fn` to its closing brace), no file over
+//!   [`MAX_FILE_LINES`].
+//! - **Clock-free tables**: the fixed tables take `now` as an argument; their
+//!   non-test code never reads the clock.
+//!
+//! Comments and string literals are blanked before reading, so doc links and
+//! messages do not count as imports.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The longest a function in `src/` may be, in lines.
+const MAX_FN_LINES: usize = 80;
+/// The longest a file in `src/` may be, in lines.
+const MAX_FILE_LINES: usize = 600;
+/// Modules that hold a fixed table and take `now` from their caller.
+const CLOCK_FREE: &[&str] = &["src/session.rs", "src/subscriptions.rs"];
+
+type ModPath = Vec<String>;
+
+struct Source {
+    file: PathBuf,
+    module: ModPath,
+    /// The text with comments and literals blanked (same line structure).
+    code: String,
+    lines: usize,
+}
+
+#[test]
+fn layering_follows_the_module_map() {
+    let tree = Tree::read();
+    let order = tree.map_order();
+    let mut bad = Vec::new();
+    for (from, to) in tree.edges() {
+        let (f, t) = (&from[0], &to[0]);
+        if f == t {
+            continue;
+        }
+        match (order.get(f), order.get(t)) {
+            (Some(a), Some(b)) if b < a => {}
+            (Some(_), Some(_)) => bad.push(format!(
+                "{} uses {} (listed below it in src/lib.rs)",
+                from.join("::"),
+                to.join("::")
+            )),
+            _ => bad.push(format!(
+                "{} -> {}: a module missing from src/lib.rs's module map",
+                from.join("::"),
+                to.join("::")
+            )),
+        }
+    }
+    bad.sort();
+    bad.dedup();
+    assert!(
+        bad.is_empty(),
+        "layering violations:\n  {}",
+        bad.join("\n  ")
+    );
+}
+
+#[test]
+fn module_map_lists_every_module() {
+    let tree = Tree::read();
+    let listed: BTreeSet<String> = tree.map_order().into_keys().collect();
+    let declared: BTreeSet<String> = tree
+        .sources
+        .iter()
+        .filter(|s| s.module.len() == 1)
+        .map(|s| s.module[0].clone())
+        .collect();
+    assert_eq!(listed, declared, "src/lib.rs's module map vs src/*");
+}
+
+#[test]
+fn no_circles_among_sibling_modules() {
+    let tree = Tree::read();
+    // parent -> (child -> children it uses)
+    let mut graphs: BTreeMap<ModPath, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for (from, to) in tree.edges() {
+        let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+        if common < from.len() && common < to.len() {
+            graphs
+                .entry(from[..common].to_vec())
+                .or_default()
+                .entry(from[common].clone())
+                .or_default()
+                .insert(to[common].clone());
+        }
+    }
+    let mut bad = Vec::new();
+    for (parent, g) in &graphs {
+        if let Some(cycle) = find_cycle(g) {
+            let p = if parent.is_empty() {
+                "crate".to_string()
+            } else {
+                parent.join("::")
+            };
+            bad.push(format!("in {p}: {}", cycle.join(" -> ")));
+        }
+    }
+    assert!(bad.is_empty(), "import circles:\n  {}", bad.join("\n  "));
+}
+
+#[test]
+fn functions_and_files_stay_small() {
+    let tree = Tree::read();
+    let mut bad = Vec::new();
+    let mut longest = (0, String::new());
+    for s in &tree.sources {
+        if s.lines > MAX_FILE_LINES {
+            bad.push(format!(
+                "{}: {} lines (max {MAX_FILE_LINES})",
+                s.file.display(),
+                s.lines
+            ));
+        }
+        for (name, line, len) in functions(&s.code) {
+            if len > longest.0 {
+                longest = (len, format!("{}:{line} {name}", s.file.display()));
+            }
+            if len > MAX_FN_LINES {
+                bad.push(format!(
+                    "{}:{line}: fn {name} is {len} lines (max {MAX_FN_LINES})",
+                    s.file.display()
+                ));
+            }
+        }
+    }
+    eprintln!("longest function: {} ({} lines)", longest.1, longest.0);
+    assert!(bad.is_empty(), "too long:\n  {}", bad.join("\n  "));
+}
+
+#[test]
+fn tables_take_now_from_their_caller() {
+    let tree = Tree::read();
+    let mut bad = Vec::new();
+    for s in &tree.sources {
+        if !CLOCK_FREE.iter().any(|f| s.file.ends_with(f)) {
+            continue;
+        }
+        let non_test = s.code.split("#[cfg(test)]").next().unwrap_or("");
+        for needle in ["Instant::now", "SystemTime::now"] {
+            if non_test.contains(needle) {
+                bad.push(format!("{} reads the clock ({needle})", s.file.display()));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// The checker itself: a circle, a layering breach and comment blanking.
+#[test]
+fn the_checker_sees_what_it_must() {
+    let mut g = BTreeMap::new();
+    g.insert("a".to_string(), BTreeSet::from(["b".to_string()]));
+    g.insert("b".to_string(), BTreeSet::from(["c".to_string()]));
+    g.insert("c".to_string(), BTreeSet::from(["a".to_string()]));
+    assert_eq!(find_cycle(&g).map(|c| c.len()), Some(4));
+    g.get_mut("c").unwrap().clear();
+    assert_eq!(find_cycle(&g), None);
+    let code = blank("// crate::x\nlet s = \"crate::y\"; use crate::{z::w, v};\n");
+    let refs: Vec<String> = references(&code, &["m".into()])
+        .iter()
+        .map(|p| p.join("::"))
+        .collect();
+    assert_eq!(refs, ["z::w", "v"]);
+    let f = functions(&blank("fn a() {\n let c = '{';\n}\nfn b();\n"));
+    assert_eq!(f, vec![("a".to_string(), 1, 3)]);
+}
+
+struct Tree {
+    root: PathBuf,
+    sources: Vec<Source>,
+    modules: BTreeSet<ModPath>,
+}
+
+impl Tree {
+    fn read() -> Tree {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let mut files = Vec::new();
+        walk(&root.join("src"), &mut files);
+        let mut sources = Vec::new();
+        for file in files {
+            let rel = file.strip_prefix(root.join("src")).unwrap().to_path_buf();
+            let Some(module) = module_of(&rel) else {
+                continue;
+            };
+            let text = std::fs::read_to_string(&file).unwrap();
+            sources.push(Source {
+                lines: text.lines().count(),
+                code: blank(&text),
+                file: rel,
+                module,
+            });
+        }
+        let modules = sources.iter().map(|s| s.module.clone()).collect();
+        Tree {
+            root,
+            sources,
+            modules,
+        }
+    }
+
+    /// Top-level modules in the order of the module map table in `src/lib.rs`.
+    fn map_order(&self) -> BTreeMap<String, usize> {
+        let lib = std::fs::read_to_string(self.root.join("src/lib.rs")).unwrap();
+        lib.lines()
+            .filter_map(|l| l.strip_prefix("//! | [`"))
+            .filter_map(|l| l.split('`').next())
+            .enumerate()
+            .map(|(i, m)| (m.to_string(), i))
+            .collect()
+    }
+
+    /// (from module, to module) for every reference to another module.
+    fn edges(&self) -> Vec<(ModPath, ModPath)> {
+        let mut out = Vec::new();
+        for s in &self.sources {
+            for target in references(&s.code, &s.module) {
+                let to = self.deepest_module(&target);
+                if !to.is_empty() && !to.starts_with(&s.module) && !s.module.starts_with(&to) {
+                    out.push((s.module.clone(), to));
+                }
+            }
+        }
+        out
+    }
+
+    /// The longest prefix of `path` that names a module file.
+    fn deepest_module(&self, path: &[String]) -> ModPath {
+        (1..=path.len())
+            .rev()
+            .map(|n| path[..n].to_vec())
+            .find(|p| self.modules.contains(p))
+            .unwrap_or_default()
+    }
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            walk(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+    out.sort();
+}
+
+/// `a/b.rs` → `[a, b]`; `a/mod.rs` → `[a]`; `a/b_tests.rs` → `[a, b, tests]`
+/// (a `#[path]` test module); `lib.rs` and `main.rs` are roots, not modules.
+fn module_of(rel: &Path) -> Option<ModPath> {
+    let mut parts: Vec<String> = rel
+        .iter()
+        .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_string())
+        .collect();
+    if parts.len() == 1 && (parts[0] == "lib" || parts[0] == "main") {
+        return None;
+    }
+    if parts.last().is_some_and(|l| l == "mod") {
+        parts.pop();
+    }
+    if let Some(base) = parts.last().and_then(|l| l.strip_suffix("_tests")) {
+        let base = base.to_string();
+        parts.pop();
+        parts.push(base);
+        parts.push("tests".into());
+    }
+    Some(parts)
+}
+
+/// Every `crate::…` and `super::…` path in `code`, resolved from `module`
+/// (brace groups expanded).
+fn references(code: &str, module: &[String]) -> Vec<ModPath> {
+    let b = code.as_bytes();
+    let mut out = Vec::new();
+    for start in ["crate::", "super::"] {
+        for (i, _) in code.match_indices(start) {
+            let before = if i == 0 { b' ' } else { b[i - 1] };
+            if before.is_ascii_alphanumeric() || before == b'_' || before == b'$' || before == b':'
+            {
+                continue;
+            }
+            let mut base: ModPath = if start == "crate::" {
+                Vec::new()
+            } else {
+                module[..module.len().saturating_sub(1)].to_vec()
+            };
+            let mut j = i + start.len();
+            // `super::super::…`
+            while code[j..].starts_with("super::") {
+                base.pop();
+                j += "super::".len();
+            }
+            parse_path(code, j, base, &mut out);
+        }
+    }
+    out
+}
+
+/// Reads `a::b::{c, d::e}` at `at` onto `base`, pushing each full path.
+fn parse_path(code: &str, mut at: usize, mut base: ModPath, out: &mut Vec<ModPath>) -> usize {
+    let b = code.as_bytes();
+    loop {
+        while at < b.len() && b[at].is_ascii_whitespace() {
+            at += 1;
+        }
+        if at < b.len() && b[at] == b'{' {
+            at += 1;
+            loop {
+                at = parse_path(code, at, base.clone(), out);
+                while at < b.len() && b[at] != b',' && b[at] != b'}' {
+                    at += 1;
+                }
+                if at >= b.len() || b[at] == b'}' {
+                    return at + 1;
+                }
+                at += 1;
+            }
+        }
+        let end = at
+            + code[at..]
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(code.len() - at);
+        if end > at && code[at..end] != *"self" {
+            base.push(code[at..end].to_string());
+        }
+        at = end;
+        if code[at..].starts_with("::") {
+            at += 2;
+        } else {
+            if !base.is_empty() {
+                out.push(base);
+            }
+            return at;
+        }
+    }
+}
+
+/// (name, first line, length in lines) of every function with a body.
+fn functions(code: &str) -> Vec<(String, usize, usize)> {
+    let b = code.as_bytes();
+    let mut out = Vec::new();
+    for (i, _) in code.match_indices("fn ") {
+        if i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_') {
+            continue;
+        }
+        let name: String = code[i + 3..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if name.is_empty() {
+            continue;
+        }
+        let (mut depth, mut j, mut open) = (0usize, i, false);
+        while j < b.len() {
+            match b[j] {
+                b';' if !open => break,
+                b'{' => {
+                    open = true;
+                    depth += 1;
+                }
+                b'}' if open => {
+                    depth -= 1;
+                    if depth == 0 {
+                        break;
+                    }
+                }
+                _ => {}
+            }
+            j += 1;
+        }
+        if open {
+            let first = code[..i].matches('\n').count() + 1;
+            let last = code[..j].matches('\n').count() + 1;
+            out.push((name, first, last - first + 1));
+        }
+    }
+    out
+}
+
+/// `src` with comments, string and char literals replaced by spaces
+/// (newlines kept, so line numbers hold).
+fn blank(src: &str) -> String {
+    let c: Vec<char> = src.chars().collect();
+    let mut out = String::with_capacity(src.len());
+    let mut i = 0;
+    let keep = |out: &mut String, s: &[char]| {
+        out.extend(s.iter().map(|&ch| if ch == '\n' { '\n' } else { ' ' }))
+    };
+    while i < c.len() {
+        let rest = &c[i..];
+        let prev_ident = i > 0 && (c[i - 1].is_alphanumeric() || c[i - 1] == '_');
+        let end = if rest.starts_with(&['/', '/']) {
+            i + rest.iter().position(|&x| x == '\n').unwrap_or(rest.len())
+        } else if rest.starts_with(&['/', '*']) {
+            i + 2 + find(&rest[2..], &['*', '/']).map_or(rest.len() - 2, |p| p + 2)
+        } else if !prev_ident && raw_string(rest).is_some() {
+            i + raw_string(rest).unwrap()
+        } else if c[i] == '"' {
+            let mut j = i + 1;
+            while j < c.len() && c[j] != '"' {
+                j += if c[j] == '\\' { 2 } else { 1 };
+            }
+            j + 1
+        } else if c[i] == '\'' && char_literal(rest).is_some() {
+            i + char_literal(rest).unwrap()
+        } else {
+            out.push(c[i]);
+            i += 1;
+            continue;
+        };
+        let end = end.min(c.len());
+        keep(&mut out, &c[i..end]);
+        i = end;
+    }
+    out
+}
+
+fn find(hay: &[char], needle: &[char]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Length of a raw string literal (`r"…"`, `r#"…"#`, `br"…"`) at the start.
+fn raw_string(s: &[char]) -> Option<usize> {
+    let mut i = usize::from(s.first() == Some(&'b'));
+    if s.get(i) != Some(&'r') {
+        return None;
+    }
+    i += 1;
+    let hashes = s[i..].iter().take_while(|&&x| x == '#').count();
+    i += hashes;
+    if s.get(i) != Some(&'"') {
+        return None;
+    }
+    let mut close = vec!['"'];
+    close.extend(std::iter::repeat_n('#', hashes));
+    find(&s[i + 1..], &close).map(|p| i + 1 + p + close.len())
+}
+
+/// Length of a char literal (`'x'`, `'\n'`, `'\u{..}'`) at the start; `None`
+/// for a lifetime.
+fn char_literal(s: &[char]) -> Option<usize> {
+    if s.get(1) == Some(&'\\') {
+        return s[2..].iter().position(|&x| x == '\'').map(|p| p + 3);
+    }
+    (s.get(2) == Some(&'\'')).then_some(3)
+}
+
+/// A circle in a directed graph, as `a -> b -> … -> a`.
+fn find_cycle(g: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        n: &str,
+        g: &BTreeMap<String, BTreeSet<String>>,
+        stack: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(p) = stack.iter().position(|s| s == n) {
+            let mut c = stack[p..].to_vec();
+            c.push(n.to_string());
+            return Some(c);
+        }
+        if done.contains(n) {
+            return None;
+        }
+        stack.push(n.to_string());
+        for m in g.get(n).into_iter().flatten() {
+            if let Some(c) = visit(m, g, stack, done) {
+                return Some(c);
+            }
+        }
+        stack.pop();
+        done.insert(n.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    g.keys()
+        .find_map(|n| visit(n, g, &mut Vec::new(), &mut done))
+}
