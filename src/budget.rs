@@ -151,25 +151,7 @@ impl Estimate {
                 bytes: calls * (CALL_BYTES + largest_result * RESULT_FACTOR),
             },
         ];
-        for u in ups {
-            // A transport reads one upstream message at a time; stdio also keeps a stderr ring.
-            let (read, stderr) = match u.transport {
-                Transport::Stdio { .. } => (u.max_result_bytes, limits::STDERR_TAIL_BYTES),
-                Transport::Http { .. } => (u.max_result_bytes, 0),
-                Transport::Builtin => (0, 0),
-            };
-            items.push(Item {
-                what: format!(
-                    "upstream {} ({} + {} catalog × {CATALOG_FACTOR} + {} read buffer + {} stderr)",
-                    u.name,
-                    kib(UPSTREAM_BYTES),
-                    kib(u.max_catalog_bytes),
-                    kib(read),
-                    kib(stderr)
-                ),
-                bytes: UPSTREAM_BYTES + u.max_catalog_bytes * CATALOG_FACTOR + read + stderr,
-            });
-        }
+        items.extend(ups.into_iter().map(upstream_item));
         Estimate { items }
     }
 
@@ -186,6 +168,28 @@ impl Estimate {
         }
         o.push_str(&format!("#   {:>10}  total\n", mib(self.total())));
         o
+    }
+}
+
+/// One upstream's share: its fixed cost, its catalog, one read buffer (a
+/// transport reads one upstream message at a time) and, for stdio, the
+/// stderr ring.
+fn upstream_item(u: &crate::config::UpstreamConfig) -> Item {
+    let (read, stderr) = match u.transport {
+        Transport::Stdio { .. } => (u.max_result_bytes, limits::STDERR_TAIL_BYTES),
+        Transport::Http { .. } => (u.max_result_bytes, 0),
+        Transport::Builtin => (0, 0),
+    };
+    Item {
+        what: format!(
+            "upstream {} ({} + {} catalog × {CATALOG_FACTOR} + {} read buffer + {} stderr)",
+            u.name,
+            kib(UPSTREAM_BYTES),
+            kib(u.max_catalog_bytes),
+            kib(read),
+            kib(stderr)
+        ),
+        bytes: UPSTREAM_BYTES + u.max_catalog_bytes * CATALOG_FACTOR + read + stderr,
     }
 }
 

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # The project's one test command:  tests/run_all.sh
+#   0. tests/gates.sh              fmt --check, clippy -D warnings, cargo deny (bans licenses sources),
+#                                  tests/structure.rs (module layering, no circles, function/file length)
 #   1. tests/interop/setup.sh      install the pinned real MCP peers into tests/interop/ (fast when present)
 #   2. cargo nextest run --all-targets + cargo test --doc   (cargo test --all-targets when nextest is absent)
 #   3. tests/interop/conformance.sh  official MCP conformance suite against the release gateway
@@ -7,7 +9,7 @@
 #   5. tests/arm.sh                  ARM: aarch64 test suite under qemu-user, release builds for aarch64-gnu,
 #                                    armv7 and aarch64-musl (glibc <= 2.31, musl static), each run under qemu
 #   6. tests/deb.sh                  .deb for amd64 and arm64 (cargo-deb), contents checked, amd64 installed under CI
-# Stages 2 to 6 all run even if one fails; the exit code is non-zero if any stage failed.
+# Stage 0 and stages 2 to 6 all run even if one fails; the exit code is non-zero if any stage failed.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,6 +17,9 @@ cd "$ROOT"
 failed=()
 
 stage() { printf '\n==== %s ====\n' "$*"; }
+
+stage "0/6 gates: tests/gates.sh"
+bash tests/gates.sh || failed+=("gates")
 
 stage "1/6 interop peers: tests/interop/setup.sh"
 bash tests/interop/setup.sh   # fatal on failure: nothing below can run without the peers

@@ -20,7 +20,7 @@
 //! stream's subscriptions go when it ends.
 //!
 //! Bounded: listen streams share one fixed pool with legacy GET streams
-//! ([`StreamPool`], max(1, `server.max_connections` / 2) places; a stream
+//! ([`super::streams::StreamPool`], max(1, `server.max_connections` / 2) places; a stream
 //! holds its connection for as long as the client listens, so half the
 //! connections always stay free for requests); one more is refused with
 //! HTTP 503, `-31005` and `Retry-After`, counted in
@@ -31,6 +31,7 @@
 //! generation when it is polled, so a slow reader costs nothing but its
 //! connection, and changes made while it is not read collapse into one.
 
+use super::streams::{StreamPlace, META_SUBSCRIPTION_ID};
 use super::{App, Body};
 use crate::protocol::{self, sse, RpcError};
 use crate::subscriptions::{Subscriber, Subscriptions};
@@ -41,10 +42,6 @@ use hyper::body::Frame;
 use serde_json::{json, Map, Value};
 use std::convert::Infallible;
 use std::sync::Arc;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
-
-/// `_meta` key naming the subscription a frame belongs to (§Receiving Notifications).
-pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
 /// The filter field of each list kind, in [`crate::upstream::ListGens`] order.
 const FIELDS: [&str; 3] = [
@@ -52,91 +49,6 @@ const FIELDS: [&str; 3] = [
     "promptsListChanged",
     "resourcesListChanged",
 ];
-
-/// The fixed pool of long-lived streams: legacy GET streams and modern
-/// listen streams together, max(1, `max_connections` / 2) places. Each such
-/// stream holds its connection for as long as the client keeps it open, so
-/// at least half the connections always stay free for requests.
-pub struct StreamPool {
-    places: Arc<Semaphore>,
-    capacity: usize,
-    /// Woken whenever a stream gives its place back.
-    closed: Arc<Notify>,
-}
-
-impl StreamPool {
-    /// A pool of `capacity` places.
-    pub fn new(capacity: usize) -> Self {
-        metrics::gauge!(crate::metrics::STREAMS_CAPACITY).set(capacity as f64);
-        StreamPool {
-            places: Arc::new(Semaphore::new(capacity)),
-            capacity,
-            closed: Arc::new(Notify::new()),
-        }
-    }
-
-    /// Streams open now.
-    pub fn open(&self) -> usize {
-        self.capacity - self.places.available_permits()
-    }
-
-    /// The most streams open at once.
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
-
-    /// A place for one more stream, or the HTTP 503 and JSON-RPC error
-    /// (-31005, `Retry-After`) to answer with, counted as
-    /// `mcp_edge_refused_total{limit="streams"}`.
-    pub fn take(&self) -> Result<StreamPlace, (StatusCode, RpcError)> {
-        let Ok(permit) = self.places.clone().try_acquire_owned() else {
-            metrics::counter!(crate::metrics::REFUSED, "limit" => "streams").increment(1);
-            let secs = crate::limits::LISTEN_RETRY_AFTER.as_secs();
-            return Err((
-                StatusCode::SERVICE_UNAVAILABLE,
-                RpcError::new(
-                    protocol::STREAMS_FULL,
-                    format!(
-                        "all {} long-lived streams (GET and subscriptions/listen) are open; retry later",
-                        self.capacity
-                    ),
-                )
-                .with_data(json!({"retryAfterSeconds": secs})),
-            ));
-        };
-        metrics::gauge!(crate::metrics::STREAMS).increment(1.0);
-        Ok(StreamPlace {
-            permit: Some(permit),
-            closed: self.closed.clone(),
-        })
-    }
-
-    /// Resolves once no stream is open (shutdown: once every closing
-    /// response was handed to its connection).
-    pub async fn all_closed(&self) {
-        loop {
-            let closed = self.closed.notified();
-            if self.open() == 0 {
-                return;
-            }
-            closed.await;
-        }
-    }
-}
-
-/// One stream's place in the pool, given back on drop.
-pub struct StreamPlace {
-    permit: Option<OwnedSemaphorePermit>,
-    closed: Arc<Notify>,
-}
-
-impl Drop for StreamPlace {
-    fn drop(&mut self) {
-        drop(self.permit.take()); // given back first, so a woken waiter sees it
-        metrics::gauge!(crate::metrics::STREAMS).decrement(1.0);
-        self.closed.notify_waiters();
-    }
-}
 
 /// A listen stream's place: its pool place, and its resource
 /// subscriptions, forgotten with it (before the place is given back).
@@ -246,37 +158,13 @@ pub async fn open(
         subscriptions: app.subscriptions.clone(),
         _place: stream_place,
     };
-    let mut honoured_uris: Vec<Value> = Vec::new();
-    // Each distinct URI once, and no more than one client's share.
-    let mut distinct: Vec<&str> = Vec::new();
-    for uri in uris {
-        if !distinct.contains(&uri) && distinct.len() < crate::limits::MAX_SUBSCRIPTIONS_PER_CLIENT
-        {
-            distinct.push(uri);
-        }
-    }
-    for uri in distinct {
-        match subscribe(app, who, uri).await {
-            Ok(()) => honoured_uris.push(Value::String(uri.into())),
-            Err(e) => {
-                tracing::debug!(%uri, "listen: resource subscription not honoured: {}", e.message)
-            }
-        }
-    }
-    let mut ack = Map::new();
-    for (i, field) in FIELDS.iter().enumerate() {
-        if on[i] {
-            ack.insert((*field).into(), Value::Bool(true));
-        }
-    }
+    let honoured_uris = subscribe_all(app, who, uris).await;
     let watching = !honoured_uris.is_empty();
-    if watching {
-        ack.insert("resourceSubscriptions".into(), Value::Array(honoured_uris));
-    }
+    let ack = acknowledged(on, honoured_uris);
     let first = stamped(
         "notifications/subscriptions/acknowledged",
         &id,
-        Some(("notifications", Value::Object(ack))),
+        Some(("notifications", ack)),
     );
     if !on.contains(&true) && !watching {
         // Nothing to listen for here: acknowledge the empty subset and end
@@ -288,23 +176,7 @@ pub async fn open(
         super::reply::sse_headers(&mut r);
         return Ok(r);
     }
-    let mut lists = app.catalog_gen.subscribe();
-    let seen = *lists.borrow_and_update();
-    let period = app.server.keepalive;
-    let mut keepalive = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let state = State {
-        id,
-        on,
-        app: app.clone(),
-        lists,
-        seen,
-        stopping: app.stopping.subscribe(),
-        keepalive,
-        next: Some(first),
-        closed: false,
-        place,
-    };
+    let state = State::new(app, id, on, first, place);
     let stream = futures_util::stream::unfold(state, |mut s| async move {
         let item = s.next_frame().await?;
         Some((item, s))
@@ -312,6 +184,42 @@ pub async fn open(
     let mut r = Response::new(BodyExt::boxed_unsync(StreamBody::new(stream)));
     super::reply::sse_headers(&mut r);
     Ok(r)
+}
+
+/// Subscribes `who` to each distinct URI (no more than one client's
+/// share); returns the honoured ones.
+async fn subscribe_all(app: &App, who: Subscriber, uris: Vec<&str>) -> Vec<Value> {
+    let mut distinct: Vec<&str> = Vec::new();
+    for uri in uris {
+        if !distinct.contains(&uri) && distinct.len() < crate::limits::MAX_SUBSCRIPTIONS_PER_CLIENT
+        {
+            distinct.push(uri);
+        }
+    }
+    let mut honoured = Vec::new();
+    for uri in distinct {
+        match subscribe(app, who, uri).await {
+            Ok(()) => honoured.push(Value::String(uri.into())),
+            Err(e) => {
+                tracing::debug!(%uri, "listen: resource subscription not honoured: {}", e.message)
+            }
+        }
+    }
+    honoured
+}
+
+/// The acknowledgment's `notifications`: the honoured subset of the filter.
+fn acknowledged(on: [bool; 3], honoured_uris: Vec<Value>) -> Value {
+    let mut ack = Map::new();
+    for (i, field) in FIELDS.iter().enumerate() {
+        if on[i] {
+            ack.insert((*field).into(), Value::Bool(true));
+        }
+    }
+    if !honoured_uris.is_empty() {
+        ack.insert("resourceSubscriptions".into(), Value::Array(honoured_uris));
+    }
+    Value::Object(ack)
 }
 
 /// One asked-for URI of a listen stream: routed, entered in the table, and
@@ -345,6 +253,28 @@ struct State {
 }
 
 impl State {
+    /// A stream that sends `first` (the acknowledgment), then list changes
+    /// for the kinds in `on`, resource updates and keep-alives.
+    fn new(app: &Arc<App>, id: Value, on: [bool; 3], first: Value, place: Place) -> State {
+        let mut lists = app.catalog_gen.subscribe();
+        let seen = *lists.borrow_and_update();
+        let period = app.server.keepalive;
+        let mut keepalive = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        State {
+            id,
+            on,
+            app: app.clone(),
+            lists,
+            seen,
+            stopping: app.stopping.subscribe(),
+            keepalive,
+            next: Some(first),
+            closed: false,
+            place,
+        }
+    }
+
     async fn next_frame(&mut self) -> Option<Result<Frame<Bytes>, Infallible>> {
         if let Some(v) = self.next.take() {
             return Some(frame(&v));

@@ -14,6 +14,8 @@ pub mod endpoint;
 pub mod listen;
 pub mod modern;
 pub mod reply;
+mod request;
+pub mod streams;
 mod subscriptions;
 
 use crate::config::ServerConfig;
@@ -57,7 +59,7 @@ pub struct App {
     pub in_flight: crate::drain::Drain,
     /// Places for long-lived streams, legacy GET and `subscriptions/listen`
     /// (fixed pool of max(1, `max_connections` / 2)).
-    pub streams: listen::StreamPool,
+    pub streams: streams::StreamPool,
     /// Set when the gateway starts shutting down: listen streams send their
     /// closing response and end.
     pub stopping: watch::Sender<bool>,
@@ -98,7 +100,7 @@ impl App {
             cancels: Default::default(),
             ready: false.into(),
             in_flight: crate::drain::Drain::new(),
-            streams: listen::StreamPool::new((server.max_connections / 2).max(1)),
+            streams: streams::StreamPool::new((server.max_connections / 2).max(1)),
             stopping: watch::Sender::new(false),
             router,
             origin: checks::OriginPolicy::new(

@@ -33,11 +33,32 @@ pub use crate::protocol::param_headers::decode_sentinel;
 /// JSON-RPC code; every one of them is answered with HTTP 400.
 pub fn validate(h: &HeaderMap, method: &str, params: Option<&Value>) -> Result<(), RpcError> {
     let meta = protocol::params_meta(params);
+    check_version(h, meta)?;
+    if !meta.is_some_and(|m| {
+        m.get(protocol::META_CLIENT_CAPABILITIES)
+            .is_some_and(Value::is_object)
+    }) {
+        return Err(RpcError::new(
+            protocol::INVALID_PARAMS,
+            format!(
+                "Invalid params: _meta[\"{}\"] is required",
+                protocol::META_CLIENT_CAPABILITIES
+            ),
+        ));
+    }
+    check_method(h, method)?;
+    check_name(h, method, params)
+}
+
+/// `MCP-Protocol-Version` present, equal to `_meta`'s, and 2026-07-28.
+fn check_version(
+    h: &HeaderMap,
+    meta: Option<&serde_json::Map<String, Value>>,
+) -> Result<(), RpcError> {
     let body_version = meta
         .and_then(|m| m.get(protocol::META_PROTOCOL_VERSION))
         .and_then(Value::as_str);
-    let header_version = header(h, "mcp-protocol-version")?;
-    let version = match (header_version, body_version) {
+    let version = match (header(h, "mcp-protocol-version")?, body_version) {
         (None, _) => {
             return Err(RpcError::new(
                 protocol::HEADER_MISMATCH,
@@ -64,33 +85,26 @@ pub fn validate(h: &HeaderMap, method: &str, params: Option<&Value>) -> Result<(
     if ProtocolVersion::parse(version) != Some(ProtocolVersion::MODERN) {
         return Err(RpcError::unsupported_version(version));
     }
-    if !meta.is_some_and(|m| {
-        m.get(protocol::META_CLIENT_CAPABILITIES)
-            .is_some_and(Value::is_object)
-    }) {
-        return Err(RpcError::new(
-            protocol::INVALID_PARAMS,
-            format!(
-                "Invalid params: _meta[\"{}\"] is required",
-                protocol::META_CLIENT_CAPABILITIES
-            ),
-        ));
-    }
+    Ok(())
+}
+
+/// `Mcp-Method` present and equal to the body's method.
+fn check_method(h: &HeaderMap, method: &str) -> Result<(), RpcError> {
     match header(h, "mcp-method")? {
-        None => {
-            return Err(RpcError::new(
-                protocol::HEADER_MISMATCH,
-                "Header mismatch: required header Mcp-Method is missing",
-            ))
-        }
-        Some(m) if m != method => {
-            return Err(RpcError::new(
-                protocol::HEADER_MISMATCH,
-                format!("Header mismatch: Mcp-Method header value '{m}' does not match body value '{method}'"),
-            ))
-        }
-        Some(_) => {}
+        None => Err(RpcError::new(
+            protocol::HEADER_MISMATCH,
+            "Header mismatch: required header Mcp-Method is missing",
+        )),
+        Some(m) if m != method => Err(RpcError::new(
+            protocol::HEADER_MISMATCH,
+            format!("Header mismatch: Mcp-Method header value '{m}' does not match body value '{method}'"),
+        )),
+        Some(_) => Ok(()),
     }
+}
+
+/// For a routed method, `Mcp-Name` present and (decoded) equal to the body's name.
+fn check_name(h: &HeaderMap, method: &str, params: Option<&Value>) -> Result<(), RpcError> {
     if let Some(body_name) = protocol::routed_name(method, params) {
         let raw = header(h, "mcp-name")?.ok_or_else(|| {
             RpcError::new(

@@ -175,7 +175,7 @@ pub fn answer(
 pub fn session_stream(
     app: Arc<App>,
     id: SessionId,
-    place: super::listen::StreamPlace,
+    place: super::streams::StreamPlace,
 ) -> Response<Body> {
     let period = app.server.keepalive;
     let start = Instant::now() + period;
@@ -255,7 +255,7 @@ pub(crate) fn resource_updates(
     for uri in uris {
         let mut params = serde_json::json!({ "uri": &*uri });
         if let Some(id) = subscription {
-            params["_meta"] = serde_json::json!({ super::listen::META_SUBSCRIPTION_ID: id });
+            params["_meta"] = serde_json::json!({ super::streams::META_SUBSCRIPTION_ID: id });
         }
         out.extend_from_slice(&sse::event(
             &crate::protocol::notification("notifications/resources/updated", Some(params))
@@ -280,7 +280,7 @@ pub(crate) fn list_changed(
     for (i, method) in crate::upstream::ListGens::METHODS.iter().enumerate() {
         if changed[i] && wanted[i] {
             let params = subscription
-                .map(|id| serde_json::json!({"_meta": {super::listen::META_SUBSCRIPTION_ID: id}}));
+                .map(|id| serde_json::json!({"_meta": {super::streams::META_SUBSCRIPTION_ID: id}}));
             out.extend_from_slice(&sse::event(
                 &crate::protocol::notification(method, params).to_string(),
             ));
@@ -294,7 +294,7 @@ pub(crate) fn list_changed(
 struct StreamGuard(
     Arc<App>,
     SessionId,
-    #[allow(dead_code)] super::listen::StreamPlace,
+    #[allow(dead_code)] super::streams::StreamPlace,
 );
 
 impl Drop for StreamGuard {

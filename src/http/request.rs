@@ -1,0 +1,527 @@
+//! One JSON-RPC message on `/mcp`, once framing is done: which era serves
+//! it, the checks of that era, and the dispatch to the lifecycle methods
+//! here or to the router (through [`App::call`]).
+//!
+//! Era per request (`../shared/spec/2026-07-28/versioning.mdx` §Backward
+//! Compatibility): `initialize` opens a legacy session; a request carrying
+//! modern `_meta` (or a non-legacy `MCP-Protocol-Version`) is served
+//! statelessly; anything else is legacy and needs its `Mcp-Session-Id`
+//! (`../shared/spec/2025-11-25/transports.mdx` §Session Management).
+
+use super::{modern, reply, App, Body};
+use crate::protocol::{self, Message, ProtocolVersion, RpcError};
+use crate::session::{SessionError, SessionId};
+use http::{HeaderMap, Response, StatusCode};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use tokio::time::Instant;
+
+/// The era a downstream client speaks, per message (the upstream face has
+/// [`crate::upstream::UpstreamEra`]; config has its own preference).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum ClientEra {
+    /// In a legacy session with this negotiated version.
+    Legacy(SessionId, ProtocolVersion),
+    /// Modern, stateless.
+    Modern,
+}
+
+/// An HTTP-level refusal: status plus JSON-RPC error (id null).
+pub(super) struct Refusal(pub(super) StatusCode, pub(super) RpcError);
+
+pub(super) fn refuse(status: StatusCode, code: i64, msg: impl Into<String>) -> Refusal {
+    Refusal(status, RpcError::new(code, msg))
+}
+
+impl Refusal {
+    /// The HTTP answer; an error whose `data.retryAfterSeconds` is set also
+    /// gets a `Retry-After` header (RFC 9110 §10.2.3).
+    pub(super) fn into_response(self, id: Value) -> Response<Body> {
+        let retry = self
+            .1
+            .data
+            .as_ref()
+            .and_then(|d| d.get("retryAfterSeconds"))
+            .and_then(Value::as_u64);
+        let mut r = reply::json(self.0, &protocol::error_response(id, &self.1));
+        if let Some(secs) = retry {
+            r.headers_mut()
+                .insert(http::header::RETRY_AFTER, secs.into());
+        }
+        r
+    }
+}
+
+pub(super) fn session_header(h: &HeaderMap) -> Result<Option<SessionId>, Refusal> {
+    match h.get("mcp-session-id") {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(SessionId::parse)
+            .map(Some)
+            .ok_or_else(|| {
+                refuse(
+                    StatusCode::NOT_FOUND,
+                    protocol::INVALID_REQUEST,
+                    "Session not found",
+                )
+            }),
+    }
+}
+
+/// What one POSTed message produced.
+pub(super) enum Outcome {
+    /// A notification or response: 202 without body.
+    Accepted,
+    /// A complete JSON-RPC response.
+    Answer(Answer),
+    /// An SSE stream relaying the upstream's messages, then the response.
+    Stream(Response<Body>),
+}
+
+/// Methods whose upstream may send request-scoped notifications or
+/// server→client requests while working.
+fn relayable(method: &str) -> bool {
+    matches!(
+        method,
+        "tools/call" | "prompts/get" | "resources/read" | "completion/complete"
+    )
+}
+
+/// What one request produced: the JSON-RPC response, the HTTP status and, for
+/// `initialize`, the new session id.
+pub(super) struct Answer {
+    pub(super) response: Value,
+    pub(super) status: StatusCode,
+    pub(super) session: Option<SessionId>,
+}
+
+fn decide_era(
+    app: &App,
+    h: &HeaderMap,
+    method: &str,
+    params: Option<&Value>,
+) -> Result<ClientEra, Refusal> {
+    let header_version = h.get("mcp-protocol-version").and_then(|v| v.to_str().ok());
+    let meta_version =
+        protocol::params_meta(params).and_then(|m| m.get(protocol::META_PROTOCOL_VERSION));
+    let legacy_header = header_version
+        .and_then(ProtocolVersion::parse)
+        .is_some_and(|v| v.is_legacy());
+    // A modern request ignores any Mcp-Session-Id (2026-07-28 is
+    // stateless), well-formed or not.
+    let has_session = h.contains_key("mcp-session-id");
+    if meta_version.is_some() || (header_version.is_some() && !legacy_header && !has_session) {
+        return Ok(ClientEra::Modern);
+    }
+    let session = session_header(h)?;
+    let Some(id) = session else {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            protocol::INVALID_REQUEST,
+            format!("Bad Request: {method} needs an Mcp-Session-Id (send initialize first) or modern _meta"),
+        ));
+    };
+    // 2025-11-25 transports.mdx §Protocol Version Header: absent → 2025-03-26; unsupported → 400.
+    if let Some(hv) = header_version {
+        if !legacy_header {
+            return Err(refuse(
+                StatusCode::BAD_REQUEST,
+                protocol::INVALID_REQUEST,
+                format!("Bad Request: unsupported MCP-Protocol-Version {hv:?} in a legacy session"),
+            ));
+        }
+    }
+    match app
+        .sessions
+        .lock()
+        .expect("sessions")
+        .touch(&id, Instant::now())
+    {
+        Ok(s) => Ok(ClientEra::Legacy(id, s.version)),
+        Err(_) => Err(refuse(
+            StatusCode::NOT_FOUND,
+            protocol::INVALID_REQUEST,
+            "Session not found",
+        )),
+    }
+}
+
+/// Status and framing of a finished call (-32601 on the modern path is 404:
+/// transports-streamable-http.mdx §Protocol Version Header).
+fn finish(id: Value, method: &str, era: ClientEra, outcome: Result<Value, RpcError>) -> Answer {
+    let label = crate::metrics::method_label(method);
+    let status = match &outcome {
+        Err(e) if era == ClientEra::Modern && e.code == protocol::METHOD_NOT_FOUND => {
+            StatusCode::NOT_FOUND
+        }
+        _ => StatusCode::OK,
+    };
+    metrics::counter!(crate::metrics::REQUESTS, "method" => label, "outcome" => if outcome.is_ok() { "ok" } else { "error" }).increment(1);
+    let response = match outcome {
+        Ok(r) if era == ClientEra::Modern => {
+            protocol::result_response(id, modern::decorate(method, r))
+        }
+        Ok(r) => protocol::result_response(id, r),
+        Err(e) => protocol::error_response(id, &e),
+    };
+    Answer {
+        response,
+        status,
+        session: None,
+    }
+}
+
+/// Records the request's duration in `mcp_edge_request_duration_seconds{method}`.
+fn observe(method: &str, t0: Instant) {
+    metrics::histogram!(crate::metrics::REQUEST_DURATION, "method" => crate::metrics::method_label(method))
+        .record(t0.elapsed().as_secs_f64());
+}
+
+/// A client's answer to a request relayed from an upstream: back to that upstream.
+async fn relayed_answer(app: &App, h: &HeaderMap, id: Value, outcome: Result<Value, RpcError>) {
+    let Some((up, slot, generation)) = crate::upstream::relay::parse_downstream_id(&id) else {
+        return; // not ours
+    };
+    let session = h.get("mcp-session-id").and_then(|v| v.to_str().ok());
+    let (Some(upstream), Some(session)) = (app.router.by_id(up), session) else {
+        return;
+    };
+    if !upstream
+        .answer_relayed(slot, generation, session, outcome)
+        .await
+    {
+        tracing::info!(upstream = %upstream.name(), "dropped an answer to an unknown or expired relayed request");
+    }
+}
+
+/// Serves one message: a client's answer to a relayed request, a
+/// notification, or a request.
+pub(super) async fn one(
+    app: &Arc<App>,
+    h: &HeaderMap,
+    msg: Message,
+    stream_ok: bool,
+) -> Result<Outcome, (Value, Refusal)> {
+    match msg {
+        Message::Response { id, outcome } => {
+            relayed_answer(app, h, id, outcome).await;
+            Ok(Outcome::Accepted)
+        }
+        Message::Notification { method, params } => {
+            notification(app, h, &method, params.as_ref());
+            Ok(Outcome::Accepted)
+        }
+        Message::Request { id, method, params } => {
+            if method == "initialize" {
+                return initialize(app, id, params.as_ref()).map(Outcome::Answer);
+            }
+            let era = decide_era(app, h, &method, params.as_ref()).map_err(|r| (id.clone(), r))?;
+            if era == ClientEra::Modern {
+                modern_checks(app, h, &method, params.as_ref()).map_err(|e| (id.clone(), e))?;
+            }
+            let call = Call {
+                id,
+                method,
+                params,
+                era,
+            };
+            call.serve(app, stream_ok).await
+        }
+    }
+}
+
+/// `notifications/initialized` marks the session; `notifications/cancelled`
+/// drops the legacy request it names. Others are accepted and dropped.
+fn notification(app: &App, h: &HeaderMap, method: &str, params: Option<&Value>) {
+    match method {
+        "notifications/initialized" => {
+            if let Ok(Some(id)) = session_header(h) {
+                app.sessions.lock().expect("sessions").mark_initialized(&id);
+            }
+        }
+        "notifications/cancelled" => {
+            let request = params.and_then(|p| p.get("requestId"));
+            if let (Ok(Some(sid)), Some(request)) = (session_header(h), request) {
+                app.cancels.cancel(sid, request);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A modern request's own checks: its `_meta` and headers
+/// ([`modern::validate`]) and its `Mcp-Param-*` headers.
+fn modern_checks(
+    app: &App,
+    h: &HeaderMap,
+    method: &str,
+    params: Option<&Value>,
+) -> Result<(), Refusal> {
+    modern::validate(h, method, params)
+        .and_then(|()| check_param_headers(app, h, method, params))
+        .map_err(|e| Refusal(StatusCode::BAD_REQUEST, e))
+}
+
+/// One request whose era is known.
+struct Call {
+    id: Value,
+    method: String,
+    params: Option<Value>,
+    era: ClientEra,
+}
+
+impl Call {
+    /// Dispatch: methods mcp-edge answers itself in this era, then a
+    /// relayed call (SSE, when the client takes a stream), then a plain one.
+    async fn serve(self, app: &Arc<App>, stream_ok: bool) -> Result<Outcome, (Value, Refusal)> {
+        let legacy = matches!(self.era, ClientEra::Legacy(..));
+        match self.method.as_str() {
+            "subscriptions/listen" if !legacy => self.listen(app, stream_ok).await,
+            "logging/setLevel" if legacy => Ok(Outcome::Answer(self.set_level(app))),
+            "resources/subscribe" | "resources/unsubscribe" if legacy => {
+                Ok(Outcome::Answer(self.subscription(app).await))
+            }
+            m if stream_ok && relayable(m) => Ok(Outcome::Stream(self.relayed(app))),
+            _ => Ok(Outcome::Answer(self.plain(app).await)),
+        }
+    }
+
+    /// A modern `subscriptions/listen`: the SSE stream of [`super::listen`].
+    async fn listen(self, app: &Arc<App>, stream_ok: bool) -> Result<Outcome, (Value, Refusal)> {
+        let opened =
+            super::listen::open(app, self.id.clone(), self.params.as_ref(), stream_ok).await;
+        metrics::counter!(crate::metrics::REQUESTS, "method" => "subscriptions/listen",
+            "outcome" => if opened.is_ok() { "ok" } else { "error" })
+        .increment(1);
+        match opened {
+            Ok(stream) => Ok(Outcome::Stream(stream)),
+            // A bad filter is an ordinary JSON-RPC error, framed as the client asked.
+            Err((StatusCode::OK, e)) => Ok(Outcome::Answer(Answer {
+                response: protocol::error_response(self.id, &e),
+                status: StatusCode::OK,
+                session: None,
+            })),
+            Err((status, e)) => Err((self.id, Refusal(status, e))),
+        }
+    }
+
+    /// A legacy `logging/setLevel`: kept per session and applied to the log
+    /// messages relayed to it (the upstreams are shared, so their own level
+    /// is not set). -32602 for an unknown level.
+    fn set_level(self, app: &App) -> Answer {
+        let ClientEra::Legacy(sid, _) = &self.era else {
+            unreachable!("dispatched for legacy sessions only")
+        };
+        let level = (self.params.as_ref())
+            .and_then(|p| p.get("level"))
+            .and_then(Value::as_str);
+        let outcome = match level.and_then(crate::upstream::relay::log_rank) {
+            Some(rank) => {
+                let mut t = app.sessions.lock().expect("sessions");
+                t.set_log_floor(sid, rank as u8);
+                Ok(json!({}))
+            }
+            None => Err(RpcError::new(
+                protocol::INVALID_PARAMS,
+                format!(
+                    "params.level must be one of {}",
+                    crate::upstream::relay::LOG_LEVELS.join(", ")
+                ),
+            )),
+        };
+        finish(self.id, &self.method, self.era, outcome)
+    }
+
+    /// A legacy `resources/subscribe` / `resources/unsubscribe`, kept in
+    /// the subscription table ([`super::subscriptions`]).
+    async fn subscription(self, app: &App) -> Answer {
+        let ClientEra::Legacy(sid, _) = &self.era else {
+            unreachable!("dispatched for legacy sessions only")
+        };
+        let _busy = app.in_flight.enter();
+        let t0 = Instant::now();
+        let who = crate::subscriptions::Subscriber::Session(*sid);
+        let outcome = (app.resource_subscription(who, &self.method, self.params.as_ref())).await;
+        observe(&self.method, t0);
+        finish(self.id, &self.method, self.era, outcome)
+    }
+
+    /// A call whose upstream may send request-scoped messages: an SSE
+    /// stream relaying them, then the response.
+    fn relayed(self, app: &Arc<App>) -> Response<Body> {
+        let (relay, rx) = crate::upstream::relay::Relay::new(
+            match self.era {
+                ClientEra::Legacy(sid, _) => Some(sid.to_header()),
+                ClientEra::Modern => None,
+            },
+            app.server.sse_queue_depth,
+        );
+        let relay = relay.with_log_floor(self.log_floor(app));
+        let keepalive = app.server.keepalive;
+        // Registered now, so a cancellation sent as soon as the stream
+        // opens finds the request.
+        let cancel = match self.era {
+            ClientEra::Legacy(sid, _) => Some(app.cancels.register(sid, &self.id)),
+            ClientEra::Modern => None,
+        };
+        let app = app.clone();
+        let fut = async move {
+            let Call {
+                id,
+                method,
+                params,
+                era,
+            } = self;
+            let _busy = app.in_flight.enter();
+            let t0 = Instant::now();
+            let call = app.call(&method, params, era == ClientEra::Modern, Some(relay));
+            let outcome = match cancel {
+                Some((_registered, cancelled)) => super::cancel::cancellable(call, cancelled).await,
+                None => call.await,
+            };
+            observe(&method, t0);
+            finish(id, &method, era, outcome).response
+        };
+        reply::relay_stream(rx, fut, keepalive)
+    }
+
+    /// From which level log messages reach this caller: a legacy session's
+    /// `logging/setLevel`, a modern request's `logLevel` (none unless asked).
+    fn log_floor(&self, app: &App) -> Option<usize> {
+        match &self.era {
+            ClientEra::Legacy(sid, _) => {
+                let t = app.sessions.lock().expect("sessions");
+                let floor = t.peek(sid, Instant::now()).map_or(0, |s| s.log_floor);
+                Some(usize::from(floor))
+            }
+            ClientEra::Modern => protocol::params_meta(self.params.as_ref())
+                .and_then(|m| m.get("io.modelcontextprotocol/logLevel"))
+                .and_then(Value::as_str)
+                .and_then(crate::upstream::relay::log_rank),
+        }
+    }
+
+    /// Any other request: through [`App::call`], answered in one response.
+    async fn plain(self, app: &App) -> Answer {
+        let Call {
+            id,
+            method,
+            params,
+            era,
+        } = self;
+        let _busy = app.in_flight.enter();
+        let t0 = Instant::now();
+        let call = app.call(&method, params, era == ClientEra::Modern, None);
+        let outcome = cancellable(app, era, &id, call).await;
+        observe(&method, t0);
+        finish(id, &method, era, outcome)
+    }
+}
+
+/// A legacy request can be cancelled by its session's
+/// `notifications/cancelled` ([`super::cancel`]); a modern one by closing
+/// its connection.
+async fn cancellable(
+    app: &App,
+    era: ClientEra,
+    id: &Value,
+    call: impl std::future::Future<Output = Result<Value, RpcError>>,
+) -> Result<Value, RpcError> {
+    match era {
+        ClientEra::Legacy(sid, _) => {
+            let (_registered, cancelled) = app.cancels.register(sid, id);
+            super::cancel::cancellable(call, cancelled).await
+        }
+        ClientEra::Modern => call.await,
+    }
+}
+
+/// A modern `tools/call`'s `Mcp-Param-*` headers against its arguments,
+/// for a tool whose `inputSchema` annotates parameters with `x-mcp-header`
+/// (2026-07-28 transports-streamable-http.mdx §Server Validation). Errors:
+/// `-32020` naming the header.
+fn check_param_headers(
+    app: &App,
+    h: &HeaderMap,
+    method: &str,
+    params: Option<&Value>,
+) -> Result<(), RpcError> {
+    if method != "tools/call" {
+        return Ok(());
+    }
+    let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+        return Ok(());
+    };
+    let annotated = app.router.param_headers(name);
+    if annotated.is_empty() {
+        return Ok(());
+    }
+    let args = params.and_then(|p| p.get("arguments"));
+    crate::protocol::param_headers::check(&annotated, args, |n| {
+        h.get(format!("mcp-param-{n}").as_str())
+            .and_then(|v| v.to_str().ok())
+    })
+    .map_err(|m| RpcError::new(protocol::HEADER_MISMATCH, m))
+}
+
+/// `initialize`: version negotiation and a new session
+/// (`../shared/spec/2025-11-25/lifecycle.mdx` §Version Negotiation).
+fn initialize(app: &App, id: Value, params: Option<&Value>) -> Result<Answer, (Value, Refusal)> {
+    let asked = params
+        .and_then(|p| p.get("protocolVersion"))
+        .and_then(Value::as_str);
+    let Some(asked) = asked else {
+        return Ok(Answer {
+            response: protocol::error_response(
+                id,
+                &RpcError::new(
+                    protocol::INVALID_PARAMS,
+                    "Invalid params: initialize needs params.protocolVersion",
+                ),
+            ),
+            status: StatusCode::OK,
+            session: None,
+        });
+    };
+    let version = match ProtocolVersion::parse(asked) {
+        Some(v) if v.is_legacy() => v,
+        _ => ProtocolVersion::LATEST_LEGACY,
+    };
+    let mut table = app.sessions.lock().expect("sessions");
+    let sid = match table.insert(version, Instant::now()) {
+        Ok(s) => s,
+        Err(e @ SessionError::Full { retry_after, .. }) => {
+            let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+            let r = RpcError::new(protocol::SESSIONS_FULL, e.to_string())
+                .with_data(json!({"retryAfterSeconds": secs}));
+            return Err((id, Refusal(StatusCode::SERVICE_UNAVAILABLE, r)));
+        }
+        Err(e) => {
+            return Err((
+                id,
+                refuse(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    protocol::INTERNAL_ERROR,
+                    e.to_string(),
+                ),
+            ))
+        }
+    };
+    metrics::gauge!(crate::metrics::SESSIONS_ACTIVE).set(table.len() as f64);
+    drop(table);
+    metrics::counter!(crate::metrics::REQUESTS, "method" => "initialize", "outcome" => "ok")
+        .increment(1);
+    let result = json!({
+        "protocolVersion": version.as_str(),
+        "capabilities": App::capabilities(),
+        "serverInfo": App::server_info(),
+        "instructions": app.instructions(),
+    });
+    Ok(Answer {
+        response: protocol::result_response(id, result),
+        status: StatusCode::OK,
+        session: Some(sid),
+    })
+}
