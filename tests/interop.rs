@@ -4,12 +4,10 @@
 //! downstream clients Python `mcp==1.30.0`, Python `mcp==2.3.0` (modern and
 //! legacy), the TypeScript SDK and the Inspector CLI.
 
-#[path = "common/peers.rs"]
-mod peers;
 mod support;
 
-use peers::ClientKind;
 use serde_json::json;
+use support::peers::{self, ClientKind};
 
 /// A gateway fronting server-everything (stdio, prefix `everything`) and the
 /// Python fixture server (HTTP, prefix `py`). The guard keeps the fixture alive.

@@ -2,12 +2,10 @@
 //! auth parking, Retry-After, one monitor however often it reconnects, and
 //! backoff that survives a restart.
 
-#[path = "common/scripted.rs"]
-mod scripted;
 mod support;
-use scripted::{http_block, scripted, Mode};
 use serde_json::json;
 use std::time::Duration;
+use support::scripted::{http_block, scripted, Mode};
 use support::*;
 use tokio::time::Instant;
 

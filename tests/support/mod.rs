@@ -1,6 +1,15 @@
 //! Shared helpers of the integration tests: start a gateway in-process, speak
 //! HTTP to it, and describe the fake upstream of `tests/fake/fake_upstream.py`.
+//! Every test file that needs a helper says `mod support;`; the submodules
+//! are [`peers`] (real third-party MCP peers), [`scripted`] (the scriptable
+//! HTTP upstream of the supervisor tests).
+//!
+//! Each test binary compiles this module on its own and uses only part of
+//! it, hence one `allow(dead_code)` here (it covers the submodules too).
 #![allow(dead_code)]
+
+pub mod peers;
+pub mod scripted;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};

@@ -1,7 +1,6 @@
 //! Real third-party MCP peers for mcp-edge's integration tests (installed by `tests/interop/setup.sh`).
 //!
-//! Include from a test file with `#[path = "common/peers.rs"] mod peers;` (or `mod common;` with a
-//! `tests/common/mod.rs` containing `pub mod peers;`).
+//! Reached from a test file as `support::peers` (after `mod support;`).
 //!
 //! * paths: [`interop_dir`], [`python_v1`], [`python_v2`], [`server_everything_js`], [`conformance_server_py`],
 //!   [`fixture_http_server_py`], [`force_loopback_mjs`], [`node22_bin`]
@@ -17,7 +16,6 @@
 //! Fixture HTTP server tools: `add(a,b)` -> text "a+b" (+ structuredContent {"result": n}), `echo(text)`,
 //! `extensions()` (unknown fields + `_meta["com.example/trace"]`: see [`EXTENSIONS_TRACE`]), `echo_meta()`,
 //! `sleep_ms(ms)`, `notify(steps)`.
-#![allow(dead_code)]
 
 use std::net::{TcpListener, TcpStream};
 use std::ops::{Deref, DerefMut};
