@@ -2,7 +2,7 @@
 //! HTTP to it, and describe the fake upstream of `tests/fake/fake_upstream.py`.
 //! Every test file that needs a helper says `mod support;`; the submodules
 //! are [`peers`] (real third-party MCP peers), [`scripted`] (the scriptable
-//! HTTP upstream of the supervisor tests).
+//! HTTP upstream of the supervisor tests) and [`sse`] (the one SSE reader).
 //!
 //! Each test binary compiles this module on its own and uses only part of
 //! it, hence one `allow(dead_code)` here (it covers the submodules too).
@@ -10,6 +10,7 @@
 
 pub mod peers;
 pub mod scripted;
+pub mod sse;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -72,10 +73,9 @@ pub async fn request(
         .get("content-type")
         .is_some_and(|v| v.to_str().unwrap().starts_with("text/event-stream"));
     let body = if is_sse {
-        raw.lines()
-            .rev()
-            .find_map(|l| l.strip_prefix("data: "))
-            .map(|d| serde_json::from_str(d).unwrap())
+        sse::events(&raw)
+            .pop()
+            .map(|e| e.data)
             .unwrap_or(Value::Null)
     } else if raw.is_empty() {
         Value::Null
