@@ -45,7 +45,7 @@ async fn progress_reaches_only_its_caller_with_its_own_token() {
         );
         let last = events.last().unwrap();
         assert_eq!(last["id"], 1);
-        let text = last["result"]["content"][0]["text"].as_str().unwrap();
+        let text = content_text(last).unwrap();
         assert!(
             !text.contains("same-token"),
             "the upstream must see a gateway token: {text}"
@@ -113,7 +113,7 @@ async fn sampling_request_is_relayed_and_answered_by_the_calling_session_only() 
     );
     let fin = rx.recv().await.expect("final response").data;
     assert_eq!(fin["id"], "c1");
-    assert_eq!(fin["result"]["content"][0]["text"], "client said: four");
+    assert_eq!(content_text(&fin), Some("client said: four"));
 }
 
 #[tokio::test]
@@ -244,15 +244,7 @@ async fn a_clients_cancellation_reaches_the_upstream() {
     // The upstream is told by the stdio driver, a moment later.
     let mut seen = Value::Null;
     for i in 0..100 {
-        let stats = call(
-            addr,
-            &sid,
-            json!(i),
-            "tools/call",
-            json!({"name": "a__stats"}),
-        )
-        .await;
-        seen = serde_json::from_str(&text_of(&stats)).unwrap();
+        seen = fake_stats(addr, &sid, json!(i), "a").await;
         if !seen["cancelled"].as_array().unwrap().is_empty() {
             break;
         }

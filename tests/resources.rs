@@ -47,29 +47,13 @@ async fn next_update(rx: &mut sse::Stream, wait: Duration) -> Option<Value> {
 
 /// The fake upstream's own view: the URIs it was asked to report.
 async fn upstream_subscribed(addr: SocketAddr, sid: &str) -> Vec<String> {
-    let r = call(
-        addr,
-        sid,
-        json!("s"),
-        "tools/call",
-        json!({"name": "a__stats"}),
-    )
-    .await;
-    let seen: Value = serde_json::from_str(&text_of(&r)).unwrap();
+    let seen = fake_stats(addr, sid, json!("s"), "a").await;
     serde_json::from_value(seen["subscribed"].clone()).unwrap()
 }
 
 /// How many `resources/subscribe` requests the fake upstream received.
 async fn upstream_subscribe_calls(addr: SocketAddr, sid: &str) -> usize {
-    let r = call(
-        addr,
-        sid,
-        json!("s"),
-        "tools/call",
-        json!({"name": "a__stats"}),
-    )
-    .await;
-    let seen: Value = serde_json::from_str(&text_of(&r)).unwrap();
+    let seen = fake_stats(addr, sid, json!("s"), "a").await;
     seen["methods"]
         .as_array()
         .unwrap()
@@ -79,14 +63,7 @@ async fn upstream_subscribe_calls(addr: SocketAddr, sid: &str) -> usize {
 }
 
 async fn touch(addr: SocketAddr, sid: &str) {
-    let r = call(
-        addr,
-        sid,
-        json!("t"),
-        "tools/call",
-        json!({"name": "a__touch", "arguments": {"uri": URI}}),
-    )
-    .await;
+    let r = call_tool(addr, sid, json!("t"), "a__touch", json!({"uri": URI})).await;
     assert_eq!(text_of(&r), format!("touched {URI}"));
 }
 

@@ -128,6 +128,29 @@ pub async fn call(addr: SocketAddr, sid: &str, id: Value, method: &str, params: 
     .await
 }
 
+/// `tools/call` of `name` in legacy session `sid`, with `arguments` unless
+/// they are `Null` (then the request has no `arguments` at all).
+pub async fn call_tool(
+    addr: SocketAddr,
+    sid: &str,
+    id: Value,
+    name: &str,
+    arguments: Value,
+) -> Reply {
+    let mut params = json!({"name": name});
+    if !arguments.is_null() {
+        params["arguments"] = arguments;
+    }
+    call(addr, sid, id, "tools/call", params).await
+}
+
+/// The fake upstream `upstream`'s own counters (JSON of its `stats` tool),
+/// asked in session `sid`.
+pub async fn fake_stats(addr: SocketAddr, sid: &str, id: Value, upstream: &str) -> Value {
+    let r = call_tool(addr, sid, id, &format!("{upstream}__stats"), Value::Null).await;
+    serde_json::from_str(&text_of(&r)).unwrap()
+}
+
 /// A correct modern (2026-07-28) request with its headers.
 pub async fn modern(addr: SocketAddr, id: Value, method: &str, mut params: Value) -> Reply {
     params["_meta"] = json!({
@@ -187,6 +210,15 @@ pub fn gateway_command() -> std::process::Command {
     c
 }
 
+/// A port that was free on 127.0.0.1 a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .expect("bind 127.0.0.1:0")
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 pub fn fake_upstream() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake/fake_upstream.py")
 }
@@ -230,9 +262,14 @@ pub fn tool_names(list: &Reply) -> Vec<String> {
         .collect()
 }
 
+/// The first text content of a JSON-RPC message's result, if it has one.
+pub fn content_text(msg: &Value) -> Option<&str> {
+    msg["result"]["content"][0]["text"].as_str()
+}
+
+/// [`content_text`] of an answer (panics, showing it, when it has none).
 pub fn text_of(r: &Reply) -> String {
-    r.body["result"]["content"][0]["text"]
-        .as_str()
+    content_text(&r.body)
         .unwrap_or_else(|| panic!("no text content in {}", r.raw))
         .to_string()
 }

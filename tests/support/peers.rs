@@ -17,7 +17,8 @@
 //! `extensions()` (unknown fields + `_meta["com.example/trace"]`: see [`EXTENSIONS_TRACE`]), `echo_meta()`,
 //! `sleep_ms(ms)`, `notify(steps)`.
 
-use std::net::{TcpListener, TcpStream};
+use super::free_port;
+use std::net::TcpStream;
 use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -114,15 +115,6 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// A port that was free on 127.0.0.1 a moment ago.
-pub fn free_port() -> u16 {
-    TcpListener::bind(("127.0.0.1", 0))
-        .expect("bind 127.0.0.1:0")
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Spawns `cmd` (built for `port`) and waits until 127.0.0.1:`port` accepts TCP. Retries with a fresh
