@@ -1,8 +1,6 @@
 //! The admin listener (`server.metrics_listen`): /metrics, /healthz, /readyz,
 //! /status, the reconnect action, and the `mcp-edge status` CLI against it.
 
-#[path = "common/peers.rs"]
-mod peers;
 mod support;
 use serde_json::Value;
 use support::*;
@@ -28,7 +26,7 @@ async fn get(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, Stri
 /// Family names as parsed by prometheus_client's text parser (fails on bad syntax).
 async fn parse_with_prometheus_client(text: &str) -> String {
     use tokio::io::AsyncWriteExt;
-    let mut child = tokio::process::Command::new(peers::python_v1())
+    let mut child = tokio::process::Command::new(support::peers::python_v1())
         .args([
             "-c",
             "import sys\nfrom prometheus_client.parser import text_string_to_metric_families as f\nfor m in f(sys.stdin.read()): print(m.name)",

@@ -21,24 +21,10 @@ async fn legacy_session_lists_and_calls_namespaced_tools() {
     // Deterministic order: config order, then the upstream's own order.
     let first_beta = names.iter().position(|n| n.starts_with("beta__")).unwrap();
     assert!(names[..first_beta].iter().all(|n| n.starts_with("alpha__")));
-    let a = call(
-        addr,
-        &sid,
-        json!(2),
-        "tools/call",
-        json!({"name": "alpha__echo", "arguments": {"text": "hi"}}),
-    )
-    .await;
+    let a = call_tool(addr, &sid, json!(2), "alpha__echo", json!({"text": "hi"})).await;
     assert_eq!(text_of(&a), "alpha:hi");
     // beta is modern-only: it got _meta and answered through its own era.
-    let b = call(
-        addr,
-        &sid,
-        json!(3),
-        "tools/call",
-        json!({"name": "beta__echo", "arguments": {"text": "yo"}}),
-    )
-    .await;
+    let b = call_tool(addr, &sid, json!(3), "beta__echo", json!({"text": "yo"})).await;
     assert_eq!(text_of(&b), "beta:yo");
     gw.shutdown().await;
 }
@@ -67,26 +53,26 @@ async fn same_id_from_two_sessions_gets_each_its_own_answer() {
     let s1 = legacy_session(addr, "2025-11-25").await;
     let s2 = legacy_session(addr, "2025-11-25").await;
     // The first call is slower, so answers come back out of order upstream.
-    let c1 = call(
+    let c1 = call_tool(
         addr,
         &s1,
         json!(7),
-        "tools/call",
-        json!({"name": "a__slow_echo", "arguments": {"text": "one", "ms": 300}}),
+        "a__slow_echo",
+        json!({"text": "one", "ms": 300}),
     );
-    let c2 = call(
+    let c2 = call_tool(
         addr,
         &s2,
         json!(7),
-        "tools/call",
-        json!({"name": "a__slow_echo", "arguments": {"text": "two", "ms": 10}}),
+        "a__slow_echo",
+        json!({"text": "two", "ms": 10}),
     );
-    let c3 = call(
+    let c3 = call_tool(
         addr,
         &s2,
         json!("7"),
-        "tools/call",
-        json!({"name": "a__slow_echo", "arguments": {"text": "three", "ms": 150}}),
+        "a__slow_echo",
+        json!({"text": "three", "ms": 150}),
     );
     let (r1, r2, r3) = tokio::join!(c1, c2, c3);
     assert_eq!(
@@ -192,7 +178,7 @@ async fn batches_only_on_2025_03_26_sessions() {
     let arr = r.body.as_array().expect("batch answer is an array");
     assert_eq!(arr.len(), 2);
     assert_eq!(arr[1]["id"], "two");
-    assert_eq!(arr[1]["result"]["content"][0]["text"], "a:b");
+    assert_eq!(content_text(&arr[1]), Some("a:b"));
     let new = legacy_session(addr, "2025-11-25").await;
     let r = post(addr, &[("mcp-session-id", &new)], &batch).await;
     assert_eq!((r.status, r.error_code()), (400, Some(-32600)));
@@ -227,14 +213,7 @@ async fn bad_input_gets_the_right_json_rpc_codes() {
     assert_eq!(r.error_code(), Some(-32600));
     let r = call(addr, &sid, json!(1), "no/such/method", json!({})).await;
     assert_eq!(r.error_code(), Some(-32601));
-    let r = call(
-        addr,
-        &sid,
-        json!(1),
-        "tools/call",
-        json!({"name": "a__nope"}),
-    )
-    .await;
+    let r = call_tool(addr, &sid, json!(1), "a__nope", json!(null)).await;
     assert_eq!(r.error_code(), Some(-32602));
     // Body limit → 413 with a JSON-RPC error.
     let big = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "a__echo", "arguments": {"text": "x".repeat(5000)}}});
@@ -252,14 +231,7 @@ async fn foreign_origin_or_host_is_403_and_reaches_no_upstream() {
     let gw = start("", &fake_block("a", "legacy", "")).await;
     let addr = gw.local_addr();
     let sid = legacy_session(addr, "2025-11-25").await;
-    let before = call(
-        addr,
-        &sid,
-        json!(1),
-        "tools/call",
-        json!({"name": "a__stats"}),
-    )
-    .await;
+    let before = fake_stats(addr, &sid, json!(1), "a").await;
     let echo = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "a__echo", "arguments": {"text": "x"}}});
     let r = post(
         addr,
@@ -286,19 +258,8 @@ async fn foreign_origin_or_host_is_403_and_reaches_no_upstream() {
     )
     .await;
     assert_eq!(r.status, 200);
-    let after = call(
-        addr,
-        &sid,
-        json!(4),
-        "tools/call",
-        json!({"name": "a__stats"}),
-    )
-    .await;
-    let count = |r: &Reply| {
-        serde_json::from_str::<Value>(&text_of(r)).unwrap()["requests"]
-            .as_u64()
-            .unwrap()
-    };
+    let after = fake_stats(addr, &sid, json!(4), "a").await;
+    let count = |stats: &Value| stats["requests"].as_u64().unwrap();
     assert_eq!(
         count(&after),
         count(&before) + 1,
@@ -311,14 +272,7 @@ async fn unknown_fields_are_forwarded_unchanged() {
     let gw = start("", &fake_block("a", "legacy", "")).await;
     let addr = gw.local_addr();
     let sid = legacy_session(addr, "2025-11-25").await;
-    let r = call(
-        addr,
-        &sid,
-        json!(1),
-        "tools/call",
-        json!({"name": "a__exotic"}),
-    )
-    .await;
+    let r = call_tool(addr, &sid, json!(1), "a__exotic", json!(null)).await;
     assert_eq!(
         r.body["result"]["content"][0],
         json!({"type": "hologram", "data": "3d", "annotations": {"audience": ["user"], "x-depth": 7}})
@@ -360,14 +314,14 @@ async fn odd_tool_names_are_mapped_and_called_by_their_original_name() {
         .iter()
         .find(|n| n.starts_with("a__weird_name_with_chars_"))
         .expect("mapped weird name");
-    let r = call(addr, &sid, json!(2), "tools/call", json!({"name": weird})).await;
+    let r = call_tool(addr, &sid, json!(2), weird, json!(null)).await;
     assert_eq!(text_of(&r), "called as weird.name/with:chars");
     let long = names
         .iter()
         .find(|n| n.starts_with("a__a_really_long"))
         .expect("mapped long name");
     assert_eq!(long.len(), 64);
-    let r = call(addr, &sid, json!(3), "tools/call", json!({"name": long})).await;
+    let r = call_tool(addr, &sid, json!(3), long, json!(null)).await;
     assert!(
         text_of(&r).starts_with("called as a_really_long_tool_name"),
         "{}",
@@ -434,14 +388,7 @@ async fn a_down_upstream_does_not_break_the_others() {
     let sid = legacy_session(addr, "2025-11-25").await;
     let names = tool_names(&call(addr, &sid, json!(1), "tools/list", json!({})).await);
     assert!(names.iter().all(|n| n.starts_with("a__")), "{names:?}");
-    let r = call(
-        addr,
-        &sid,
-        json!(2),
-        "tools/call",
-        json!({"name": "gone__anything"}),
-    )
-    .await;
+    let r = call_tool(addr, &sid, json!(2), "gone__anything", json!(null)).await;
     assert_eq!(
         r.error_code(),
         Some(mcp_edge::protocol::UPSTREAM_UNAVAILABLE)
@@ -455,14 +402,7 @@ async fn a_down_upstream_does_not_break_the_others() {
         r.raw
     );
     // The crash of an upstream mid-call is a clear error naming it; the others keep serving.
-    let c = call(
-        addr,
-        &sid,
-        json!(3),
-        "tools/call",
-        json!({"name": "a__crash"}),
-    )
-    .await;
+    let c = call_tool(addr, &sid, json!(3), "a__crash", json!(null)).await;
     assert!(
         c.body["error"]["message"].as_str().unwrap().contains("'a'"),
         "{}",
@@ -480,28 +420,14 @@ async fn call_timeout_names_the_upstream() {
     let gw = start("", &fake_block("slow", "legacy", "call_timeout = \"1s\"")).await;
     let addr = gw.local_addr();
     let sid = legacy_session(addr, "2025-11-25").await;
-    let r = call(
-        addr,
-        &sid,
-        json!(1),
-        "tools/call",
-        json!({"name": "slow__slow_echo", "arguments": {"ms": 3000}}),
-    )
-    .await;
+    let r = call_tool(addr, &sid, json!(1), "slow__slow_echo", json!({"ms": 3000})).await;
     assert_eq!(r.error_code(), Some(mcp_edge::protocol::UPSTREAM_TIMEOUT));
     assert!(r.body["error"]["message"]
         .as_str()
         .unwrap()
         .contains("'slow'"));
     // The connection stays usable.
-    let ok = call(
-        addr,
-        &sid,
-        json!(2),
-        "tools/call",
-        json!({"name": "slow__echo", "arguments": {"text": "still"}}),
-    )
-    .await;
+    let ok = call_tool(addr, &sid, json!(2), "slow__echo", json!({"text": "still"})).await;
     assert_eq!(text_of(&ok), "slow:still");
 }
 
@@ -567,23 +493,9 @@ async fn bad_builtin_arguments_are_a_tool_error_not_a_protocol_error() {
     .await;
     let addr = gw.local_addr();
     let sid = legacy_session(addr, "2025-11-25").await;
-    let r = call(
-        addr,
-        &sid,
-        json!(1),
-        "tools/call",
-        json!({"name": "edge__disk_usage", "arguments": {"path": 5}}),
-    )
-    .await;
+    let r = call_tool(addr, &sid, json!(1), "edge__disk_usage", json!({"path": 5})).await;
     assert_eq!(r.body["result"]["isError"], true, "{}", r.raw);
-    let r = call(
-        addr,
-        &sid,
-        json!(2),
-        "tools/call",
-        json!({"name": "edge__nope"}),
-    )
-    .await;
+    let r = call_tool(addr, &sid, json!(2), "edge__nope", json!(null)).await;
     assert_eq!(r.error_code(), Some(-32602));
 }
 
@@ -593,12 +505,12 @@ async fn shutdown_lets_calls_in_flight_finish() {
     let addr = gw.local_addr();
     let sid = legacy_session(addr, "2025-11-25").await;
     let slow = tokio::spawn(async move {
-        call(
+        call_tool(
             addr,
             &sid,
             json!(1),
-            "tools/call",
-            json!({"name": "a__slow_echo", "arguments": {"ms": 1500, "text": "finished"}}),
+            "a__slow_echo",
+            json!({"ms": 1500, "text": "finished"}),
         )
         .await
     });

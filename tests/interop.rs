@@ -4,12 +4,10 @@
 //! downstream clients Python `mcp==1.30.0`, Python `mcp==2.3.0` (modern and
 //! legacy), the TypeScript SDK and the Inspector CLI.
 
-#[path = "common/peers.rs"]
-mod peers;
 mod support;
 
-use peers::ClientKind;
 use serde_json::json;
+use support::peers::{self, ClientKind};
 
 /// A gateway fronting server-everything (stdio, prefix `everything`) and the
 /// Python fixture server (HTTP, prefix `py`). The guard keeps the fixture alive.
@@ -96,12 +94,12 @@ async fn grown_tools(addr: std::net::SocketAddr, prefix: &str) -> Vec<String> {
     for i in 0..40 {
         // Grow now and then: the first call may come before the stream is open.
         if i % 8 == 0 {
-            let r = support::call(
+            let r = support::call_tool(
                 addr,
                 &sid,
                 json!(i),
-                "tools/call",
-                json!({"name": format!("{prefix}__grow")}),
+                &format!("{prefix}__grow"),
+                json!(null),
             )
             .await;
             assert!(support::text_of(&r).starts_with("grew grown_"), "{}", r.raw);
@@ -117,7 +115,7 @@ async fn grown_tools(addr: std::net::SocketAddr, prefix: &str) -> Vec<String> {
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
     if let Some(t) = grown.first() {
-        let r = support::call(addr, &sid, json!("g"), "tools/call", json!({"name": t})).await;
+        let r = support::call_tool(addr, &sid, json!("g"), t, json!(null)).await;
         assert!(support::text_of(&r).starts_with("grown "), "{}", r.raw);
     }
     grown

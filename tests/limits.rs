@@ -46,12 +46,12 @@ async fn body_limit_is_413_and_counted() {
     let gw = start("max_body_bytes = 2048", &fake_block("a", "legacy", "")).await;
     let before = refused("body_bytes");
     let sid = legacy_session(gw.local_addr(), "2025-11-25").await;
-    let r = call(
+    let r = call_tool(
         gw.local_addr(),
         &sid,
         json!(1),
-        "tools/call",
-        json!({"name": "a__echo", "arguments": {"text": "x".repeat(3000)}}),
+        "a__echo",
+        json!({"text": "x".repeat(3000)}),
     )
     .await;
     assert_eq!((r.status, r.error_code()), (413, Some(-32600)));
@@ -92,23 +92,16 @@ async fn in_flight_overflow_is_immediate_and_counted() {
     let addr = gw.local_addr();
     let sid = legacy_session(addr, "2025-11-25").await;
     let before = refused("in_flight");
-    let slow = call(
+    let slow = call_tool(
         addr,
         &sid,
         json!(1),
-        "tools/call",
-        json!({"name": "a__slow_echo", "arguments": {"ms": 2500, "text": "s"}}),
+        "a__slow_echo",
+        json!({"ms": 2500, "text": "s"}),
     );
     let fast = async {
         tokio::time::sleep(std::time::Duration::from_millis(700)).await;
-        call(
-            addr,
-            &sid,
-            json!(2),
-            "tools/call",
-            json!({"name": "a__echo", "arguments": {"text": "f"}}),
-        )
-        .await
+        call_tool(addr, &sid, json!(2), "a__echo", json!({"text": "f"})).await
     };
     let (s, f) = tokio::join!(slow, fast);
     assert_eq!(text_of(&s), "a:s");
@@ -124,14 +117,7 @@ async fn oversized_stdio_answer_fails_only_its_call_and_is_counted() {
     let addr = gw.local_addr();
     let sid = legacy_session(addr, "2025-11-25").await;
     let before = refused("result_bytes");
-    let r = call(
-        addr,
-        &sid,
-        json!(1),
-        "tools/call",
-        json!({"name": "a__big", "arguments": {"bytes": 100000}}),
-    )
-    .await;
+    let r = call_tool(addr, &sid, json!(1), "a__big", json!({"bytes": 100000})).await;
     assert_eq!(
         r.error_code(),
         Some(mcp_edge::protocol::UPSTREAM_RESULT_TOO_LARGE),
@@ -141,14 +127,7 @@ async fn oversized_stdio_answer_fails_only_its_call_and_is_counted() {
     assert!(r.body["error"]["message"].as_str().unwrap().contains("'a'"));
     assert!(refused("result_bytes") >= before + 1.0);
     // The connection is still usable: the rest of the line was drained.
-    let ok = call(
-        addr,
-        &sid,
-        json!(2),
-        "tools/call",
-        json!({"name": "a__big", "arguments": {"bytes": 100}}),
-    )
-    .await;
+    let ok = call_tool(addr, &sid, json!(2), "a__big", json!({"bytes": 100})).await;
     assert_eq!(text_of(&ok).len(), 100);
 }
 
@@ -170,12 +149,12 @@ async fn catalog_entry_and_byte_budgets_drop_the_extra_tools_and_count_them() {
     );
     assert!(!names.contains(&"small__fat".to_string()), "{names:?}");
     // What was kept still works.
-    let r = call(
+    let r = call_tool(
         gw.local_addr(),
         &sid,
         json!(2),
-        "tools/call",
-        json!({"name": "few__echo", "arguments": {"text": "k"}}),
+        "few__echo",
+        json!({"text": "k"}),
     )
     .await;
     assert_eq!(text_of(&r), "few:k");
@@ -189,12 +168,12 @@ async fn an_abandoned_call_is_cancelled_upstream_and_keeps_its_slot_until_answer
     let addr = gw.local_addr();
     let sid = legacy_session(addr, "2025-11-25").await;
     // The client gives up after 200 ms on a call the upstream needs 1.5 s for.
-    let slow = call(
+    let slow = call_tool(
         addr,
         &sid,
         json!(1),
-        "tools/call",
-        json!({"name": "a__slow_echo", "arguments": {"ms": 1500, "text": "s"}}),
+        "a__slow_echo",
+        json!({"ms": 1500, "text": "s"}),
     );
     assert!(
         tokio::time::timeout(std::time::Duration::from_millis(200), slow)
@@ -203,14 +182,7 @@ async fn an_abandoned_call_is_cancelled_upstream_and_keeps_its_slot_until_answer
     );
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     // The upstream is still working on it, so the one slot is still taken.
-    let busy = call(
-        addr,
-        &sid,
-        json!(2),
-        "tools/call",
-        json!({"name": "a__stats"}),
-    )
-    .await;
+    let busy = call_tool(addr, &sid, json!(2), "a__stats", json!(null)).await;
     assert_eq!(
         busy.error_code(),
         Some(mcp_edge::protocol::UPSTREAM_BUSY),
@@ -219,14 +191,6 @@ async fn an_abandoned_call_is_cancelled_upstream_and_keeps_its_slot_until_answer
     );
     // Once it answers, the slot is free again, and it was told to cancel.
     tokio::time::sleep(std::time::Duration::from_millis(1800)).await;
-    let stats = call(
-        addr,
-        &sid,
-        json!(3),
-        "tools/call",
-        json!({"name": "a__stats"}),
-    )
-    .await;
-    let seen: serde_json::Value = serde_json::from_str(&text_of(&stats)).unwrap();
+    let seen = fake_stats(addr, &sid, json!(3), "a").await;
     assert_eq!(seen["cancelled"].as_array().unwrap().len(), 1, "{seen}");
 }

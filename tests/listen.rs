@@ -4,16 +4,10 @@
 //! shutdown, a fixed pool of streams, and clear errors for bad filters.
 
 mod support;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-use mcp_edge::protocol::sse::Decoder;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::time::Duration;
 use support::*;
-use tokio::sync::mpsc;
 
 const SUB: &str = "io.modelcontextprotocol/subscriptionId";
 
@@ -27,52 +21,20 @@ fn listen_body(id: Value, notifications: Value) -> Value {
         "notifications": notifications}})
 }
 
-/// Opens a listen stream; returns the HTTP status and a receiver of its
-/// messages (JSON), read as they arrive; the receiver ends with the stream.
-async fn listen(addr: SocketAddr, body: Value) -> (u16, mpsc::Receiver<Value>) {
-    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-    let req = http::Request::post(format!("http://{addr}/mcp"))
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "subscriptions/listen")
-        .body(Full::new(Bytes::from(body.to_string())))
-        .unwrap();
-    let resp = client.request(req).await.unwrap();
-    let status = resp.status().as_u16();
-    let sse = resp.headers()["content-type"] == "text/event-stream";
-    let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(async move {
-        let mut body = resp.into_body();
-        if !sse {
-            let bytes = body.collect().await.unwrap().to_bytes();
-            let _ = tx.send(serde_json::from_slice(&bytes).unwrap()).await;
-            return;
-        }
-        let mut dec = Decoder::new(1 << 20);
-        // Reads until the stream ends, or drops it (closing the connection)
-        // once the receiver is gone: a client closing its stream.
-        while let Some(Ok(frame)) = tokio::select! {
-            f = body.frame() => f,
-            _ = tx.closed() => None,
-        } {
-            if let Some(d) = frame.data_ref() {
-                let mut evs = Vec::new();
-                dec.push(d, &mut |e| evs.push(e)).unwrap();
-                for e in evs {
-                    let _ = tx.send(serde_json::from_str(&e).unwrap()).await;
-                }
-            }
-        }
-    });
-    (status, rx)
-}
-
-async fn next(rx: &mut mpsc::Receiver<Value>) -> Value {
-    tokio::time::timeout(Duration::from_secs(10), rx.recv())
-        .await
-        .expect("a message within 10 s")
-        .expect("the stream is still open")
+/// Opens a listen stream; returns the HTTP status and the stream, whose
+/// messages are read as they arrive (dropping it closes the stream).
+async fn listen(addr: SocketAddr, body: Value) -> (u16, sse::Stream) {
+    let s = sse::open(
+        "POST",
+        addr,
+        &[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "subscriptions/listen"),
+        ],
+        &body.to_string(),
+    )
+    .await;
+    (s.status, s)
 }
 
 const EDGE: &str = "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n";
@@ -90,7 +52,7 @@ async fn acknowledges_then_sends_only_the_asked_for_list_changes() {
     )
     .await;
     assert_eq!(status, 200);
-    let ack = next(&mut rx).await;
+    let ack = rx.next().await;
     assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
     assert_eq!(ack["params"]["_meta"][SUB], "sub-1");
     // Honoured: the tool list; not resource updates (not relayed yet), so
@@ -101,17 +63,14 @@ async fn acknowledges_then_sends_only_the_asked_for_list_changes() {
     );
     // The upstream reconnects: its tools go away and come back.
     gw.app().router.upstreams()[0].force_reconnect();
-    let change = next(&mut rx).await;
+    let change = rx.next().await;
     assert_eq!(change["method"], "notifications/tools/list_changed");
     assert_eq!(change["params"]["_meta"][SUB], "sub-1");
     assert_eq!(gw.app().streams.open(), 1);
     // Shutdown: the graceful closing response, then the end of the stream.
     let app = gw.app().clone();
     gw.shutdown().await;
-    let mut rest = Vec::new();
-    while let Some(v) = rx.recv().await {
-        rest.push(v);
-    }
+    let rest = rx.rest().await;
     let last = rest.last().expect("a closing response");
     assert_eq!(last["id"], "sub-1", "{rest:?}");
     assert_eq!(last["result"]["resultType"], "complete");
@@ -136,8 +95,8 @@ async fn the_pool_is_fixed_and_a_closed_stream_gives_its_place_back() {
     let f = json!({"promptsListChanged": true});
     let (_, mut a) = listen(addr, listen_body(json!(1), f.clone())).await;
     let (_, mut b) = listen(addr, listen_body(json!(2), f.clone())).await;
-    next(&mut a).await;
-    next(&mut b).await;
+    a.next().await;
+    b.next().await;
     let refused = post(
         addr,
         &[
@@ -171,7 +130,7 @@ async fn the_pool_is_fixed_and_a_closed_stream_gives_its_place_back() {
         let (status, mut d) = listen(addr, listen_body(json!(4), f.clone())).await;
         if status == 200 {
             assert_eq!(
-                next(&mut d).await["method"],
+                d.next().await["method"],
                 "notifications/subscriptions/acknowledged"
             );
             reopened = Some(d);
@@ -202,7 +161,7 @@ async fn bad_filters_and_legacy_sessions_get_clear_errors() {
         (json!([true]), "must be an object"),
     ] {
         let (status, mut rx) = listen(addr, listen_body(json!(9), notifications)).await;
-        let r = next(&mut rx).await;
+        let r = rx.next().await;
         assert_eq!(status, 200, "{r}");
         assert_eq!(r["error"]["code"], -32602, "{r}");
         assert!(
@@ -232,10 +191,10 @@ async fn bad_filters_and_legacy_sessions_get_clear_errors() {
     )
     .await;
     assert_eq!(status, 200);
-    let ack = next(&mut rx).await;
+    let ack = rx.next().await;
     assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
     assert_eq!(ack["params"]["notifications"], json!({}));
-    let done = next(&mut rx).await;
+    let done = rx.next().await;
     assert_eq!(done["result"]["resultType"], "complete", "{done}");
     assert_eq!(done["result"]["_meta"][SUB], "r");
     assert!(rx.recv().await.is_none(), "the stream ended");

@@ -3,50 +3,15 @@
 //! requests whose answers the client POSTs back.
 
 mod support;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-use mcp_edge::protocol::sse::Decoder;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use support::*;
-use tokio::sync::mpsc;
 
-/// POSTs and returns a receiver of the SSE events' JSON, read as they arrive.
-async fn post_streaming(addr: SocketAddr, sid: &str, body: Value) -> mpsc::Receiver<Value> {
-    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-    let req = http::Request::post(format!("http://{addr}/mcp"))
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-session-id", sid)
-        .body(Full::new(Bytes::from(body.to_string())))
-        .unwrap();
-    let resp = client.request(req).await.unwrap();
-    assert_eq!(resp.headers()["content-type"], "text/event-stream");
-    let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(async move {
-        let mut body = resp.into_body();
-        let mut dec = Decoder::new(1 << 20);
-        while let Some(Ok(frame)) = body.frame().await {
-            if let Some(d) = frame.data_ref() {
-                let mut evs = Vec::new();
-                dec.push(d, &mut |e| evs.push(e)).unwrap();
-                for e in evs {
-                    let _ = tx.send(serde_json::from_str(&e).unwrap()).await;
-                }
-            }
-        }
-    });
-    rx
-}
-
-async fn collect(mut rx: mpsc::Receiver<Value>) -> Vec<Value> {
-    let mut out = Vec::new();
-    while let Some(v) = rx.recv().await {
-        out.push(v);
-    }
-    out
+/// POSTs and returns the SSE answer, its messages read as they arrive.
+async fn post_streaming(addr: SocketAddr, sid: &str, body: Value) -> sse::Stream {
+    let s = sse::open("POST", addr, &[("mcp-session-id", sid)], &body.to_string()).await;
+    assert_eq!(s.headers["content-type"], "text/event-stream");
+    s
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -65,7 +30,7 @@ async fn progress_reaches_only_its_caller_with_its_own_token() {
         post_streaming(addr, &s1, call(1, 3, "s1")),
         post_streaming(addr, &s2, call(1, 5, "s2"))
     );
-    let (e1, e2) = tokio::join!(collect(r1), collect(r2));
+    let (e1, e2) = tokio::join!(r1.rest(), r2.rest());
     for (events, steps, tag) in [(&e1, 3, "s1"), (&e2, 5, "s2")] {
         let progress: Vec<&Value> = events
             .iter()
@@ -80,7 +45,7 @@ async fn progress_reaches_only_its_caller_with_its_own_token() {
         );
         let last = events.last().unwrap();
         assert_eq!(last["id"], 1);
-        let text = last["result"]["content"][0]["text"].as_str().unwrap();
+        let text = content_text(last).unwrap();
         assert!(
             !text.contains("same-token"),
             "the upstream must see a gateway token: {text}"
@@ -101,7 +66,10 @@ async fn progress_reaches_only_its_caller_with_its_own_token() {
         }
     }
     // Alone in flight, every log line is attributable and relayed.
-    let alone = collect(post_streaming(addr, &s1, call(2, 2, "s1")).await).await;
+    let alone = post_streaming(addr, &s1, call(2, 2, "s1"))
+        .await
+        .rest()
+        .await;
     assert_eq!(
         alone
             .iter()
@@ -125,7 +93,7 @@ async fn sampling_request_is_relayed_and_answered_by_the_calling_session_only() 
         "params": {"name": "a__ask", "arguments": {"question": "2+2?"}}}),
     )
     .await;
-    let req = rx.recv().await.expect("relayed request");
+    let req = rx.recv().await.expect("relayed request").data;
     assert_eq!(req["method"], "sampling/createMessage");
     let rid = req["id"].clone();
     assert!(rid.as_str().unwrap().starts_with("mcp-edge:"), "{rid}");
@@ -143,9 +111,9 @@ async fn sampling_request_is_relayed_and_answered_by_the_calling_session_only() 
             .status,
         202
     );
-    let fin = rx.recv().await.expect("final response");
+    let fin = rx.recv().await.expect("final response").data;
     assert_eq!(fin["id"], "c1");
-    assert_eq!(fin["result"]["content"][0]["text"], "client said: four");
+    assert_eq!(content_text(&fin), Some("client said: four"));
 }
 
 #[tokio::test]
@@ -182,18 +150,18 @@ async fn modern_callers_get_log_messages_only_as_asked() {
         }
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
             "params": {"name": "a__progress", "arguments": {"steps": 2, "ms": 10, "tag": "m"}, "_meta": meta}});
-        let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-        let req = http::Request::post(format!("http://{addr}/mcp"))
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "tools/call")
-            .header("mcp-name", "a__progress")
-            .body(Full::new(Bytes::from(body.to_string())))
-            .unwrap();
-        let resp = client.request(req).await.unwrap();
-        let raw = resp.into_body().collect().await.unwrap().to_bytes();
-        let text = String::from_utf8_lossy(&raw).to_string();
+        let text = request(
+            "POST",
+            addr,
+            &[
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/call"),
+                ("mcp-name", "a__progress"),
+            ],
+            &body.to_string(),
+        )
+        .await
+        .raw;
         assert!(text.contains("done; upstream saw"), "{text}");
         text.matches("notifications/message").count()
     };
@@ -239,9 +207,12 @@ async fn a_legacy_sessions_log_level_filters_its_own_messages() {
             .filter(|e| e["method"] == "notifications/message")
             .count()
     };
-    let q = collect(post_streaming(addr, &quiet, progress.clone()).await).await;
+    let q = post_streaming(addr, &quiet, progress.clone())
+        .await
+        .rest()
+        .await;
     assert_eq!(logs(q), 0, "info is below the quiet session's error level");
-    let c = collect(post_streaming(addr, &chatty, progress).await).await;
+    let c = post_streaming(addr, &chatty, progress).await.rest().await;
     assert_eq!(logs(c), 2, "the other session still gets them");
 }
 
@@ -263,7 +234,7 @@ async fn a_clients_cancellation_reaches_the_upstream() {
         "params": {"requestId": "long-one", "reason": "user pressed stop"}});
     let r = post(addr, &[("mcp-session-id", &sid)], &note).await;
     assert_eq!(r.status, 202);
-    let events = tokio::time::timeout(std::time::Duration::from_secs(3), collect(rx))
+    let events = tokio::time::timeout(std::time::Duration::from_secs(3), rx.rest())
         .await
         .expect("the request ended long before the tool's 5 s");
     let last = events.last().unwrap();
@@ -273,15 +244,7 @@ async fn a_clients_cancellation_reaches_the_upstream() {
     // The upstream is told by the stdio driver, a moment later.
     let mut seen = Value::Null;
     for i in 0..100 {
-        let stats = call(
-            addr,
-            &sid,
-            json!(i),
-            "tools/call",
-            json!({"name": "a__stats"}),
-        )
-        .await;
-        seen = serde_json::from_str(&text_of(&stats)).unwrap();
+        seen = fake_stats(addr, &sid, json!(i), "a").await;
         if !seen["cancelled"].as_array().unwrap().is_empty() {
             break;
         }

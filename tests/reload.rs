@@ -57,14 +57,6 @@ impl Drop for KillOnDrop {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test]
 async fn sighup_restarts_only_what_changed_and_keeps_sessions() {
     let dir = tempfile::tempdir().unwrap();
@@ -94,16 +86,7 @@ async fn sighup_restarts_only_what_changed_and_keeps_sessions() {
         let sid = sid.clone();
         let tool = tool.to_string();
         let text = text.to_string();
-        async move {
-            call(
-                addr,
-                &sid,
-                json!(id),
-                "tools/call",
-                json!({"name": tool, "arguments": {"text": text}}),
-            )
-            .await
-        }
+        async move { call_tool(addr, &sid, json!(id), &tool, json!({"text": text})).await }
     };
     assert_eq!(text_of(&echo(1, "keep__echo", "one").await), "keep:one");
     let keep_pid = pid_of(gw, "keep").expect("keep's child runs");

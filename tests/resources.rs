@@ -6,56 +6,39 @@
 //! last one is gone, and asked again after it reconnects.
 
 mod support;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-use mcp_edge::protocol::sse::Decoder;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::time::Duration;
 use support::*;
-use tokio::sync::mpsc;
 
 const URI: &str = "fake://a/readme";
 
-/// Opens the session's GET stream; its messages (JSON) as they arrive.
-async fn get_stream(addr: SocketAddr, sid: &str) -> mpsc::Receiver<Value> {
-    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-    let req = http::Request::get(format!("http://{addr}/mcp"))
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", sid)
-        .header("mcp-protocol-version", "2025-11-25")
-        .body(Empty::new())
-        .unwrap();
-    let resp = client.request(req).await.unwrap();
-    assert_eq!(resp.status(), 200);
-    let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(async move {
-        let mut body = resp.into_body();
-        let mut dec = Decoder::new(1 << 20);
-        while let Some(Ok(frame)) = tokio::select! {
-            f = body.frame() => f,
-            _ = tx.closed() => None,
-        } {
-            if let Some(d) = frame.data_ref() {
-                let mut evs = Vec::new();
-                dec.push(d, &mut |e| evs.push(e)).unwrap();
-                for e in evs {
-                    let _ = tx.send(serde_json::from_str(&e).unwrap()).await;
-                }
-            }
-        }
-    });
-    rx
+/// Opens the session's GET stream; its messages as they arrive.
+async fn get_stream(addr: SocketAddr, sid: &str) -> sse::Stream {
+    let s = sse::open(
+        "GET",
+        addr,
+        &[
+            ("accept", "text/event-stream"),
+            ("mcp-session-id", sid),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(s.status, 200);
+    s
 }
 
 /// The next `notifications/resources/updated` on `rx` within `wait`, if any.
-async fn next_update(rx: &mut mpsc::Receiver<Value>, wait: Duration) -> Option<Value> {
+async fn next_update(rx: &mut sse::Stream, wait: Duration) -> Option<Value> {
     let deadline = tokio::time::Instant::now() + wait;
     loop {
-        match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Some(m)) if m["method"] == "notifications/resources/updated" => return Some(m),
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match rx.next_event(left).await {
+            Ok(Some(m)) if m.data["method"] == "notifications/resources/updated" => {
+                return Some(m.data)
+            }
             Ok(Some(_)) => continue,
             _ => return None,
         }
@@ -64,29 +47,13 @@ async fn next_update(rx: &mut mpsc::Receiver<Value>, wait: Duration) -> Option<V
 
 /// The fake upstream's own view: the URIs it was asked to report.
 async fn upstream_subscribed(addr: SocketAddr, sid: &str) -> Vec<String> {
-    let r = call(
-        addr,
-        sid,
-        json!("s"),
-        "tools/call",
-        json!({"name": "a__stats"}),
-    )
-    .await;
-    let seen: Value = serde_json::from_str(&text_of(&r)).unwrap();
+    let seen = fake_stats(addr, sid, json!("s"), "a").await;
     serde_json::from_value(seen["subscribed"].clone()).unwrap()
 }
 
 /// How many `resources/subscribe` requests the fake upstream received.
 async fn upstream_subscribe_calls(addr: SocketAddr, sid: &str) -> usize {
-    let r = call(
-        addr,
-        sid,
-        json!("s"),
-        "tools/call",
-        json!({"name": "a__stats"}),
-    )
-    .await;
-    let seen: Value = serde_json::from_str(&text_of(&r)).unwrap();
+    let seen = fake_stats(addr, sid, json!("s"), "a").await;
     seen["methods"]
         .as_array()
         .unwrap()
@@ -96,14 +63,7 @@ async fn upstream_subscribe_calls(addr: SocketAddr, sid: &str) -> usize {
 }
 
 async fn touch(addr: SocketAddr, sid: &str) {
-    let r = call(
-        addr,
-        sid,
-        json!("t"),
-        "tools/call",
-        json!({"name": "a__touch", "arguments": {"uri": URI}}),
-    )
-    .await;
+    let r = call_tool(addr, sid, json!("t"), "a__touch", json!({"uri": URI})).await;
     assert_eq!(text_of(&r), format!("touched {URI}"));
 }
 
@@ -321,8 +281,7 @@ async fn refusals_are_clear_and_counted() {
 }
 
 /// Opens a modern `subscriptions/listen` stream; its messages as they arrive.
-async fn listen(addr: SocketAddr, id: &str, notifications: Value) -> mpsc::Receiver<Value> {
-    use http_body_util::Full;
+async fn listen(addr: SocketAddr, id: &str, notifications: Value) -> sse::Stream {
     let body = json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": {
         "_meta": {
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -330,34 +289,18 @@ async fn listen(addr: SocketAddr, id: &str, notifications: Value) -> mpsc::Recei
             "io.modelcontextprotocol/clientCapabilities": {}
         },
         "notifications": notifications}});
-    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-    let req = http::Request::post(format!("http://{addr}/mcp"))
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "subscriptions/listen")
-        .body(Full::new(Bytes::from(body.to_string())))
-        .unwrap();
-    let resp = client.request(req).await.unwrap();
-    assert_eq!(resp.status(), 200);
-    let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(async move {
-        let mut body = resp.into_body();
-        let mut dec = Decoder::new(1 << 20);
-        while let Some(Ok(frame)) = tokio::select! {
-            f = body.frame() => f,
-            _ = tx.closed() => None,
-        } {
-            if let Some(d) = frame.data_ref() {
-                let mut evs = Vec::new();
-                dec.push(d, &mut |e| evs.push(e)).unwrap();
-                for e in evs {
-                    let _ = tx.send(serde_json::from_str(&e).unwrap()).await;
-                }
-            }
-        }
-    });
-    rx
+    let s = sse::open(
+        "POST",
+        addr,
+        &[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "subscriptions/listen"),
+        ],
+        &body.to_string(),
+    )
+    .await;
+    assert_eq!(s.status, 200);
+    s
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -371,10 +314,12 @@ async fn a_listen_stream_reports_the_resources_it_was_allowed() {
         json!({"resourceSubscriptions": [URI, "x".repeat(3000)]}),
     )
     .await;
-    let ack = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+    let ack = rx
+        .next_event(Duration::from_secs(10))
         .await
         .unwrap()
-        .unwrap();
+        .unwrap()
+        .data;
     assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
     assert_eq!(
         ack["params"]["notifications"],

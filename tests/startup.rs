@@ -33,13 +33,7 @@ async fn early_requests_wait_for_first_attempts_and_no_longer() {
         "the slow upstream should still be connecting"
     );
     let (called, listed) = tokio::join!(
-        call(
-            addr,
-            &sid,
-            json!(1),
-            "tools/call",
-            json!({"name": "slow__echo", "arguments": {"text": "early"}}),
-        ),
+        call_tool(addr, &sid, json!(1), "slow__echo", json!({"text": "early"})),
         call(addr, &sid, json!(2), "tools/list", json!({})),
     );
     assert_eq!(text_of(&called), "slow:early");
@@ -79,14 +73,7 @@ async fn early_requests_wait_for_first_attempts_and_no_longer() {
     assert!(!hung.first_attempt_pending(tokio::time::Instant::now()));
     assert!(hung.attempts() >= 1);
     // A name that stays unknown after the wait is still -32602.
-    let unknown = call(
-        addr,
-        &sid,
-        json!(2),
-        "tools/call",
-        json!({"name": "nobody__echo", "arguments": {}}),
-    )
-    .await;
+    let unknown = call_tool(addr, &sid, json!(2), "nobody__echo", json!({})).await;
     assert_eq!(unknown.error_code(), Some(-32602), "{}", unknown.raw);
     gw.shutdown().await;
 }

@@ -2,12 +2,10 @@
 //! auth parking, Retry-After, one monitor however often it reconnects, and
 //! backoff that survives a restart.
 
-#[path = "common/scripted.rs"]
-mod scripted;
 mod support;
-use scripted::{http_block, scripted, Mode};
 use serde_json::json;
 use std::time::Duration;
+use support::scripted::{http_block, scripted, Mode};
 use support::*;
 use tokio::time::Instant;
 
@@ -83,12 +81,12 @@ async fn a_401_is_tried_once_a_day_and_once_more_after_the_credential_changes() 
     );
     // Calls fail fast, name the upstream, and never leak the challenge.
     let sid = legacy_session(gw.local_addr(), "2025-11-25").await;
-    let r = call(
+    let r = call_tool(
         gw.local_addr(),
         &sid,
         json!(1),
-        "tools/call",
-        json!({"name": "locked__hello"}),
+        "locked__hello",
+        json!(null),
     )
     .await;
     let msg = r.body["error"]["message"].as_str().unwrap().to_string();
@@ -115,14 +113,7 @@ async fn retry_after_is_a_floor(http_date: bool) {
         .unwrap();
     // During the window, calls fail fast with the retry time.
     let sid = legacy_session(gw.local_addr(), "2025-11-25").await;
-    let r = call(
-        gw.local_addr(),
-        &sid,
-        json!(1),
-        "tools/call",
-        json!({"name": "busy__hello"}),
-    )
-    .await;
+    let r = call_tool(gw.local_addr(), &sid, json!(1), "busy__hello", json!(null)).await;
     let retry = r.body["error"]["data"]["retryAfterSeconds"]
         .as_u64()
         .unwrap_or(0);
@@ -243,14 +234,7 @@ async fn stdio_children_leave_no_process_behind() {
     let addr = gw.local_addr();
     let sid = legacy_session(addr, "2025-11-25").await;
     // Crash: the child exits, its grandchild goes with it, a new child comes.
-    let r = call(
-        addr,
-        &sid,
-        json!(1),
-        "tools/call",
-        json!({"name": "g__crash"}),
-    )
-    .await;
+    let r = call_tool(addr, &sid, json!(1), "g__crash", json!(null)).await;
     assert!(r.body["error"].is_object());
     let up = gw.app().router.upstreams()[0].clone();
     let mut rx = up.subscribe();
@@ -303,12 +287,12 @@ async fn a_chatty_stdio_upstream_still_works_and_its_noise_is_counted() {
     let block = format!("[[upstream]]\nname = \"chatty\"\ntransport = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", {}]\n", json!(script));
     let gw = start("", &block).await;
     let sid = legacy_session(gw.local_addr(), "2025-11-25").await;
-    let r = call(
+    let r = call_tool(
         gw.local_addr(),
         &sid,
         json!(1),
-        "tools/call",
-        json!({"name": "chatty__echo", "arguments": {"text": "hi"}}),
+        "chatty__echo",
+        json!({"text": "hi"}),
     )
     .await;
     assert_eq!(text_of(&r), "chatty:hi");
@@ -328,39 +312,18 @@ async fn a_restarted_legacy_http_upstream_is_reinitialized_under_a_live_session(
     .await;
     let addr = gw.local_addr();
     let sid = legacy_session(addr, "2025-11-25").await;
-    let r = call(
-        addr,
-        &sid,
-        json!(1),
-        "tools/call",
-        json!({"name": "remote__hello"}),
-    )
-    .await;
+    let r = call_tool(addr, &sid, json!(1), "remote__hello", json!(null)).await;
     assert_eq!(text_of(&r), "hello from s0");
     // The upstream restarts: its old session is unknown (404) from now on.
     *u.session.lock().unwrap() = "after-restart".into();
-    let r = call(
-        addr,
-        &sid,
-        json!(2),
-        "tools/call",
-        json!({"name": "remote__hello"}),
-    )
-    .await;
+    let r = call_tool(addr, &sid, json!(2), "remote__hello", json!(null)).await;
     assert_eq!(
         text_of(&r),
         "hello from s1",
         "re-initialized once, retried once: {}",
         r.raw
     );
-    let other = call(
-        addr,
-        &sid,
-        json!(3),
-        "tools/call",
-        json!({"name": "edge__uptime"}),
-    )
-    .await;
+    let other = call_tool(addr, &sid, json!(3), "edge__uptime", json!(null)).await;
     assert!(text_of(&other).starts_with("up "), "{}", other.raw);
     assert_eq!(
         gw.app().router.upstreams()[1].attempts(),
@@ -412,24 +375,10 @@ async fn abandoned_calls_on_a_legacy_http_upstream_are_cancelled() {
     let gw = start("", &http_block("remote", &url, "call_timeout = \"2s\"")).await;
     let addr = gw.local_addr();
     let sid = legacy_session(addr, "2025-11-25").await;
-    let hello = call(
-        addr,
-        &sid,
-        json!(1),
-        "tools/call",
-        json!({"name": "remote__hello"}),
-    )
-    .await;
+    let hello = call_tool(addr, &sid, json!(1), "remote__hello", json!(null)).await;
     assert_eq!(text_of(&hello), "hello from s0");
     // 1. The call times out downstream.
-    let hung = call(
-        addr,
-        &sid,
-        json!(2),
-        "tools/call",
-        json!({"name": "remote__hang"}),
-    )
-    .await;
+    let hung = call_tool(addr, &sid, json!(2), "remote__hang", json!(null)).await;
     assert!(hung.raw.contains("did not answer"), "{}", hung.raw);
     // 2. The caller goes away before the answer.
     let up = gw.app().router.upstreams()[0].clone();
@@ -511,7 +460,7 @@ async fn a_down_http_upstreams_credentials_stay_secret() {
     let gw = start("", &http_block("h", url, "")).await;
     let addr = gw.local_addr();
     let sid = legacy_session(addr, "2025-11-25").await;
-    let r = call(addr, &sid, json!(1), "tools/call", json!({"name": "h__x"})).await;
+    let r = call_tool(addr, &sid, json!(1), "h__x", json!(null)).await;
     assert!(r.error_code().is_some(), "{}", r.raw);
     assert!(
         r.raw.contains("127.0.0.1:1"),

@@ -1,6 +1,16 @@
 //! Shared helpers of the integration tests: start a gateway in-process, speak
 //! HTTP to it, and describe the fake upstream of `tests/fake/fake_upstream.py`.
+//! Every test file that needs a helper says `mod support;`; the submodules
+//! are [`peers`] (real third-party MCP peers), [`scripted`] (the scriptable
+//! HTTP upstream of the supervisor tests) and [`sse`] (the one SSE reader).
+//!
+//! Each test binary compiles this module on its own and uses only part of
+//! it, hence one `allow(dead_code)` here (it covers the submodules too).
 #![allow(dead_code)]
+
+pub mod peers;
+pub mod scripted;
+pub mod sse;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -63,10 +73,9 @@ pub async fn request(
         .get("content-type")
         .is_some_and(|v| v.to_str().unwrap().starts_with("text/event-stream"));
     let body = if is_sse {
-        raw.lines()
-            .rev()
-            .find_map(|l| l.strip_prefix("data: "))
-            .map(|d| serde_json::from_str(d).unwrap())
+        sse::events(&raw)
+            .pop()
+            .map(|e| e.data)
             .unwrap_or(Value::Null)
     } else if raw.is_empty() {
         Value::Null
@@ -117,6 +126,29 @@ pub async fn call(addr: SocketAddr, sid: &str, id: Value, method: &str, params: 
         &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
     )
     .await
+}
+
+/// `tools/call` of `name` in legacy session `sid`, with `arguments` unless
+/// they are `Null` (then the request has no `arguments` at all).
+pub async fn call_tool(
+    addr: SocketAddr,
+    sid: &str,
+    id: Value,
+    name: &str,
+    arguments: Value,
+) -> Reply {
+    let mut params = json!({"name": name});
+    if !arguments.is_null() {
+        params["arguments"] = arguments;
+    }
+    call(addr, sid, id, "tools/call", params).await
+}
+
+/// The fake upstream `upstream`'s own counters (JSON of its `stats` tool),
+/// asked in session `sid`.
+pub async fn fake_stats(addr: SocketAddr, sid: &str, id: Value, upstream: &str) -> Value {
+    let r = call_tool(addr, sid, id, &format!("{upstream}__stats"), Value::Null).await;
+    serde_json::from_str(&text_of(&r)).unwrap()
 }
 
 /// A correct modern (2026-07-28) request with its headers.
@@ -178,6 +210,15 @@ pub fn gateway_command() -> std::process::Command {
     c
 }
 
+/// A port that was free on 127.0.0.1 a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .expect("bind 127.0.0.1:0")
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 pub fn fake_upstream() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake/fake_upstream.py")
 }
@@ -221,9 +262,14 @@ pub fn tool_names(list: &Reply) -> Vec<String> {
         .collect()
 }
 
+/// The first text content of a JSON-RPC message's result, if it has one.
+pub fn content_text(msg: &Value) -> Option<&str> {
+    msg["result"]["content"][0]["text"].as_str()
+}
+
+/// [`content_text`] of an answer (panics, showing it, when it has none).
 pub fn text_of(r: &Reply) -> String {
-    r.body["result"]["content"][0]["text"]
-        .as_str()
+    content_text(&r.body)
         .unwrap_or_else(|| panic!("no text content in {}", r.raw))
         .to_string()
 }

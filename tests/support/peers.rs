@@ -1,7 +1,6 @@
 //! Real third-party MCP peers for mcp-edge's integration tests (installed by `tests/interop/setup.sh`).
 //!
-//! Include from a test file with `#[path = "common/peers.rs"] mod peers;` (or `mod common;` with a
-//! `tests/common/mod.rs` containing `pub mod peers;`).
+//! Reached from a test file as `support::peers` (after `mod support;`).
 //!
 //! * paths: [`interop_dir`], [`python_v1`], [`python_v2`], [`server_everything_js`], [`conformance_server_py`],
 //!   [`fixture_http_server_py`], [`force_loopback_mjs`], [`node22_bin`]
@@ -17,9 +16,9 @@
 //! Fixture HTTP server tools: `add(a,b)` -> text "a+b" (+ structuredContent {"result": n}), `echo(text)`,
 //! `extensions()` (unknown fields + `_meta["com.example/trace"]`: see [`EXTENSIONS_TRACE`]), `echo_meta()`,
 //! `sleep_ms(ms)`, `notify(steps)`.
-#![allow(dead_code)]
 
-use std::net::{TcpListener, TcpStream};
+use super::free_port;
+use std::net::TcpStream;
 use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -116,15 +115,6 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// A port that was free on 127.0.0.1 a moment ago.
-pub fn free_port() -> u16 {
-    TcpListener::bind(("127.0.0.1", 0))
-        .expect("bind 127.0.0.1:0")
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Spawns `cmd` (built for `port`) and waits until 127.0.0.1:`port` accepts TCP. Retries with a fresh

@@ -2,8 +2,7 @@
 //! hyper server on a loopback port that answers as its [`Mode`] says
 //! (401, 429 with Retry-After, a legacy server with sessions, with or
 //! without a GET stream, a tool that never answers) and records every
-//! request it saw.
-#![allow(dead_code)]
+//! request it saw. Reached as `support::scripted`.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};

@@ -1,0 +1,205 @@
+//! The tests' one reader of Server-Sent Events (WHATWG HTML §9.2), written
+//! apart from the product's own decoder (src/protocol/sse.rs) so the tests
+//! do not check the gateway's framing with the gateway's code.
+//!
+//! * [`events`]: every event of a whole body (used by [`super::request`]);
+//! * [`open`]: an answer read as it arrives, then [`Stream::next_event`]
+//!   (with a timeout), [`Stream::recv`], [`Stream::next`] (10 s, panics),
+//!   [`Stream::rest`] (every message until the end). Dropping the
+//!   [`Stream`] closes the connection, as a client closing its stream.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::error::Elapsed;
+
+/// One event: its `event:` name and `id:` when it had them, and its data
+/// (the `data:` lines joined by `\n`) parsed as JSON.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub event: Option<String>,
+    pub id: Option<String>,
+    pub data: Value,
+}
+
+/// Incremental parser: lines end in LF or CRLF, `:` lines are comments,
+/// a blank line ends an event, which is dispatched only if it had data.
+#[derive(Default)]
+struct Parser {
+    line: Vec<u8>,
+    event: Option<String>,
+    id: Option<String>,
+    data: Option<String>,
+}
+
+impl Parser {
+    fn push(&mut self, chunk: &[u8], out: &mut Vec<Event>) {
+        for &b in chunk {
+            if b != b'\n' {
+                self.line.push(b);
+                continue;
+            }
+            let mut line = std::mem::take(&mut self.line);
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            self.line_done(&String::from_utf8_lossy(&line), out);
+        }
+    }
+
+    fn line_done(&mut self, line: &str, out: &mut Vec<Event>) {
+        if line.is_empty() {
+            let (event, id) = (self.event.take(), self.id.take());
+            if let Some(data) = self.data.take() {
+                let data = serde_json::from_str(&data)
+                    .unwrap_or_else(|e| panic!("SSE data is not JSON ({e}): {data}"));
+                out.push(Event { event, id, data });
+            }
+            return;
+        }
+        if line.starts_with(':') {
+            return;
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (line, ""),
+        };
+        match field {
+            "data" => match &mut self.data {
+                Some(d) => {
+                    d.push('\n');
+                    d.push_str(value);
+                }
+                None => self.data = Some(value.to_string()),
+            },
+            "event" => self.event = Some(value.to_string()),
+            "id" => self.id = Some(value.to_string()),
+            _ => {}
+        }
+    }
+}
+
+/// Every complete event of an SSE body.
+pub fn events(body: &str) -> Vec<Event> {
+    let mut out = Vec::new();
+    Parser::default().push(body.as_bytes(), &mut out);
+    out
+}
+
+/// An answer being read: its status and headers, and its events as they
+/// arrive. A JSON (non-SSE) answer comes as one event without name or id;
+/// an empty one as none.
+pub struct Stream {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    rx: mpsc::Receiver<Event>,
+}
+
+impl Stream {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The next event within `wait`: `Err` when none came in time,
+    /// `Ok(None)` once the stream has ended.
+    pub async fn next_event(&mut self, wait: Duration) -> Result<Option<Event>, Elapsed> {
+        tokio::time::timeout(wait, self.rx.recv()).await
+    }
+
+    /// The next event, however long it takes; `None` once the stream has ended.
+    pub async fn recv(&mut self) -> Option<Event> {
+        self.rx.recv().await
+    }
+
+    /// The next message (an event's data) within 10 s; panics otherwise.
+    pub async fn next(&mut self) -> Value {
+        self.next_event(Duration::from_secs(10))
+            .await
+            .expect("a message within 10 s")
+            .expect("the stream is still open")
+            .data
+    }
+
+    /// Every message (event data) until the stream ends.
+    pub async fn rest(mut self) -> Vec<Value> {
+        let mut out = Vec::new();
+        while let Some(e) = self.rx.recv().await {
+            out.push(e.data);
+        }
+        out
+    }
+}
+
+/// Sends `method` to `http://{addr}/mcp` with `headers` (plus
+/// `content-type: application/json` on a POST, and an `accept` of both
+/// JSON and SSE unless given) and reads the answer as it arrives.
+pub async fn open(method: &str, addr: SocketAddr, headers: &[(&str, &str)], body: &str) -> Stream {
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let mut b = http::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}/mcp"));
+    if method == "POST" {
+        b = b.header("content-type", "application/json");
+    }
+    if !headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("accept"))
+    {
+        b = b.header("accept", "application/json, text/event-stream");
+    }
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let resp = client
+        .request(b.body(Full::new(Bytes::from(body.to_string()))).unwrap())
+        .await
+        .expect("HTTP request");
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let is_sse = headers
+        .get("content-type")
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        let mut body = resp.into_body();
+        if !is_sse {
+            let bytes = body.collect().await.unwrap().to_bytes();
+            if !bytes.is_empty() {
+                let data = serde_json::from_slice(&bytes).unwrap();
+                let _ = tx
+                    .send(Event {
+                        event: None,
+                        id: None,
+                        data,
+                    })
+                    .await;
+            }
+            return;
+        }
+        let mut parser = Parser::default();
+        // Reads until the stream ends, or drops it (closing the connection)
+        // once the receiver is gone: a client closing its stream.
+        while let Some(Ok(frame)) = tokio::select! {
+            f = body.frame() => f,
+            _ = tx.closed() => None,
+        } {
+            if let Some(d) = frame.data_ref() {
+                let mut evs = Vec::new();
+                parser.push(d, &mut evs);
+                for e in evs {
+                    let _ = tx.send(e).await;
+                }
+            }
+        }
+    });
+    Stream {
+        status,
+        headers,
+        rx,
+    }
+}
