@@ -180,9 +180,9 @@ pub enum GatewayError {
         /// The OS error.
         source: std::io::Error,
     },
-    /// Binding the admin listener (`server.metrics_listen`) failed: another
+    /// Binding the admin listener (`server.admin_listen`) failed: another
     /// gateway may hold it, and `mcp-edge status` would then report on that one.
-    #[error("cannot open the admin listener (/metrics /status /healthz /readyz) on {addr}; set server.metrics_listen to a free address, or \"off\"")]
+    #[error("cannot open the admin listener (/metrics /status /healthz /readyz) on {addr}; set server.admin_listen to a free address, or \"off\"")]
     AdminBind {
         /// The configured (or default) address.
         addr: SocketAddr,
@@ -239,7 +239,7 @@ impl Gateway {
         })?;
         let s = &config.server;
         // Bound before any upstream starts, so a taken port fails cleanly.
-        let admin_listener = match s.metrics_listen {
+        let admin_listener = match s.admin_listen {
             Some(m) => Some(
                 TcpListener::bind(m)
                     .await
@@ -334,7 +334,7 @@ impl Gateway {
         self.ready_upstreams()
     }
 
-    /// The bound admin address (`server.metrics_listen`), if any.
+    /// The bound admin address (`server.admin_listen`), if any.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin_addr
     }
