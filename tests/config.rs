@@ -8,7 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use mcp_edge::config::{Config, ConfigError, Era, ToolNameRule, Transport, UpstreamConfig};
+use mcp_edge::config::{
+    Config, ConfigError, EraPreference, ToolNameRule, Transport, UpstreamConfig,
+};
 use mcp_edge::limits;
 
 /// What an unset `server.state_directory` resolves to in this process: the
@@ -210,7 +212,7 @@ fn minimal_stdio_gets_every_default() {
     assert_eq!((up.name.as_str(), up.prefix.as_str()), ("fs", "fs"));
     assert!(up.enabled);
     assert!(!up.required);
-    assert_eq!(up.era, Era::Auto);
+    assert_eq!(up.era, EraPreference::Auto);
     assert_eq!(up.call_timeout, limits::DEFAULT_CALL_TIMEOUT);
     assert_eq!(up.max_in_flight, limits::DEFAULT_MAX_IN_FLIGHT);
     assert_eq!(up.max_result_bytes, limits::DEFAULT_MAX_RESULT_BYTES);
@@ -261,7 +263,7 @@ fn full_example_resolves_every_key() {
     assert_eq!(names, ["fs", "remote", "edge", "old"]);
     let fs = &cfg.upstreams[0];
     assert_eq!(fs.prefix, "files");
-    assert_eq!(fs.era, Era::Legacy);
+    assert_eq!(fs.era, EraPreference::Legacy);
     assert_eq!(fs.call_timeout, Duration::from_secs(120));
     assert_eq!((fs.max_in_flight, fs.max_result_bytes), (16, 1024 * 1024));
     assert_eq!(
@@ -289,7 +291,7 @@ fn full_example_resolves_every_key() {
     let remote = &cfg.upstreams[1];
     assert_eq!(
         (remote.prefix.as_str(), remote.era),
-        ("remote", Era::Modern)
+        ("remote", EraPreference::Modern)
     );
     // An integer factor is accepted; zero stable period is allowed.
     assert_eq!(remote.backoff_factor, 3.0);

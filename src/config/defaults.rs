@@ -1,7 +1,7 @@
 //! The built-in default of every `[server]` and `[[upstream]]` key, all from
 //! [`crate::limits`] (a board profile's defaults are applied by `ctx`).
 
-use super::{Era, ServerConfig, ToolNameRule, Transport, UpstreamConfig};
+use super::{EraPreference, ServerConfig, ToolNameRule, Transport, UpstreamConfig};
 use crate::limits;
 
 /// `[server]` with every key at its default.
@@ -38,7 +38,7 @@ pub(super) fn upstream(name: String, transport: Transport) -> UpstreamConfig {
         name,
         enabled: true,
         required: false,
-        era: Era::Auto,
+        era: EraPreference::Auto,
         call_timeout: limits::DEFAULT_CALL_TIMEOUT,
         max_in_flight: limits::DEFAULT_MAX_IN_FLIGHT,
         max_result_bytes: limits::DEFAULT_MAX_RESULT_BYTES,

@@ -273,9 +273,9 @@ pub enum ToolNameRule {
     Spec,
 }
 
-/// Protocol era of an upstream (`upstream.era`).
+/// Which protocol era to speak to an upstream (`upstream.era`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Era {
+pub enum EraPreference {
     /// `"auto"`: probe the upstream.
     Auto,
     /// `"legacy"`: `initialize` + sessions (2025-03-26 … 2025-11-25).
@@ -299,8 +299,8 @@ pub struct UpstreamConfig {
     /// while this upstream has been away from Ready longer than
     /// `watchdog.required_grace`. Optional upstreams never withhold it.
     pub required: bool,
-    /// `era`, default [`Era::Auto`].
-    pub era: Era,
+    /// `era`, default [`EraPreference::Auto`].
+    pub era: EraPreference,
     /// Per-call timeout (`call_timeout`), default [`crate::limits::DEFAULT_CALL_TIMEOUT`].
     pub call_timeout: Duration,
     /// In-flight table capacity (`max_in_flight`).

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-use super::{Config, Era, ServerConfig, ToolNameRule, Transport, UpstreamConfig};
+use super::{Config, EraPreference, ServerConfig, ToolNameRule, Transport, UpstreamConfig};
 
 /// Replacement for a masked value.
 const MASK: &str = "***";
@@ -81,9 +81,9 @@ fn upstream(o: &mut String, up: &UpstreamConfig) {
         Transport::Builtin => "builtin",
     };
     let era = match up.era {
-        Era::Auto => "auto",
-        Era::Legacy => "legacy",
-        Era::Modern => "modern",
+        EraPreference::Auto => "auto",
+        EraPreference::Legacy => "legacy",
+        EraPreference::Modern => "modern",
     };
     for (key, value) in [
         ("name", quote(&up.name)),

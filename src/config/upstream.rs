@@ -14,7 +14,7 @@ use super::fields::{
 };
 use super::raw::RawUpstream;
 use super::values::{duration, durations, float, int, ints};
-use super::{Era, Transport, UpstreamConfig};
+use super::{EraPreference, Transport, UpstreamConfig};
 use crate::limits;
 
 /// The `[[upstream]]` table `raw` at key path `base` (`upstream[1]`).
@@ -158,9 +158,9 @@ fn identity(ctx: &Ctx, base: &str, raw: &mut RawUpstream, up: &mut UpstreamConfi
         ));
     }
     up.era = match raw.era.as_deref() {
-        None | Some("auto") => Era::Auto,
-        Some("legacy") => Era::Legacy,
-        Some("modern") => Era::Modern,
+        None | Some("auto") => EraPreference::Auto,
+        Some("legacy") => EraPreference::Legacy,
+        Some("modern") => EraPreference::Modern,
         Some(_) => {
             return Err(ctx.err(k("era"), "must be \"auto\", \"legacy\" or \"modern\""));
         }
