@@ -517,7 +517,7 @@ async fn bench() -> ExitCode {
     mcp_edge::metrics::prometheus();
     let mut config = Config::embedded_default();
     config.server.listen = "127.0.0.1:0".parse().expect("address");
-    config.server.metrics_listen = None;
+    config.server.admin_listen = None;
     config.server.session_capacity = mcp_edge::limits::SESSION_CAPACITY_CEILING;
     config.server.session_min_idle_before_evict = Duration::ZERO;
     config.server.session_idle_timeout = IDLE;

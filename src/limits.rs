@@ -11,10 +11,11 @@ use std::time::Duration;
 /// §Security: bind to localhost when running locally).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8737";
 
-/// Default admin listener (`server.metrics_listen`): `/metrics`, `/healthz`,
-/// `/readyz`, `/status` on loopback, its own port. When `server.listen` has
-/// port 0 (tests, ephemeral setups) the default admin port is 0 as well.
-pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9737";
+/// Default admin listener (`server.admin_listen`): `/metrics`, `/healthz`,
+/// `/readyz`, `/status`, `/upstreams/<name>/reconnect` on loopback, its own
+/// port. When `server.listen` has port 0 (tests, ephemeral setups) the
+/// default admin port is 0 as well.
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9737";
 
 /// Default `watchdog.required_grace`: how long an upstream marked
 /// `required = true` may be away from Ready before the systemd watchdog ping
@@ -74,11 +75,6 @@ pub const MAX_LIST_PAGES: usize = 64;
 
 /// Number of upstreams a config may declare.
 pub const MAX_UPSTREAMS: usize = 64;
-
-/// Reconnect backoff of the v0 supervisor: first delay.
-pub const RECONNECT_INITIAL: Duration = Duration::from_secs(1);
-/// Reconnect backoff of the v0 supervisor: cap.
-pub const RECONNECT_CAP: Duration = Duration::from_secs(60);
 
 /// Bytes of a stdio upstream's stderr kept per line in the log (longer lines are cut).
 pub const STDERR_LINE_BYTES: usize = 4096;
@@ -199,3 +195,74 @@ pub const ADMIN_CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
 pub const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// The session sweep runs every `min(session_idle_timeout / 4, this)`.
 pub const SESSION_SWEEP_MAX_PERIOD: Duration = Duration::from_secs(60);
+
+// ---- config defaults (config/*) ----
+// Ranges of config keys checked in `config/*` (defaults are above), and the
+// board profile bounds.
+
+/// Default `server.tool_name_separator`: between upstream prefix and tool name.
+pub const DEFAULT_TOOL_NAME_SEPARATOR: &str = "__";
+/// Longest `server.tool_name_separator`, in characters: 4.
+pub const MAX_TOOL_NAME_SEPARATOR_LEN: usize = 4;
+/// Smallest accepted `server.keepalive`: 1 s.
+pub const MIN_KEEPALIVE: Duration = Duration::from_secs(1);
+/// Largest accepted `server.keepalive`: 60 s.
+pub const MAX_KEEPALIVE: Duration = Duration::from_secs(60);
+/// Ceiling for `server.max_connections` (default [`DEFAULT_MAX_CONNECTIONS`]).
+pub const MAX_CONNECTIONS_CEILING: usize = 65_536;
+/// Longest `server.session_min_idle_before_evict`: 24 h.
+pub const MAX_SESSION_MIN_IDLE_BEFORE_EVICT: Duration = Duration::from_secs(24 * 3600);
+
+/// Smallest accepted `watchdog.required_grace`: 1 s.
+pub const MIN_REQUIRED_GRACE: Duration = Duration::from_secs(1);
+/// Largest accepted `watchdog.required_grace`: 24 h.
+pub const MAX_REQUIRED_GRACE: Duration = Duration::from_secs(24 * 3600);
+
+/// Longest upstream `name` / `prefix` (and `mcpServers` server name), in
+/// characters: 32.
+pub const MAX_UPSTREAM_NAME_LEN: usize = 32;
+/// Smallest accepted `upstream.call_timeout`: 1 s.
+pub const MIN_CALL_TIMEOUT: Duration = Duration::from_secs(1);
+/// Largest accepted `upstream.call_timeout`: 1 h.
+pub const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Smallest accepted `upstream.max_result_bytes`: 1 KiB.
+pub const MIN_RESULT_BYTES: usize = 1024;
+/// Ceiling for `upstream.max_result_bytes`: 256 MiB.
+pub const MAX_RESULT_BYTES_CEILING: usize = 256 * 1024 * 1024;
+/// Smallest accepted `upstream.health_interval`: 1 s.
+pub const MIN_HEALTH_INTERVAL: Duration = Duration::from_secs(1);
+/// Largest accepted `upstream.health_interval`: 1 h.
+pub const MAX_HEALTH_INTERVAL: Duration = Duration::from_secs(3600);
+/// Smallest accepted `upstream.probe_timeout`: 100 ms.
+pub const MIN_PROBE_TIMEOUT: Duration = Duration::from_millis(100);
+/// Largest accepted `upstream.probe_timeout`: 5 min.
+pub const MAX_PROBE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// Largest accepted `upstream.probe_misses`: 100.
+pub const MAX_PROBE_MISSES: u32 = 100;
+/// Smallest accepted `upstream.backoff_initial`: 100 ms.
+pub const MIN_BACKOFF_INITIAL: Duration = Duration::from_millis(100);
+/// Largest accepted `upstream.backoff_initial`: 1 h.
+pub const MAX_BACKOFF_INITIAL: Duration = Duration::from_secs(3600);
+/// Smallest accepted `upstream.backoff_factor`: 1.0 (no growth).
+pub const MIN_BACKOFF_FACTOR: f64 = 1.0;
+/// Largest accepted `upstream.backoff_factor`: 10.0.
+pub const MAX_BACKOFF_FACTOR: f64 = 10.0;
+/// Smallest accepted `upstream.backoff_cap`: 1 s.
+pub const MIN_BACKOFF_CAP: Duration = Duration::from_secs(1);
+/// Largest accepted `upstream.backoff_cap`: 24 h.
+pub const MAX_BACKOFF_CAP: Duration = Duration::from_secs(24 * 3600);
+/// Largest accepted `upstream.stable_period`: 24 h (zero is allowed).
+pub const MAX_STABLE_PERIOD: Duration = Duration::from_secs(24 * 3600);
+/// Smallest accepted `upstream.retry_after_cap`: 1 s.
+pub const MIN_RETRY_AFTER_CAP: Duration = Duration::from_secs(1);
+/// Largest accepted `upstream.retry_after_cap`: 24 h.
+pub const MAX_RETRY_AFTER_CAP: Duration = Duration::from_secs(24 * 3600);
+/// Smallest accepted `upstream.startup_timeout`: 1 s.
+pub const MIN_STARTUP_TIMEOUT: Duration = Duration::from_secs(1);
+/// Largest accepted `upstream.startup_timeout`: 10 min.
+pub const MAX_STARTUP_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+
+/// Smallest accepted board profile `heap_budget_bytes`: 4 MiB.
+pub const MIN_HEAP_BUDGET_BYTES: usize = 4 << 20;
+/// Largest accepted board profile `heap_budget_bytes`: 64 GiB.
+pub const MAX_HEAP_BUDGET_BYTES: usize = 64 << 30;

@@ -26,7 +26,7 @@ struct Cli {
     #[arg(long, global = true, env = "MCP_EDGE_BOARD")]
     board: Option<String>,
     /// Admin URL of a running gateway for `status` and `upstream`; default:
-    /// `server.metrics_listen` of --config, else http://127.0.0.1:9737.
+    /// `server.admin_listen` of --config, else http://127.0.0.1:9737.
     #[arg(long, global = true)]
     url: Option<String>,
 }
@@ -133,30 +133,34 @@ fn report(r: anyhow::Result<()>) -> ExitCode {
 /// One request to a running gateway's admin listener; returns the body.
 /// The admin address a config file names. A file that does not validate
 /// (say, after an edit the running gateway rejected) is still read for its
-/// `server.metrics_listen` alone, so `status` works when it is needed most.
+/// `server.admin_listen` (or its deprecated alias `metrics_listen`) alone,
+/// so `status` works when it is needed most.
 fn admin_listen(p: &std::path::Path) -> anyhow::Result<Option<std::net::SocketAddr>> {
     match Config::load(p) {
-        Ok(c) => Ok(c.server.metrics_listen),
+        Ok(c) => Ok(c.server.admin_listen),
         Err(e) => {
             let text =
                 std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
             let raw: toml::Table = toml::from_str(&text)
                 .map_err(|_| e)
                 .context("invalid config")?;
-            let listen = raw
-                .get("server")
-                .and_then(|s| s.get("metrics_listen"))
-                .and_then(|v| v.as_str());
+            let server = raw.get("server");
+            let (key, listen) = ["admin_listen", "metrics_listen"]
+                .into_iter()
+                .find_map(|k| Some((k, server?.get(k)?.as_str())))
+                .unwrap_or(("admin_listen", None));
             eprintln!(
                 "mcp-edge: note: {} does not validate; asking the admin listener it names",
                 p.display()
             );
             match listen {
                 Some("off") => Ok(None),
-                Some(a) => Ok(Some(a.parse().with_context(|| {
-                    format!("{}: server.metrics_listen {a:?}", p.display())
-                })?)),
-                None => Ok(Some(mcp_edge::limits::DEFAULT_METRICS_LISTEN.parse()?)),
+                Some(a) => {
+                    Ok(Some(a.parse().with_context(|| {
+                        format!("{}: server.{key} {a:?}", p.display())
+                    })?))
+                }
+                None => Ok(Some(mcp_edge::limits::DEFAULT_ADMIN_LISTEN.parse()?)),
             }
         }
     }
@@ -176,11 +180,11 @@ fn admin(
             Some(p) => match admin_listen(p)? {
                 Some(a) => format!("http://{a}"),
                 None => anyhow::bail!(
-                    "{}: server.metrics_listen is \"off\": no admin listener to ask (pass --url)",
+                    "{}: server.admin_listen is \"off\": no admin listener to ask (pass --url)",
                     p.display()
                 ),
             },
-            None => format!("http://{}", mcp_edge::limits::DEFAULT_METRICS_LISTEN),
+            None => format!("http://{}", mcp_edge::limits::DEFAULT_ADMIN_LISTEN),
         },
     };
     let uri = format!("{}{path}", base.trim_end_matches('/'));
@@ -206,7 +210,7 @@ fn admin(
                 })?
                 .with_context(|| {
                     format!(
-                        "cannot reach the admin listener at {uri} (is server.metrics_listen set?)"
+                        "cannot reach the admin listener at {uri} (is server.admin_listen set?)"
                     )
                 })?;
         let status = resp.status();

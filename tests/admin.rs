@@ -1,4 +1,4 @@
-//! The admin listener (`server.metrics_listen`): /metrics, /healthz, /readyz,
+//! The admin listener (`server.admin_listen`): /metrics, /healthz, /readyz,
 //! /status, the reconnect action, and the `mcp-edge status` CLI against it.
 
 mod support;
@@ -56,7 +56,7 @@ async fn parse_with_prometheus_client(text: &str) -> String {
 async fn status_metrics_readiness_and_reconnect() {
     mcp_edge::metrics::prometheus();
     let upstreams = "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n\n[[upstream]]\nname = \"dead\"\ntransport = \"stdio\"\ncommand = \"/nonexistent/server\"\n";
-    let gw = start("metrics_listen = \"127.0.0.1:0\"", upstreams).await;
+    let gw = start("admin_listen = \"127.0.0.1:0\"", upstreams).await;
     let admin = gw.admin_addr().expect("admin listener bound");
     assert_eq!(get(admin, "GET", "/healthz").await.0, 200);
     assert_eq!(get(admin, "GET", "/readyz").await.0, 200);

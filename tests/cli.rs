@@ -186,7 +186,7 @@ fn a_taken_admin_port_is_a_clear_start_error() {
         &dir,
         "c.toml",
         &format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"{}\"\n[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"{}\"\n[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
             taken.local_addr().unwrap()
         ),
     );
@@ -194,8 +194,7 @@ fn a_taken_admin_port_is_a_clear_start_error() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("cannot open the admin listener")
-            && stderr.contains("server.metrics_listen"),
+        stderr.contains("cannot open the admin listener") && stderr.contains("server.admin_listen"),
         "{stderr}"
     );
 }
@@ -206,13 +205,13 @@ fn status_cli_accepts_url_without_scheme_and_explains_an_off_admin_listener() {
     let p = write(
         &dir,
         "c.toml",
-        "[server]\nmetrics_listen = \"off\"\n[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
+        "[server]\nadmin_listen = \"off\"\n[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
     );
     let out = bin().args(["status", "--config"]).arg(&p).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stderr.contains("server.metrics_listen is \"off\""),
+        stderr.contains("server.admin_listen is \"off\""),
         "{stderr}"
     );
     // No scheme: http:// is assumed (nothing listens there: a connect error, not "invalid format").
@@ -270,22 +269,25 @@ fn a_closed_pipe_ends_check_config_quietly() {
 #[test]
 fn status_reads_the_admin_address_of_a_file_that_does_not_validate() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = write(
-        &dir,
-        "broken.toml",
-        "[server]\nmetrics_listen = \"127.0.0.1:1\"\nno_such_key = 1\n",
-    );
-    let out = bin()
-        .arg("status")
-        .arg("--config")
-        .arg(&cfg)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(stderr.contains("does not validate"), "{stderr}");
-    assert!(
-        stderr.contains("127.0.0.1:1"),
-        "it asked the named listener: {stderr}"
-    );
+    // `metrics_listen`: the deprecated alias of `admin_listen`.
+    for key in ["admin_listen", "metrics_listen"] {
+        let cfg = write(
+            &dir,
+            "broken.toml",
+            &format!("[server]\n{key} = \"127.0.0.1:1\"\nno_such_key = 1\n"),
+        );
+        let out = bin()
+            .arg("status")
+            .arg("--config")
+            .arg(&cfg)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(stderr.contains("does not validate"), "{stderr}");
+        assert!(
+            stderr.contains("127.0.0.1:1"),
+            "it asked the named listener: {stderr}"
+        );
+    }
 }

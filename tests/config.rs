@@ -8,7 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use mcp_edge::config::{Config, ConfigError, Era, ToolNameRule, Transport, UpstreamConfig};
+use mcp_edge::config::{
+    Config, ConfigError, EraPreference, ToolNameRule, Transport, UpstreamConfig,
+};
 use mcp_edge::limits;
 
 /// What an unset `server.state_directory` resolves to in this process: the
@@ -199,8 +201,8 @@ fn minimal_stdio_gets_every_default() {
     assert_eq!(s.tool_name_separator, "__");
     assert_eq!(s.tool_names, ToolNameRule::Strict);
     assert_eq!(
-        s.metrics_listen,
-        Some(limits::DEFAULT_METRICS_LISTEN.parse().unwrap())
+        s.admin_listen,
+        Some(limits::DEFAULT_ADMIN_LISTEN.parse().unwrap())
     );
     assert_eq!(s.state_directory, env_state_directory());
     assert_eq!(cfg.watchdog.required_grace, limits::DEFAULT_REQUIRED_GRACE);
@@ -210,7 +212,7 @@ fn minimal_stdio_gets_every_default() {
     assert_eq!((up.name.as_str(), up.prefix.as_str()), ("fs", "fs"));
     assert!(up.enabled);
     assert!(!up.required);
-    assert_eq!(up.era, Era::Auto);
+    assert_eq!(up.era, EraPreference::Auto);
     assert_eq!(up.call_timeout, limits::DEFAULT_CALL_TIMEOUT);
     assert_eq!(up.max_in_flight, limits::DEFAULT_MAX_IN_FLIGHT);
     assert_eq!(up.max_result_bytes, limits::DEFAULT_MAX_RESULT_BYTES);
@@ -251,7 +253,7 @@ fn full_example_resolves_every_key() {
     assert_eq!(s.max_pending_server_requests, 8);
     assert_eq!(s.tool_name_separator, ".");
     assert_eq!(s.tool_names, ToolNameRule::Spec);
-    assert_eq!(s.metrics_listen.unwrap().to_string(), "127.0.0.1:9737");
+    assert_eq!(s.admin_listen.unwrap().to_string(), "127.0.0.1:9737");
     assert_eq!(
         s.state_directory.as_deref(),
         Some(Path::new("/var/lib/mcp-edge"))
@@ -261,7 +263,7 @@ fn full_example_resolves_every_key() {
     assert_eq!(names, ["fs", "remote", "edge", "old"]);
     let fs = &cfg.upstreams[0];
     assert_eq!(fs.prefix, "files");
-    assert_eq!(fs.era, Era::Legacy);
+    assert_eq!(fs.era, EraPreference::Legacy);
     assert_eq!(fs.call_timeout, Duration::from_secs(120));
     assert_eq!((fs.max_in_flight, fs.max_result_bytes), (16, 1024 * 1024));
     assert_eq!(
@@ -289,7 +291,7 @@ fn full_example_resolves_every_key() {
     let remote = &cfg.upstreams[1];
     assert_eq!(
         (remote.prefix.as_str(), remote.era),
-        ("remote", Era::Modern)
+        ("remote", EraPreference::Modern)
     );
     // An integer factor is accepted; zero stable period is allowed.
     assert_eq!(remote.backoff_factor, 3.0);
@@ -474,10 +476,7 @@ fn render_masks_secrets() {
     ] {
         assert!(full.contains(want), "{want} missing:\n{full}");
     }
-    assert!(
-        full.contains("metrics_listen = \"127.0.0.1:9737\""),
-        "{full}"
-    );
+    assert!(full.contains("admin_listen = \"127.0.0.1:9737\""), "{full}");
 
     for name in ["claude_desktop.json", "mcp_url.json"] {
         let out = fixture("valid", name).render_masked();
@@ -640,13 +639,13 @@ fn admin_listener_defaults_follow_listen_and_can_be_turned_off() {
     };
     // An ephemeral listen port gives an ephemeral admin port (parallel tests never collide).
     let c = load("listen = \"127.0.0.1:0\"");
-    assert_eq!(c.server.metrics_listen.unwrap().to_string(), "127.0.0.1:0");
-    let c = load("metrics_listen = \"off\"");
-    assert_eq!(c.server.metrics_listen, None);
-    assert!(c.render_masked().contains("metrics_listen = \"off\""));
+    assert_eq!(c.server.admin_listen.unwrap().to_string(), "127.0.0.1:0");
+    let c = load("admin_listen = \"off\"");
+    assert_eq!(c.server.admin_listen, None);
+    assert!(c.render_masked().contains("admin_listen = \"off\""));
     // "off" survives a render → parse round trip.
     let again = Config::from_toml_str(&c.render_masked(), Path::new("r.toml")).unwrap();
-    assert_eq!(again.server.metrics_listen, None);
+    assert_eq!(again.server.admin_listen, None);
 }
 
 #[test]
@@ -663,4 +662,49 @@ fn required_upstreams_and_their_grace() {
     let again = Config::from_toml_str(&r, Path::new("r.toml")).unwrap();
     assert_eq!(again.watchdog, c.watchdog);
     assert_eq!(again.upstreams, c.upstreams);
+}
+
+#[test]
+fn metrics_listen_is_a_deprecated_alias_of_admin_listen() {
+    let one = "[[upstream]]\nname = \"fs\"\ncommand = \"x\"\n";
+    let text = format!("[server]\nmetrics_listen = \"127.0.0.1:9801\"\n{one}");
+    let c = Config::from_toml_str(&text, Path::new("c.toml")).unwrap();
+    assert_eq!(c.server.admin_listen.unwrap().to_string(), "127.0.0.1:9801");
+    // check-config's rendering notes the old name and writes the new one.
+    let out = c.render_masked();
+    assert!(
+        out.contains(
+            "# note: server.metrics_listen is deprecated; rename it to server.admin_listen\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("\nadmin_listen = \"127.0.0.1:9801\"\n"),
+        "{out}"
+    );
+    assert!(!out.contains("\nmetrics_listen"), "{out}");
+    // The rendering reads back the same, without the note.
+    let again = Config::from_toml_str(&out, Path::new("r.toml")).unwrap();
+    assert_eq!(again.server.admin_listen, c.server.admin_listen);
+    assert!(again.notes.is_empty(), "{:?}", again.notes);
+    // "off" through the alias.
+    let text = format!("[server]\nmetrics_listen = \"off\"\n{one}");
+    let c = Config::from_toml_str(&text, Path::new("c.toml")).unwrap();
+    assert_eq!(c.server.admin_listen, None);
+    // The documented key alone: no note.
+    let text = format!("[server]\nadmin_listen = \"127.0.0.1:9801\"\n{one}");
+    let c = Config::from_toml_str(&text, Path::new("c.toml")).unwrap();
+    assert!(c.notes.is_empty(), "{:?}", c.notes);
+    assert!(!c.render_masked().contains("# note:"));
+}
+
+#[test]
+fn admin_listen_and_metrics_listen_together_name_both_keys() {
+    let text = "[server]\nadmin_listen = \"127.0.0.1:9800\"\nmetrics_listen = \"127.0.0.1:9801\"\n\
+                [[upstream]]\nname = \"fs\"\ncommand = \"x\"\n";
+    let e = Config::from_toml_str(text, Path::new("c.toml")).unwrap_err();
+    assert_eq!(e.key(), Some("server.metrics_listen"), "{e}");
+    let msg = e.to_string();
+    assert!(msg.starts_with("c.toml: server.metrics_listen: "), "{msg}");
+    assert!(msg.contains("server.admin_listen"), "{msg}");
 }

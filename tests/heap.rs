@@ -29,7 +29,7 @@ fn runtime() -> tokio::runtime::Runtime {
 async fn gateway(capacity: usize) -> Gateway {
     let mut c = Config::embedded_default();
     c.server.listen = "127.0.0.1:0".parse().unwrap();
-    c.server.metrics_listen = None;
+    c.server.admin_listen = None;
     c.server.session_capacity = capacity;
     c.server.session_idle_timeout = Duration::from_secs(60);
     c.server.session_min_idle_before_evict = Duration::from_secs(1);

@@ -300,7 +300,7 @@ async fn inspector_cli_lists_tools() {
 async fn embedded_default_serves_edge_tools_to_the_inspector() {
     let mut config = mcp_edge::config::Config::embedded_default();
     config.server.listen = "127.0.0.1:0".parse().unwrap();
-    config.server.metrics_listen = None;
+    config.server.admin_listen = None;
     let gw = mcp_edge::gateway::Gateway::start(config).await.unwrap();
     gw.wait_upstreams(std::time::Duration::from_secs(5)).await;
     let out = peers::inspector_tools_list(&format!("http://{}/mcp", gw.local_addr())).await;

@@ -62,7 +62,7 @@ async fn sighup_restarts_only_what_changed_and_keeps_sessions() {
     let dir = tempfile::tempdir().unwrap();
     let notify = NotifySocket::bind(dir.path(), Duration::from_secs(30));
     let port = free_port();
-    let head = format!("[server]\nlisten = \"127.0.0.1:{port}\"\nmetrics_listen = \"off\"\n");
+    let head = format!("[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"off\"\n");
     let before = format!(
         "{head}{}{}",
         fake_block("keep", "legacy", ""),
@@ -177,7 +177,7 @@ async fn a_reload_keeps_the_board_profile_and_sigterm_is_honoured_while_upstream
     std::fs::write(
         &cfg,
         format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"off\"\n{}",
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"off\"\n{}",
             fake_block("keep", "legacy", "")
         ),
     )
@@ -211,7 +211,7 @@ async fn a_reload_keeps_the_board_profile_and_sigterm_is_honoured_while_upstream
     std::fs::write(
         &cfg,
         format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"off\"\n{}\
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"off\"\n{}\
              [[upstream]]\nname = \"mute\"\ncommand = \"sleep\"\nargs = [\"1000\"]\nstartup_timeout = \"60s\"\n",
             fake_block("keep", "legacy", "")
         ),

@@ -23,9 +23,13 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::ctx::{Ctx, Result};
 use super::raw::{RawDuration, RawInt, RawServer, RawUpstream};
-use super::validate::{self, Ctx};
-use super::{ConfigError, ServerConfig, UpstreamConfig};
+use super::server::server;
+use super::upstream::upstream;
+use super::values::int;
+use super::{Board, ConfigError};
+use crate::limits;
 
 /// The profiles shipped in `board/`, by name.
 const PROFILES: [(&str, &str); 4] = [
@@ -46,22 +50,6 @@ const PROFILES: [(&str, &str); 4] = [
         include_str!("../../board/generic-arm64/profile.toml"),
     ),
 ];
-
-/// A validated board profile.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Board {
-    /// Its name (`rpi4-2gb`).
-    pub name: String,
-    /// One line for humans.
-    pub description: String,
-    /// Largest worst-case live heap of mcp-edge itself, in bytes, that
-    /// `check-config` accepts (see [`crate::budget`]).
-    pub heap_budget_bytes: usize,
-    /// `[server]` defaults under this profile.
-    pub(super) server: ServerConfig,
-    /// Per-upstream defaults under this profile (name and transport are placeholders).
-    pub(super) upstream: UpstreamConfig,
-}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -95,11 +83,6 @@ struct RawBoardUpstream {
     max_catalog_bytes: Option<RawInt>,
 }
 
-/// Smallest accepted `heap_budget_bytes`: 4 MiB.
-const MIN_HEAP_BUDGET: usize = 4 << 20;
-/// Largest accepted `heap_budget_bytes`: 64 GiB.
-const MAX_HEAP_BUDGET: usize = 64 << 30;
-
 impl Board {
     /// Names of the shipped profiles.
     pub fn names() -> impl Iterator<Item = &'static str> {
@@ -112,7 +95,7 @@ impl Board {
     /// [`ConfigError::UnknownBoard`] for an unknown name (the message lists
     /// the known ones); a profile that fails validation names
     /// its file and key (a build defect: tests load every profile).
-    pub fn named(name: &str) -> Result<Board, ConfigError> {
+    pub fn named(name: &str) -> std::result::Result<Board, ConfigError> {
         let Some((_, text)) = PROFILES.iter().find(|(n, _)| *n == name) else {
             return Err(ConfigError::unknown_board(name));
         };
@@ -120,57 +103,63 @@ impl Board {
         Board::parse(name, text, &path)
     }
 
-    fn parse(name: &str, text: &str, path: &Path) -> Result<Board, ConfigError> {
+    fn parse(name: &str, text: &str, path: &Path) -> Result<Board> {
         let no_env = |_: &str| -> Option<OsString> { None };
         let ctx = Ctx::new(path, &no_env);
         let raw: RawBoard = toml::from_str(text).map_err(|e| ctx.parse_err(e.to_string()))?;
-        let heap_budget_bytes = validate::int(
+        let heap_budget_bytes = int(
             &ctx,
             "heap_budget_bytes",
             raw.heap_budget_bytes,
-            (MIN_HEAP_BUDGET, MAX_HEAP_BUDGET),
+            (limits::MIN_HEAP_BUDGET_BYTES, limits::MAX_HEAP_BUDGET_BYTES),
             0,
         )?;
         if heap_budget_bytes == 0 {
             return Err(ctx.err("heap_budget_bytes", "missing; every profile needs a budget"));
         }
         let s = raw.server.unwrap_or_default();
-        let server = super::server::server(
-            &ctx,
-            RawServer {
-                session_capacity: s.session_capacity,
-                session_idle_timeout: s.session_idle_timeout,
-                session_min_idle_before_evict: s.session_min_idle_before_evict,
-                keepalive: s.keepalive,
-                max_connections: s.max_connections,
-                max_body_bytes: s.max_body_bytes,
-                sse_queue_depth: s.sse_queue_depth,
-                max_pending_server_requests: s.max_pending_server_requests,
-                ..RawServer::default()
-            },
-        )?;
         let u = raw.upstream_defaults.unwrap_or_default();
-        let upstream = validate::upstream(
-            &ctx,
-            "upstream_defaults",
-            RawUpstream {
-                name: Some("defaults".into()),
-                transport: Some("builtin".into()),
-                call_timeout: u.call_timeout,
-                max_in_flight: u.max_in_flight,
-                max_result_bytes: u.max_result_bytes,
-                max_catalog_entries: u.max_catalog_entries,
-                max_catalog_bytes: u.max_catalog_bytes,
-                ..RawUpstream::default()
-            },
-        )?;
         Ok(Board {
             name: name.to_owned(),
             description: raw.description.unwrap_or_else(|| name.to_owned()),
             heap_budget_bytes,
-            server,
-            upstream,
+            server: server(&ctx, s.into())?,
+            upstream: upstream(&ctx, "upstream_defaults", u.into())?,
         })
+    }
+}
+
+impl From<RawBoardServer> for RawServer {
+    /// The profile's `[server]` keys as a config file's; the rest unset.
+    fn from(s: RawBoardServer) -> RawServer {
+        RawServer {
+            session_capacity: s.session_capacity,
+            session_idle_timeout: s.session_idle_timeout,
+            session_min_idle_before_evict: s.session_min_idle_before_evict,
+            keepalive: s.keepalive,
+            max_connections: s.max_connections,
+            max_body_bytes: s.max_body_bytes,
+            sse_queue_depth: s.sse_queue_depth,
+            max_pending_server_requests: s.max_pending_server_requests,
+            ..RawServer::default()
+        }
+    }
+}
+
+impl From<RawBoardUpstream> for RawUpstream {
+    /// The profile's `[upstream_defaults]` as a builtin upstream named
+    /// `defaults`; the rest unset.
+    fn from(u: RawBoardUpstream) -> RawUpstream {
+        RawUpstream {
+            name: Some("defaults".into()),
+            transport: Some("builtin".into()),
+            call_timeout: u.call_timeout,
+            max_in_flight: u.max_in_flight,
+            max_result_bytes: u.max_result_bytes,
+            max_catalog_entries: u.max_catalog_entries,
+            max_catalog_bytes: u.max_catalog_bytes,
+            ..RawUpstream::default()
+        }
     }
 }
 
@@ -182,7 +171,10 @@ mod tests {
     fn every_shipped_profile_is_valid() {
         for name in Board::names() {
             let b = Board::named(name).unwrap_or_else(|e| panic!("{e}"));
-            assert!(b.heap_budget_bytes >= MIN_HEAP_BUDGET, "{name}");
+            assert!(
+                b.heap_budget_bytes >= limits::MIN_HEAP_BUDGET_BYTES,
+                "{name}"
+            );
         }
     }
 

@@ -1,17 +1,13 @@
 //! Per-key checks of an upstream, shared by the TOML and `mcpServers`
-//! loaders. Values that may be secrets (URLs, header values) are never echoed
-//! in an error.
+//! loaders, and which keys belong to which transport. Values that may be
+//! secrets (URLs, header values) are never echoed in an error.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::validate::{is_name_char, key_segment, Ctx};
-use super::ConfigError;
+use super::ctx::{is_name_char, key_segment, Ctx, Result};
+use crate::limits::MAX_UPSTREAM_NAME_LEN;
 
-type Result<T> = std::result::Result<T, ConfigError>;
-
-/// Longest upstream name / prefix.
-const MAX_NAME_LEN: usize = 32;
 /// Environment variable expanded in `bearer_token_file` (systemd credentials).
 const CREDENTIALS_VAR: &str = "CREDENTIALS_DIRECTORY";
 /// Headers the HTTP transport sets itself (lower case).
@@ -26,12 +22,62 @@ const TRANSPORT_HEADERS: &[&str] = &[
     "mcp-protocol-version",
 ];
 
+/// An upstream's transport, as the loaders tell them apart.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    Stdio,
+    Http,
+    Builtin,
+}
+
+impl Kind {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Kind::Stdio => "stdio",
+            Kind::Http => "http",
+            Kind::Builtin => "builtin",
+        }
+    }
+}
+
+/// Keys only valid with one transport.
+pub(super) const STDIO_KEYS: [&str; 4] = ["command", "args", "env", "cwd"];
+pub(super) const HTTP_KEYS: [&str; 3] = ["url", "headers", "bearer_token_file"];
+
+/// Rejects the first present key (`present[i]` ↔ `keys[i]`) of a transport
+/// other than `kind`; `selector` is how the format spells the transport key
+/// (`transport = ` in TOML, `"type": ` in JSON).
+pub(super) fn foreign_keys(
+    ctx: &Ctx,
+    base: &str,
+    selector: &str,
+    kind: Kind,
+    owner: Kind,
+    keys: &[&str],
+    present: &[bool],
+) -> Result<()> {
+    if kind == owner {
+        return Ok(());
+    }
+    match keys.iter().zip(present).find(|(_, p)| **p) {
+        Some((key, _)) => Err(ctx.err(
+            format!("{base}.{key}"),
+            format!(
+                "only valid with {selector}{:?} (this upstream is {:?})",
+                owner.as_str(),
+                kind.as_str()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Upstream name (or non-empty prefix): 1..=32 of `[A-Za-z0-9_-]`.
 pub(super) fn check_name(ctx: &Ctx, key: &str, s: &str) -> Result<()> {
-    if s.is_empty() || s.chars().count() > MAX_NAME_LEN || !s.chars().all(is_name_char) {
+    if s.is_empty() || s.chars().count() > MAX_UPSTREAM_NAME_LEN || !s.chars().all(is_name_char) {
         return Err(ctx.err(
             key,
-            format!("{s:?} must be 1 to {MAX_NAME_LEN} characters of [A-Za-z0-9_-]"),
+            format!("{s:?} must be 1 to {MAX_UPSTREAM_NAME_LEN} characters of [A-Za-z0-9_-]"),
         ));
     }
     Ok(())

@@ -24,12 +24,12 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::fields;
+use super::ctx::{key_segment, Ctx, Result};
+use super::fields::{self, foreign_keys, Kind, STDIO_KEYS};
 use super::raw::RawServer;
-use super::validate::{self, key_segment, Ctx, Kind};
-use super::{Config, ConfigError, Transport};
-
-type Result<T> = std::result::Result<T, ConfigError>;
+use super::server::server;
+use super::validate::{check_count, finish};
+use super::{Config, ConfigError, Transport, UpstreamConfig};
 
 /// A JSON object as its entries in file order, duplicates kept.
 struct Pairs<V>(Vec<(String, V)>);
@@ -69,6 +69,16 @@ impl<V> Pairs<V> {
     }
 }
 
+impl Pairs<Value> {
+    /// The value of `key`; `null` counts as absent.
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.0
+            .iter()
+            .find(|(k, v)| k == key && !v.is_null())
+            .map(|(_, v)| v)
+    }
+}
+
 /// Keys of one server entry that mcp-edge reads; everything else is ignored.
 const KNOWN_KEYS: [&str; 8] = [
     "type", "command", "args", "env", "cwd", "url", "headers", "disabled",
@@ -76,15 +86,42 @@ const KNOWN_KEYS: [&str; 8] = [
 
 pub(super) fn parse(text: &str, ctx: &Ctx) -> Result<Config> {
     let top: Pairs<Box<RawValue>> = serde_json::from_str(text).map_err(|e| json_syntax(ctx, &e))?;
-    let list_key = ["mcpServers", "servers"]
+    let (list_key, raw_list) = server_list(ctx, &top)?;
+    let servers: Pairs<Box<RawValue>> = serde_json::from_str(raw_list.get())
+        .map_err(|_| ctx.err(list_key, "must be an object of server name → server entry"))?;
+    check_count(ctx, list_key, "server entry", servers.0.len())?;
+    let mut upstreams = Vec::with_capacity(servers.0.len());
+    for (i, (name, raw)) in servers.0.iter().enumerate() {
+        let base = format!("{list_key}.{}", key_segment(name));
+        fields::check_name(ctx, &base, name)?;
+        if servers.0[..i].iter().any(|(n, _)| n == name) {
+            return Err(ctx.err(base, "given twice"));
+        }
+        let entry: Pairs<Value> = serde_json::from_str(raw.get())
+            .map_err(|_| ctx.err(&base, "must be an object (a server entry)"))?;
+        let up = entry_upstream(ctx, &base, name, entry)?;
+        upstreams.push((base, up));
+    }
+    // No [server] section: its defaults, `state_directory` from the environment.
+    let server = server(ctx, RawServer::default())?;
+    finish(ctx, server, upstreams)
+}
+
+/// The top-level list of servers, `mcpServers` or else VS Code's `servers`,
+/// with its key; other top-level keys are ignored with a warning.
+fn server_list<'t>(
+    ctx: &Ctx,
+    top: &'t Pairs<Box<RawValue>>,
+) -> Result<(&'static str, &'t RawValue)> {
+    let found = ["mcpServers", "servers"]
         .into_iter()
-        .find(|k| top.0.iter().any(|(t, _)| t == k))
-        .ok_or_else(|| {
-            ctx.err(
-                "mcpServers",
-                "missing; expected {\"mcpServers\": {\"<name>\": {...}}}",
-            )
-        })?;
+        .find_map(|k| top.0.iter().find(|(t, _)| t == k).map(|(_, v)| (k, v)));
+    let Some((list_key, raw_list)) = found else {
+        return Err(ctx.err(
+            "mcpServers",
+            "missing; expected {\"mcpServers\": {\"<name>\": {...}}}",
+        ));
+    };
     if let Some(dup) = top.duplicate() {
         return Err(ctx.err(key_segment(dup), "given twice"));
     }
@@ -97,30 +134,7 @@ pub(super) fn parse(text: &str, ctx: &Ctx) -> Result<Config> {
     if !ignored.is_empty() {
         tracing::warn!(file = %ctx.path().display(), keys = ?ignored, "ignoring top-level keys that mcp-edge does not use");
     }
-    let raw_list = top
-        .0
-        .iter()
-        .find(|(k, _)| k == list_key)
-        .map(|(_, v)| v)
-        .expect("list_key was found above");
-    let servers: Pairs<Box<RawValue>> = serde_json::from_str(raw_list.get())
-        .map_err(|_| ctx.err(list_key, "must be an object of server name → server entry"))?;
-    validate::check_count(ctx, list_key, "server entry", servers.0.len())?;
-    let mut upstreams = Vec::with_capacity(servers.0.len());
-    for (i, (name, raw)) in servers.0.iter().enumerate() {
-        let base = format!("{list_key}.{}", key_segment(name));
-        fields::check_name(ctx, &base, name)?;
-        if servers.0[..i].iter().any(|(n, _)| n == name) {
-            return Err(ctx.err(base, "given twice"));
-        }
-        let entry: Pairs<Value> = serde_json::from_str(raw.get())
-            .map_err(|_| ctx.err(&base, "must be an object (a server entry)"))?;
-        let up = server(ctx, &base, name, entry)?;
-        upstreams.push((base, up));
-    }
-    // No [server] section: its defaults, `state_directory` from the environment.
-    let server = super::server::server(ctx, RawServer::default())?;
-    validate::finish(ctx, server, upstreams)
+    Ok((list_key, raw_list))
 }
 
 /// `line L, column C: <what>`, like TOML syntax errors.
@@ -135,17 +149,15 @@ fn json_syntax(ctx: &Ctx, e: &serde_json::Error) -> ConfigError {
 }
 
 /// One entry, reading keys by hand so every error names its key path.
-fn server(ctx: &Ctx, base: &str, name: &str, entry: Pairs<Value>) -> Result<super::UpstreamConfig> {
+fn entry_upstream(
+    ctx: &Ctx,
+    base: &str,
+    name: &str,
+    entry: Pairs<Value>,
+) -> Result<UpstreamConfig> {
     if let Some(dup) = entry.duplicate() {
         return Err(ctx.err(format!("{base}.{}", key_segment(dup)), "given twice"));
     }
-    let get = |k: &str| {
-        entry
-            .0
-            .iter()
-            .find(|(key, v)| key == k && !v.is_null())
-            .map(|(_, v)| v)
-    };
     let k = |f: &str| format!("{base}.{f}");
     let ignored: Vec<&str> = entry
         .0
@@ -156,102 +168,121 @@ fn server(ctx: &Ctx, base: &str, name: &str, entry: Pairs<Value>) -> Result<supe
     if !ignored.is_empty() {
         tracing::warn!(file = %ctx.path().display(), server = name, keys = ?ignored, "ignoring host-specific keys in mcpServers entry");
     }
-
-    let command: Option<String> = typed(ctx, &k("command"), get("command"), "a string")?;
-    let url: Option<String> = typed(ctx, &k("url"), get("url"), "a string")?;
-    let kind = match typed::<String>(ctx, &k("type"), get("type"), "a string")?.as_deref() {
-        Some("stdio") => Kind::Stdio,
-        Some("http" | "streamable-http" | "streamableHttp") => Kind::Http,
-        Some("sse") => {
-            return Err(ctx.err(
-                k("type"),
-                "\"sse\": the deprecated HTTP+SSE transport isn't supported; use a \
-                 streamable-HTTP endpoint (\"type\": \"http\")",
-            ))
-        }
-        Some(_) => {
-            return Err(ctx.err(
-                k("type"),
-                "must be \"stdio\", \"http\", \"streamable-http\" or \"streamableHttp\"",
-            ))
-        }
-        None => match (&command, &url) {
-            (Some(_), None) => Kind::Stdio,
-            (None, Some(_)) => Kind::Http,
-            (Some(_), Some(_)) => {
-                return Err(ctx.err(base, "has both command and url; set \"type\""));
-            }
-            (None, None) => {
-                return Err(ctx.err(
-                    base,
-                    "needs \"command\" (stdio server) or \"url\" (streamable-HTTP server)",
-                ));
-            }
-        },
-    };
-    let stdio_present = validate::STDIO_KEYS.map(|key| get(key).is_some());
-    let http_keys = ["url", "headers"];
-    let http_present = http_keys.map(|key| get(key).is_some());
-    validate::foreign_keys(
-        ctx,
-        base,
-        "\"type\": ",
-        kind,
-        Kind::Stdio,
-        &validate::STDIO_KEYS,
-        &stdio_present,
-    )?;
-    validate::foreign_keys(
-        ctx,
-        base,
-        "\"type\": ",
-        kind,
-        Kind::Http,
-        &http_keys,
-        &http_present,
-    )?;
-
+    let command: Option<String> = typed(ctx, &k("command"), entry.get("command"), "a string")?;
+    let url: Option<String> = typed(ctx, &k("url"), entry.get("url"), "a string")?;
+    let kind = entry_kind(ctx, base, &entry, command.is_some(), url.is_some())?;
+    entry_transport_keys(ctx, base, kind, &entry)?;
     let transport = match kind {
-        Kind::Stdio => {
-            let command = command.ok_or_else(|| {
-                ctx.err(
-                    k("command"),
-                    "missing; a stdio server needs the command to run",
-                )
-            })?;
-            let args = string_list(ctx, &k("args"), get("args"))?;
-            let env = string_map(ctx, &k("env"), get("env"))?;
-            let cwd: Option<String> = typed(ctx, &k("cwd"), get("cwd"), "a string")?;
-            warn_placeholders(ctx, &k("command"), [&command]);
-            warn_placeholders(ctx, &k("args"), &args);
-            warn_placeholders(ctx, &k("env"), env.values());
-            Transport::Stdio {
-                command: fields::check_command(ctx, &k("command"), command)?,
-                args: fields::check_args(ctx, &k("args"), args)?,
-                env: fields::check_env(ctx, &k("env"), env)?,
-                cwd: cwd
-                    .map(|c| fields::check_cwd(ctx, &k("cwd"), c))
-                    .transpose()?,
-            }
-        }
-        Kind::Http => {
-            let url =
-                url.ok_or_else(|| ctx.err(k("url"), "missing; an http server needs a url"))?;
-            let headers = string_map(ctx, &k("headers"), get("headers"))?;
-            warn_placeholders(ctx, &k("url"), [&url]);
-            warn_placeholders(ctx, &k("headers"), headers.values());
-            Transport::Http {
-                url: fields::check_url(ctx, &k("url"), url)?,
-                headers: fields::check_headers(ctx, &k("headers"), headers, false)?,
-                bearer_token_file: None,
-            }
-        }
+        Kind::Stdio => entry_stdio(ctx, base, &entry, command)?,
+        Kind::Http => entry_http(ctx, base, &entry, url)?,
         Kind::Builtin => unreachable!("JSON has no builtin servers"),
     };
     let mut up = ctx.upstream_defaults(name.to_owned(), transport);
-    let disabled: Option<bool> = typed(ctx, &k("disabled"), get("disabled"), "true or false")?;
+    let disabled: Option<bool> =
+        typed(ctx, &k("disabled"), entry.get("disabled"), "true or false")?;
     up.enabled = !disabled.unwrap_or(false);
     Ok(up)
+}
+
+/// `"type"`, or when absent the one implied by `command` / `url`.
+fn entry_kind(
+    ctx: &Ctx,
+    base: &str,
+    entry: &Pairs<Value>,
+    command: bool,
+    url: bool,
+) -> Result<Kind> {
+    let key = format!("{base}.type");
+    match typed::<String>(ctx, &key, entry.get("type"), "a string")?.as_deref() {
+        Some("stdio") => Ok(Kind::Stdio),
+        Some("http" | "streamable-http" | "streamableHttp") => Ok(Kind::Http),
+        Some("sse") => Err(ctx.err(
+            key,
+            "\"sse\": the deprecated HTTP+SSE transport isn't supported; use a \
+             streamable-HTTP endpoint (\"type\": \"http\")",
+        )),
+        Some(_) => Err(ctx.err(
+            key,
+            "must be \"stdio\", \"http\", \"streamable-http\" or \"streamableHttp\"",
+        )),
+        None => match (command, url) {
+            (true, false) => Ok(Kind::Stdio),
+            (false, true) => Ok(Kind::Http),
+            (true, true) => Err(ctx.err(base, "has both command and url; set \"type\"")),
+            (false, false) => Err(ctx.err(
+                base,
+                "needs \"command\" (stdio server) or \"url\" (streamable-HTTP server)",
+            )),
+        },
+    }
+}
+
+/// Rejects a key of another transport than `kind` (`url` on a stdio server).
+fn entry_transport_keys(ctx: &Ctx, base: &str, kind: Kind, entry: &Pairs<Value>) -> Result<()> {
+    let stdio_present = STDIO_KEYS.map(|key| entry.get(key).is_some());
+    let http_keys = ["url", "headers"];
+    let http_present = http_keys.map(|key| entry.get(key).is_some());
+    let selector = "\"type\": ";
+    let (stdio, http) = (Kind::Stdio, Kind::Http);
+    foreign_keys(
+        ctx,
+        base,
+        selector,
+        kind,
+        stdio,
+        &STDIO_KEYS,
+        &stdio_present,
+    )?;
+    foreign_keys(ctx, base, selector, kind, http, &http_keys, &http_present)
+}
+
+/// A stdio entry: `command`, `args`, `env`, `cwd`.
+fn entry_stdio(
+    ctx: &Ctx,
+    base: &str,
+    entry: &Pairs<Value>,
+    command: Option<String>,
+) -> Result<Transport> {
+    let k = |f: &str| format!("{base}.{f}");
+    let command = command.ok_or_else(|| {
+        ctx.err(
+            k("command"),
+            "missing; a stdio server needs the command to run",
+        )
+    })?;
+    let args = string_list(ctx, &k("args"), entry.get("args"))?;
+    let env = string_map(ctx, &k("env"), entry.get("env"))?;
+    let cwd: Option<String> = typed(ctx, &k("cwd"), entry.get("cwd"), "a string")?;
+    warn_placeholders(ctx, &k("command"), [&command]);
+    warn_placeholders(ctx, &k("args"), &args);
+    warn_placeholders(ctx, &k("env"), env.values());
+    Ok(Transport::Stdio {
+        command: fields::check_command(ctx, &k("command"), command)?,
+        args: fields::check_args(ctx, &k("args"), args)?,
+        env: fields::check_env(ctx, &k("env"), env)?,
+        cwd: cwd
+            .map(|c| fields::check_cwd(ctx, &k("cwd"), c))
+            .transpose()?,
+    })
+}
+
+/// A streamable-HTTP entry: `url`, `headers` (no bearer token file in JSON).
+fn entry_http(
+    ctx: &Ctx,
+    base: &str,
+    entry: &Pairs<Value>,
+    url: Option<String>,
+) -> Result<Transport> {
+    let k = |f: &str| format!("{base}.{f}");
+    let url = url.ok_or_else(|| ctx.err(k("url"), "missing; an http server needs a url"))?;
+    let headers = string_map(ctx, &k("headers"), entry.get("headers"))?;
+    warn_placeholders(ctx, &k("url"), [&url]);
+    warn_placeholders(ctx, &k("headers"), headers.values());
+    Ok(Transport::Http {
+        url: fields::check_url(ctx, &k("url"), url)?,
+        headers: fields::check_headers(ctx, &k("headers"), headers, false)?,
+        bearer_token_file: None,
+    })
 }
 
 /// `value` as `T`, or an error naming `key` and what was expected.

@@ -2,8 +2,8 @@
 //!
 //! Loading is two-step. A strict serde layer (`raw`, every struct
 //! `deny_unknown_fields`) accepts the text; then validate-and-fill
-//! (`validate`) checks every value against the ranges in [`crate::limits`]
-//! and fills in defaults. The result is a fully resolved [`Config`]: nothing
+//! (`validate`, per section `server` and `upstream`) checks every value
+//! against the ranges in [`crate::limits`] and fills in defaults. The result is a fully resolved [`Config`]: nothing
 //! downstream has to look at an `Option` for a value that has a default.
 //!
 //! Every error is a [`ConfigError`] whose message names the file and the key
@@ -26,7 +26,7 @@
 //! max_pending_server_requests = 16              # 1..=limits::PENDING_SERVER_REQUESTS_CEILING (1024)
 //! tool_name_separator = "__"                    # 1..=4 chars of [A-Za-z0-9_.-]
 //! tool_names = "strict"                         # "strict" | "spec"
-//! metrics_listen = "127.0.0.1:9737"             # admin IP:port (default; port 0 when listen's is 0) or "off"
+//! admin_listen = "127.0.0.1:9737"               # admin IP:port (default; port 0 when listen's is 0) or "off"
 //! state_directory = "/var/lib/mcp-edge"         # optional absolute path, default $STATE_DIRECTORY
 //!
 //! [watchdog]                                    # whole section optional
@@ -109,6 +109,12 @@
 //! | `connect_on_demand` | `false` | — | a call may trigger one early attempt once the backoff window has elapsed |
 //! | `startup_timeout` | [`crate::limits::DEFAULT_STARTUP_TIMEOUT`], 30 s | 1 s ..= 10 min | budget for spawn/dial plus the era handshake (separate from `call_timeout`) |
 //!
+//! `server.admin_listen` (default [`crate::limits::DEFAULT_ADMIN_LISTEN`])
+//! is the admin API: `/metrics`, `/status`, `/healthz`, `/readyz` and
+//! `POST /upstreams/<name>/reconnect`. Its old name `metrics_listen` is still
+//! accepted as a deprecated alias (`check-config` prints a note); giving both
+//! is an error.
+//!
 //! `server.state_directory` (default: the first path of the
 //! `STATE_DIRECTORY` environment variable, which systemd's `StateDirectory=`
 //! sets; unset = none) must be absolute. The supervisor persists
@@ -132,9 +138,18 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use board::Board;
-
+// The submodules form layers; each uses only this module's items and
+// submodules of lower layers (no import cycles):
+//   1. defaults, render
+//   2. ctx
+//   3. raw
+//   4. values, fields
+//   5. server, upstream
+//   6. board, validate
+//   7. mcp_servers
 mod board;
+mod ctx;
+mod defaults;
 mod fields;
 mod mcp_servers;
 mod raw;
@@ -143,6 +158,7 @@ pub use render::mask_url;
 mod server;
 mod upstream;
 mod validate;
+mod values;
 
 /// Whole validated config.
 #[derive(Debug, Clone)]
@@ -158,6 +174,27 @@ pub struct Config {
     pub board: Option<Board>,
     /// File the config came from; `None` for [`Config::embedded_default`].
     pub source: Option<PathBuf>,
+    /// Notes about how the file is written, one line each without a
+    /// leading `#` (deprecated keys: `server.metrics_listen is deprecated;
+    /// rename it to server.admin_listen`); rendered as `# note: …` lines.
+    pub notes: Vec<String>,
+}
+
+/// A validated board profile (`board/<name>/profile.toml`, see the `board`
+/// module): capacity defaults sized for one board and its heap budget.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Board {
+    /// Its name (`rpi4-2gb`).
+    pub name: String,
+    /// One line for humans.
+    pub description: String,
+    /// Largest worst-case live heap of mcp-edge itself, in bytes, that
+    /// `check-config` accepts (see [`crate::budget`]).
+    pub heap_budget_bytes: usize,
+    /// `[server]` defaults under this profile.
+    server: ServerConfig,
+    /// Per-upstream defaults under this profile (name and transport are placeholders).
+    upstream: UpstreamConfig,
 }
 
 /// The `[watchdog]` section: when the systemd watchdog ping is withheld
@@ -215,10 +252,11 @@ pub struct ServerConfig {
     pub tool_name_separator: String,
     /// Exposed tool name rule (`tool_names`).
     pub tool_names: ToolNameRule,
-    /// Admin listener address: `/metrics`, `/healthz`, `/readyz`, `/status`
-    /// (`metrics_listen`, default [`crate::limits::DEFAULT_METRICS_LISTEN`],
+    /// Admin listener address: `/metrics`, `/healthz`, `/readyz`, `/status`,
+    /// `/upstreams/<name>/reconnect` (`admin_listen`, deprecated alias
+    /// `metrics_listen`; default [`crate::limits::DEFAULT_ADMIN_LISTEN`],
     /// with port 0 when `listen` has port 0); `None` = turned off with `"off"`.
-    pub metrics_listen: Option<std::net::SocketAddr>,
+    pub admin_listen: Option<std::net::SocketAddr>,
     /// Absolute directory where the supervisor persists per-upstream backoff
     /// state (`<dir>/upstreams.json`) (`state_directory`; when unset, the
     /// first path of `$STATE_DIRECTORY`). `None` = state kept in memory only.
@@ -235,9 +273,9 @@ pub enum ToolNameRule {
     Spec,
 }
 
-/// Protocol era of an upstream (`upstream.era`).
+/// Which protocol era to speak to an upstream (`upstream.era`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Era {
+pub enum EraPreference {
     /// `"auto"`: probe the upstream.
     Auto,
     /// `"legacy"`: `initialize` + sessions (2025-03-26 … 2025-11-25).
@@ -261,8 +299,8 @@ pub struct UpstreamConfig {
     /// while this upstream has been away from Ready longer than
     /// `watchdog.required_grace`. Optional upstreams never withhold it.
     pub required: bool,
-    /// `era`, default [`Era::Auto`].
-    pub era: Era,
+    /// `era`, default [`EraPreference::Auto`].
+    pub era: EraPreference,
     /// Per-call timeout (`call_timeout`), default [`crate::limits::DEFAULT_CALL_TIMEOUT`].
     pub call_timeout: Duration,
     /// In-flight table capacity (`max_in_flight`).
@@ -401,7 +439,7 @@ impl ConfigError {
 impl Default for ServerConfig {
     /// Every `[server]` key at its default from [`crate::limits`].
     fn default() -> Self {
-        validate::default_server()
+        defaults::server()
     }
 }
 
@@ -438,7 +476,7 @@ impl Config {
             Some("toml") => false,
             _ => strip_bom(&text).trim_start().starts_with('{'),
         };
-        let ctx = validate::Ctx::new(path, &process_env).with_board(board);
+        let ctx = ctx::Ctx::new(path, &process_env).with_board(board);
         if json {
             mcp_servers::parse(strip_bom(&text), &ctx)
         } else {
@@ -486,7 +524,7 @@ impl Config {
         env: &dyn Fn(&str) -> Option<OsString>,
         board: Option<&Board>,
     ) -> Config {
-        let ctx = validate::Ctx::new(Path::new("(embedded default)"), env).with_board(board);
+        let ctx = ctx::Ctx::new(Path::new("(embedded default)"), env).with_board(board);
         let mut server = ctx.server_defaults();
         server.state_directory = server::state_directory_from_env(env).unwrap_or_else(|e| {
             tracing::warn!("ignoring the STATE_DIRECTORY environment variable: {e}");
@@ -498,6 +536,7 @@ impl Config {
             watchdog: WatchdogConfig::default(),
             board: board.cloned(),
             source: None,
+            notes: Vec::new(),
         }
     }
 
@@ -508,6 +547,7 @@ impl Config {
     /// KEY, PASS, AUTH, CREDENTIAL) become `"***"`, URL userinfo and query
     /// become `***` (also in `args`), as do args after or inside secret-looking
     /// flags (`--api-key X`, `--token=X`). `bearer_token_file` is printed.
+    /// Each of [`Config::notes`] becomes a `# note: …` line of the header.
     pub fn render_masked(&self) -> String {
         render::render(self)
     }
@@ -518,7 +558,7 @@ impl Config {
         origin: &Path,
         env: &dyn Fn(&str) -> Option<OsString>,
     ) -> Result<Config, ConfigError> {
-        let ctx = validate::Ctx::new(origin, env);
+        let ctx = ctx::Ctx::new(origin, env);
         let raw = raw::parse(strip_bom(text), &ctx)?;
         validate::config(&ctx, raw)
     }
@@ -529,7 +569,7 @@ impl Config {
         origin: &Path,
         env: &dyn Fn(&str) -> Option<OsString>,
     ) -> Result<Config, ConfigError> {
-        let ctx = validate::Ctx::new(origin, env);
+        let ctx = ctx::Ctx::new(origin, env);
         mcp_servers::parse(strip_bom(text), &ctx)
     }
 }

@@ -1,6 +1,6 @@
 //! The serde layer of the TOML format: every key optional, nothing
 //! interpreted, unknown keys rejected. Enumerations and durations are kept as
-//! strings so that `validate` can report bad values with their key path.
+//! strings so that the validators can report bad values with their key path.
 //!
 //! serde errors (unknown key, wrong type) carry a byte span; the span is
 //! mapped back to a key path (`upstream[1].zzz`) by walking the spanned
@@ -14,7 +14,7 @@ use serde::de::{Deserializer, Visitor};
 use serde::Deserialize;
 use toml::de::{DeTable, DeValue};
 
-use super::validate::{key_segment, Ctx};
+use super::ctx::{key_segment, Ctx};
 use super::ConfigError;
 
 /// The whole file.
@@ -44,6 +44,8 @@ pub(super) struct RawServer {
     pub max_pending_server_requests: Option<RawInt>,
     pub tool_name_separator: Option<String>,
     pub tool_names: Option<String>,
+    pub admin_listen: Option<String>,
+    /// Deprecated alias of `admin_listen`.
     pub metrics_listen: Option<String>,
     pub state_directory: Option<String>,
 }
@@ -93,7 +95,7 @@ pub(super) struct RawUpstream {
     pub startup_timeout: Option<RawDuration>,
 }
 
-/// A duration as written (`"30s"`), parsed by `validate`.
+/// A duration as written (`"30s"`), parsed by `values`.
 #[derive(Debug)]
 pub(super) struct RawDuration(pub String);
 
@@ -113,7 +115,7 @@ impl<'de> Deserialize<'de> for RawDuration {
     }
 }
 
-/// An integer as written; range-checked by `validate`.
+/// An integer as written; range-checked by `values`.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct RawInt(pub i64);
 
@@ -137,7 +139,7 @@ impl<'de> Deserialize<'de> for RawInt {
 }
 
 /// A number as written, integer or float (`2` or `2.5`); range-checked by
-/// `validate`.
+/// `values`.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct RawFloat(pub f64);
 

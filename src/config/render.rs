@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-use super::{Config, Era, ToolNameRule, Transport};
+use super::{Config, EraPreference, ServerConfig, ToolNameRule, Transport, UpstreamConfig};
 
 /// Replacement for a masked value.
 const MASK: &str = "***";
@@ -18,142 +18,146 @@ pub(super) fn render(cfg: &Config) -> String {
         Some(p) => line(&mut o, "# source: ", &path(p)),
         None => o.push_str("# source: embedded default\n"),
     }
-
-    let s = &cfg.server;
-    o.push_str("\n[server]\n");
-    kv(&mut o, "listen", quote(&s.listen.to_string()));
-    kv(&mut o, "allowed_origins", array(&s.allowed_origins));
-    kv(&mut o, "allowed_hosts", array(&s.allowed_hosts));
-    kv(&mut o, "max_body_bytes", s.max_body_bytes.to_string());
-    kv(&mut o, "session_capacity", s.session_capacity.to_string());
-    kv(
-        &mut o,
-        "session_idle_timeout",
-        duration(s.session_idle_timeout),
-    );
-    kv(
-        &mut o,
-        "session_min_idle_before_evict",
-        duration(s.session_min_idle_before_evict),
-    );
-    kv(&mut o, "keepalive", duration(s.keepalive));
-    kv(&mut o, "max_connections", s.max_connections.to_string());
-    kv(&mut o, "sse_queue_depth", s.sse_queue_depth.to_string());
-    kv(
-        &mut o,
-        "max_pending_server_requests",
-        s.max_pending_server_requests.to_string(),
-    );
-    kv(&mut o, "tool_name_separator", quote(&s.tool_name_separator));
-    let rule = match s.tool_names {
-        ToolNameRule::Strict => "strict",
-        ToolNameRule::Spec => "spec",
-    };
-    kv(&mut o, "tool_names", quote(rule));
-    match s.metrics_listen {
-        Some(a) => kv(&mut o, "metrics_listen", quote(&a.to_string())),
-        None => kv(&mut o, "metrics_listen", quote("off")),
+    for note in &cfg.notes {
+        line(&mut o, "# note: ", note);
     }
-    match &s.state_directory {
-        Some(p) => kv(&mut o, "state_directory", quote(&path(p))),
-        None => o.push_str("# state_directory: not set (backoff state is kept in memory only)\n"),
-    }
+    server(&mut o, &cfg.server);
     o.push_str("\n[watchdog]\n");
     kv(
         &mut o,
         "required_grace",
         duration(cfg.watchdog.required_grace),
     );
-
     for up in &cfg.upstreams {
-        o.push_str("\n[[upstream]]\n");
-        kv(&mut o, "name", quote(&up.name));
-        let transport = match up.transport {
-            Transport::Stdio { .. } => "stdio",
-            Transport::Http { .. } => "http",
-            Transport::Builtin => "builtin",
-        };
-        kv(&mut o, "transport", quote(transport));
-        kv(&mut o, "enabled", up.enabled.to_string());
-        kv(&mut o, "required", up.required.to_string());
-        let era = match up.era {
-            Era::Auto => "auto",
-            Era::Legacy => "legacy",
-            Era::Modern => "modern",
-        };
-        kv(&mut o, "era", quote(era));
-        kv(&mut o, "prefix", quote(&up.prefix));
-        kv(&mut o, "call_timeout", duration(up.call_timeout));
-        kv(&mut o, "max_in_flight", up.max_in_flight.to_string());
-        kv(&mut o, "max_result_bytes", up.max_result_bytes.to_string());
-        kv(
-            &mut o,
-            "max_catalog_entries",
-            up.max_catalog_entries.to_string(),
-        );
-        kv(
-            &mut o,
-            "max_catalog_bytes",
-            up.max_catalog_bytes.to_string(),
-        );
-        kv(&mut o, "health_interval", duration(up.health_interval));
-        kv(&mut o, "probe_timeout", duration(up.probe_timeout));
-        kv(&mut o, "probe_misses", up.probe_misses.to_string());
-        kv(&mut o, "backoff_initial", duration(up.backoff_initial));
-        kv(&mut o, "backoff_factor", float(up.backoff_factor));
-        kv(&mut o, "backoff_cap", duration(up.backoff_cap));
-        kv(&mut o, "stable_period", duration(up.stable_period));
-        kv(&mut o, "retry_after_cap", duration(up.retry_after_cap));
-        kv(
-            &mut o,
-            "connect_on_demand",
-            up.connect_on_demand.to_string(),
-        );
-        kv(&mut o, "startup_timeout", duration(up.startup_timeout));
-        match &up.transport {
-            Transport::Stdio {
-                command,
-                args,
-                env,
-                cwd,
-            } => {
-                kv(&mut o, "command", quote(command));
-                kv(&mut o, "args", array(&mask_args(args)));
-                let env = env.iter().map(|(k, v)| {
-                    // Secret-looking names are masked whole; any other value
-                    // that is a URL (e.g. DATABASE_URL) loses its credentials.
-                    let v = if is_secret_name(k) {
-                        MASK.to_owned()
-                    } else if v.contains("://") {
-                        mask_url(v)
-                    } else {
-                        v.clone()
-                    };
-                    (k.as_str(), v)
-                });
-                kv(&mut o, "env", inline_table(env));
-                match cwd {
-                    Some(c) => kv(&mut o, "cwd", quote(&path(c))),
-                    None => o.push_str("# cwd: not set (inherits the working directory)\n"),
-                }
-            }
-            Transport::Http {
-                url,
-                headers,
-                bearer_token_file,
-            } => {
-                kv(&mut o, "url", quote(&mask_url(url)));
-                let headers = headers.keys().map(|k| (k.as_str(), MASK.to_owned()));
-                kv(&mut o, "headers", inline_table(headers));
-                match bearer_token_file {
-                    Some(p) => kv(&mut o, "bearer_token_file", quote(&path(p))),
-                    None => o.push_str("# bearer_token_file: not set\n"),
-                }
-            }
-            Transport::Builtin => {}
-        }
+        upstream(&mut o, up);
     }
     o
+}
+
+/// The `[server]` section.
+fn server(o: &mut String, s: &ServerConfig) {
+    o.push_str("\n[server]\n");
+    let rule = match s.tool_names {
+        ToolNameRule::Strict => "strict",
+        ToolNameRule::Spec => "spec",
+    };
+    let admin = s.admin_listen.map_or("off".to_owned(), |a| a.to_string());
+    for (key, value) in [
+        ("listen", quote(&s.listen.to_string())),
+        ("allowed_origins", array(&s.allowed_origins)),
+        ("allowed_hosts", array(&s.allowed_hosts)),
+        ("max_body_bytes", s.max_body_bytes.to_string()),
+        ("session_capacity", s.session_capacity.to_string()),
+        ("session_idle_timeout", duration(s.session_idle_timeout)),
+        (
+            "session_min_idle_before_evict",
+            duration(s.session_min_idle_before_evict),
+        ),
+        ("keepalive", duration(s.keepalive)),
+        ("max_connections", s.max_connections.to_string()),
+        ("sse_queue_depth", s.sse_queue_depth.to_string()),
+        (
+            "max_pending_server_requests",
+            s.max_pending_server_requests.to_string(),
+        ),
+        ("tool_name_separator", quote(&s.tool_name_separator)),
+        ("tool_names", quote(rule)),
+        ("admin_listen", quote(&admin)),
+    ] {
+        kv(o, key, value);
+    }
+    match &s.state_directory {
+        Some(p) => kv(o, "state_directory", quote(&path(p))),
+        None => o.push_str("# state_directory: not set (backoff state is kept in memory only)\n"),
+    }
+}
+
+/// One `[[upstream]]` table: the common keys, then the transport's.
+fn upstream(o: &mut String, up: &UpstreamConfig) {
+    o.push_str("\n[[upstream]]\n");
+    let transport = match up.transport {
+        Transport::Stdio { .. } => "stdio",
+        Transport::Http { .. } => "http",
+        Transport::Builtin => "builtin",
+    };
+    let era = match up.era {
+        EraPreference::Auto => "auto",
+        EraPreference::Legacy => "legacy",
+        EraPreference::Modern => "modern",
+    };
+    for (key, value) in [
+        ("name", quote(&up.name)),
+        ("transport", quote(transport)),
+        ("enabled", up.enabled.to_string()),
+        ("required", up.required.to_string()),
+        ("era", quote(era)),
+        ("prefix", quote(&up.prefix)),
+        ("call_timeout", duration(up.call_timeout)),
+        ("max_in_flight", up.max_in_flight.to_string()),
+        ("max_result_bytes", up.max_result_bytes.to_string()),
+        ("max_catalog_entries", up.max_catalog_entries.to_string()),
+        ("max_catalog_bytes", up.max_catalog_bytes.to_string()),
+        ("health_interval", duration(up.health_interval)),
+        ("probe_timeout", duration(up.probe_timeout)),
+        ("probe_misses", up.probe_misses.to_string()),
+        ("backoff_initial", duration(up.backoff_initial)),
+        ("backoff_factor", float(up.backoff_factor)),
+        ("backoff_cap", duration(up.backoff_cap)),
+        ("stable_period", duration(up.stable_period)),
+        ("retry_after_cap", duration(up.retry_after_cap)),
+        ("connect_on_demand", up.connect_on_demand.to_string()),
+        ("startup_timeout", duration(up.startup_timeout)),
+    ] {
+        kv(o, key, value);
+    }
+    transport_keys(o, &up.transport);
+}
+
+/// The keys of one transport, secrets masked.
+fn transport_keys(o: &mut String, transport: &Transport) {
+    match transport {
+        Transport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => {
+            kv(o, "command", quote(command));
+            kv(o, "args", array(&mask_args(args)));
+            let env = env.iter().map(|(k, v)| (k.as_str(), mask_env_value(k, v)));
+            kv(o, "env", inline_table(env));
+            match cwd {
+                Some(c) => kv(o, "cwd", quote(&path(c))),
+                None => o.push_str("# cwd: not set (inherits the working directory)\n"),
+            }
+        }
+        Transport::Http {
+            url,
+            headers,
+            bearer_token_file,
+        } => {
+            kv(o, "url", quote(&mask_url(url)));
+            let headers = headers.keys().map(|k| (k.as_str(), MASK.to_owned()));
+            kv(o, "headers", inline_table(headers));
+            match bearer_token_file {
+                Some(p) => kv(o, "bearer_token_file", quote(&path(p))),
+                None => o.push_str("# bearer_token_file: not set\n"),
+            }
+        }
+        Transport::Builtin => {}
+    }
+}
+
+/// An env value as shown: secret-looking names are masked whole; any other
+/// value that is a URL (e.g. `DATABASE_URL`) loses its credentials.
+fn mask_env_value(name: &str, value: &str) -> String {
+    if is_secret_name(name) {
+        MASK.to_owned()
+    } else if value.contains("://") {
+        mask_url(value)
+    } else {
+        value.to_owned()
+    }
 }
 
 fn kv(o: &mut String, key: &str, value: String) {

@@ -1,98 +1,232 @@
-//! `[server]`: raw → typed, including the Origin / Host allow-list syntax.
+//! `[server]`: raw → typed, including the Origin / Host allow-list syntax
+//! and the admin listener's deprecated alias `metrics_listen`.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::ctx::{is_name_char, Ctx, Result};
 use super::raw::RawServer;
-use super::validate::{duration, int, is_name_char, Ctx};
-use super::{ConfigError, ServerConfig, ToolNameRule};
+use super::values::{duration, ints};
+use super::{ServerConfig, ToolNameRule};
 use crate::limits;
 
-type Result<T> = std::result::Result<T, ConfigError>;
-
-// Documented ranges that have no constant in `limits` (yet).
-const MIN_KEEPALIVE: Duration = Duration::from_secs(1);
-const MAX_KEEPALIVE: Duration = Duration::from_secs(60);
-const MAX_CONNECTIONS_CEILING: usize = 65_536;
-/// Longest `session_min_idle_before_evict`: 24 h.
-const MAX_MIN_IDLE_BEFORE_EVICT: Duration = Duration::from_secs(24 * 3600);
-/// Longest `tool_name_separator`.
-const MAX_SEPARATOR_LEN: usize = 4;
 /// Environment variable that defaults `state_directory` (systemd's
 /// `StateDirectory=` sets it; several directories are `:`-separated).
 const STATE_DIRECTORY_VAR: &str = "STATE_DIRECTORY";
+/// What `check-config` notes when the deprecated alias is used.
+const METRICS_LISTEN_NOTE: &str =
+    "server.metrics_listen is deprecated; rename it to server.admin_listen";
 
+/// `[server]`: raw → typed; unset keys get the context's defaults (the
+/// board profile's where it sets them).
 pub(super) fn server(ctx: &Ctx, raw: RawServer) -> Result<ServerConfig> {
     let d = ctx.server_defaults();
-    let k = |f: &str| format!("server.{f}");
-    let listen = match raw.listen {
-        Some(s) => socket_addr(ctx, &k("listen"), &s)?,
+    let (listen, admin_listen) = listeners(ctx, &raw, &d)?;
+    let origins = raw.allowed_origins.as_deref();
+    let allowed_origins = allow_list(ctx, "server.allowed_origins", origins, origin)?;
+    let hosts = raw.allowed_hosts.as_deref();
+    let allowed_hosts = allow_list(ctx, "server.allowed_hosts", hosts, host_name)?;
+    let tool_name_separator = match raw.tool_name_separator.as_deref() {
+        Some(s) => separator(ctx, s)?,
+        None => d.tool_name_separator.clone(),
+    };
+    let tool_names = tool_names(ctx, raw.tool_names.as_deref(), d.tool_names)?;
+    let (session_idle_timeout, session_min_idle_before_evict) = session_idle(ctx, &raw, &d)?;
+    let state_directory = state_directory(ctx, raw.state_directory.as_deref())?;
+    let mut s = ServerConfig {
+        listen,
+        allowed_origins,
+        allowed_hosts,
+        session_idle_timeout,
+        session_min_idle_before_evict,
+        tool_name_separator,
+        tool_names,
+        admin_listen,
+        state_directory,
+        ..d
+    };
+    sizes(ctx, &raw, &mut s)?;
+    queues(ctx, &raw, &mut s)?;
+    Ok(s)
+}
+
+/// `max_body_bytes`, `session_capacity`, `keepalive`.
+fn sizes(ctx: &Ctx, raw: &RawServer, s: &mut ServerConfig) -> Result<()> {
+    let body = (1, limits::MAX_BODY_BYTES_CEILING);
+    let sessions = (1, limits::SESSION_CAPACITY_CEILING);
+    ints(
+        ctx,
+        "server",
+        [
+            (
+                "max_body_bytes",
+                raw.max_body_bytes,
+                body,
+                &mut s.max_body_bytes,
+            ),
+            (
+                "session_capacity",
+                raw.session_capacity,
+                sessions,
+                &mut s.session_capacity,
+            ),
+        ],
+    )?;
+    s.keepalive = duration(
+        ctx,
+        "server.keepalive",
+        raw.keepalive.as_ref(),
+        (limits::MIN_KEEPALIVE, limits::MAX_KEEPALIVE),
+        s.keepalive,
+    )?;
+    Ok(())
+}
+
+/// `max_connections`, `sse_queue_depth`, `max_pending_server_requests`.
+fn queues(ctx: &Ctx, raw: &RawServer, s: &mut ServerConfig) -> Result<()> {
+    let connections = (1, limits::MAX_CONNECTIONS_CEILING);
+    let sse = (1, limits::RELAY_QUEUE_DEPTH_CEILING);
+    let pending = (1, limits::PENDING_SERVER_REQUESTS_CEILING);
+    ints(
+        ctx,
+        "server",
+        [
+            (
+                "max_connections",
+                raw.max_connections,
+                connections,
+                &mut s.max_connections,
+            ),
+            (
+                "sse_queue_depth",
+                raw.sse_queue_depth,
+                sse,
+                &mut s.sse_queue_depth,
+            ),
+            (
+                "max_pending_server_requests",
+                raw.max_pending_server_requests,
+                pending,
+                &mut s.max_pending_server_requests,
+            ),
+        ],
+    )
+}
+
+/// The `# note:` lines `[server]` as written calls for: the deprecated
+/// `metrics_listen` alias.
+pub(super) fn notes(raw: &RawServer) -> Vec<String> {
+    match raw.metrics_listen {
+        Some(_) => vec![METRICS_LISTEN_NOTE.to_owned()],
+        None => Vec::new(),
+    }
+}
+
+/// `listen`, and the admin listener (`admin_listen`, or its deprecated alias
+/// `metrics_listen`), which must not take `listen`'s address.
+fn listeners(
+    ctx: &Ctx,
+    raw: &RawServer,
+    d: &ServerConfig,
+) -> Result<(SocketAddr, Option<SocketAddr>)> {
+    let listen = match &raw.listen {
+        Some(s) => socket_addr(ctx, "server.listen", s)?,
         None => d.listen,
     };
-    let metrics_listen = match raw.metrics_listen {
-        Some(s) if s.trim().eq_ignore_ascii_case("off") => None,
-        Some(s) => {
-            let addr = socket_addr(ctx, &k("metrics_listen"), &s)?;
-            if addr == listen && addr.port() != 0 {
-                return Err(ctx.err(k("metrics_listen"), "must differ from server.listen"));
-            }
-            Some(addr)
-        }
+    let admin = match admin_key(ctx, raw)? {
+        Some((key, s)) => admin_addr(ctx, key, s, listen)?,
         // The default: its own port, or port 0 beside an ephemeral listen port.
-        None => d.metrics_listen.map(|mut a| {
+        None => d.admin_listen.map(|mut a| {
             if listen.port() == 0 {
                 a.set_port(0);
             }
             a
         }),
     };
-    if metrics_listen.is_some_and(|m| m == listen && m.port() != 0) {
+    if admin.is_some_and(|m| m == listen && m.port() != 0) {
         return Err(ctx.err(
-            k("listen"),
+            "server.listen",
             format!(
-                "is the default admin address {}; set server.metrics_listen to another address or \"off\"",
-                limits::DEFAULT_METRICS_LISTEN
+                "is the default admin address {}; set server.admin_listen to another address or \"off\"",
+                limits::DEFAULT_ADMIN_LISTEN
             ),
         ));
     }
-    let mut allowed_origins = Vec::new();
-    for (i, o) in raw.allowed_origins.unwrap_or_default().iter().enumerate() {
-        let o = origin(o).map_err(|m| ctx.err(format!("server.allowed_origins[{i}]"), m))?;
-        allowed_origins.push(o);
+    Ok((listen, admin))
+}
+
+/// The admin listener as written and the key it is written under:
+/// `admin_listen`, or its deprecated alias `metrics_listen`, not both.
+fn admin_key<'r>(ctx: &Ctx, raw: &'r RawServer) -> Result<Option<(&'static str, &'r str)>> {
+    match (&raw.admin_listen, &raw.metrics_listen) {
+        (Some(_), Some(_)) => Err(ctx.err(
+            "server.metrics_listen",
+            "is the deprecated name of server.admin_listen, which is set too; \
+             keep only server.admin_listen",
+        )),
+        (Some(s), None) => Ok(Some(("server.admin_listen", s))),
+        (None, Some(s)) => Ok(Some(("server.metrics_listen", s))),
+        (None, None) => Ok(None),
     }
-    let mut allowed_hosts = Vec::new();
-    for (i, h) in raw.allowed_hosts.unwrap_or_default().iter().enumerate() {
-        let h = host_name(h).map_err(|m| ctx.err(format!("server.allowed_hosts[{i}]"), m))?;
-        allowed_hosts.push(h);
+}
+
+/// `"off"` (`None`), or an address other than `listen`'s (unless both are
+/// ephemeral, port 0).
+fn admin_addr(ctx: &Ctx, key: &str, s: &str, listen: SocketAddr) -> Result<Option<SocketAddr>> {
+    if s.trim().eq_ignore_ascii_case("off") {
+        return Ok(None);
     }
-    let tool_name_separator = match raw.tool_name_separator {
-        Some(s) => {
-            let n = s.chars().count();
-            let ok = (1..=MAX_SEPARATOR_LEN).contains(&n)
-                && s.chars().all(|c| is_name_char(c) || c == '.');
-            if !ok {
-                return Err(ctx.err(
-                    k("tool_name_separator"),
-                    format!("must be 1 to {MAX_SEPARATOR_LEN} characters of [A-Za-z0-9_.-]"),
-                ));
-            }
-            s
-        }
-        None => d.tool_name_separator,
-    };
-    let tool_names = match raw.tool_names.as_deref() {
-        None => d.tool_names,
-        Some("strict") => ToolNameRule::Strict,
-        Some("spec") => ToolNameRule::Spec,
-        Some(_) => {
-            return Err(ctx.err(k("tool_names"), "must be \"strict\" or \"spec\""));
-        }
-    };
-    let session_idle_timeout = duration(
+    let addr = socket_addr(ctx, key, s)?;
+    if addr == listen && addr.port() != 0 {
+        return Err(ctx.err(key, "must differ from server.listen"));
+    }
+    Ok(Some(addr))
+}
+
+/// Each entry of an allow-list through `check`; errors name `key[i]`.
+fn allow_list(
+    ctx: &Ctx,
+    key: &str,
+    raw: Option<&[String]>,
+    check: fn(&str) -> std::result::Result<String, String>,
+) -> Result<Vec<String>> {
+    let entries = raw.unwrap_or_default().iter().enumerate();
+    entries
+        .map(|(i, v)| check(v).map_err(|m| ctx.err(format!("{key}[{i}]"), m)))
+        .collect()
+}
+
+/// `tool_name_separator`: 1..=4 characters of `[A-Za-z0-9_.-]`.
+fn separator(ctx: &Ctx, s: &str) -> Result<String> {
+    let max = limits::MAX_TOOL_NAME_SEPARATOR_LEN;
+    let n = s.chars().count();
+    let ok = (1..=max).contains(&n) && s.chars().all(|c| is_name_char(c) || c == '.');
+    if !ok {
+        return Err(ctx.err(
+            "server.tool_name_separator",
+            format!("must be 1 to {max} characters of [A-Za-z0-9_.-]"),
+        ));
+    }
+    Ok(s.to_owned())
+}
+
+fn tool_names(ctx: &Ctx, raw: Option<&str>, default: ToolNameRule) -> Result<ToolNameRule> {
+    match raw {
+        None => Ok(default),
+        Some("strict") => Ok(ToolNameRule::Strict),
+        Some("spec") => Ok(ToolNameRule::Spec),
+        Some(_) => Err(ctx.err("server.tool_names", "must be \"strict\" or \"spec\"")),
+    }
+}
+
+/// `session_idle_timeout` and `session_min_idle_before_evict`, the latter
+/// never longer than the former.
+fn session_idle(ctx: &Ctx, raw: &RawServer, d: &ServerConfig) -> Result<(Duration, Duration)> {
+    let idle = duration(
         ctx,
-        &k("session_idle_timeout"),
+        "server.session_idle_timeout",
         raw.session_idle_timeout.as_ref(),
         (
             limits::MIN_SESSION_IDLE_TIMEOUT,
@@ -100,84 +234,36 @@ pub(super) fn server(ctx: &Ctx, raw: RawServer) -> Result<ServerConfig> {
         ),
         d.session_idle_timeout,
     )?;
-    let session_min_idle_before_evict = duration(
+    let min_idle = duration(
         ctx,
-        &k("session_min_idle_before_evict"),
+        "server.session_min_idle_before_evict",
         raw.session_min_idle_before_evict.as_ref(),
-        (Duration::ZERO, MAX_MIN_IDLE_BEFORE_EVICT),
+        (Duration::ZERO, limits::MAX_SESSION_MIN_IDLE_BEFORE_EVICT),
         // Unset: the default, but never past a shorter idle timeout.
-        d.session_min_idle_before_evict.min(session_idle_timeout),
+        d.session_min_idle_before_evict.min(idle),
     )?;
-    if session_min_idle_before_evict > session_idle_timeout {
+    if min_idle > idle {
         return Err(ctx.err(
-            k("session_min_idle_before_evict"),
+            "server.session_min_idle_before_evict",
             format!(
                 "must not be longer than server.session_idle_timeout ({}): a session idle \
                  that long has already expired, so nothing could ever be evicted",
-                humantime::format_duration(session_idle_timeout)
+                humantime::format_duration(idle)
             ),
         ));
     }
-    let state_directory = match raw.state_directory {
-        Some(s) => Some(
-            absolute_dir(&s).map_err(|m| ctx.err(k("state_directory"), format!("{s:?} {m}")))?,
-        ),
-        None => state_directory_from_env(&|name| ctx.env_var(name))
-            .map_err(|m| ctx.err(k("state_directory"), m))?,
-    };
-    Ok(ServerConfig {
-        listen,
-        allowed_origins,
-        allowed_hosts,
-        max_body_bytes: int(
-            ctx,
-            &k("max_body_bytes"),
-            raw.max_body_bytes,
-            (1, limits::MAX_BODY_BYTES_CEILING),
-            d.max_body_bytes,
-        )?,
-        session_capacity: int(
-            ctx,
-            &k("session_capacity"),
-            raw.session_capacity,
-            (1, limits::SESSION_CAPACITY_CEILING),
-            d.session_capacity,
-        )?,
-        session_idle_timeout,
-        session_min_idle_before_evict,
-        keepalive: duration(
-            ctx,
-            &k("keepalive"),
-            raw.keepalive.as_ref(),
-            (MIN_KEEPALIVE, MAX_KEEPALIVE),
-            d.keepalive,
-        )?,
-        max_connections: int(
-            ctx,
-            &k("max_connections"),
-            raw.max_connections,
-            (1, MAX_CONNECTIONS_CEILING),
-            d.max_connections,
-        )?,
-        sse_queue_depth: int(
-            ctx,
-            &k("sse_queue_depth"),
-            raw.sse_queue_depth,
-            (1, limits::RELAY_QUEUE_DEPTH_CEILING),
-            d.sse_queue_depth,
-        )?,
-        max_pending_server_requests: int(
-            ctx,
-            &k("max_pending_server_requests"),
-            raw.max_pending_server_requests,
-            (1, limits::PENDING_SERVER_REQUESTS_CEILING),
-            d.max_pending_server_requests,
-        )?,
-        tool_name_separator,
-        tool_names,
-        metrics_listen,
-        state_directory,
-    })
+    Ok((idle, min_idle))
+}
+
+/// `state_directory`, else the first path of `$STATE_DIRECTORY`.
+fn state_directory(ctx: &Ctx, raw: Option<&str>) -> Result<Option<PathBuf>> {
+    let key = "server.state_directory";
+    match raw {
+        Some(s) => absolute_dir(s)
+            .map(Some)
+            .map_err(|m| ctx.err(key, format!("{s:?} {m}"))),
+        None => state_directory_from_env(&|name| ctx.env_var(name)).map_err(|m| ctx.err(key, m)),
+    }
 }
 
 /// The default of `state_directory`: the first path in `$STATE_DIRECTORY`,

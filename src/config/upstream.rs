@@ -1,72 +1,72 @@
 //! One `[[upstream]]` table: raw → typed [`UpstreamConfig`], every key
 //! checked against its documented range (the table in `config/mod.rs`),
 //! defaults from the validation context (built-ins or a board profile).
+//! Validate-and-fill runs per group of keys, in file-documentation order:
+//! name and transport, identity (`prefix`, `enabled`, `required`, `era`),
+//! capacities, probing, backoff, the rest of the reconnect policy.
 
 use std::time::Duration;
 
+use super::ctx::{Ctx, Result};
 use super::fields::{
     bearer_token_file, check_args, check_command, check_cwd, check_env, check_headers, check_name,
-    check_url,
+    check_url, foreign_keys, Kind, HTTP_KEYS, STDIO_KEYS,
 };
 use super::raw::RawUpstream;
-use super::validate::{duration, float, foreign_keys, int, Ctx, Kind, HTTP_KEYS, STDIO_KEYS};
-use super::{ConfigError, Era, Transport, UpstreamConfig};
+use super::values::{duration, durations, float, int, ints};
+use super::{EraPreference, Transport, UpstreamConfig};
 use crate::limits;
 
-type Result<T> = std::result::Result<T, ConfigError>;
-
-// Documented ranges that have no constant in `limits` (yet).
-const MIN_CALL_TIMEOUT: Duration = Duration::from_secs(1);
-const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(3600);
-const MIN_RESULT_BYTES: usize = 1024;
-const MAX_RESULT_BYTES_CEILING: usize = 256 * 1024 * 1024;
-const MIN_HEALTH_INTERVAL: Duration = Duration::from_secs(1);
-const MAX_HEALTH_INTERVAL: Duration = Duration::from_secs(3600);
-const MIN_PROBE_TIMEOUT: Duration = Duration::from_millis(100);
-const MAX_PROBE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
-const MAX_PROBE_MISSES: usize = 100;
-const MIN_BACKOFF_INITIAL: Duration = Duration::from_millis(100);
-const MAX_BACKOFF_INITIAL: Duration = Duration::from_secs(3600);
-const MIN_BACKOFF_FACTOR: f64 = 1.0;
-const MAX_BACKOFF_FACTOR: f64 = 10.0;
-const MIN_BACKOFF_CAP: Duration = Duration::from_secs(1);
-const MAX_BACKOFF_CAP: Duration = Duration::from_secs(24 * 3600);
-const MAX_STABLE_PERIOD: Duration = Duration::from_secs(24 * 3600);
-const MIN_RETRY_AFTER_CAP: Duration = Duration::from_secs(1);
-const MAX_RETRY_AFTER_CAP: Duration = Duration::from_secs(24 * 3600);
-const MIN_STARTUP_TIMEOUT: Duration = Duration::from_secs(1);
-const MAX_STARTUP_TIMEOUT: Duration = Duration::from_secs(10 * 60);
-
-pub(super) fn upstream(ctx: &Ctx, base: &str, raw: RawUpstream) -> Result<UpstreamConfig> {
-    let k = |f: &str| format!("{base}.{f}");
-    let name = raw
-        .name
-        .ok_or_else(|| ctx.err(k("name"), "missing; every upstream needs a name"))?;
-    check_name(ctx, &k("name"), &name)?;
-    let kind = match raw.transport.as_deref() {
-        Some("stdio") => Kind::Stdio,
-        Some("http") => Kind::Http,
-        Some("builtin") => Kind::Builtin,
-        Some(_) => {
-            return Err(ctx.err(k("transport"), "must be \"stdio\", \"http\" or \"builtin\""))
-        }
-        None => match (raw.command.is_some(), raw.url.is_some()) {
-            (true, false) => Kind::Stdio,
-            (false, true) => Kind::Http,
-            (true, true) => {
-                return Err(ctx.err(
-                    k("transport"),
-                    "missing, and both command and url are given; set transport",
-                ))
-            }
-            (false, false) => {
-                return Err(ctx.err(
-                    k("transport"),
-                    "missing; set transport = \"stdio\", \"http\" or \"builtin\"",
-                ))
-            }
-        },
+/// The `[[upstream]]` table `raw` at key path `base` (`upstream[1]`).
+pub(super) fn upstream(ctx: &Ctx, base: &str, mut raw: RawUpstream) -> Result<UpstreamConfig> {
+    let name = raw.name.take().ok_or_else(|| {
+        ctx.err(
+            format!("{base}.name"),
+            "missing; every upstream needs a name",
+        )
+    })?;
+    check_name(ctx, &format!("{base}.name"), &name)?;
+    let kind = transport_kind(ctx, base, &raw)?;
+    transport_keys(ctx, base, kind, &raw)?;
+    let transport = match kind {
+        Kind::Stdio => stdio(ctx, base, &mut raw)?,
+        Kind::Http => http(ctx, base, &mut raw)?,
+        Kind::Builtin => Transport::Builtin,
     };
+    let mut up = ctx.upstream_defaults(name, transport);
+    identity(ctx, base, &mut raw, &mut up)?;
+    capacities(ctx, base, &raw, &mut up)?;
+    probing(ctx, base, &raw, &mut up)?;
+    backoff(ctx, base, &raw, &mut up)?;
+    lifecycle(ctx, base, &raw, &mut up)?;
+    Ok(up)
+}
+
+/// `transport`, or when absent the one implied by `command` / `url`.
+fn transport_kind(ctx: &Ctx, base: &str, raw: &RawUpstream) -> Result<Kind> {
+    let key = format!("{base}.transport");
+    match raw.transport.as_deref() {
+        Some("stdio") => Ok(Kind::Stdio),
+        Some("http") => Ok(Kind::Http),
+        Some("builtin") => Ok(Kind::Builtin),
+        Some(_) => Err(ctx.err(key, "must be \"stdio\", \"http\" or \"builtin\"")),
+        None => match (raw.command.is_some(), raw.url.is_some()) {
+            (true, false) => Ok(Kind::Stdio),
+            (false, true) => Ok(Kind::Http),
+            (true, true) => Err(ctx.err(
+                key,
+                "missing, and both command and url are given; set transport",
+            )),
+            (false, false) => Err(ctx.err(
+                key,
+                "missing; set transport = \"stdio\", \"http\" or \"builtin\"",
+            )),
+        },
+    }
+}
+
+/// Rejects a key of another transport than `kind` (`url` on a stdio upstream).
+fn transport_keys(ctx: &Ctx, base: &str, kind: Kind, raw: &RawUpstream) -> Result<()> {
     let stdio_present = [
         raw.command.is_some(),
         raw.args.is_some(),
@@ -78,10 +78,11 @@ pub(super) fn upstream(ctx: &Ctx, base: &str, raw: RawUpstream) -> Result<Upstre
         raw.headers.is_some(),
         raw.bearer_token_file.is_some(),
     ];
+    let selector = "transport = ";
     foreign_keys(
         ctx,
         base,
-        "transport = ",
+        selector,
         kind,
         Kind::Stdio,
         &STDIO_KEYS,
@@ -90,50 +91,59 @@ pub(super) fn upstream(ctx: &Ctx, base: &str, raw: RawUpstream) -> Result<Upstre
     foreign_keys(
         ctx,
         base,
-        "transport = ",
+        selector,
         kind,
         Kind::Http,
         &HTTP_KEYS,
         &http_present,
-    )?;
-    let transport = match kind {
-        Kind::Stdio => {
-            let command = raw.command.ok_or_else(|| {
-                ctx.err(
-                    k("command"),
-                    "missing; a stdio upstream needs the command to run",
-                )
-            })?;
-            Transport::Stdio {
-                command: check_command(ctx, &k("command"), command)?,
-                args: check_args(ctx, &k("args"), raw.args.unwrap_or_default())?,
-                env: check_env(ctx, &k("env"), raw.env.unwrap_or_default())?,
-                cwd: raw.cwd.map(|c| check_cwd(ctx, &k("cwd"), c)).transpose()?,
-            }
-        }
-        Kind::Http => {
-            let url = raw
-                .url
-                .ok_or_else(|| ctx.err(k("url"), "missing; an http upstream needs a url"))?;
-            let bearer = raw
-                .bearer_token_file
-                .map(|b| bearer_token_file(ctx, &k("bearer_token_file"), &b))
-                .transpose()?;
-            Transport::Http {
-                url: check_url(ctx, &k("url"), url)?,
-                headers: check_headers(
-                    ctx,
-                    &k("headers"),
-                    raw.headers.unwrap_or_default(),
-                    bearer.is_some(),
-                )?,
-                bearer_token_file: bearer,
-            }
-        }
-        Kind::Builtin => Transport::Builtin,
-    };
-    let mut up = ctx.upstream_defaults(name, transport);
-    if let Some(prefix) = raw.prefix {
+    )
+}
+
+/// `command`, `args`, `env`, `cwd`, taken out of `raw`.
+fn stdio(ctx: &Ctx, base: &str, raw: &mut RawUpstream) -> Result<Transport> {
+    let k = |f: &str| format!("{base}.{f}");
+    let command = raw.command.take().ok_or_else(|| {
+        ctx.err(
+            k("command"),
+            "missing; a stdio upstream needs the command to run",
+        )
+    })?;
+    Ok(Transport::Stdio {
+        command: check_command(ctx, &k("command"), command)?,
+        args: check_args(ctx, &k("args"), raw.args.take().unwrap_or_default())?,
+        env: check_env(ctx, &k("env"), raw.env.take().unwrap_or_default())?,
+        cwd: raw
+            .cwd
+            .take()
+            .map(|c| check_cwd(ctx, &k("cwd"), c))
+            .transpose()?,
+    })
+}
+
+/// `url`, `headers`, `bearer_token_file`, taken out of `raw`.
+fn http(ctx: &Ctx, base: &str, raw: &mut RawUpstream) -> Result<Transport> {
+    let k = |f: &str| format!("{base}.{f}");
+    let url = raw
+        .url
+        .take()
+        .ok_or_else(|| ctx.err(k("url"), "missing; an http upstream needs a url"))?;
+    let bearer = raw
+        .bearer_token_file
+        .take()
+        .map(|b| bearer_token_file(ctx, &k("bearer_token_file"), &b))
+        .transpose()?;
+    let headers = raw.headers.take().unwrap_or_default();
+    Ok(Transport::Http {
+        url: check_url(ctx, &k("url"), url)?,
+        headers: check_headers(ctx, &k("headers"), headers, bearer.is_some())?,
+        bearer_token_file: bearer,
+    })
+}
+
+/// `prefix`, `enabled`, `required` (only of an enabled upstream), `era`.
+fn identity(ctx: &Ctx, base: &str, raw: &mut RawUpstream, up: &mut UpstreamConfig) -> Result<()> {
+    let k = |f: &str| format!("{base}.{f}");
+    if let Some(prefix) = raw.prefix.take() {
         if !prefix.is_empty() {
             check_name(ctx, &k("prefix"), &prefix)?;
         }
@@ -148,61 +158,78 @@ pub(super) fn upstream(ctx: &Ctx, base: &str, raw: RawUpstream) -> Result<Upstre
         ));
     }
     up.era = match raw.era.as_deref() {
-        None | Some("auto") => Era::Auto,
-        Some("legacy") => Era::Legacy,
-        Some("modern") => Era::Modern,
+        None | Some("auto") => EraPreference::Auto,
+        Some("legacy") => EraPreference::Legacy,
+        Some("modern") => EraPreference::Modern,
         Some(_) => {
             return Err(ctx.err(k("era"), "must be \"auto\", \"legacy\" or \"modern\""));
         }
     };
+    Ok(())
+}
+
+/// `call_timeout` and the capacity keys (`max_in_flight`, `max_result_bytes`,
+/// `max_catalog_entries`, `max_catalog_bytes`).
+fn capacities(ctx: &Ctx, base: &str, raw: &RawUpstream, up: &mut UpstreamConfig) -> Result<()> {
     up.call_timeout = duration(
         ctx,
-        &k("call_timeout"),
+        &format!("{base}.call_timeout"),
         raw.call_timeout.as_ref(),
-        (MIN_CALL_TIMEOUT, MAX_CALL_TIMEOUT),
+        (limits::MIN_CALL_TIMEOUT, limits::MAX_CALL_TIMEOUT),
         up.call_timeout,
     )?;
-    up.max_in_flight = int(
+    let in_flight = (1, limits::MAX_IN_FLIGHT_CEILING);
+    let result = (limits::MIN_RESULT_BYTES, limits::MAX_RESULT_BYTES_CEILING);
+    let entries = (1, limits::MAX_CATALOG_ENTRIES_CEILING);
+    let catalog = (limits::MIN_CATALOG_BYTES, limits::MAX_CATALOG_BYTES_CEILING);
+    ints(
         ctx,
-        &k("max_in_flight"),
-        raw.max_in_flight,
-        (1, limits::MAX_IN_FLIGHT_CEILING),
-        up.max_in_flight,
-    )?;
-    up.max_result_bytes = int(
-        ctx,
-        &k("max_result_bytes"),
-        raw.max_result_bytes,
-        (MIN_RESULT_BYTES, MAX_RESULT_BYTES_CEILING),
-        up.max_result_bytes,
-    )?;
-    up.max_catalog_entries = int(
-        ctx,
-        &k("max_catalog_entries"),
-        raw.max_catalog_entries,
-        (1, limits::MAX_CATALOG_ENTRIES_CEILING),
-        up.max_catalog_entries,
-    )?;
-    up.max_catalog_bytes = int(
-        ctx,
-        &k("max_catalog_bytes"),
-        raw.max_catalog_bytes,
-        (limits::MIN_CATALOG_BYTES, limits::MAX_CATALOG_BYTES_CEILING),
-        up.max_catalog_bytes,
-    )?;
-    // Supervisor (reconnect policy).
+        base,
+        [
+            (
+                "max_in_flight",
+                raw.max_in_flight,
+                in_flight,
+                &mut up.max_in_flight,
+            ),
+            (
+                "max_result_bytes",
+                raw.max_result_bytes,
+                result,
+                &mut up.max_result_bytes,
+            ),
+            (
+                "max_catalog_entries",
+                raw.max_catalog_entries,
+                entries,
+                &mut up.max_catalog_entries,
+            ),
+            (
+                "max_catalog_bytes",
+                raw.max_catalog_bytes,
+                catalog,
+                &mut up.max_catalog_bytes,
+            ),
+        ],
+    )
+}
+
+/// Liveness probing: `health_interval`, `probe_timeout` (never longer than
+/// the interval), `probe_misses`.
+fn probing(ctx: &Ctx, base: &str, raw: &RawUpstream, up: &mut UpstreamConfig) -> Result<()> {
+    let k = |f: &str| format!("{base}.{f}");
     up.health_interval = duration(
         ctx,
         &k("health_interval"),
         raw.health_interval.as_ref(),
-        (MIN_HEALTH_INTERVAL, MAX_HEALTH_INTERVAL),
+        (limits::MIN_HEALTH_INTERVAL, limits::MAX_HEALTH_INTERVAL),
         limits::DEFAULT_HEALTH_INTERVAL,
     )?;
     up.probe_timeout = duration(
         ctx,
         &k("probe_timeout"),
         raw.probe_timeout.as_ref(),
-        (MIN_PROBE_TIMEOUT, MAX_PROBE_TIMEOUT),
+        (limits::MIN_PROBE_TIMEOUT, limits::MAX_PROBE_TIMEOUT),
         // Unset: the default, but never past a shorter health interval.
         limits::DEFAULT_PROBE_TIMEOUT.min(up.health_interval),
     )?;
@@ -220,29 +247,36 @@ pub(super) fn upstream(ctx: &Ctx, base: &str, raw: RawUpstream) -> Result<Upstre
         ctx,
         &k("probe_misses"),
         raw.probe_misses,
-        (1, MAX_PROBE_MISSES),
+        (1, limits::MAX_PROBE_MISSES as usize),
         limits::DEFAULT_PROBE_MISSES as usize,
     )?;
     up.probe_misses = u32::try_from(misses).expect("probe_misses is at most MAX_PROBE_MISSES");
+    Ok(())
+}
+
+/// Reconnect backoff: `backoff_initial`, `backoff_factor`, `backoff_cap`
+/// (never below the initial delay).
+fn backoff(ctx: &Ctx, base: &str, raw: &RawUpstream, up: &mut UpstreamConfig) -> Result<()> {
+    let k = |f: &str| format!("{base}.{f}");
     up.backoff_initial = duration(
         ctx,
         &k("backoff_initial"),
         raw.backoff_initial.as_ref(),
-        (MIN_BACKOFF_INITIAL, MAX_BACKOFF_INITIAL),
+        (limits::MIN_BACKOFF_INITIAL, limits::MAX_BACKOFF_INITIAL),
         limits::DEFAULT_BACKOFF_INITIAL,
     )?;
     up.backoff_factor = float(
         ctx,
         &k("backoff_factor"),
         raw.backoff_factor,
-        (MIN_BACKOFF_FACTOR, MAX_BACKOFF_FACTOR),
+        (limits::MIN_BACKOFF_FACTOR, limits::MAX_BACKOFF_FACTOR),
         limits::DEFAULT_BACKOFF_FACTOR,
     )?;
     up.backoff_cap = duration(
         ctx,
         &k("backoff_cap"),
         raw.backoff_cap.as_ref(),
-        (MIN_BACKOFF_CAP, MAX_BACKOFF_CAP),
+        (limits::MIN_BACKOFF_CAP, limits::MAX_BACKOFF_CAP),
         // Unset: the default, but never below a longer initial delay.
         limits::DEFAULT_BACKOFF_CAP.max(up.backoff_initial),
     )?;
@@ -256,27 +290,40 @@ pub(super) fn upstream(ctx: &Ctx, base: &str, raw: RawUpstream) -> Result<Upstre
             ),
         ));
     }
-    up.stable_period = duration(
+    Ok(())
+}
+
+/// The rest of the reconnect policy: `stable_period`, `retry_after_cap`,
+/// `startup_timeout`, `connect_on_demand`. Their defaults are the built-in
+/// ones (a board profile does not set them).
+fn lifecycle(ctx: &Ctx, base: &str, raw: &RawUpstream, up: &mut UpstreamConfig) -> Result<()> {
+    let stable = (Duration::ZERO, limits::MAX_STABLE_PERIOD);
+    let retry_after = (limits::MIN_RETRY_AFTER_CAP, limits::MAX_RETRY_AFTER_CAP);
+    let startup = (limits::MIN_STARTUP_TIMEOUT, limits::MAX_STARTUP_TIMEOUT);
+    durations(
         ctx,
-        &k("stable_period"),
-        raw.stable_period.as_ref(),
-        (Duration::ZERO, MAX_STABLE_PERIOD),
-        limits::DEFAULT_STABLE_PERIOD,
-    )?;
-    up.retry_after_cap = duration(
-        ctx,
-        &k("retry_after_cap"),
-        raw.retry_after_cap.as_ref(),
-        (MIN_RETRY_AFTER_CAP, MAX_RETRY_AFTER_CAP),
-        limits::DEFAULT_RETRY_AFTER_CAP,
+        base,
+        [
+            (
+                "stable_period",
+                raw.stable_period.as_ref(),
+                stable,
+                &mut up.stable_period,
+            ),
+            (
+                "retry_after_cap",
+                raw.retry_after_cap.as_ref(),
+                retry_after,
+                &mut up.retry_after_cap,
+            ),
+            (
+                "startup_timeout",
+                raw.startup_timeout.as_ref(),
+                startup,
+                &mut up.startup_timeout,
+            ),
+        ],
     )?;
     up.connect_on_demand = raw.connect_on_demand.unwrap_or(false);
-    up.startup_timeout = duration(
-        ctx,
-        &k("startup_timeout"),
-        raw.startup_timeout.as_ref(),
-        (MIN_STARTUP_TIMEOUT, MAX_STARTUP_TIMEOUT),
-        limits::DEFAULT_STARTUP_TIMEOUT,
-    )?;
-    Ok(up)
+    Ok(())
 }

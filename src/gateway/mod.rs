@@ -42,9 +42,9 @@ pub enum GatewayError {
         /// The OS error.
         source: std::io::Error,
     },
-    /// Binding the admin listener (`server.metrics_listen`) failed: another
+    /// Binding the admin listener (`server.admin_listen`) failed: another
     /// gateway may hold it, and `mcp-edge status` would then report on that one.
-    #[error("cannot open the admin listener (/metrics /status /healthz /readyz) on {addr}; set server.metrics_listen to a free address, or \"off\"")]
+    #[error("cannot open the admin listener (/metrics /status /healthz /readyz) on {addr}; set server.admin_listen to a free address, or \"off\"")]
     AdminBind {
         /// The configured (or default) address.
         addr: SocketAddr,
@@ -107,7 +107,7 @@ impl Gateway {
             source,
         })?;
         // Bound before any upstream starts, so a taken port fails cleanly.
-        let admin = match s.metrics_listen {
+        let admin = match s.admin_listen {
             Some(m) => {
                 Some(bind(m, |addr, source| GatewayError::AdminBind { addr, source }).await?)
             }
@@ -160,7 +160,7 @@ impl Gateway {
         self.addr
     }
 
-    /// The bound admin address (`server.metrics_listen`), if any.
+    /// The bound admin address (`server.admin_listen`), if any.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin_addr
     }

@@ -1,4 +1,4 @@
-//! The admin listener (`server.metrics_listen`, loopback by default): routes
+//! The admin listener (`server.admin_listen`, loopback by default): routes
 //! for operators and Prometheus, never for MCP clients.
 //!
 //! - `GET /metrics`: Prometheus text format 0.0.4 (metrics-exporter-prometheus).

@@ -10,7 +10,7 @@
 //!   `transports-stdio.mdx` and `transports-streamable-http.mdx` §Backward Compatibility).
 
 use super::{Conn, SendError};
-use crate::config::Era;
+use crate::config::EraPreference;
 use crate::limits;
 use crate::protocol::{self, ProtocolVersion};
 use serde_json::{json, Map, Value};
@@ -120,7 +120,7 @@ pub fn adapt_params(era: UpstreamEra, params: Option<Value>) -> Option<Value> {
 }
 
 /// Runs the opening exchange for the configured era.
-pub async fn open(conn: &Conn, era: Era) -> Result<Negotiated, HandshakeError> {
+pub async fn open(conn: &Conn, era: EraPreference) -> Result<Negotiated, HandshakeError> {
     if let Conn::Builtin = conn {
         return Ok(Negotiated {
             era: UpstreamEra::Modern,
@@ -132,9 +132,9 @@ pub async fn open(conn: &Conn, era: Era) -> Result<Negotiated, HandshakeError> {
         });
     }
     match era {
-        Era::Modern => discover(conn, limits::CONNECT_TIMEOUT).await,
-        Era::Legacy => initialize(conn).await,
-        Era::Auto => match discover(conn, limits::ERA_PROBE_TIMEOUT).await {
+        EraPreference::Modern => discover(conn, limits::CONNECT_TIMEOUT).await,
+        EraPreference::Legacy => initialize(conn).await,
+        EraPreference::Auto => match discover(conn, limits::ERA_PROBE_TIMEOUT).await {
             Ok(n) => Ok(n),
             // Refused credentials or "come back later" say nothing about the
             // era: no fallback request (it would be refused the same way).
