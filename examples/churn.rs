@@ -25,6 +25,8 @@
 //! bytes, not allocator pages; RSS is `VmRSS`.
 //!
 //! Run: `cargo run --release --example churn`
+#![allow(clippy::disallowed_methods)] // a fake upstream that burns real time
+#![allow(clippy::large_futures)] // one benchmark run per future, awaited once
 
 use bytes::Bytes;
 use http::{header, Method, Request, StatusCode};

@@ -5,6 +5,7 @@
 //! build. Real time, real sockets, the fake upstream as a child process (its
 //! memory is its own). One test in this binary, so nothing else allocates
 //! while it measures. Run with `--nocapture` to see the figures.
+#![allow(clippy::large_futures)] // read buffers on the stack on purpose: heap is what is measured
 
 mod support;
 use mcp_edge::alloc::{live_bytes, peak_bytes, reset_peak, Counting};

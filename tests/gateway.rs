@@ -1,5 +1,6 @@
 //! End-to-end behaviour of the downstream endpoint against the fake upstream:
 //! both eras, routing, id remapping, and every refusal the v0 issue lists.
+#![allow(clippy::disallowed_methods)] // tests spawn concurrent clients
 
 mod support;
 use serde_json::{json, Value};

@@ -1,10 +1,15 @@
-//! Reload in place (`SIGHUP`, as `systemctl reload` sends it) on the real
-//! binary: one upstream changed, one untouched, one added. A session opened
-//! before the reload keeps working after it, the untouched upstream's child
-//! process keeps its pid, the changed one gets a new child, and systemd hears
-//! `RELOADING=1` then `READY=1` with what was applied.
+//! Reload in place. In-process ([`Gateway::serve`] driven by [`Control`]s,
+//! as `main.rs` drives it by signals): one upstream changed, one untouched,
+//! one added, then one removed, then a file that does not validate. A
+//! session opened before the reload keeps working after it, the untouched
+//! upstream's child process keeps its pid, the changed one gets a new child.
+//! On the real binary (`SIGHUP`, as `systemctl reload` sends it): systemd
+//! hears `RELOADING=1` then `READY=1` with what was applied, the board
+//! profile stays, and `SIGTERM` is honoured while a reload waits.
+#![allow(clippy::disallowed_methods)] // real waits for a child process
 
 mod support;
+use mcp_edge::gateway::{Control, Gateway};
 use serde_json::json;
 use std::time::Duration;
 use support::*;
@@ -57,29 +62,80 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// A gateway served in-process ([`Gateway::serve`]) on the config file
+/// `cfg`, driven by [`Control`]s as `main.rs` drives it by signals.
+struct InProcess {
+    app: std::sync::Arc<mcp_edge::http::App>,
+    addr: std::net::SocketAddr,
+    controls: tokio::sync::mpsc::Sender<Control>,
+    served: tokio::task::JoinHandle<()>,
+}
+
+impl InProcess {
+    async fn start(cfg: &std::path::Path, board: Option<&str>) -> InProcess {
+        let board = board.map(|b| mcp_edge::config::Board::named(b).unwrap());
+        let config = mcp_edge::config::Config::load_for(cfg, board.as_ref()).unwrap();
+        let gw = Gateway::start(config).await.unwrap();
+        let (app, addr) = (gw.app().clone(), gw.local_addr());
+        let (controls, rx) = tokio::sync::mpsc::channel(4);
+        let cfg = cfg.to_path_buf();
+        let served = tokio::spawn(async move { gw.serve(Some(&cfg), rx).await });
+        let mut g = InProcess {
+            app,
+            addr,
+            controls,
+            served,
+        };
+        g.wait_ready().await;
+        g
+    }
+
+    async fn wait_ready(&mut self) {
+        while !self.app.ready.load(std::sync::atomic::Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Asks for a reload and returns the report it left for `/status`.
+    async fn reload(&mut self) -> String {
+        let before = self.last_reload();
+        self.controls.send(Control::Reload).await.unwrap();
+        loop {
+            let now = self.last_reload();
+            if now != before {
+                return now.expect("a reload report").message;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn last_reload(&self) -> Option<mcp_edge::http::admin::LastReload> {
+        self.app.last_reload.lock().unwrap().clone()
+    }
+
+    async fn stop(self) {
+        self.controls.send(Control::Stop).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(30), self.served)
+            .await
+            .expect("serve ends on Control::Stop")
+            .unwrap();
+    }
+}
+
 #[tokio::test]
-async fn sighup_restarts_only_what_changed_and_keeps_sessions() {
+async fn a_reload_restarts_only_what_changed_and_keeps_sessions() {
     let dir = tempfile::tempdir().unwrap();
-    let notify = NotifySocket::bind(dir.path(), Duration::from_secs(30));
-    let port = free_port();
-    let head = format!("[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"off\"\n");
+    let head = "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"off\"\n";
     let before = format!(
         "{head}{}{}",
-        fake_block("keep", "legacy", ""),
-        fake_block("change", "legacy", "")
+        fake_block("rl-keep", "legacy", ""),
+        fake_block("rl-change", "legacy", "")
     );
     let cfg = dir.path().join("c.toml");
     std::fs::write(&cfg, &before).unwrap();
-    let mut child = serve_notified(&cfg, &notify).spawn().unwrap();
-    let gw = child.id();
-    let _kill = KillOnDrop(gw);
-    let next = || notify.next();
-    let ready = next();
-    assert!(
-        ready.contains("READY=1") && ready.contains("2/2 upstreams ready"),
-        "{ready}"
-    );
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut gw = InProcess::start(&cfg, None).await;
+    let me = std::process::id();
+    let addr = gw.addr;
 
     let sid = legacy_session(addr, "2025-11-25").await;
     let echo = |id: i64, tool: &str, text: &str| {
@@ -88,51 +144,62 @@ async fn sighup_restarts_only_what_changed_and_keeps_sessions() {
         let text = text.to_string();
         async move { call_tool(addr, &sid, json!(id), &tool, json!({"text": text})).await }
     };
-    assert_eq!(text_of(&echo(1, "keep__echo", "one").await), "keep:one");
-    let keep_pid = pid_of(gw, "keep").expect("keep's child runs");
-    let change_pid = pid_of(gw, "change").expect("change's child runs");
+    assert_eq!(
+        text_of(&echo(1, "rl-keep__echo", "one").await),
+        "rl-keep:one"
+    );
+    let keep_pid = pid_of(me, "rl-keep").expect("keep's child runs");
+    let change_pid = pid_of(me, "rl-change").expect("change's child runs");
 
-    // `change` gets another config (a different call timeout, same command);
-    // `added` is new; `keep` is byte-for-byte the same.
+    // `rl-change` gets another config (a different call timeout, same
+    // command); `rl-added` is new; `rl-keep` is byte-for-byte the same.
     let after = format!(
         "{head}{}{}{}",
-        fake_block("keep", "legacy", ""),
-        fake_block("change", "legacy", "call_timeout = \"20s\""),
-        fake_block("added", "legacy", "")
+        fake_block("rl-keep", "legacy", ""),
+        fake_block("rl-change", "legacy", "call_timeout = \"20s\""),
+        fake_block("rl-added", "legacy", "")
     );
     std::fs::write(&cfg, &after).unwrap();
-    unsafe { libc::kill(gw as i32, libc::SIGHUP) };
-    let reloading = next();
-    assert!(
-        reloading.contains("RELOADING=1") && reloading.contains("MONOTONIC_USEC="),
-        "{reloading}"
+    let report = gw.reload().await;
+    assert_eq!(
+        report,
+        "reload applied: restarted rl-change; started rl-added; stopped -; 1 unchanged"
     );
-    let ready = next();
-    assert!(ready.contains("READY=1"), "{ready}");
-    assert!(
-        ready.contains("restarted change; started added; stopped -; 1 unchanged"),
-        "{ready}"
+    let ready = gw
+        .app
+        .router
+        .upstreams()
+        .iter()
+        .filter(|u| u.status().is_ready())
+        .count();
+    assert_eq!(
+        ready, 3,
+        "every upstream's first attempt settled before the report"
     );
-    assert!(ready.contains("3/3 upstreams ready"), "{ready}");
 
     // The session opened before the reload still works, on every upstream.
-    assert_eq!(text_of(&echo(2, "keep__echo", "two").await), "keep:two");
     assert_eq!(
-        text_of(&echo(3, "change__echo", "three").await),
-        "change:three"
+        text_of(&echo(2, "rl-keep__echo", "two").await),
+        "rl-keep:two"
     );
-    assert_eq!(text_of(&echo(4, "added__echo", "four").await), "added:four");
+    assert_eq!(
+        text_of(&echo(3, "rl-change__echo", "three").await),
+        "rl-change:three"
+    );
+    assert_eq!(
+        text_of(&echo(4, "rl-added__echo", "four").await),
+        "rl-added:four"
+    );
     let list = call(addr, &sid, json!(5), "tools/list", json!({})).await;
     let names = tool_names(&list);
-    assert!(names.contains(&"added__echo".to_string()), "{names:?}");
-
+    assert!(names.contains(&"rl-added__echo".to_string()), "{names:?}");
     assert_eq!(
-        pid_of(gw, "keep"),
+        pid_of(me, "rl-keep"),
         Some(keep_pid),
         "the untouched child kept its pid"
     );
-    let new_change = pid_of(gw, "change").expect("change runs again");
-    // pid_of also asserts there is only one child named "change": the old one is gone.
+    let new_change = pid_of(me, "rl-change").expect("change runs again");
+    // pid_of also asserts there is only one child of that name: the old one is gone.
     assert_ne!(
         new_change, change_pid,
         "the changed upstream got a new child"
@@ -143,30 +210,44 @@ async fn sighup_restarts_only_what_changed_and_keeps_sessions() {
         &cfg,
         format!(
             "{head}{}{}",
-            fake_block("keep", "legacy", ""),
-            fake_block("change", "legacy", "call_timeout = \"20s\"")
+            fake_block("rl-keep", "legacy", ""),
+            fake_block("rl-change", "legacy", "call_timeout = \"20s\"")
         ),
     )
     .unwrap();
-    unsafe { libc::kill(gw as i32, libc::SIGHUP) };
-    assert!(next().contains("RELOADING=1"));
-    let ready = next();
-    assert!(
-        ready.contains("restarted -; started -; stopped added; 2 unchanged"),
-        "{ready}"
+    let report = gw.reload().await;
+    assert_eq!(
+        report,
+        "reload applied: restarted -; started -; stopped rl-added; 2 unchanged"
     );
     assert_eq!(
-        pid_of(gw, "added"),
+        pid_of(me, "rl-added"),
         None,
         "removed upstream's child stopped"
     );
-    let gone = echo(6, "added__echo", "x").await;
+    let gone = echo(6, "rl-added__echo", "x").await;
     assert_eq!(gone.error_code(), Some(-32602), "{}", gone.raw);
-    assert_eq!(text_of(&echo(7, "keep__echo", "still").await), "keep:still");
-    assert_eq!(pid_of(gw, "keep"), Some(keep_pid));
+    assert_eq!(
+        text_of(&echo(7, "rl-keep__echo", "still").await),
+        "rl-keep:still"
+    );
+    assert_eq!(pid_of(me, "rl-keep"), Some(keep_pid));
 
-    unsafe { libc::kill(gw as i32, libc::SIGTERM) };
-    assert!(child.wait().unwrap().success());
+    // A file that does not validate is rejected whole; the running set stays.
+    std::fs::write(&cfg, format!("{head}[[upstream]]\nname = \"bad name!\"\n")).unwrap();
+    let report = gw.reload().await;
+    assert!(
+        report.starts_with("reload rejected, the running config stays: "),
+        "{report}"
+    );
+    assert!(gw.last_reload().unwrap().rejected);
+    assert_eq!(
+        text_of(&echo(8, "rl-keep__echo", "kept").await),
+        "rl-keep:kept"
+    );
+
+    gw.stop().await;
+    assert_eq!(pid_of(me, "rl-keep"), None, "stop ends every child");
 }
 
 #[tokio::test]

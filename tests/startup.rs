@@ -3,6 +3,7 @@
 //! unknown names wait for every upstream's first connect attempt
 //! (src/router/mod.rs `Router::dispatch`, src/upstream/mod.rs
 //! `Upstream::first_attempt`).
+#![allow(clippy::disallowed_methods)] // tests spawn concurrent clients
 
 mod support;
 use serde_json::json;

@@ -1,6 +1,7 @@
 //! The upstream supervisor in virtual time (unless stated): polite backoff,
 //! auth parking, Retry-After, one monitor however often it reconnects, and
 //! backoff that survives a restart.
+#![allow(clippy::disallowed_methods)] // real waits for child processes and file mtimes
 
 mod support;
 use serde_json::json;

@@ -7,6 +7,7 @@
 //! Each test binary compiles this module on its own and uses only part of
 //! it, hence one `allow(dead_code)` here (it covers the submodules too).
 #![allow(dead_code)]
+#![allow(clippy::disallowed_methods)] // test servers and readers are spawned tasks; peers are waited for in real time
 
 pub mod peers;
 pub mod scripted;
