@@ -264,5 +264,10 @@ pub const MAX_STARTUP_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
 /// Smallest accepted board profile `heap_budget_bytes`: 4 MiB.
 pub const MIN_HEAP_BUDGET_BYTES: usize = 4 << 20;
-/// Largest accepted board profile `heap_budget_bytes`: 64 GiB.
-pub const MAX_HEAP_BUDGET_BYTES: usize = 64 << 30;
+/// Largest accepted board profile `heap_budget_bytes`: 64 GiB, or all a
+/// 32-bit address space can name (`64 << 30` would be 0 on armv7).
+pub const MAX_HEAP_BUDGET_BYTES: usize = if usize::BITS > 32 {
+    (64u64 << 30) as usize
+} else {
+    usize::MAX
+};

@@ -207,6 +207,10 @@ smoke() { # smoke TARGET RUNNER
   # shellcheck disable=SC2086
   $runner "$bin" check-config "$CFG" >/dev/null || { problems+=("$t: check-config $CFG failed"); return; }
   echo "[arm] $t: check-config $CFG ok"
+  # A board profile's heap budget must validate on 32-bit targets too.
+  # shellcheck disable=SC2086
+  $runner "$bin" check-config --board rpi-zero-2w tests/fixtures/config/valid/builtin_only.toml >/dev/null || { problems+=("$t: check-config --board rpi-zero-2w failed"); return; }
+  echo "[arm] $t: check-config --board rpi-zero-2w ok"
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
   tmp="$(mktemp)"
   printf '[server]\nlisten = "127.0.0.1:%s"\n[[upstream]]\nname = "edge"\ntransport = "builtin"\n' "$port" >"$tmp"
