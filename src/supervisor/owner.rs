@@ -180,7 +180,7 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
     };
     metrics::counter!(crate::metrics::UPSTREAM_CONNECTS, "upstream" => name.clone(), "outcome" => "ok").increment(1);
     tracing::info!(upstream = %name, era = ?neg.era, "connected");
-    up.install(conn.clone(), neg.clone());
+    let generation = up.install(conn.clone(), neg.clone());
     up.forget_subscribed(); // a new connection was asked for nothing yet
     let since = Instant::now();
     let _monitor = MonitorGuard::new(up);
@@ -286,7 +286,7 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
     let end = tokio::select! {
         reason = &mut driver => Failure::plain(reason),
         reason = monitor => Failure::plain(reason),
-        loss = up.loss_of(Conn::id(&conn)) => End::Failed(Failure {
+        loss = up.loss_of(generation) => End::Failed(Failure {
             reason: loss.reason,
             auth: loss.auth,
             retry_after: None,

@@ -3,7 +3,6 @@
 use super::{builtin, http, relay, stdio, SendError, UpstreamEra};
 use crate::protocol::{self, RpcError};
 use serde_json::Value;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// A live connection.
@@ -17,11 +16,6 @@ pub enum Conn {
 }
 
 impl Conn {
-    /// Identity of a live connection (its address behind the `Arc`).
-    pub fn id(this: &Arc<Conn>) -> usize {
-        Arc::as_ptr(this) as usize
-    }
-
     /// Sends one request and waits up to `timeout` for its answer.
     pub async fn send(
         &self,

@@ -35,6 +35,16 @@ pub use state::Status;
 struct Live {
     conn: Arc<Conn>,
     negotiated: Arc<Negotiated>,
+    /// Its generation ([`Upstream::install`]).
+    generation: u64,
+}
+
+/// The live connection, if any, and the generation of the last one installed.
+#[derive(Default)]
+struct Link {
+    live: Option<Live>,
+    /// Generation of the last connection installed (0: none yet).
+    generation: u64,
 }
 
 /// The shared face of one configured upstream (cheap to share behind `Arc`).
@@ -45,7 +55,7 @@ pub struct Upstream {
     pub id: usize,
     /// Its validated config.
     pub config: UpstreamConfig,
-    live: RwLock<Option<Live>>,
+    live: RwLock<Link>,
     catalog: RwLock<Arc<Catalog>>,
     status: watch::Sender<Status>,
     /// Woken when traffic sees a transport error: the owner task reconnects.
@@ -107,9 +117,11 @@ pub(crate) struct Loss {
     pub reason: String,
     /// 401/403: park instead of backing off.
     pub auth: bool,
-    /// Which connection failed ([`Conn::id`]): a late report about an old
-    /// connection must not tear down its replacement.
-    pub conn: usize,
+    /// Which connection failed (its generation, [`Upstream::install`]): a
+    /// late report about an old connection must not tear down its
+    /// replacement (an address could be reused by the replacement; a
+    /// generation never is).
+    pub conn: u64,
 }
 
 impl Upstream {
@@ -126,7 +138,7 @@ impl Upstream {
         Arc::new(Upstream {
             id,
             config,
-            live: RwLock::new(None),
+            live: RwLock::new(Link::default()),
             catalog: RwLock::new(Arc::new(Catalog::default())),
             status: watch::channel(initial).0,
             lost: Notify::new(),
@@ -220,13 +232,14 @@ impl Upstream {
         }
     }
 
-    /// [`Conn::id`] of the live connection, if connected.
-    pub(crate) fn live_conn_id(&self) -> Option<usize> {
+    /// Generation of the live connection ([`Upstream::install`]), if connected.
+    pub(crate) fn live_generation(&self) -> Option<u64> {
         self.live
             .read()
             .expect("live lock")
+            .live
             .as_ref()
-            .map(|l| Conn::id(&l.conn))
+            .map(|l| l.generation)
     }
 
     /// Its name.
@@ -374,9 +387,9 @@ impl Upstream {
             .to_string_lossy()
     }
 
-    /// Waits until traffic reports that connection `conn` failed; reports
-    /// about other (older) connections are discarded.
-    pub(crate) async fn loss_of(&self, conn: usize) -> Loss {
+    /// Waits until traffic reports that the connection of generation `conn`
+    /// failed; reports about other (older) connections are discarded.
+    pub(crate) async fn loss_of(&self, conn: u64) -> Loss {
         loop {
             self.lost.notified().await;
             if let Some(l) = self.loss.lock().expect("loss lock").take() {
@@ -411,7 +424,7 @@ impl Upstream {
     }
 
     pub(crate) fn set_catalog(&self, c: Catalog) {
-        if let Some(live) = self.live.read().expect("live lock").as_ref() {
+        if let Some(live) = self.live.read().expect("live lock").live.as_ref() {
             if let Conn::Http(h) = &*live.conn {
                 h.set_param_headers(&c.tools);
             }
@@ -434,28 +447,40 @@ impl Upstream {
         self.live
             .read()
             .expect("live lock")
+            .live
             .as_ref()
             .map(|l| l.negotiated.clone())
     }
 
-    pub(crate) fn install(&self, conn: Arc<Conn>, negotiated: Negotiated) {
-        *self.live.write().expect("live lock") = Some(Live {
+    /// Makes `conn` the live connection (the owner task, after the
+    /// handshake) and returns its generation: one more than the previous
+    /// connection's, never reused, so a loss report names exactly one
+    /// connection ([`Loss::conn`]).
+    pub(crate) fn install(&self, conn: Arc<Conn>, negotiated: Negotiated) -> u64 {
+        let mut link = self.live.write().expect("live lock");
+        link.generation += 1;
+        let generation = link.generation;
+        link.live = Some(Live {
             conn,
             negotiated: Arc::new(negotiated),
+            generation,
         });
+        generation
     }
 
     pub(crate) fn uninstall(&self) {
-        *self.live.write().expect("live lock") = None;
+        self.live.write().expect("live lock").live = None;
         self.set_catalog(Catalog::default());
     }
 
-    fn current(&self) -> Option<(Arc<Conn>, Arc<Negotiated>)> {
+    /// The live connection, what its handshake learnt, and its generation.
+    fn current(&self) -> Option<(Arc<Conn>, Arc<Negotiated>, u64)> {
         self.live
             .read()
             .expect("live lock")
+            .live
             .as_ref()
-            .map(|l| (l.conn.clone(), l.negotiated.clone()))
+            .map(|l| (l.conn.clone(), l.negotiated.clone(), l.generation))
     }
 
     /// Calls `method` on this upstream with the caller's `params` (adapted to
@@ -480,7 +505,7 @@ impl Upstream {
                 retry_in,
             });
         }
-        let (conn, neg) = self.current().ok_or_else(|| self.unavailable())?;
+        let (conn, neg, generation) = self.current().ok_or_else(|| self.unavailable())?;
         let _active = self.calls.enter();
         let params = handshake::adapt_params(neg.era, params);
         let timeout = self.config.call_timeout;
@@ -495,7 +520,7 @@ impl Upstream {
                     let _g = self.reinit.lock().await;
                     handshake::reinitialize(h, &neg)
                         .await
-                        .map_err(|e| self.name_send_error(e, &conn))?;
+                        .map_err(|e| self.name_send_error(e, generation))?;
                     // The new upstream session has no resource subscriptions.
                     self.forget_subscribed();
                 }
@@ -503,7 +528,7 @@ impl Upstream {
             }
             other => other,
         };
-        outcome.map_err(|e| self.name_send_error(e, &conn))
+        outcome.map_err(|e| self.name_send_error(e, generation))
     }
 
     /// Passes a downstream client's answer to a relayed server→client request
@@ -519,7 +544,7 @@ impl Upstream {
         let Some(upstream_id) = self.pending.take(slot, generation, session) else {
             return false;
         };
-        let Some((conn, _)) = self.current() else {
+        let Some((conn, _, _)) = self.current() else {
             return false;
         };
         let msg = match outcome {
@@ -563,7 +588,7 @@ impl Upstream {
         }
     }
 
-    fn name_send_error(&self, e: SendError, conn: &Arc<Conn>) -> CallError {
+    fn name_send_error(&self, e: SendError, generation: u64) -> CallError {
         let name = self.config.name.clone();
         match e {
             SendError::Rpc(r) => CallError::Rpc(r),
@@ -594,7 +619,7 @@ impl Upstream {
                 self.lose(Loss {
                     reason: other.to_string(),
                     auth,
-                    conn: Conn::id(conn),
+                    conn: generation,
                 });
                 CallError::Transport {
                     name,
@@ -604,3 +629,6 @@ impl Upstream {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

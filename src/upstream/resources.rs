@@ -71,12 +71,12 @@ impl Upstream {
         if self.is_subscribed(uri) {
             return Ok(());
         }
-        let conn = self.live_conn_id();
+        let conn = self.live_generation();
         self.call("resources/subscribe", Some(json!({ "uri": uri })))
             .await?;
         // Recorded only for the connection that was asked: a reconnect in
         // between started from nothing, and the owner asks it again.
-        if conn.is_some() && self.live_conn_id() == conn {
+        if conn.is_some() && self.live_generation() == conn {
             self.subscribed
                 .lock()
                 .expect("subscribed lock")
