@@ -12,7 +12,9 @@ use super::backoff::{jitter_unit, Backoff};
 use super::persist::{unix_ms_after, Persist, Saved};
 use crate::limits;
 use crate::upstream::http::{HttpConn, NotificationsEnd};
-use crate::upstream::{handshake, stdio, Catalog, Conn, SendError, Upstream};
+use crate::upstream::{
+    era, handshake, stdio, Catalog, Conn, Negotiated, SendError, Upstream, UpstreamEra,
+};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
@@ -115,12 +117,12 @@ impl Drop for MonitorGuard<'_> {
 
 /// One probe: `ping` for a legacy upstream, `server/discover` for a modern
 /// one — never a list. Any JSON-RPC answer, even an error, shows it is alive.
-async fn probe(up: &Upstream, conn: &Conn, neg: &handshake::Negotiated) -> bool {
+async fn probe(up: &Upstream, conn: &Conn, neg: &Negotiated) -> bool {
     let method = match neg.era {
-        handshake::UpstreamEra::Modern => "server/discover",
-        handshake::UpstreamEra::Legacy(_) => "ping",
+        UpstreamEra::Modern => "server/discover",
+        UpstreamEra::Legacy(_) => "ping",
     };
-    let params = handshake::adapt_params(neg.era, None);
+    let params = era::adapt_params(neg.era, None);
     let ok = matches!(
         conn.send(method, params, neg.era, up.config.probe_timeout, None)
             .await,
@@ -157,7 +159,7 @@ async fn handshake(
     conn: &Conn,
     driver: &mut Driver,
     shutdown: &mut watch::Receiver<bool>,
-) -> Result<handshake::Negotiated, End> {
+) -> Result<Negotiated, End> {
     let hs = tokio::select! {
         r = tokio::time::timeout(up.config.startup_timeout, handshake::open(conn, up.config.era)) => r,
         reason = &mut *driver => Ok(Err(handshake::HandshakeError::Incompatible(reason))),
@@ -192,7 +194,7 @@ async fn handshake(
 async fn serve(
     up: &Upstream,
     conn: Arc<Conn>,
-    neg: handshake::Negotiated,
+    neg: Negotiated,
     mut driver: Driver,
     shutdown: &mut watch::Receiver<bool>,
 ) -> End {
@@ -237,13 +239,13 @@ async fn serve(
 struct Monitor<'a> {
     up: &'a Upstream,
     conn: &'a Conn,
-    neg: &'a handshake::Negotiated,
+    neg: &'a Negotiated,
     /// Health probes unanswered in a row.
     misses: u32,
 }
 
 impl<'a> Monitor<'a> {
-    fn new(up: &'a Upstream, conn: &'a Conn, neg: &'a handshake::Negotiated) -> Self {
+    fn new(up: &'a Upstream, conn: &'a Conn, neg: &'a Negotiated) -> Self {
         Monitor {
             up,
             conn,
@@ -295,7 +297,7 @@ impl<'a> Monitor<'a> {
 
     /// A modern child announces list changes only to a listener.
     async fn listen(&self) {
-        if let (Conn::Stdio(c), handshake::UpstreamEra::Modern) = (self.conn, self.neg.era) {
+        if let (Conn::Stdio(c), UpstreamEra::Modern) = (self.conn, self.neg.era) {
             if let Err(e) = c.listen().await {
                 tracing::debug!(upstream = %self.up.name(), "subscriptions/listen not sent: {e}");
             }

@@ -1,6 +1,7 @@
 //! A live connection to an upstream, whatever its transport.
 
-use super::{builtin, http, relay, stdio, SendError, UpstreamEra};
+use super::era::UpstreamEra;
+use super::{builtin, http, relay, stdio, SendError};
 use crate::protocol::{self, RpcError};
 use serde_json::Value;
 use std::time::Duration;

@@ -10,6 +10,7 @@ pub mod builtin;
 pub mod catalog;
 mod clock;
 mod conn;
+pub mod era;
 mod error;
 pub mod handshake;
 pub mod http;
@@ -29,8 +30,9 @@ use tokio::sync::{watch, Notify};
 
 pub use catalog::{Catalog, ListGens};
 pub use conn::Conn;
+pub use era::UpstreamEra;
 pub use error::{CallError, SendError};
-pub use handshake::{Negotiated, UpstreamEra};
+pub use handshake::Negotiated;
 pub use state::Status;
 
 struct Live {
@@ -338,7 +340,7 @@ impl Upstream {
     }
 
     /// Calls `method` on this upstream with the caller's `params` (adapted to
-    /// the upstream's era by [`handshake::adapt_params`]) and returns the
+    /// the upstream's era by [`era::adapt_params`]) and returns the
     /// `result`. Errors name the upstream ([`CallError`]); a transport error
     /// also wakes the owner task to reconnect.
     pub async fn call(&self, method: &str, params: Option<Value>) -> Result<Value, CallError> {
@@ -361,7 +363,7 @@ impl Upstream {
         }
         let (conn, neg, generation) = self.current().ok_or_else(|| self.unavailable())?;
         let _active = self.calls.enter();
-        let params = handshake::adapt_params(neg.era, params);
+        let params = era::adapt_params(neg.era, params);
         let timeout = self.config.call_timeout;
         let first = conn
             .send(method, params.clone(), neg.era, timeout, relay.clone())
@@ -372,7 +374,7 @@ impl Upstream {
                 // (2025-11-25 transports.mdx §Session Management, item 4).
                 if let Conn::Http(h) = &*conn {
                     let _g = self.reinit.lock().await;
-                    handshake::reinitialize(h, &neg)
+                    h.reinitialize(neg.era)
                         .await
                         .map_err(|e| self.name_send_error(e, generation))?;
                     // The new upstream session has no resource subscriptions.

@@ -19,7 +19,8 @@
 //! `resourceSubscriptions`, so a subscription routed to one is refused with
 //! a clear error.
 
-use super::{CallError, Upstream, UpstreamEra};
+use super::era::UpstreamEra;
+use super::{CallError, Upstream};
 use crate::protocol::{self, RpcError};
 use serde_json::json;
 

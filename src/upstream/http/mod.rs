@@ -9,11 +9,11 @@
 
 mod notifications;
 mod wire;
-pub use notifications::{NotificationsEnd, LISTEN_ID};
+pub use notifications::NotificationsEnd;
 use wire::{chain, is_sse, refused};
 pub use wire::{header_safe, parse_retry_after};
 
-use super::handshake::UpstreamEra;
+use super::era::UpstreamEra;
 use super::relay::{relay_request, Relay, RelayCtx};
 use super::SendError;
 use crate::config::{Transport, UpstreamConfig};
@@ -292,6 +292,29 @@ impl HttpConn {
         let msg = protocol::notification(method, params);
         self.post_expecting_no_answer(self.build(method, &msg, era, None)?)
             .await
+    }
+
+    /// Re-runs `initialize` + `notifications/initialized` in `era` (the
+    /// legacy version negotiated before) after the session expired (404).
+    /// A no-op when another caller already did it.
+    pub async fn reinitialize(&self, era: UpstreamEra) -> Result<(), SendError> {
+        if !self.session_expired() {
+            return Ok(()); // another caller already re-initialized
+        }
+        let UpstreamEra::Legacy(v) = era else {
+            return Err(SendError::Transport("404 from a modern upstream".into()));
+        };
+        let params = json!({"protocolVersion": v.as_str(), "capabilities": {},
+            "clientInfo": super::era::client_info()});
+        self.send(
+            "initialize",
+            Some(params),
+            era,
+            crate::limits::CONNECT_TIMEOUT,
+            None,
+        )
+        .await?;
+        self.notify("notifications/initialized", None, era).await
     }
 
     /// The receiver of abandoned call ids (taken once, by the owner task,

@@ -23,7 +23,7 @@
 use super::wire::{chain, is_sse};
 use super::HttpConn;
 use crate::protocol::{self, sse, Message};
-use crate::upstream::UpstreamEra;
+use crate::upstream::era::{listen_params, UpstreamEra, LISTEN_ID};
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -136,11 +136,7 @@ impl HttpConn {
 
     /// The `subscriptions/listen` request of a modern server's stream.
     fn listen_request(&self) -> Result<Request<Full<Bytes>>, String> {
-        let params = crate::upstream::handshake::adapt_params(
-            UpstreamEra::Modern,
-            Some(json!({"notifications": {"toolsListChanged": true,
-                "promptsListChanged": true, "resourcesListChanged": true}})),
-        );
+        let params = listen_params();
         let msg = protocol::request(json!(LISTEN_ID), "subscriptions/listen", params);
         self.build(
             "subscriptions/listen",
@@ -178,7 +174,3 @@ impl HttpConn {
         Ok(req)
     }
 }
-
-/// The JSON-RPC id of mcp-edge's own `subscriptions/listen` upstream (a
-/// string: call ids are numbers, so it never collides with one).
-pub const LISTEN_ID: &str = "mcp-edge/listen";

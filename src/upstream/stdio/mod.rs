@@ -9,6 +9,7 @@
 
 mod lines;
 
+use super::era::{listen_params, LISTEN_ID};
 use super::inflight::InFlight;
 use super::relay::{relay_request, Relay, RelayCtx};
 use super::ring::Ring;
@@ -488,22 +489,13 @@ impl StdioConn {
     }
 
     /// Asks a modern (2026-07-28) child for its list changes: one
-    /// `subscriptions/listen` request (id [`super::http::LISTEN_ID`]) for the
+    /// `subscriptions/listen` request (id [`LISTEN_ID`]) for the
     /// three list kinds (2026-07-28 patterns-subscriptions.mdx). Its stream
     /// is the child's stdout: the acknowledgment is skipped, list_changed
     /// wakes the catalog refresh like a legacy child's, and its final
     /// response (or a refusal) is an answer nobody waits for.
     pub async fn listen(&self) -> Result<(), SendError> {
-        let params = super::handshake::adapt_params(
-            super::UpstreamEra::Modern,
-            Some(json!({"notifications": {"toolsListChanged": true,
-                "promptsListChanged": true, "resourcesListChanged": true}})),
-        );
-        let msg = protocol::request(
-            json!(super::http::LISTEN_ID),
-            "subscriptions/listen",
-            params,
-        );
+        let msg = protocol::request(json!(LISTEN_ID), "subscriptions/listen", listen_params());
         write_line(&self.stdin, &msg).await
     }
 
