@@ -273,7 +273,7 @@ impl<'a> Monitor<'a> {
         tokio::pin!(notifications);
         // Resource subscriptions clients hold on this upstream: asked for
         // again on this connection, then kept in line with the table.
-        let mut wanted = up.resources.wanted.subscribe();
+        let mut wanted = up.subscriptions.wanted.subscribe();
         wanted.mark_unchanged();
         up.reconcile_subscriptions().await;
         loop {

@@ -16,10 +16,10 @@ pub mod handshake;
 pub mod http;
 pub mod inflight;
 pub mod relay;
-mod resources;
 pub mod ring;
 pub mod state;
 pub mod stdio;
+mod subscriptions;
 
 use crate::config::UpstreamConfig;
 use crate::protocol;
@@ -71,7 +71,7 @@ pub struct Upstream {
     /// Moved on, per kind, whenever any upstream's catalog changes (shared by all upstreams).
     catalog_gen: Arc<watch::Sender<ListGens>>,
     /// The downstream resource subscriptions (shared by all upstreams).
-    pub(crate) resources: Arc<crate::subscriptions::Subscriptions>,
+    pub(crate) subscriptions: Arc<crate::subscriptions::Subscriptions>,
     /// The resource URIs this connection was asked to report
     /// (`resources/subscribe` sent and answered); emptied on every connect.
     pub(crate) subscribed: std::sync::Mutex<std::collections::BTreeSet<Box<str>>>,
@@ -135,7 +135,7 @@ impl Upstream {
         config: UpstreamConfig,
         max_pending: usize,
         catalog_gen: Arc<watch::Sender<ListGens>>,
-        resources: Arc<crate::subscriptions::Subscriptions>,
+        subscriptions: Arc<crate::subscriptions::Subscriptions>,
     ) -> Arc<Self> {
         let initial = Status::initial(config.enabled);
         Arc::new(Upstream {
@@ -149,7 +149,7 @@ impl Upstream {
             reinit: tokio::sync::Mutex::new(()),
             pending: Arc::new(relay::Pending::new(max_pending)),
             catalog_gen,
-            resources,
+            subscriptions,
             subscribed: std::sync::Mutex::new(Default::default()),
             subs_lock: tokio::sync::Mutex::new(()),
             loss: std::sync::Mutex::new(None),
@@ -421,7 +421,7 @@ impl Upstream {
             id: self.id,
             pending: self.pending.clone(),
             max_age: self.config.call_timeout,
-            resources: self.resources.clone(),
+            subscriptions: self.subscriptions.clone(),
         }
     }
 

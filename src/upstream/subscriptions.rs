@@ -97,7 +97,7 @@ impl Upstream {
     /// 404 — was asked for nothing yet; the owner is woken to ask again.
     pub(crate) fn forget_subscribed(&self) {
         self.subscribed.lock().expect("subscribed lock").clear();
-        self.resources
+        self.subscriptions
             .wanted
             .send_modify(|g| *g = g.wrapping_add(1));
     }
@@ -121,7 +121,7 @@ impl Upstream {
             return;
         };
         let bound = self.config.probe_timeout;
-        let wanted = self.resources.uris_of(self.id);
+        let wanted = self.subscriptions.uris_of(self.id);
         let asked: Vec<Box<str>> = self
             .subscribed
             .lock()
@@ -142,7 +142,7 @@ impl Upstream {
             self.progressed();
         }
         for uri in asked.iter() {
-            if self.resources.uris_of(self.id).contains(uri) {
+            if self.subscriptions.uris_of(self.id).contains(uri) {
                 continue; // wanted again meanwhile
             }
             let call = self.call("resources/unsubscribe", Some(json!({ "uri": &**uri })));
