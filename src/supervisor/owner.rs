@@ -12,7 +12,9 @@ use super::backoff::{jitter_unit, Backoff};
 use super::persist::{unix_ms_after, Persist, Saved};
 use crate::limits;
 use crate::upstream::http::{HttpConn, NotificationsEnd};
-use crate::upstream::{handshake, stdio, Catalog, Conn, SendError, Upstream};
+use crate::upstream::{
+    era, handshake, stdio, Catalog, Conn, Negotiated, SendError, Upstream, UpstreamEra,
+};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
@@ -115,12 +117,12 @@ impl Drop for MonitorGuard<'_> {
 
 /// One probe: `ping` for a legacy upstream, `server/discover` for a modern
 /// one — never a list. Any JSON-RPC answer, even an error, shows it is alive.
-async fn probe(up: &Upstream, conn: &Conn, neg: &handshake::Negotiated) -> bool {
+async fn probe(up: &Upstream, conn: &Conn, neg: &Negotiated) -> bool {
     let method = match neg.era {
-        handshake::UpstreamEra::Modern => "server/discover",
-        handshake::UpstreamEra::Legacy(_) => "ping",
+        UpstreamEra::Modern => "server/discover",
+        UpstreamEra::Legacy(_) => "ping",
     };
-    let params = handshake::adapt_params(neg.era, None);
+    let params = era::adapt_params(neg.era, None);
     let ok = matches!(
         conn.send(method, params, neg.era, up.config.probe_timeout, None)
             .await,
@@ -138,155 +140,74 @@ async fn probe(up: &Upstream, conn: &Conn, neg: &handshake::Negotiated) -> bool 
 
 /// Connects once and serves until the connection ends.
 async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) -> End {
-    let name = up.name().to_string();
     up.attempt_started();
     let (conn, mut driver) = match open(up) {
         Ok(x) => x,
         Err(e) => return Failure::plain(e),
     };
     let conn = Arc::new(conn);
+    match handshake(up, &conn, &mut driver, shutdown).await {
+        Ok(neg) => serve(up, conn, neg, driver, shutdown).await,
+        Err(end) => end,
+    }
+}
+
+/// The era handshake within `startup_timeout`, polled with the driver (a
+/// child that dies during it ends it); the connection is closed on failure.
+async fn handshake(
+    up: &Upstream,
+    conn: &Conn,
+    driver: &mut Driver,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<Negotiated, End> {
     let hs = tokio::select! {
-        r = tokio::time::timeout(up.config.startup_timeout, handshake::open(&conn, up.config.era)) => r,
-        reason = &mut driver => Ok(Err(handshake::HandshakeError::Incompatible(reason))),
-        _ = shutdown.changed() => { close(&conn).await; return End::Shutdown; }
-        _ = up.reconnect.notified() => { close(&conn).await; return End::Reconnect; }
+        r = tokio::time::timeout(up.config.startup_timeout, handshake::open(conn, up.config.era)) => r,
+        reason = &mut *driver => Ok(Err(handshake::HandshakeError::Incompatible(reason))),
+        _ = shutdown.changed() => { close(conn).await; return Err(End::Shutdown); }
+        _ = up.reconnect.notified() => { close(conn).await; return Err(End::Reconnect); }
     };
-    let neg = match hs {
-        Err(_) => {
-            close(&conn).await;
-            return Failure::plain(format!(
-                "no handshake within startup_timeout ({:?})",
-                up.config.startup_timeout
-            ));
-        }
+    let end = match hs {
+        Ok(Ok(n)) => return Ok(n),
+        Err(_) => Failure::plain(format!(
+            "no handshake within startup_timeout ({:?})",
+            up.config.startup_timeout
+        )),
         Ok(Err(handshake::HandshakeError::Send { step, source })) => {
             if let SendError::Transport(_) = source {
                 // A child that died during the handshake: its exit status and
                 // last stderr line (from the driver) say more than "broken pipe".
-                if let Ok(reason) =
-                    tokio::time::timeout(Duration::from_millis(500), &mut driver).await
-                {
-                    return Failure::plain(format!("{step}: {reason}"));
+                if let Ok(reason) = tokio::time::timeout(Duration::from_millis(500), driver).await {
+                    return Err(Failure::plain(format!("{step}: {reason}")));
                 }
             }
-            close(&conn).await;
-            return Failure::from_send(step, &source);
+            Failure::from_send(step, &source)
         }
-        Ok(Err(e)) => {
-            close(&conn).await;
-            return Failure::plain(e.to_string());
-        }
-        Ok(Ok(n)) => n,
+        Ok(Err(e)) => Failure::plain(e.to_string()),
     };
-    metrics::counter!(crate::metrics::UPSTREAM_CONNECTS, "upstream" => name.clone(), "outcome" => "ok").increment(1);
-    tracing::info!(upstream = %name, era = ?neg.era, "connected");
-    up.install(conn.clone(), neg.clone());
+    close(conn).await;
+    Err(end)
+}
+
+/// Serves a connection that completed its handshake until it ends: its
+/// driver, the [`Monitor`], a call's loss report about it, an operator's
+/// reconnect or shutdown.
+async fn serve(
+    up: &Upstream,
+    conn: Arc<Conn>,
+    neg: Negotiated,
+    mut driver: Driver,
+    shutdown: &mut watch::Receiver<bool>,
+) -> End {
+    metrics::counter!(crate::metrics::UPSTREAM_CONNECTS, "upstream" => up.name().to_string(), "outcome" => "ok").increment(1);
+    tracing::info!(upstream = %up.name(), era = ?neg.era, "connected");
+    let generation = up.install(conn.clone(), neg.clone());
     up.forget_subscribed(); // a new connection was asked for nothing yet
     let since = Instant::now();
     let _monitor = MonitorGuard::new(up);
-    // The monitor: catalog (now and on list_changed) and health probes, polled
-    // together with the driver so answers keep flowing while it waits.
-    let monitor = async {
-        let c = Catalog::fetch(up, &neg).await;
-        tracing::info!(upstream = %name, tools = c.tools.len(), prompts = c.prompts.len(), resources = c.resources.len(), "catalog loaded");
-        up.set_catalog(c);
-        up.transition(|s| s.ready(neg.era, since));
-        let every = up.config.health_interval;
-        let mut tick = tokio::time::interval_at(Instant::now() + every, every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut misses = 0u32;
-        // Legacy HTTP calls given up on: cancelled from here, one at a time.
-        let mut abandoned = match &*conn {
-            Conn::Http(c) => c.take_abandoned(),
-            _ => None,
-        };
-        // A modern child announces list changes only to a listener.
-        if let (Conn::Stdio(c), handshake::UpstreamEra::Modern) = (&*conn, neg.era) {
-            if let Err(e) = c.listen().await {
-                tracing::debug!(upstream = %name, "subscriptions/listen not sent: {e}");
-            }
-        }
-        // An HTTP upstream's notification stream (list changes not tied to a
-        // call: a legacy GET stream or a modern subscriptions/listen), read
-        // here as one more arm, reopened after health_interval.
-        let notifications = async {
-            let Conn::Http(c) = &*conn else {
-                return std::future::pending::<()>().await;
-            };
-            loop {
-                match c.read_notifications().await {
-                    NotificationsEnd::NotOffered => {
-                        tracing::debug!(upstream = %name, "no notification stream offered");
-                        return std::future::pending::<()>().await;
-                    }
-                    NotificationsEnd::Ended(why) => {
-                        tracing::debug!(upstream = %name, "notification stream: {why}; again in {:?}", up.config.health_interval);
-                        tokio::time::sleep(up.config.health_interval).await;
-                    }
-                }
-            }
-        };
-        tokio::pin!(notifications);
-        // Resource subscriptions clients hold on this upstream: asked for
-        // again on this connection, then kept in line with the table.
-        let mut wanted = up.resources.wanted.subscribe();
-        wanted.mark_unchanged();
-        up.reconcile_subscriptions().await;
-        loop {
-            // Biased, probes first: cancellations (each bounded by
-            // probe_timeout) never delay a due probe by more than one.
-            tokio::select! {
-                biased;
-                _ = tick.tick() => {
-                    if crate::fault::active(crate::fault::Fault::StallOwners) {
-                        tracing::warn!(upstream = %name, "test fault: the owner task hangs in its probe");
-                        std::future::pending::<()>().await;
-                    }
-                    let answered = probe(up, &conn, &neg).await;
-                    up.progressed();
-                    if answered {
-                        if up.catalog().incomplete {
-                            // A listing failed last time: try again now.
-                            up.set_catalog(Catalog::fetch(up, &neg).await);
-                            up.progressed();
-                        }
-                        up.reconcile_subscriptions().await;
-                    }
-                    if answered {
-                        misses = 0;
-                    } else {
-                        misses += 1;
-                        if misses >= up.config.probe_misses {
-                            return format!("{misses} health probe(s) in a row unanswered");
-                        }
-                    }
-                }
-                _ = up.list_changed.notified() => {
-                    let c = Catalog::fetch(up, &neg).await;
-                    up.set_catalog(c);
-                    up.progressed();
-                }
-                Ok(()) = wanted.changed() => {
-                    wanted.mark_unchanged();
-                    up.reconcile_subscriptions().await;
-                }
-                _ = &mut notifications => {}
-                Some(id) = next_abandoned(&mut abandoned) => {
-                    if let Conn::Http(c) = &*conn {
-                        match tokio::time::timeout(up.config.probe_timeout, c.cancel(id)).await {
-                            Ok(Ok(())) => tracing::debug!(upstream = %name, id, "call cancelled upstream"),
-                            Ok(Err(e)) => tracing::debug!(upstream = %name, id, "notifications/cancelled failed: {e}"),
-                            Err(_) => tracing::debug!(upstream = %name, id, "notifications/cancelled timed out"),
-                        }
-                    }
-                }
-            }
-        }
-    };
     let end = tokio::select! {
         reason = &mut driver => Failure::plain(reason),
-        reason = monitor => Failure::plain(reason),
-        loss = up.loss_of(Conn::id(&conn)) => End::Failed(Failure {
+        reason = Monitor::new(up, &conn, &neg).run(since) => Failure::plain(reason),
+        loss = up.loss_of(generation) => End::Failed(Failure {
             reason: loss.reason,
             auth: loss.auth,
             retry_after: None,
@@ -308,6 +229,147 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
             End::Failed(f)
         }
         other => other,
+    }
+}
+
+/// The monitor of one connection: catalog (now and on list_changed),
+/// health probes, resource subscriptions, the notification stream and
+/// abandoned calls, polled together with the driver so answers keep
+/// flowing while it waits. Returns why the connection must go.
+struct Monitor<'a> {
+    up: &'a Upstream,
+    conn: &'a Conn,
+    neg: &'a Negotiated,
+    /// Health probes unanswered in a row.
+    misses: u32,
+}
+
+impl<'a> Monitor<'a> {
+    fn new(up: &'a Upstream, conn: &'a Conn, neg: &'a Negotiated) -> Self {
+        Monitor {
+            up,
+            conn,
+            neg,
+            misses: 0,
+        }
+    }
+
+    async fn run(mut self, since: Instant) -> String {
+        let (up, name) = (self.up, self.up.name());
+        let c = Catalog::fetch(up, self.neg).await;
+        tracing::info!(upstream = %name, tools = c.tools.len(), prompts = c.prompts.len(), resources = c.resources.len(), "catalog loaded");
+        up.set_catalog(c);
+        up.transition(|s| s.ready(self.neg.era, since));
+        let every = up.config.health_interval;
+        let mut tick = tokio::time::interval_at(Instant::now() + every, every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Legacy HTTP calls given up on: cancelled from here, one at a time.
+        let mut abandoned = match self.conn {
+            Conn::Http(c) => c.take_abandoned(),
+            _ => None,
+        };
+        self.listen().await;
+        let notifications = notifications(up, self.conn);
+        tokio::pin!(notifications);
+        // Resource subscriptions clients hold on this upstream: asked for
+        // again on this connection, then kept in line with the table.
+        let mut wanted = up.subscriptions.wanted.subscribe();
+        wanted.mark_unchanged();
+        up.reconcile_subscriptions().await;
+        loop {
+            // Biased, probes first: cancellations (each bounded by
+            // probe_timeout) never delay a due probe by more than one.
+            tokio::select! {
+                biased;
+                _ = tick.tick() => if let Some(reason) = self.on_tick().await {
+                    return reason;
+                },
+                _ = up.list_changed.notified() => self.refresh().await,
+                Ok(()) = wanted.changed() => {
+                    wanted.mark_unchanged();
+                    up.reconcile_subscriptions().await;
+                }
+                _ = &mut notifications => {}
+                Some(id) = next_abandoned(&mut abandoned) => self.cancel(id).await,
+            }
+        }
+    }
+
+    /// A modern child announces list changes only to a listener.
+    async fn listen(&self) {
+        if let (Conn::Stdio(c), UpstreamEra::Modern) = (self.conn, self.neg.era) {
+            if let Err(e) = c.listen().await {
+                tracing::debug!(upstream = %self.up.name(), "subscriptions/listen not sent: {e}");
+            }
+        }
+    }
+
+    /// A health tick: one probe; after an answer, a catalog that was left
+    /// incomplete is listed again and subscriptions are reconciled.
+    /// `Some(reason)` after `probe_misses` unanswered probes in a row.
+    async fn on_tick(&mut self) -> Option<String> {
+        let up = self.up;
+        if crate::fault::active(crate::fault::Fault::StallOwners) {
+            tracing::warn!(upstream = %up.name(), "test fault: the owner task hangs in its probe");
+            std::future::pending::<()>().await;
+        }
+        let answered = probe(up, self.conn, self.neg).await;
+        up.progressed();
+        if answered {
+            if up.catalog().incomplete {
+                // A listing failed last time: try again now.
+                self.refresh().await;
+            }
+            up.reconcile_subscriptions().await;
+            self.misses = 0;
+            return None;
+        }
+        self.misses += 1;
+        (self.misses >= up.config.probe_misses)
+            .then(|| format!("{} health probe(s) in a row unanswered", self.misses))
+    }
+
+    /// Lists the catalog again.
+    async fn refresh(&self) {
+        self.up.set_catalog(Catalog::fetch(self.up, self.neg).await);
+        self.up.progressed();
+    }
+
+    /// Tells the upstream a call was given up on (bounded by `probe_timeout`).
+    async fn cancel(&self, id: u64) {
+        let (up, name) = (self.up, self.up.name());
+        if let Conn::Http(c) = self.conn {
+            match tokio::time::timeout(up.config.probe_timeout, c.cancel(id)).await {
+                Ok(Ok(())) => tracing::debug!(upstream = %name, id, "call cancelled upstream"),
+                Ok(Err(e)) => {
+                    tracing::debug!(upstream = %name, id, "notifications/cancelled failed: {e}")
+                }
+                Err(_) => {
+                    tracing::debug!(upstream = %name, id, "notifications/cancelled timed out")
+                }
+            }
+        }
+    }
+}
+
+/// An HTTP upstream's notification stream (list changes not tied to a
+/// call: a legacy GET stream or a modern subscriptions/listen), read by the
+/// monitor as one more arm, reopened after `health_interval`; never ends.
+async fn notifications(up: &Upstream, conn: &Conn) {
+    let Conn::Http(c) = conn else {
+        return std::future::pending::<()>().await;
+    };
+    loop {
+        match c.read_notifications().await {
+            NotificationsEnd::NotOffered => {
+                tracing::debug!(upstream = %up.name(), "no notification stream offered");
+                return std::future::pending::<()>().await;
+            }
+            NotificationsEnd::Ended(why) => {
+                tracing::debug!(upstream = %up.name(), "notification stream: {why}; again in {:?}", up.config.health_interval);
+                tokio::time::sleep(up.config.health_interval).await;
+            }
+        }
     }
 }
 
@@ -373,107 +435,145 @@ pub(crate) async fn run(
     persist: Option<Arc<Persist>>,
 ) {
     let _gauge = OwnerGauge::new();
-    let name = up.name().to_string();
     let cfg = &up.config;
     let policy = match Backoff::new(cfg.backoff_initial, cfg.backoff_factor, cfg.backoff_cap) {
         Ok(p) => p,
         Err(e) => {
-            tracing::error!(upstream = %name, "invalid backoff policy: {e}");
+            tracing::error!(upstream = %up.name(), "invalid backoff policy: {e}");
             return;
         }
     };
-    let save = |s: Option<Saved>| {
-        if let Some(p) = &persist {
-            p.put(&name, s);
-        }
+    let mut owner = Owner {
+        up: up.clone(),
+        policy,
+        persist,
+        failures: 0,
     };
-    let mut failures: u32 = 0;
-    // A restart does not reset politeness: resume the saved schedule.
-    if let Some(saved) = persist.as_ref().and_then(|p| p.get(&name)) {
-        failures = saved.failures;
-        if saved.parked {
-            up.transition(|s| s.park(Instant::now(), saved.reason.clone()));
-            if !await_credentials(&up, &mut shutdown).await {
-                up.transition(|s| s.stop());
-                return;
-            }
-        } else {
-            let wait = saved.wait_from(SystemTime::now());
-            if !wait.is_zero() {
-                let until = Instant::now() + wait;
-                tracing::info!(upstream = %name, ?wait, "resuming the backoff saved before the restart");
-                up.transition(|s| {
-                    s.back_off(
-                        failures,
-                        until,
-                        format!("(before restart) {}", saved.reason),
-                    )
-                });
-                tokio::select! {
-                    _ = sleep_until(until) => {}
-                    _ = up.reconnect.notified() => {}
-                    _ = shutdown.changed() => { up.transition(|s| s.stop()); return; }
-                }
-            }
-        }
-    }
-    loop {
-        up.transition(|s| s.connect(failures + 1));
-        match connect_and_serve(&up, &mut shutdown).await {
-            End::Shutdown => break,
-            End::Reconnect => {
-                failures = 0;
-                save(None);
-                continue;
-            }
-            End::Failed(f) => {
-                metrics::counter!(crate::metrics::UPSTREAM_CONNECTS, "upstream" => name.clone(), "outcome" => "error").increment(1);
-                if f.was_stable {
-                    failures = 0;
-                }
-                if f.auth {
-                    tracing::warn!(upstream = %name, "credentials refused ({}); parked until they change", f.reason);
-                    up.transition(|s| s.park(Instant::now(), f.reason.clone()));
-                    save(Some(Saved {
-                        failures,
-                        next_attempt_unix_ms: 0,
-                        parked: true,
-                        reason: f.reason.clone(),
-                    }));
-                    if !await_credentials(&up, &mut shutdown).await {
-                        break;
-                    }
-                    save(None);
-                    continue;
-                }
-                failures = failures.saturating_add(1);
-                let base = policy.base_delay(failures);
-                let mut delay = policy.delay(failures, jitter_unit());
-                if let Some(ra) = f.retry_after {
-                    delay = delay.max(up.set_retry_floor(ra));
-                }
-                let now = Instant::now();
-                let until = now + delay;
-                *up.earliest_retry.lock().expect("earliest lock") = Some(now + base);
-                tracing::warn!(upstream = %name, attempt = failures, retry_in = ?delay, "upstream down: {}", f.reason);
-                up.transition(|s| s.back_off(failures, until, f.reason.clone()));
-                save(Some(Saved {
-                    failures,
-                    next_attempt_unix_ms: unix_ms_after(delay),
-                    parked: false,
-                    reason: f.reason,
-                }));
-                let on_demand = cfg.connect_on_demand;
-                tokio::select! {
-                    _ = sleep_until(until) => {}
-                    _ = up.wake.notified(), if on_demand => {
-                        tracing::info!(upstream = %name, "early attempt requested by a call (connect_on_demand)");
-                    }
-                    _ = up.reconnect.notified() => { failures = 0; }
-                    _ = shutdown.changed() => break,
-                }
-            }
-        }
+    if owner.resume(&mut shutdown).await {
+        while owner.once(&mut shutdown).await {}
     }
     up.transition(|s| s.stop());
+}
+
+/// The retry state of one owner task.
+struct Owner {
+    up: Arc<Upstream>,
+    policy: Backoff,
+    persist: Option<Arc<Persist>>,
+    /// Failed attempts in a row.
+    failures: u32,
+}
+
+impl Owner {
+    fn save(&self, s: Option<Saved>) {
+        if let Some(p) = &self.persist {
+            p.put(self.up.name(), s);
+        }
+    }
+
+    /// A restart does not reset politeness: resumes the saved schedule
+    /// (parked, or waiting until the saved next attempt). False on shutdown.
+    async fn resume(&mut self, shutdown: &mut watch::Receiver<bool>) -> bool {
+        let up = &self.up;
+        let Some(saved) = self.persist.as_ref().and_then(|p| p.get(up.name())) else {
+            return true;
+        };
+        self.failures = saved.failures;
+        if saved.parked {
+            up.transition(|s| s.park(Instant::now(), saved.reason.clone()));
+            return await_credentials(up, shutdown).await;
+        }
+        let wait = saved.wait_from(SystemTime::now());
+        if wait.is_zero() {
+            return true;
+        }
+        let until = Instant::now() + wait;
+        tracing::info!(upstream = %up.name(), ?wait, "resuming the backoff saved before the restart");
+        let reason = format!("(before restart) {}", saved.reason);
+        up.transition(|s| s.back_off(self.failures, until, reason));
+        tokio::select! {
+            _ = sleep_until(until) => true,
+            _ = up.reconnect.notified() => true,
+            _ = shutdown.changed() => false,
+        }
+    }
+
+    /// One connect attempt, its connection's life, and what follows it
+    /// (parking or backing off). False on shutdown.
+    async fn once(&mut self, shutdown: &mut watch::Receiver<bool>) -> bool {
+        let failures = self.failures;
+        self.up.transition(|s| s.connect(failures + 1));
+        match connect_and_serve(&self.up, shutdown).await {
+            End::Shutdown => false,
+            End::Reconnect => {
+                self.failures = 0;
+                self.save(None);
+                true
+            }
+            End::Failed(f) => {
+                metrics::counter!(crate::metrics::UPSTREAM_CONNECTS, "upstream" => self.up.name().to_string(), "outcome" => "error").increment(1);
+                if f.was_stable {
+                    self.failures = 0;
+                }
+                if f.auth {
+                    self.park(f, shutdown).await
+                } else {
+                    self.back_off(f, shutdown).await
+                }
+            }
+        }
+    }
+
+    /// 401/403: parked until the credential file changes, an operator
+    /// asks, or shutdown (false).
+    async fn park(&mut self, f: Failure, shutdown: &mut watch::Receiver<bool>) -> bool {
+        let up = &self.up;
+        tracing::warn!(upstream = %up.name(), "credentials refused ({}); parked until they change", f.reason);
+        up.transition(|s| s.park(Instant::now(), f.reason.clone()));
+        self.save(Some(Saved {
+            failures: self.failures,
+            next_attempt_unix_ms: 0,
+            parked: true,
+            reason: f.reason,
+        }));
+        if !await_credentials(&self.up, shutdown).await {
+            return false;
+        }
+        self.save(None);
+        true
+    }
+
+    /// Waits out the backoff delay (at least the upstream's Retry-After),
+    /// persisted; ended early by an operator, a `connect_on_demand` call
+    /// once the un-jittered window passed, or shutdown (false).
+    async fn back_off(&mut self, f: Failure, shutdown: &mut watch::Receiver<bool>) -> bool {
+        let up = self.up.clone();
+        self.failures = self.failures.saturating_add(1);
+        let failures = self.failures;
+        let base = self.policy.base_delay(failures);
+        let mut delay = self.policy.delay(failures, jitter_unit());
+        if let Some(ra) = f.retry_after {
+            delay = delay.max(up.set_retry_floor(ra));
+        }
+        let now = Instant::now();
+        let until = now + delay;
+        *up.earliest_retry.lock().expect("earliest lock") = Some(now + base);
+        tracing::warn!(upstream = %up.name(), attempt = failures, retry_in = ?delay, "upstream down: {}", f.reason);
+        up.transition(|s| s.back_off(failures, until, f.reason.clone()));
+        self.save(Some(Saved {
+            failures,
+            next_attempt_unix_ms: unix_ms_after(delay),
+            parked: false,
+            reason: f.reason,
+        }));
+        tokio::select! {
+            _ = sleep_until(until) => {}
+            _ = up.wake.notified(), if up.config.connect_on_demand => {
+                tracing::info!(upstream = %up.name(), "early attempt requested by a call (connect_on_demand)");
+            }
+            _ = up.reconnect.notified() => self.failures = 0,
+            _ = shutdown.changed() => return false,
+        }
+        true
+    }
 }

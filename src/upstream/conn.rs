@@ -1,9 +1,9 @@
 //! A live connection to an upstream, whatever its transport.
 
-use super::{builtin, http, relay, stdio, SendError, UpstreamEra};
+use super::era::UpstreamEra;
+use super::{builtin, http, relay, stdio, SendError};
 use crate::protocol::{self, RpcError};
 use serde_json::Value;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// A live connection.
@@ -17,11 +17,6 @@ pub enum Conn {
 }
 
 impl Conn {
-    /// Identity of a live connection (its address behind the `Arc`).
-    pub fn id(this: &Arc<Conn>) -> usize {
-        Arc::as_ptr(this) as usize
-    }
-
     /// Sends one request and waits up to `timeout` for its answer.
     pub async fn send(
         &self,

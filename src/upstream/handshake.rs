@@ -9,21 +9,13 @@
 //!   (`../shared/spec/2026-07-28/versioning.mdx` §Backward Compatibility;
 //!   `transports-stdio.mdx` and `transports-streamable-http.mdx` §Backward Compatibility).
 
+use super::era::{adapt_params, client_info, UpstreamEra};
 use super::{Conn, SendError};
 use crate::config::EraPreference;
 use crate::limits;
 use crate::protocol::{self, ProtocolVersion};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use std::time::Duration;
-
-/// The era spoken with one upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UpstreamEra {
-    /// `initialize`-based, with the negotiated version.
-    Legacy(ProtocolVersion),
-    /// 2026-07-28: `_meta` and routing headers on every request.
-    Modern,
-}
 
 /// What the opening exchange learnt about an upstream.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,64 +51,6 @@ pub enum HandshakeError {
     /// The upstream answered with something mcp-edge cannot speak.
     #[error("{0}")]
     Incompatible(String),
-}
-
-/// The `clientInfo` mcp-edge presents upstream (rmcp's `Implementation` model type).
-fn client_info() -> Value {
-    let i = rmcp::model::Implementation::new("mcp-edge", env!("CARGO_PKG_VERSION"));
-    serde_json::to_value(i).unwrap_or_else(|_| json!({"name": "mcp-edge"}))
-}
-
-/// The `_meta` fields every modern request carries (2026-07-28 index.mdx §_meta).
-fn modern_meta(meta: &mut Map<String, Value>) {
-    meta.insert(
-        protocol::META_PROTOCOL_VERSION.into(),
-        ProtocolVersion::MODERN.as_str().into(),
-    );
-    meta.entry(protocol::META_CLIENT_CAPABILITIES)
-        .or_insert_with(|| json!({}));
-    meta.entry(protocol::META_CLIENT_INFO)
-        .or_insert_with(client_info);
-}
-
-/// Adapts a caller's params to the upstream's era: a modern upstream gets the
-/// per-request `_meta` fields (the caller's capabilities are kept when it sent
-/// them); a legacy upstream gets the per-request `io.modelcontextprotocol/*`
-/// fields (protocolVersion, clientInfo, clientCapabilities, logLevel: 2026-07-28
-/// index.mdx §Per-request protocol fields) removed (it negotiated them in
-/// `initialize`). Every other `_meta`
-/// key (e.g. `progressToken`, vendor keys) passes unchanged.
-pub fn adapt_params(era: UpstreamEra, params: Option<Value>) -> Option<Value> {
-    match era {
-        UpstreamEra::Modern => {
-            let mut p = match params {
-                Some(Value::Object(o)) => o,
-                _ => Map::new(),
-            };
-            let meta = p.entry("_meta").or_insert_with(|| json!({}));
-            if !meta.is_object() {
-                *meta = json!({});
-            }
-            modern_meta(meta.as_object_mut().expect("object"));
-            Some(Value::Object(p))
-        }
-        UpstreamEra::Legacy(_) => {
-            let mut params = params?;
-            if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
-                meta.remove(protocol::META_PROTOCOL_VERSION);
-                meta.remove(protocol::META_CLIENT_INFO);
-                meta.remove(protocol::META_CLIENT_CAPABILITIES);
-                meta.remove("io.modelcontextprotocol/logLevel");
-                if meta.is_empty() {
-                    params
-                        .as_object_mut()
-                        .expect("params object")
-                        .remove("_meta");
-                }
-            }
-            Some(params)
-        }
-    }
 }
 
 /// Runs the opening exchange for the configured era.
@@ -252,26 +186,4 @@ async fn initialize(conn: &Conn) -> Result<Negotiated, HandshakeError> {
             .and_then(Value::as_str)
             .map(String::from),
     })
-}
-
-/// Re-runs `initialize` on a legacy HTTP upstream whose session expired (404).
-pub async fn reinitialize(conn: &super::http::HttpConn, neg: &Negotiated) -> Result<(), SendError> {
-    if !conn.session_expired() {
-        return Ok(()); // another caller already re-initialized
-    }
-    let UpstreamEra::Legacy(v) = neg.era else {
-        return Err(SendError::Transport("404 from a modern upstream".into()));
-    };
-    let params =
-        json!({"protocolVersion": v.as_str(), "capabilities": {}, "clientInfo": client_info()});
-    conn.send(
-        "initialize",
-        Some(params),
-        neg.era,
-        limits::CONNECT_TIMEOUT,
-        None,
-    )
-    .await?;
-    conn.notify("notifications/initialized", None, neg.era)
-        .await
 }

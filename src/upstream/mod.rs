@@ -8,16 +8,18 @@
 
 pub mod builtin;
 pub mod catalog;
+mod clock;
 mod conn;
+pub mod era;
 mod error;
 pub mod handshake;
 pub mod http;
 pub mod inflight;
 pub mod relay;
-mod resources;
 pub mod ring;
 pub mod state;
 pub mod stdio;
+mod subscriptions;
 
 use crate::config::UpstreamConfig;
 use crate::protocol;
@@ -28,13 +30,24 @@ use tokio::sync::{watch, Notify};
 
 pub use catalog::{Catalog, ListGens};
 pub use conn::Conn;
+pub use era::UpstreamEra;
 pub use error::{CallError, SendError};
-pub use handshake::{Negotiated, UpstreamEra};
+pub use handshake::Negotiated;
 pub use state::Status;
 
 struct Live {
     conn: Arc<Conn>,
     negotiated: Arc<Negotiated>,
+    /// Its generation ([`Upstream::install`]).
+    generation: u64,
+}
+
+/// The live connection, if any, and the generation of the last one installed.
+#[derive(Default)]
+struct Link {
+    live: Option<Live>,
+    /// Generation of the last connection installed (0: none yet).
+    generation: u64,
 }
 
 /// The shared face of one configured upstream (cheap to share behind `Arc`).
@@ -45,7 +58,7 @@ pub struct Upstream {
     pub id: usize,
     /// Its validated config.
     pub config: UpstreamConfig,
-    live: RwLock<Option<Live>>,
+    live: RwLock<Link>,
     catalog: RwLock<Arc<Catalog>>,
     status: watch::Sender<Status>,
     /// Woken when traffic sees a transport error: the owner task reconnects.
@@ -58,7 +71,7 @@ pub struct Upstream {
     /// Moved on, per kind, whenever any upstream's catalog changes (shared by all upstreams).
     catalog_gen: Arc<watch::Sender<ListGens>>,
     /// The downstream resource subscriptions (shared by all upstreams).
-    pub(crate) resources: Arc<crate::subscriptions::Subscriptions>,
+    pub(crate) subscriptions: Arc<crate::subscriptions::Subscriptions>,
     /// The resource URIs this connection was asked to report
     /// (`resources/subscribe` sent and answered); emptied on every connect.
     pub(crate) subscribed: std::sync::Mutex<std::collections::BTreeSet<Box<str>>>,
@@ -107,9 +120,11 @@ pub(crate) struct Loss {
     pub reason: String,
     /// 401/403: park instead of backing off.
     pub auth: bool,
-    /// Which connection failed ([`Conn::id`]): a late report about an old
-    /// connection must not tear down its replacement.
-    pub conn: usize,
+    /// Which connection failed (its generation, [`Upstream::install`]): a
+    /// late report about an old connection must not tear down its
+    /// replacement (an address could be reused by the replacement; a
+    /// generation never is).
+    pub conn: u64,
 }
 
 impl Upstream {
@@ -120,13 +135,13 @@ impl Upstream {
         config: UpstreamConfig,
         max_pending: usize,
         catalog_gen: Arc<watch::Sender<ListGens>>,
-        resources: Arc<crate::subscriptions::Subscriptions>,
+        subscriptions: Arc<crate::subscriptions::Subscriptions>,
     ) -> Arc<Self> {
         let initial = Status::initial(config.enabled);
         Arc::new(Upstream {
             id,
             config,
-            live: RwLock::new(None),
+            live: RwLock::new(Link::default()),
             catalog: RwLock::new(Arc::new(Catalog::default())),
             status: watch::channel(initial).0,
             lost: Notify::new(),
@@ -134,7 +149,7 @@ impl Upstream {
             reinit: tokio::sync::Mutex::new(()),
             pending: Arc::new(relay::Pending::new(max_pending)),
             catalog_gen,
-            resources,
+            subscriptions,
             subscribed: std::sync::Mutex::new(Default::default()),
             subs_lock: tokio::sync::Mutex::new(()),
             loss: std::sync::Mutex::new(None),
@@ -158,75 +173,14 @@ impl Upstream {
         })
     }
 
-    /// The owner task starts a connect attempt (counted in [`Upstream::attempts`];
-    /// the first one also starts the clock of [`Upstream::first_attempt`]).
-    pub(crate) fn attempt_started(&self) {
-        if self
-            .attempts
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            == 0
-        {
-            *self.first_started.lock().expect("first_started lock") =
-                Some(tokio::time::Instant::now());
-        }
-    }
-
-    /// How long a request may wait for the first attempt: from its start
-    /// (or, until the owner task starts it, from creation — a reload starts
-    /// a changed upstream only after the old one drained and stopped),
-    /// `startup_timeout` for the handshake + `call_timeout` for the first
-    /// catalog request + [`crate::limits::FIRST_ATTEMPT_MARGIN`].
-    fn first_attempt_deadline(&self) -> tokio::time::Instant {
-        let from = self
-            .first_started
-            .lock()
-            .expect("first_started lock")
-            .unwrap_or(self.created);
-        from + self.config.startup_timeout
-            + self.config.call_timeout
-            + crate::limits::FIRST_ATTEMPT_MARGIN
-    }
-
-    /// True while a request should wait for this upstream's first connect
-    /// attempt: enabled, `Connecting`, no second attempt started yet, and
-    /// the wait's bound ([`Upstream::first_attempt`]) not yet passed at `now`.
-    pub fn first_attempt_pending(&self, now: tokio::time::Instant) -> bool {
-        matches!(*self.status.borrow(), Status::Connecting { .. })
-            && self.attempts() <= 1
-            && now < self.first_attempt_deadline()
-    }
-
-    /// Resolves once the first connect attempt settled (Ready with its
-    /// catalog loaded, Backoff, Parked, …), or at its bound:
-    /// `startup_timeout` + `call_timeout` + 1 s after the attempt started.
-    /// At once when it settled long ago. A request that needs the merged
-    /// catalog waits on this, so a client connecting right after a
-    /// (re)start sees every upstream that can connect, not an empty list.
-    pub async fn first_attempt(&self) {
-        let mut rx = self.status.subscribe();
-        // The predicate reads the status it is given: borrowing the watch
-        // again inside `wait_for` would take its lock twice.
-        let settled = |s: &Status| !matches!(s, Status::Connecting { .. }) || self.attempts() > 1;
-        loop {
-            // The bound moves once the owner task starts the attempt.
-            let deadline = self.first_attempt_deadline();
-            if tokio::time::timeout_at(deadline, rx.wait_for(settled))
-                .await
-                .is_ok()
-                || deadline == self.first_attempt_deadline()
-            {
-                return;
-            }
-        }
-    }
-
-    /// [`Conn::id`] of the live connection, if connected.
-    pub(crate) fn live_conn_id(&self) -> Option<usize> {
+    /// Generation of the live connection ([`Upstream::install`]), if connected.
+    pub(crate) fn live_generation(&self) -> Option<u64> {
         self.live
             .read()
             .expect("live lock")
+            .live
             .as_ref()
-            .map(|l| Conn::id(&l.conn))
+            .map(|l| l.generation)
     }
 
     /// Its name.
@@ -242,91 +196,6 @@ impl Upstream {
     /// A receiver of status changes.
     pub fn subscribe(&self) -> watch::Receiver<Status> {
         self.status.subscribe()
-    }
-
-    /// Moves to the state `f` derives from the current one (the owner task's
-    /// only way to change state) and publishes `mcp_edge_upstream_state`.
-    pub(crate) fn transition(&self, f: impl FnOnce(&Status) -> Status) {
-        let next = f(&self.status.borrow());
-        let name = self.config.name.clone();
-        metrics::gauge!(crate::metrics::UPSTREAM_READY, "upstream" => name.clone())
-            .set(if next.is_ready() { 1.0 } else { 0.0 });
-        for st in Status::NAMES {
-            metrics::gauge!(crate::metrics::UPSTREAM_STATE, "upstream" => name.clone(), "state" => st)
-                .set(if st == next.name() { 1.0 } else { 0.0 });
-        }
-        let backoff = next
-            .retry_in(tokio::time::Instant::now())
-            .map(|d| d.as_secs_f64())
-            .unwrap_or(0.0);
-        metrics::gauge!(crate::metrics::UPSTREAM_BACKOFF_SECONDS, "upstream" => name).set(backoff);
-        let now = tokio::time::Instant::now();
-        if next.is_ready() || self.status.borrow().is_ready() {
-            *self.last_ready.lock().expect("last_ready lock") = now;
-        }
-        *self.entered.lock().expect("entered lock") = now;
-        *self.progress.lock().expect("progress lock") = now;
-        self.status.send_replace(next);
-    }
-
-    /// The owner task's "still alive" while Ready: after each health probe
-    /// and catalog refresh.
-    pub(crate) fn progressed(&self) {
-        *self.progress.lock().expect("progress lock") = tokio::time::Instant::now();
-    }
-
-    /// `Some(reason)` when the owner task looks wedged: a connect attempt, a
-    /// backoff wait, or (while Ready) a probe round that has outlived its own
-    /// deadline by `margin`. Deadlines: Connecting `startup_timeout`; Backoff
-    /// its retry time; Ready `health_interval` + the longer of
-    /// `probe_timeout` and `call_timeout` (a catalog refresh) since the last
-    /// progress report.
-    pub fn wedged(&self, now: tokio::time::Instant, margin: Duration) -> Option<String> {
-        let since = *self.entered.lock().expect("entered lock");
-        let progress = *self.progress.lock().expect("progress lock");
-        let status = self.status();
-        let c = &self.config;
-        let late = match &status {
-            Status::Connecting { .. } => {
-                now.saturating_duration_since(since) > c.startup_timeout + margin
-            }
-            Status::Backoff { until, .. } => now.saturating_duration_since(*until) > margin,
-            Status::Ready { .. } => {
-                now.saturating_duration_since(progress)
-                    > c.health_interval + c.probe_timeout.max(c.call_timeout) + margin
-            }
-            _ => false,
-        };
-        late.then(|| {
-            format!(
-                "upstream '{}' stuck in {} (no progress for {:?})",
-                self.name(),
-                status.name(),
-                now.saturating_duration_since(progress.max(since))
-            )
-        })
-    }
-
-    /// `Some(reason)` when this upstream is `required` and has been away from
-    /// Ready for longer than `grace` (since start, or since it was last Ready).
-    pub fn required_down(&self, now: tokio::time::Instant, grace: Duration) -> Option<String> {
-        if !self.config.required || !self.config.enabled {
-            return None;
-        }
-        let status = self.status();
-        if status.is_ready() {
-            return None;
-        }
-        let away = now.saturating_duration_since(*self.last_ready.lock().expect("last_ready lock"));
-        (away > grace).then(|| {
-            format!(
-                "required upstream '{}' not ready for {}s (grace {}s): {}",
-                self.name(),
-                away.as_secs(),
-                grace.as_secs(),
-                status.describe(now)
-            )
-        })
     }
 
     /// Calls being answered right now.
@@ -374,9 +243,9 @@ impl Upstream {
             .to_string_lossy()
     }
 
-    /// Waits until traffic reports that connection `conn` failed; reports
-    /// about other (older) connections are discarded.
-    pub(crate) async fn loss_of(&self, conn: usize) -> Loss {
+    /// Waits until traffic reports that the connection of generation `conn`
+    /// failed; reports about other (older) connections are discarded.
+    pub(crate) async fn loss_of(&self, conn: u64) -> Loss {
         loop {
             self.lost.notified().await;
             if let Some(l) = self.loss.lock().expect("loss lock").take() {
@@ -411,7 +280,7 @@ impl Upstream {
     }
 
     pub(crate) fn set_catalog(&self, c: Catalog) {
-        if let Some(live) = self.live.read().expect("live lock").as_ref() {
+        if let Some(live) = self.live.read().expect("live lock").live.as_ref() {
             if let Conn::Http(h) = &*live.conn {
                 h.set_param_headers(&c.tools);
             }
@@ -434,32 +303,44 @@ impl Upstream {
         self.live
             .read()
             .expect("live lock")
+            .live
             .as_ref()
             .map(|l| l.negotiated.clone())
     }
 
-    pub(crate) fn install(&self, conn: Arc<Conn>, negotiated: Negotiated) {
-        *self.live.write().expect("live lock") = Some(Live {
+    /// Makes `conn` the live connection (the owner task, after the
+    /// handshake) and returns its generation: one more than the previous
+    /// connection's, never reused, so a loss report names exactly one
+    /// connection ([`Loss::conn`]).
+    pub(crate) fn install(&self, conn: Arc<Conn>, negotiated: Negotiated) -> u64 {
+        let mut link = self.live.write().expect("live lock");
+        link.generation += 1;
+        let generation = link.generation;
+        link.live = Some(Live {
             conn,
             negotiated: Arc::new(negotiated),
+            generation,
         });
+        generation
     }
 
     pub(crate) fn uninstall(&self) {
-        *self.live.write().expect("live lock") = None;
+        self.live.write().expect("live lock").live = None;
         self.set_catalog(Catalog::default());
     }
 
-    fn current(&self) -> Option<(Arc<Conn>, Arc<Negotiated>)> {
+    /// The live connection, what its handshake learnt, and its generation.
+    fn current(&self) -> Option<(Arc<Conn>, Arc<Negotiated>, u64)> {
         self.live
             .read()
             .expect("live lock")
+            .live
             .as_ref()
-            .map(|l| (l.conn.clone(), l.negotiated.clone()))
+            .map(|l| (l.conn.clone(), l.negotiated.clone(), l.generation))
     }
 
     /// Calls `method` on this upstream with the caller's `params` (adapted to
-    /// the upstream's era by [`handshake::adapt_params`]) and returns the
+    /// the upstream's era by [`era::adapt_params`]) and returns the
     /// `result`. Errors name the upstream ([`CallError`]); a transport error
     /// also wakes the owner task to reconnect.
     pub async fn call(&self, method: &str, params: Option<Value>) -> Result<Value, CallError> {
@@ -480,9 +361,9 @@ impl Upstream {
                 retry_in,
             });
         }
-        let (conn, neg) = self.current().ok_or_else(|| self.unavailable())?;
+        let (conn, neg, generation) = self.current().ok_or_else(|| self.unavailable())?;
         let _active = self.calls.enter();
-        let params = handshake::adapt_params(neg.era, params);
+        let params = era::adapt_params(neg.era, params);
         let timeout = self.config.call_timeout;
         let first = conn
             .send(method, params.clone(), neg.era, timeout, relay.clone())
@@ -493,9 +374,9 @@ impl Upstream {
                 // (2025-11-25 transports.mdx §Session Management, item 4).
                 if let Conn::Http(h) = &*conn {
                     let _g = self.reinit.lock().await;
-                    handshake::reinitialize(h, &neg)
+                    h.reinitialize(neg.era)
                         .await
-                        .map_err(|e| self.name_send_error(e, &conn))?;
+                        .map_err(|e| self.name_send_error(e, generation))?;
                     // The new upstream session has no resource subscriptions.
                     self.forget_subscribed();
                 }
@@ -503,7 +384,7 @@ impl Upstream {
             }
             other => other,
         };
-        outcome.map_err(|e| self.name_send_error(e, &conn))
+        outcome.map_err(|e| self.name_send_error(e, generation))
     }
 
     /// Passes a downstream client's answer to a relayed server→client request
@@ -519,7 +400,7 @@ impl Upstream {
         let Some(upstream_id) = self.pending.take(slot, generation, session) else {
             return false;
         };
-        let Some((conn, _)) = self.current() else {
+        let Some((conn, _, _)) = self.current() else {
             return false;
         };
         let msg = match outcome {
@@ -540,7 +421,7 @@ impl Upstream {
             id: self.id,
             pending: self.pending.clone(),
             max_age: self.config.call_timeout,
-            resources: self.resources.clone(),
+            subscriptions: self.subscriptions.clone(),
         }
     }
 
@@ -563,7 +444,7 @@ impl Upstream {
         }
     }
 
-    fn name_send_error(&self, e: SendError, conn: &Arc<Conn>) -> CallError {
+    fn name_send_error(&self, e: SendError, generation: u64) -> CallError {
         let name = self.config.name.clone();
         match e {
             SendError::Rpc(r) => CallError::Rpc(r),
@@ -594,7 +475,7 @@ impl Upstream {
                 self.lose(Loss {
                     reason: other.to_string(),
                     auth,
-                    conn: Conn::id(conn),
+                    conn: generation,
                 });
                 CallError::Transport {
                     name,
@@ -604,3 +485,6 @@ impl Upstream {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -215,14 +215,14 @@ pub struct RelayCtx {
     pub max_age: Duration,
     /// Where `notifications/resources/updated` goes: the subscription table,
     /// never a caller's stream.
-    pub resources: std::sync::Arc<crate::subscriptions::Subscriptions>,
+    pub subscriptions: std::sync::Arc<crate::subscriptions::Subscriptions>,
 }
 
 impl RelayCtx {
     /// The upstream said `params.uri` changed: marks the subscriptions to it.
     pub fn resource_updated(&self, params: Option<&serde_json::Value>) {
         if let Some(uri) = params.and_then(|p| p.get("uri")).and_then(|u| u.as_str()) {
-            self.resources.updated(self.id, uri);
+            self.subscriptions.updated(self.id, uri);
         }
     }
 }
@@ -312,7 +312,7 @@ mod tests {
             id: 0,
             pending: std::sync::Arc::new(Pending::new(1)),
             max_age: Duration::from_secs(60),
-            resources: std::sync::Arc::new(crate::subscriptions::Subscriptions::new(1)),
+            subscriptions: std::sync::Arc::new(crate::subscriptions::Subscriptions::new(1)),
         };
         let (relay, mut rx) = Relay::new(Some("s".into()), 8);
         assert!(relay_request(

@@ -2,7 +2,7 @@
 //! task. Transitions are methods that check where they start from, so the
 //! supervisor cannot assign a state out of order.
 
-use super::handshake::UpstreamEra;
+use super::era::UpstreamEra;
 use std::time::Duration;
 use tokio::time::Instant;
 

@@ -8,17 +8,20 @@
 //! and `Mcp-Name` headers (§Request Metadata).
 
 mod notifications;
-pub use notifications::{NotificationsEnd, LISTEN_ID};
+mod wire;
+pub use notifications::NotificationsEnd;
+use wire::{chain, is_sse, refused};
+pub use wire::{header_safe, parse_retry_after};
 
-use super::handshake::UpstreamEra;
+use super::era::UpstreamEra;
 use super::relay::{relay_request, Relay, RelayCtx};
 use super::SendError;
 use crate::config::{Transport, UpstreamConfig};
 use crate::protocol::{self, sse, Message, RpcError};
-use base64::Engine;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
@@ -291,6 +294,29 @@ impl HttpConn {
             .await
     }
 
+    /// Re-runs `initialize` + `notifications/initialized` in `era` (the
+    /// legacy version negotiated before) after the session expired (404).
+    /// A no-op when another caller already did it.
+    pub async fn reinitialize(&self, era: UpstreamEra) -> Result<(), SendError> {
+        if !self.session_expired() {
+            return Ok(()); // another caller already re-initialized
+        }
+        let UpstreamEra::Legacy(v) = era else {
+            return Err(SendError::Transport("404 from a modern upstream".into()));
+        };
+        let params = json!({"protocolVersion": v.as_str(), "capabilities": {},
+            "clientInfo": super::era::client_info()});
+        self.send(
+            "initialize",
+            Some(params),
+            era,
+            crate::limits::CONNECT_TIMEOUT,
+            None,
+        )
+        .await?;
+        self.notify("notifications/initialized", None, era).await
+    }
+
     /// The receiver of abandoned call ids (taken once, by the owner task,
     /// which sends [`HttpConn::cancel`] for each).
     pub fn take_abandoned(&self) -> Option<mpsc::Receiver<u64>> {
@@ -310,6 +336,8 @@ impl HttpConn {
         .await
     }
 
+    /// POSTs `req` and reads its answer: the response to `id` in a JSON
+    /// body or an SSE stream (relaying what comes before it).
     async fn exchange(
         &self,
         req: Request<Full<Bytes>>,
@@ -322,64 +350,59 @@ impl HttpConn {
                 SendError::Transport(format!("POST {}: {}", self.shown_url, chain(&e)))
             })?;
         let status = resp.status();
-        if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
-            // The challenge (WWW-Authenticate) stays here: never passed downstream.
-            return Err(SendError::Auth(status.as_u16()));
-        }
-        if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE {
-            let after = resp
-                .headers()
-                .get(header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
-            if let Some(after) = after {
-                return Err(SendError::RetryAfter {
-                    status: status.as_u16(),
-                    after,
-                });
-            }
-        }
+        refused(&resp)?;
         if method == "initialize" && status.is_success() {
             if let Some(s) = resp.headers().get("mcp-session-id") {
                 *self.session.write().expect("session lock") = Some(s.clone());
                 self.expired.store(false, Ordering::Release);
             }
         }
-        let is_sse = resp
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
-        let mut body = resp.into_body();
-        if is_sse && status.is_success() {
-            let mut dec = sse::Decoder::new(self.max_bytes);
-            let mut found: Option<Result<Value, RpcError>> = None;
-            while let Some(frame) = body.frame().await {
-                let frame = frame.map_err(|e| SendError::Transport(format!("SSE body: {e}")))?;
-                let Some(data) = frame.data_ref() else {
-                    continue;
-                };
-                let mut events = Vec::new();
-                dec.push(data, &mut |e| events.push(e))
-                    .map_err(|_| SendError::TooLarge)?;
-                for e in events {
-                    if let Some(r) = self.on_message(&e, id, relay).await {
-                        found = Some(r);
-                        break; // nothing after the response is awaited
-                    }
-                }
-                if found.is_some() {
-                    break; // the response ends the request (dropping the body closes the stream)
+        let sse = is_sse(resp.headers());
+        let body = resp.into_body();
+        if sse && status.is_success() {
+            self.read_sse_answer(body, id, relay).await
+        } else {
+            self.read_json_answer(body, status).await
+        }
+    }
+
+    /// Reads an SSE answer until the response to `id` (messages before it
+    /// go to [`HttpConn::on_message`]); the response ends the request
+    /// (dropping the body closes the stream).
+    async fn read_sse_answer(
+        &self,
+        mut body: Incoming,
+        id: u64,
+        relay: Option<&Relay>,
+    ) -> Result<Value, SendError> {
+        let mut dec = sse::Decoder::new(self.max_bytes);
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| SendError::Transport(format!("SSE body: {e}")))?;
+            let Some(data) = frame.data_ref() else {
+                continue;
+            };
+            let mut events = Vec::new();
+            dec.push(data, &mut |e| events.push(e))
+                .map_err(|_| SendError::TooLarge)?;
+            for e in events {
+                // Nothing after the response is awaited.
+                if let Some(r) = self.on_message(&e, id, relay).await {
+                    return r.map_err(SendError::Rpc);
                 }
             }
-            return match found {
-                Some(Ok(v)) => Ok(v),
-                Some(Err(e)) => Err(SendError::Rpc(e)),
-                None => Err(SendError::Transport(
-                    "SSE stream ended without a response".into(),
-                )),
-            };
         }
+        Err(SendError::Transport(
+            "SSE stream ended without a response".into(),
+        ))
+    }
+
+    /// Reads a JSON answer (at most `max_result_bytes`): the JSON-RPC
+    /// response, or the error a non-2xx `status` (and its body) means.
+    async fn read_json_answer(
+        &self,
+        body: Incoming,
+        status: StatusCode,
+    ) -> Result<Value, SendError> {
         let bytes = http_body_util::Limited::new(body, self.max_bytes)
             .collect()
             .await
@@ -506,77 +529,5 @@ impl HttpConn {
             req.headers_mut().insert(k.clone(), v.clone());
         }
         let _ = tokio::time::timeout(Duration::from_secs(2), self.client.request(req)).await;
-    }
-}
-
-/// An error with its sources, e.g. `client error (Connect): tcp connect
-/// error: Connection refused (os error 111)`, so "refused", "unknown host"
-/// and "TLS handshake" are told apart in logs and status.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let t = c.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        cur = c.source();
-    }
-    s
-}
-
-/// Parses `Retry-After` (RFC 9110 §10.2.3): delta-seconds or an HTTP-date
-/// (relative to `now`; a date in the past means zero).
-pub fn parse_retry_after(v: &str, now: std::time::SystemTime) -> Option<Duration> {
-    let v = v.trim();
-    if let Ok(secs) = v.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    let when = httpdate::parse_http_date(v).ok()?;
-    Some(when.duration_since(now).unwrap_or(Duration::ZERO))
-}
-
-/// Encodes a value for `Mcp-Name` (§Value Encoding): plain when it is visible
-/// ASCII without edge whitespace and not sentinel-shaped, else `=?base64?…?=`.
-pub fn header_safe(v: &str) -> HeaderValue {
-    let sentinel_shaped = v.starts_with("=?base64?") && v.ends_with("?=");
-    let plain = !v.is_empty()
-        && v.bytes().all(|b| (0x20..=0x7e).contains(&b))
-        && !v.starts_with(' ')
-        && !v.ends_with(' ')
-        && !sentinel_shaped;
-    let s = if plain {
-        v.to_string()
-    } else {
-        format!(
-            "=?base64?{}?=",
-            base64::engine::general_purpose::STANDARD.encode(v)
-        )
-    };
-    HeaderValue::from_str(&s).unwrap_or_else(|_| HeaderValue::from_static(""))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_retry_after;
-    use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-    #[test]
-    fn retry_after_both_forms() {
-        let now = UNIX_EPOCH + Duration::from_secs(784_111_777); // Sun, 06 Nov 1994 08:49:37 GMT
-        assert_eq!(
-            parse_retry_after("120", now),
-            Some(Duration::from_secs(120))
-        );
-        assert_eq!(
-            parse_retry_after("Sun, 06 Nov 1994 08:51:37 GMT", now),
-            Some(Duration::from_secs(120))
-        );
-        assert_eq!(
-            parse_retry_after("Sun, 06 Nov 1994 08:00:00 GMT", now),
-            Some(Duration::ZERO)
-        );
-        assert_eq!(parse_retry_after("soon", SystemTime::now()), None);
     }
 }

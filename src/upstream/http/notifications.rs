@@ -20,12 +20,14 @@
 //! the listen request (an error response, e.g. -32601) counts as not
 //! offering one.
 
-use super::{chain, HttpConn};
+use super::wire::{chain, is_sse};
+use super::HttpConn;
 use crate::protocol::{self, sse, Message};
-use crate::upstream::UpstreamEra;
+use crate::upstream::era::{listen_params, UpstreamEra, LISTEN_ID};
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use serde_json::json;
 
 /// How one notification stream ended.
@@ -45,49 +47,44 @@ impl HttpConn {
     /// `max_result_bytes` ends the stream.
     pub async fn read_notifications(&self) -> NotificationsEnd {
         let era = *self.era.read().expect("era lock");
+        match self.open_notifications(era).await {
+            Ok(body) => self.read_stream(body).await,
+            Err(end) => end,
+        }
+    }
+
+    /// Sends the stream's request and checks its answer: the SSE body, or
+    /// how the stream ended before it began.
+    async fn open_notifications(&self, era: UpstreamEra) -> Result<Incoming, NotificationsEnd> {
         let req = match era {
             UpstreamEra::Legacy(version) => self.get_request(version),
-            UpstreamEra::Modern => {
-                let params = crate::upstream::handshake::adapt_params(
-                    UpstreamEra::Modern,
-                    Some(json!({"notifications": {"toolsListChanged": true,
-                        "promptsListChanged": true, "resourcesListChanged": true}})),
-                );
-                let msg = protocol::request(json!(LISTEN_ID), "subscriptions/listen", params);
-                self.build("subscriptions/listen", &msg, era, msg.get("params"))
-                    .map_err(|e| e.to_string())
-            }
+            UpstreamEra::Modern => self.listen_request(),
         };
-        let req = match req {
-            Ok(r) => r,
-            Err(e) => return NotificationsEnd::Ended(e),
-        };
-        let resp = match self.client.request(req).await {
-            Ok(r) => r,
-            Err(e) => {
-                return NotificationsEnd::Ended(format!("{}: {}", self.shown_url, chain(&e)));
-            }
-        };
+        let req = req.map_err(NotificationsEnd::Ended)?;
+        let resp =
+            self.client.request(req).await.map_err(|e| {
+                NotificationsEnd::Ended(format!("{}: {}", self.shown_url, chain(&e)))
+            })?;
         let status = resp.status();
-        let is_sse = resp
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
         let refused = match era {
             UpstreamEra::Legacy(_) => status == StatusCode::METHOD_NOT_ALLOWED,
             // A JSON-RPC error (-32601 is HTTP 404 in this era) or a 400.
             UpstreamEra::Modern => matches!(status.as_u16(), 400 | 404 | 405),
         };
-        if refused || (status.is_success() && !is_sse) {
-            return NotificationsEnd::NotOffered;
+        if refused || (status.is_success() && !is_sse(resp.headers())) {
+            return Err(NotificationsEnd::NotOffered);
         }
         if !status.is_success() {
-            return NotificationsEnd::Ended(format!(
+            return Err(NotificationsEnd::Ended(format!(
                 "the notification stream was answered {status}"
-            ));
+            )));
         }
-        let mut body = resp.into_body();
+        Ok(resp.into_body())
+    }
+
+    /// Reads the stream's events until it ends (each handled by
+    /// [`HttpConn::on_stream_event`]).
+    async fn read_stream(&self, mut body: Incoming) -> NotificationsEnd {
         let mut dec = sse::Decoder::new(self.max_bytes);
         while let Some(frame) = body.frame().await {
             let frame = match frame {
@@ -105,28 +102,49 @@ impl HttpConn {
                 ));
             }
             for e in events {
-                // The listen request's own answer: its closing response ends
-                // the stream; an error means the server does not offer one.
-                if let Ok(Message::Response { id, outcome }) = serde_json::from_str(&e)
-                    .map_err(|_| ())
-                    .and_then(|v| protocol::classify(v).map_err(|_| ()))
-                {
-                    if id == json!(LISTEN_ID) {
-                        return match outcome {
-                            Ok(_) => NotificationsEnd::Ended("the listen stream was closed".into()),
-                            Err(e) => {
-                                tracing::debug!("subscriptions/listen refused: {}", e.message);
-                                NotificationsEnd::NotOffered
-                            }
-                        };
-                    }
+                if let Some(end) = self.on_stream_event(&e).await {
+                    return end;
                 }
-                // Id 0 is never used by a call (ids start at 1), and no relay:
-                // other responses are ignored, requests answered or refused here.
-                let _ = self.on_message(&e, 0, None).await;
             }
         }
         NotificationsEnd::Ended("the notification stream ended".into())
+    }
+
+    /// Handles one event of the stream; `Some` when it ends the stream.
+    async fn on_stream_event(&self, event: &str) -> Option<NotificationsEnd> {
+        // The listen request's own answer: its closing response ends the
+        // stream; an error means the server does not offer one.
+        if let Ok(Message::Response { id, outcome }) = serde_json::from_str(event)
+            .map_err(|_| ())
+            .and_then(|v| protocol::classify(v).map_err(|_| ()))
+        {
+            if id == json!(LISTEN_ID) {
+                return Some(match outcome {
+                    Ok(_) => NotificationsEnd::Ended("the listen stream was closed".into()),
+                    Err(e) => {
+                        tracing::debug!("subscriptions/listen refused: {}", e.message);
+                        NotificationsEnd::NotOffered
+                    }
+                });
+            }
+        }
+        // Id 0 is never used by a call (ids start at 1), and no relay:
+        // other responses are ignored, requests answered or refused here.
+        let _ = self.on_message(event, 0, None).await;
+        None
+    }
+
+    /// The `subscriptions/listen` request of a modern server's stream.
+    fn listen_request(&self) -> Result<Request<Full<Bytes>>, String> {
+        let params = listen_params();
+        let msg = protocol::request(json!(LISTEN_ID), "subscriptions/listen", params);
+        self.build(
+            "subscriptions/listen",
+            &msg,
+            UpstreamEra::Modern,
+            msg.get("params"),
+        )
+        .map_err(|e| e.to_string())
     }
 
     /// The GET request of a legacy session's stream.
@@ -156,7 +174,3 @@ impl HttpConn {
         Ok(req)
     }
 }
-
-/// The JSON-RPC id of mcp-edge's own `subscriptions/listen` upstream (a
-/// string: call ids are numbers, so it never collides with one).
-pub const LISTEN_ID: &str = "mcp-edge/listen";

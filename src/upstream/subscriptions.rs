@@ -19,7 +19,8 @@
 //! `resourceSubscriptions`, so a subscription routed to one is refused with
 //! a clear error.
 
-use super::{CallError, Upstream, UpstreamEra};
+use super::era::UpstreamEra;
+use super::{CallError, Upstream};
 use crate::protocol::{self, RpcError};
 use serde_json::json;
 
@@ -71,12 +72,12 @@ impl Upstream {
         if self.is_subscribed(uri) {
             return Ok(());
         }
-        let conn = self.live_conn_id();
+        let conn = self.live_generation();
         self.call("resources/subscribe", Some(json!({ "uri": uri })))
             .await?;
         // Recorded only for the connection that was asked: a reconnect in
         // between started from nothing, and the owner asks it again.
-        if conn.is_some() && self.live_conn_id() == conn {
+        if conn.is_some() && self.live_generation() == conn {
             self.subscribed
                 .lock()
                 .expect("subscribed lock")
@@ -96,7 +97,7 @@ impl Upstream {
     /// 404 — was asked for nothing yet; the owner is woken to ask again.
     pub(crate) fn forget_subscribed(&self) {
         self.subscribed.lock().expect("subscribed lock").clear();
-        self.resources
+        self.subscriptions
             .wanted
             .send_modify(|g| *g = g.wrapping_add(1));
     }
@@ -120,7 +121,7 @@ impl Upstream {
             return;
         };
         let bound = self.config.probe_timeout;
-        let wanted = self.resources.uris_of(self.id);
+        let wanted = self.subscriptions.uris_of(self.id);
         let asked: Vec<Box<str>> = self
             .subscribed
             .lock()
@@ -141,7 +142,7 @@ impl Upstream {
             self.progressed();
         }
         for uri in asked.iter() {
-            if self.resources.uris_of(self.id).contains(uri) {
+            if self.subscriptions.uris_of(self.id).contains(uri) {
                 continue; // wanted again meanwhile
             }
             let call = self.call("resources/unsubscribe", Some(json!({ "uri": &**uri })));

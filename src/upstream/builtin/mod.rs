@@ -32,6 +32,8 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
+mod tools;
+
 /// Server name reported for the `edge` upstream (`serverInfo.name`).
 pub const SERVER_NAME: &str = "mcp-edge-builtin";
 /// Server version reported for the `edge` upstream (`serverInfo.version`):
@@ -71,7 +73,7 @@ static STATVFS_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 
 /// The `tools/list` result, `ListToolsResult` in
 /// `../shared/spec/2025-11-25/schema.json`: `{"tools": [Tool, ...]}`, no
-/// `nextCursor` (one page).
+/// `nextCursor` (one page), rendered from the table in [`tools`].
 ///
 /// Each `Tool` has `name`, `title`, `description`, `inputSchema` (an object
 /// schema; `disk_usage` takes an optional string `path`, the others take no
@@ -80,116 +82,7 @@ static STATVFS_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 /// the field names: `*_bytes` are bytes, `seconds` are seconds, `celsius`
 /// are degrees Celsius.
 pub fn list_tools() -> Value {
-    let annotations = json!({ "readOnlyHint": true, "openWorldHint": false });
-    let no_args = json!({ "type": "object", "properties": {}, "additionalProperties": false });
-    let bytes = |d: &str| json!({ "type": "integer", "minimum": 0, "description": d });
-    json!({ "tools": [
-        {
-            "name": "uptime",
-            "title": "Uptime",
-            "description": "Time since the box booted, from /proc/uptime: seconds and a human-readable string.",
-            "inputSchema": no_args,
-            "outputSchema": {
-                "type": "object",
-                "properties": {
-                    "seconds": { "type": "number", "minimum": 0, "description": "Seconds since boot." },
-                    "human": { "type": "string", "description": "The same as days/hours/minutes/seconds, e.g. \"3d 4h 5m 6s\"." }
-                },
-                "required": ["seconds", "human"]
-            },
-            "annotations": annotations
-        },
-        {
-            "name": "load_average",
-            "title": "Load average",
-            "description": "1-, 5- and 15-minute load averages from /proc/loadavg, with the number of CPUs this process may use.",
-            "inputSchema": no_args,
-            "outputSchema": {
-                "type": "object",
-                "properties": {
-                    "load_1m": { "type": "number", "minimum": 0, "description": "Load average over 1 minute." },
-                    "load_5m": { "type": "number", "minimum": 0, "description": "Load average over 5 minutes." },
-                    "load_15m": { "type": "number", "minimum": 0, "description": "Load average over 15 minutes." },
-                    "cpus": { "type": "integer", "minimum": 1, "description": "CPUs available to this process (affinity and cgroup quota aware)." }
-                },
-                "required": ["load_1m", "load_5m", "load_15m", "cpus"]
-            },
-            "annotations": annotations
-        },
-        {
-            "name": "memory",
-            "title": "Memory",
-            "description": "RAM and swap from /proc/meminfo, in bytes.",
-            "inputSchema": no_args,
-            "outputSchema": {
-                "type": "object",
-                "properties": {
-                    "total_bytes": bytes("MemTotal: usable RAM."),
-                    "available_bytes": bytes("MemAvailable: estimate of RAM available for new work without swapping."),
-                    "free_bytes": bytes("MemFree: RAM not used at all."),
-                    "swap_total_bytes": bytes("SwapTotal."),
-                    "swap_free_bytes": bytes("SwapFree.")
-                },
-                "required": ["total_bytes", "available_bytes", "free_bytes", "swap_total_bytes", "swap_free_bytes"]
-            },
-            "annotations": annotations
-        },
-        {
-            "name": "disk_usage",
-            "title": "Disk usage",
-            "description": "Size and free space of the filesystem holding an absolute path (statvfs), in bytes.",
-            "inputSchema": {
-                "type": "object",
-                "properties": {
-                    "path": {
-                        "type": "string",
-                        "description": "Absolute path of any file or directory on the filesystem to inspect.",
-                        "default": "/"
-                    }
-                },
-                "additionalProperties": false
-            },
-            "outputSchema": {
-                "type": "object",
-                "properties": {
-                    "path": { "type": "string", "description": "The path that was inspected." },
-                    "total_bytes": bytes("Filesystem size."),
-                    "free_bytes": bytes("Free space, including blocks reserved for root."),
-                    "available_bytes": bytes("Free space available to unprivileged users."),
-                    "used_bytes": bytes("total_bytes - free_bytes.")
-                },
-                "required": ["path", "total_bytes", "free_bytes", "available_bytes", "used_bytes"]
-            },
-            "annotations": annotations
-        },
-        {
-            "name": "thermal",
-            "title": "Thermal zones",
-            "description": "Temperature of every thermal zone in /sys/class/thermal, in degrees Celsius. Empty (with a note) in most containers and VMs.",
-            "inputSchema": no_args,
-            "outputSchema": {
-                "type": "object",
-                "properties": {
-                    "zones": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "properties": {
-                                "zone": { "type": "string", "description": "Directory name, e.g. thermal_zone0." },
-                                "type": { "type": ["string", "null"], "description": "Sensor type, e.g. cpu-thermal; null if unreadable." },
-                                "celsius": { "type": ["number", "null"], "description": "Temperature in degrees Celsius; null if unreadable." },
-                                "error": { "type": "string", "description": "Why type or celsius is null." }
-                            },
-                            "required": ["zone", "type", "celsius"]
-                        }
-                    },
-                    "note": { "type": "string", "description": "Present when no zone was found." }
-                },
-                "required": ["zones"]
-            },
-            "annotations": annotations
-        }
-    ] })
+    tools::render()
 }
 
 /// Runs built-in tool `name` and returns its `tools/call` result,
@@ -588,7 +481,10 @@ fn statvfs(path: &Path) -> std::io::Result<DiskUsage> {
 // ---------------------------------------------------------------------------
 // thermal
 
-async fn thermal_at(root: &Path) -> Value {
+/// The `thermal_zone<N>` directories under `sys/class/thermal` of `root`,
+/// sorted by N, at most [`MAX_THERMAL_ZONES`] (none when the directory does
+/// not exist); an `isError` result when it cannot be listed.
+async fn thermal_zones(root: &Path) -> Result<Vec<String>, Value> {
     let dir = root.join("sys/class/thermal");
     let mut zones: Vec<(u64, String)> = Vec::new();
     match tokio::fs::read_dir(&dir).await {
@@ -604,15 +500,22 @@ async fn thermal_at(root: &Path) -> Value {
                     }
                 }
                 Ok(None) => break,
-                Err(e) => return failure(format!("cannot list {}: {e}", dir.display())),
+                Err(e) => return Err(failure(format!("cannot list {}: {e}", dir.display()))),
             }
         },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return failure(format!("cannot list {}: {e}", dir.display())),
+        Err(e) => return Err(failure(format!("cannot list {}: {e}", dir.display()))),
     }
     zones.sort_unstable();
     zones.truncate(MAX_THERMAL_ZONES);
+    Ok(zones.into_iter().map(|(_, name)| name).collect())
+}
 
+async fn thermal_at(root: &Path) -> Value {
+    let zones = match thermal_zones(root).await {
+        Ok(z) => z,
+        Err(result) => return result,
+    };
     if zones.is_empty() {
         let note = "no thermal zones under /sys/class/thermal (usual in containers and VMs)";
         return success(note.to_owned(), json!({ "zones": [], "note": note }));
@@ -620,7 +523,7 @@ async fn thermal_at(root: &Path) -> Value {
 
     let mut items = Vec::with_capacity(zones.len());
     let mut texts = Vec::with_capacity(zones.len());
-    for (_, zone) in zones {
+    for zone in zones {
         let base = format!("sys/class/thermal/{zone}");
         let kind = read_under(root, &format!("{base}/type"))
             .await
@@ -669,5 +572,4 @@ fn result_text(result: &Value) -> String {
 }
 
 #[cfg(test)]
-#[path = "builtin_tests.rs"]
 mod tests;

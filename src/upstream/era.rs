@@ -1,0 +1,90 @@
+//! The era spoken with an upstream ([`UpstreamEra`]) and what it implies
+//! for every request: the per-request `_meta` fields of a modern upstream,
+//! their removal for a legacy one ([`adapt_params`]), and mcp-edge's own
+//! `subscriptions/listen` request for list changes ([`listen_params`],
+//! [`LISTEN_ID`]).
+
+use crate::protocol::{self, ProtocolVersion};
+use serde_json::{json, Map, Value};
+
+/// The era spoken with one upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamEra {
+    /// `initialize`-based, with the negotiated version.
+    Legacy(ProtocolVersion),
+    /// 2026-07-28: `_meta` and routing headers on every request.
+    Modern,
+}
+
+/// The `clientInfo` mcp-edge presents upstream (rmcp's `Implementation` model type).
+pub(super) fn client_info() -> Value {
+    let i = rmcp::model::Implementation::new("mcp-edge", env!("CARGO_PKG_VERSION"));
+    serde_json::to_value(i).unwrap_or_else(|_| json!({"name": "mcp-edge"}))
+}
+
+/// The `_meta` fields every modern request carries (2026-07-28 index.mdx §_meta).
+fn modern_meta(meta: &mut Map<String, Value>) {
+    meta.insert(
+        protocol::META_PROTOCOL_VERSION.into(),
+        ProtocolVersion::MODERN.as_str().into(),
+    );
+    meta.entry(protocol::META_CLIENT_CAPABILITIES)
+        .or_insert_with(|| json!({}));
+    meta.entry(protocol::META_CLIENT_INFO)
+        .or_insert_with(client_info);
+}
+
+/// Adapts a caller's params to the upstream's era: a modern upstream gets the
+/// per-request `_meta` fields (the caller's capabilities are kept when it sent
+/// them); a legacy upstream gets the per-request `io.modelcontextprotocol/*`
+/// fields (protocolVersion, clientInfo, clientCapabilities, logLevel: 2026-07-28
+/// index.mdx §Per-request protocol fields) removed (it negotiated them in
+/// `initialize`). Every other `_meta`
+/// key (e.g. `progressToken`, vendor keys) passes unchanged.
+pub fn adapt_params(era: UpstreamEra, params: Option<Value>) -> Option<Value> {
+    match era {
+        UpstreamEra::Modern => {
+            let mut p = match params {
+                Some(Value::Object(o)) => o,
+                _ => Map::new(),
+            };
+            let meta = p.entry("_meta").or_insert_with(|| json!({}));
+            if !meta.is_object() {
+                *meta = json!({});
+            }
+            modern_meta(meta.as_object_mut().expect("object"));
+            Some(Value::Object(p))
+        }
+        UpstreamEra::Legacy(_) => {
+            let mut params = params?;
+            if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
+                meta.remove(protocol::META_PROTOCOL_VERSION);
+                meta.remove(protocol::META_CLIENT_INFO);
+                meta.remove(protocol::META_CLIENT_CAPABILITIES);
+                meta.remove("io.modelcontextprotocol/logLevel");
+                if meta.is_empty() {
+                    params
+                        .as_object_mut()
+                        .expect("params object")
+                        .remove("_meta");
+                }
+            }
+            Some(params)
+        }
+    }
+}
+
+/// The JSON-RPC id of mcp-edge's own `subscriptions/listen` upstream (a
+/// string: call ids are numbers, so it never collides with one).
+pub const LISTEN_ID: &str = "mcp-edge/listen";
+
+/// The params of mcp-edge's `subscriptions/listen` (2026-07-28
+/// patterns-subscriptions.mdx): the three list kinds, with the modern
+/// per-request `_meta`.
+pub fn listen_params() -> Option<Value> {
+    adapt_params(
+        UpstreamEra::Modern,
+        Some(json!({"notifications": {"toolsListChanged": true,
+            "promptsListChanged": true, "resourcesListChanged": true}})),
+    )
+}

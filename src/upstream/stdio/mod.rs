@@ -1,0 +1,511 @@
+//! The stdio transport: a child process speaking newline-delimited JSON-RPC on
+//! stdin/stdout, logging on stderr (`../shared/spec/2026-07-28/transports-stdio.mdx`;
+//! `../shared/spec/2025-11-25/transports.mdx` §stdio).
+//!
+//! [`open`] spawns the child and returns the connection plus its *driver*: a
+//! future that reads stdout (answers go to the [`InFlight`] table) and stderr
+//! (into the log) and ends, with a reason, when the child exits. The owner
+//! task polls the driver; no task is spawned here.
+
+mod lines;
+
+use super::era::{listen_params, LISTEN_ID};
+use super::inflight::InFlight;
+use super::relay::{relay_request, Relay, RelayCtx};
+use super::ring::Ring;
+use super::SendError;
+use crate::config::UpstreamConfig;
+use crate::limits;
+use crate::protocol::{self, Message, RpcError};
+pub use lines::sniff_id;
+use lines::{read_line_bounded, LogBudget};
+use serde_json::{json, Value};
+use std::future::Future;
+use std::pin::Pin;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::sync::{mpsc, Mutex, Notify};
+
+/// A future that runs a connection's I/O and returns why it ended.
+pub type Driver = Pin<Box<dyn Future<Output = String> + Send>>;
+
+/// Writer half and in-flight table of a stdio child.
+pub struct StdioConn {
+    stdin: Arc<Mutex<Option<ChildStdin>>>,
+    inflight: InFlight,
+}
+
+/// Kills a child's whole process group when dropped (the owner task was
+/// aborted, or the driver ended): grandchildren never outlive their upstream.
+struct GroupKill(libc::pid_t);
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        if self.0 > 0 {
+            // SAFETY: plain syscall on a process group we created; ESRCH is fine.
+            unsafe { libc::killpg(self.0, libc::SIGKILL) };
+        }
+    }
+}
+
+fn signal_group(pgid: libc::pid_t, sig: libc::c_int) {
+    if pgid > 0 {
+        // SAFETY: as above.
+        unsafe { libc::killpg(pgid, sig) };
+    }
+}
+
+/// Spawns the child of a stdio upstream in its own process group, with
+/// `PR_SET_PDEATHSIG` so it dies with mcp-edge even on SIGKILL, and without
+/// mcp-edge's systemd variables (`NOTIFY_SOCKET`, `WATCHDOG_*`). Its stderr
+/// goes to the log and to `stderr_tail`. Errors: the spawn's I/O error text.
+pub fn open(
+    cfg: &UpstreamConfig,
+    list_changed: Arc<Notify>,
+    ctx: RelayCtx,
+    stderr_tail: Arc<std::sync::Mutex<Ring>>,
+) -> Result<(StdioConn, Driver), String> {
+    let crate::config::Transport::Stdio {
+        command,
+        args,
+        env,
+        cwd,
+    } = &cfg.transport
+    else {
+        return Err("not a stdio upstream".into());
+    };
+    let mut cmd = command_of(command, args, env, cwd.as_deref());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {command:?}: {e}"))?;
+    let stdin = Arc::new(Mutex::new(child.stdin.take()));
+    let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+    let stderr = BufReader::new(child.stderr.take().expect("piped stderr"));
+    let (inflight, cancel) = InFlight::new(cfg.max_in_flight, cfg.call_timeout);
+    let pump = Pump {
+        name: cfg.name.clone(),
+        stdout,
+        stderr,
+        stdin: stdin.clone(),
+        inflight: inflight.clone(),
+        max_bytes: cfg.max_result_bytes,
+        list_changed,
+        ctx,
+        stderr_tail,
+        line: Vec::new(),
+        err_line: Vec::new(),
+        stderr_open: true,
+        log_budget: LogBudget::new(tokio::time::Instant::now()),
+        noise: 0,
+    };
+    Ok((
+        StdioConn { stdin, inflight },
+        Box::pin(pump.drive(child, cancel)),
+    ))
+}
+
+/// The child's command: its own process group, `PR_SET_PDEATHSIG`, piped
+/// stdio, no systemd variables, killed when dropped.
+fn command_of(
+    command: &str,
+    args: &[String],
+    env: &std::collections::BTreeMap<String, String>,
+    cwd: Option<&std::path::Path>,
+) -> Command {
+    let mut cmd = Command::new(command);
+    cmd.args(args)
+        .envs(env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("WATCHDOG_USEC")
+        .env_remove("WATCHDOG_PID")
+        .process_group(0)
+        .kill_on_drop(true);
+    // SAFETY: prctl is async-signal-safe; it only sets a flag of the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    cmd
+}
+
+/// The driver's state: the child's output pipes, their line buffers, and
+/// where what it says goes.
+struct Pump {
+    name: String,
+    stdout: BufReader<ChildStdout>,
+    stderr: BufReader<ChildStderr>,
+    stdin: Arc<Mutex<Option<ChildStdin>>>,
+    inflight: InFlight,
+    max_bytes: usize,
+    list_changed: Arc<Notify>,
+    ctx: RelayCtx,
+    stderr_tail: Arc<std::sync::Mutex<Ring>>,
+    line: Vec<u8>,
+    err_line: Vec<u8>,
+    stderr_open: bool,
+    log_budget: LogBudget,
+    noise: u64,
+}
+
+/// What one read of a pipe gave: a line, EOF, or an over-long line skipped.
+type LineRead = std::io::Result<Result<bool, bool>>;
+
+impl Pump {
+    /// Reads stdout and stderr and writes cancellations until the child
+    /// exits or its stdout ends, then stops it; returns why it ended.
+    async fn drive(mut self, mut child: Child, mut cancel: mpsc::Receiver<u64>) -> String {
+        let pgid = child.id().map(|p| p as libc::pid_t).unwrap_or(0);
+        let _group = GroupKill(pgid);
+        let reason = loop {
+            let ended = tokio::select! {
+                r = read_line_bounded(&mut self.stdout, &mut self.line, self.max_bytes) => self.on_stdout(r).await,
+                r = read_line_bounded(&mut self.stderr, &mut self.err_line, limits::STDERR_LINE_BYTES), if self.stderr_open => {
+                    self.on_stderr(r);
+                    None
+                }
+                Some(id) = cancel.recv() => {
+                    self.cancel(id).await;
+                    None
+                }
+                status = child.wait() => Some(self.on_exit(status).await),
+            };
+            if let Some(reason) = ended {
+                break reason;
+            }
+        };
+        // Pending calls fail now (not at their timeout).
+        self.inflight.fail_all();
+        self.stop(child, pgid, reason).await
+    }
+
+    /// One read of stdout; `Some(reason)` when stdout ended.
+    async fn on_stdout(&mut self, r: LineRead) -> Option<String> {
+        match r {
+            Err(e) => return Some(format!("reading stdout: {e}")),
+            Ok(Ok(false)) => return Some("stdout closed".to_string()),
+            Ok(Err(_)) => self.too_long(),
+            Ok(Ok(true)) => {
+                let (name, line) = (&self.name, &self.line);
+                if !on_line(
+                    name,
+                    line,
+                    &self.inflight,
+                    &self.stdin,
+                    &self.list_changed,
+                    &self.ctx,
+                )
+                .await
+                {
+                    self.noise(line.len().min(200));
+                }
+            }
+        }
+        None
+    }
+
+    /// An over-long message was skipped: its caller (found by the id in
+    /// its first bytes) gets an error.
+    fn too_long(&self) {
+        let (name, max_bytes) = (&self.name, self.max_bytes);
+        metrics::counter!(crate::metrics::REFUSED, "limit" => "result_bytes").increment(1);
+        tracing::warn!(upstream = %name, limit = max_bytes, "dropped an over-long message from upstream");
+        if let Some(id) = sniff_id(&self.line) {
+            let e = RpcError::new(
+                protocol::UPSTREAM_RESULT_TOO_LARGE,
+                format!("upstream '{name}' sent a message larger than {max_bytes} bytes (max_result_bytes)"),
+            );
+            self.inflight.complete(&id, Err(e));
+        }
+    }
+
+    /// A stdout line that is not JSON-RPC was skipped: counted, and logged
+    /// (its first `shown` bytes) rate-limited: the 1st, 10th, 100th, 1000th … line.
+    fn noise(&mut self, shown: usize) {
+        self.noise += 1;
+        let (name, noise) = (&self.name, self.noise);
+        metrics::counter!(crate::metrics::STDOUT_NOISE, "upstream" => name.clone()).increment(1);
+        if noise.is_power_of_two() || noise.is_multiple_of(1000) || [10, 100].contains(&noise) {
+            tracing::warn!(upstream = %name, skipped = noise, "stdout line that is not JSON-RPC skipped: {}", String::from_utf8_lossy(&self.line[..shown]));
+        }
+    }
+
+    /// One read of stderr: the line goes to the log (rate-limited) and the tail.
+    fn on_stderr(&mut self, r: LineRead) {
+        match r {
+            Ok(Ok(true)) => self.keep_stderr_line(),
+            Ok(Err(_)) => {
+                tracing::info!(upstream = %self.name, "stderr: (line longer than {} bytes cut)", limits::STDERR_LINE_BYTES)
+            }
+            Ok(Ok(false)) | Err(_) => self.stderr_open = false,
+        }
+    }
+
+    fn keep_stderr_line(&mut self) {
+        self.log_budget.log(&self.name, &self.err_line);
+        self.stderr_tail
+            .lock()
+            .expect("stderr lock")
+            .push_line(&self.err_line);
+    }
+
+    /// A caller gave up: tell the upstream to stop
+    /// (2025-11-25 utilities-cancellation.mdx).
+    async fn cancel(&self, id: u64) {
+        let note = protocol::notification(
+            "notifications/cancelled",
+            Some(json!({"requestId": id, "reason": "the client went away or timed out"})),
+        );
+        let _ = write_line(&self.stdin, &note).await;
+    }
+
+    /// The child exited: why, with its last stderr line. The child's last
+    /// words are usually the real reason: what is left of its stderr is
+    /// drained first (briefly).
+    async fn on_exit(&mut self, status: std::io::Result<std::process::ExitStatus>) -> String {
+        let s = match status {
+            Ok(s) => s,
+            Err(e) => return format!("waiting for process: {e}"),
+        };
+        let _ = tokio::time::timeout(Duration::from_millis(200), async {
+            while self.stderr_open {
+                let r = read_line_bounded(
+                    &mut self.stderr,
+                    &mut self.err_line,
+                    limits::STDERR_LINE_BYTES,
+                )
+                .await;
+                match r {
+                    Ok(Ok(true)) => self.keep_stderr_line(),
+                    _ => self.stderr_open = false,
+                }
+            }
+        })
+        .await;
+        match self.stderr_tail.lock().expect("stderr lock").last_line() {
+            Some(t) => format!("process exited ({s}); last stderr line: {t}"),
+            None => format!("process exited ({s})"),
+        }
+    }
+
+    /// The stop sequence (transports-stdio.mdx §Shutdown): close stdin,
+    /// wait, SIGTERM the group, wait, SIGKILL the group; always reap.
+    /// Returns `reason`, with how the process ended when stdout ended first.
+    async fn stop(self, mut child: Child, pgid: libc::pid_t, mut reason: String) -> String {
+        self.stdin.lock().await.take();
+        if !reason.starts_with("process exited") {
+            // stdout closed (or broke) first: say how the process ended, if it did.
+            if let Ok(Ok(status)) =
+                tokio::time::timeout(Duration::from_millis(200), child.wait()).await
+            {
+                reason = format!("{reason}; process exited ({status})");
+                if let Some(t) = self.stderr_tail.lock().expect("stderr lock").last_line() {
+                    reason = format!("{reason}; last stderr line: {t}");
+                }
+            }
+        }
+        if tokio::time::timeout(limits::CHILD_STOP_GRACE, child.wait())
+            .await
+            .is_err()
+        {
+            signal_group(pgid, libc::SIGTERM);
+            if tokio::time::timeout(limits::CHILD_STOP_GRACE, child.wait())
+                .await
+                .is_err()
+            {
+                signal_group(pgid, libc::SIGKILL);
+                let _ = child.wait().await;
+            }
+        }
+        // The child is gone; whatever it forked goes too (GroupKill on drop).
+        reason
+    }
+}
+
+/// Handles one stdout line; false when it is not JSON-RPC (noise).
+async fn on_line(
+    name: &str,
+    line: &[u8],
+    inflight: &InFlight,
+    stdin: &Mutex<Option<ChildStdin>>,
+    list_changed: &Notify,
+    ctx: &RelayCtx,
+) -> bool {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return true;
+    }
+    let Ok(v) = serde_json::from_slice::<Value>(line) else {
+        return false; // a banner or log line: counted as noise by the caller
+    };
+    match protocol::classify(v) {
+        Ok(Message::Response { id, outcome }) => {
+            if !inflight.complete(&id, outcome) {
+                tracing::debug!(upstream = %name, %id, "answer for a request nobody waits for");
+            }
+        }
+        Ok(Message::Notification { method, params }) => {
+            on_notification(method, params, inflight, list_changed, ctx)
+        }
+        Ok(Message::Request { id, method, params }) => {
+            on_request(id, method, params, inflight, stdin, ctx).await
+        }
+        Err(_) => return false, // JSON, but not JSON-RPC: noise too
+    }
+    true
+}
+
+/// A notification from the child: list changes wake the catalog refresh,
+/// resource updates mark the subscription table, progress goes to the call
+/// whose (rewritten) token it names, anything else to the sole relayed call.
+fn on_notification(
+    method: String,
+    params: Option<Value>,
+    inflight: &InFlight,
+    list_changed: &Notify,
+    ctx: &RelayCtx,
+) {
+    match method.as_str() {
+        m if m.ends_with("/list_changed") => list_changed.notify_one(),
+        "notifications/resources/updated" => ctx.resource_updated(params.as_ref()),
+        // mcp-edge's own listen stream (StdioConn::listen): nobody to tell.
+        "notifications/subscriptions/acknowledged" => {}
+        "notifications/progress" => {
+            let token = params.as_ref().and_then(|p| p.get("progressToken"));
+            if let Some((relay, original)) = token.and_then(|t| inflight.progress_target(t)) {
+                let mut params = params.unwrap_or_default();
+                params["progressToken"] = original;
+                relay.forward(protocol::notification(&method, Some(params)));
+            }
+        }
+        _ => {
+            if let Some(relay) = inflight.sole_relay() {
+                relay.forward(protocol::notification(&method, params));
+            }
+        }
+    }
+}
+
+/// A request from the child: relayed to the sole relayed call's client, or
+/// answered here (`ping`, an empty `roots/list`) or refused.
+async fn on_request(
+    id: Value,
+    method: String,
+    params: Option<Value>,
+    inflight: &InFlight,
+    stdin: &Mutex<Option<ChildStdin>>,
+    ctx: &RelayCtx,
+) {
+    if method != "ping"
+        && relay_request(ctx, inflight.sole_relay(), &id, &method, params.clone()).is_some()
+    {
+        return;
+    }
+    // Nobody to ask: answer the harmless ones, refuse the rest.
+    let reply = match method.as_str() {
+        "ping" => protocol::result_response(id, json!({})),
+        "roots/list" => protocol::result_response(id, json!({"roots": []})),
+        _ => protocol::error_response(
+            id,
+            &RpcError::new(
+                protocol::METHOD_NOT_FOUND,
+                format!("mcp-edge has no client to relay {method} to"),
+            ),
+        ),
+    };
+    let _ = write_line(stdin, &reply).await;
+}
+
+async fn write_line(stdin: &Mutex<Option<ChildStdin>>, msg: &Value) -> Result<(), SendError> {
+    let mut bytes = serde_json::to_vec(msg).map_err(|e| SendError::Transport(e.to_string()))?;
+    bytes.push(b'\n');
+    let mut g = stdin.lock().await;
+    let w = g
+        .as_mut()
+        .ok_or_else(|| SendError::Transport("stdin closed".into()))?;
+    w.write_all(&bytes)
+        .await
+        .map_err(|e| SendError::Transport(format!("writing stdin: {e}")))?;
+    w.flush()
+        .await
+        .map_err(|e| SendError::Transport(format!("writing stdin: {e}")))
+}
+
+impl StdioConn {
+    /// Sends a request with a fresh upstream id and waits for its answer.
+    /// With a `relay`, the caller's `_meta.progressToken` is replaced by the
+    /// upstream id (so tokens of different clients cannot collide) and
+    /// restored on the way back.
+    pub async fn send(
+        &self,
+        method: &str,
+        mut params: Option<Value>,
+        timeout: Duration,
+        relay: Option<Relay>,
+    ) -> Result<Value, SendError> {
+        let original = params
+            .as_ref()
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get("progressToken"))
+            .cloned();
+        let mut ticket = self
+            .inflight
+            .reserve_relayed(relay.map(|r| (r, original)))
+            .ok_or(SendError::Busy)?;
+        if let Some(t) = params
+            .as_mut()
+            .and_then(|p| p.get_mut("_meta"))
+            .and_then(|m| m.get_mut("progressToken"))
+        {
+            *t = json!(ticket.upstream_id());
+        }
+        let msg = protocol::request(json!(ticket.upstream_id()), method, params);
+        write_line(&self.stdin, &msg).await?;
+        match tokio::time::timeout(timeout, &mut ticket.rx).await {
+            Err(_) => {
+                // The ticket's drop cancels the call upstream.
+                Err(SendError::Timeout)
+            }
+            Ok(Err(_)) => Err(SendError::Transport("connection lost".into())),
+            Ok(Ok(Ok(v))) => Ok(v),
+            Ok(Ok(Err(e))) => Err(SendError::Rpc(e)),
+        }
+    }
+
+    /// Writes a response (to a request the upstream sent us).
+    pub async fn respond(&self, msg: &Value) -> Result<(), SendError> {
+        write_line(&self.stdin, msg).await
+    }
+
+    /// Asks a modern (2026-07-28) child for its list changes: one
+    /// `subscriptions/listen` request (id [`LISTEN_ID`]) for the
+    /// three list kinds (2026-07-28 patterns-subscriptions.mdx). Its stream
+    /// is the child's stdout: the acknowledgment is skipped, list_changed
+    /// wakes the catalog refresh like a legacy child's, and its final
+    /// response (or a refusal) is an answer nobody waits for.
+    pub async fn listen(&self) -> Result<(), SendError> {
+        let msg = protocol::request(json!(LISTEN_ID), "subscriptions/listen", listen_params());
+        write_line(&self.stdin, &msg).await
+    }
+
+    /// Sends a notification.
+    pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), SendError> {
+        write_line(&self.stdin, &protocol::notification(method, params)).await
+    }
+
+    /// Closes stdin: the child sees EOF and should exit (transports-stdio.mdx §Shutdown).
+    pub async fn close(&self) {
+        self.stdin.lock().await.take();
+    }
+}
