@@ -227,7 +227,13 @@ pub(super) async fn one(
                 params,
                 era,
             };
-            call.serve(app, stream_ok).await
+            match call.route(stream_ok) {
+                Route::Listen => call.listen(app, stream_ok).await,
+                Route::SetLevel => Ok(Outcome::Answer(call.set_level(app))),
+                Route::Subscription => Ok(Outcome::Answer(call.subscription(app).await)),
+                Route::Relayed => Ok(Outcome::Stream(call.relayed(app))),
+                Route::Plain => Ok(Outcome::Answer(call.plain(app).await)),
+            }
         }
     }
 }
@@ -264,6 +270,15 @@ fn modern_checks(
         .map_err(|e| Refusal(StatusCode::BAD_REQUEST, e))
 }
 
+/// Which handler of [`Call`] serves a request.
+enum Route {
+    Listen,
+    SetLevel,
+    Subscription,
+    Relayed,
+    Plain,
+}
+
 /// One request whose era is known.
 struct Call {
     id: Value,
@@ -273,18 +288,18 @@ struct Call {
 }
 
 impl Call {
-    /// Dispatch: methods mcp-edge answers itself in this era, then a
-    /// relayed call (SSE, when the client takes a stream), then a plain one.
-    async fn serve(self, app: &Arc<App>, stream_ok: bool) -> Result<Outcome, (Value, Refusal)> {
+    /// The dispatch table: methods mcp-edge answers itself in this era,
+    /// then a relayed call (SSE, when the client takes a stream), then a
+    /// plain one. (Decided here, awaited by the caller: one async layer
+    /// less in every connection's future.)
+    fn route(&self, stream_ok: bool) -> Route {
         let legacy = matches!(self.era, ClientEra::Legacy(..));
         match self.method.as_str() {
-            "subscriptions/listen" if !legacy => self.listen(app, stream_ok).await,
-            "logging/setLevel" if legacy => Ok(Outcome::Answer(self.set_level(app))),
-            "resources/subscribe" | "resources/unsubscribe" if legacy => {
-                Ok(Outcome::Answer(self.subscription(app).await))
-            }
-            m if stream_ok && relayable(m) => Ok(Outcome::Stream(self.relayed(app))),
-            _ => Ok(Outcome::Answer(self.plain(app).await)),
+            "subscriptions/listen" if !legacy => Route::Listen,
+            "logging/setLevel" if legacy => Route::SetLevel,
+            "resources/subscribe" | "resources/unsubscribe" if legacy => Route::Subscription,
+            m if stream_ok && relayable(m) => Route::Relayed,
+            _ => Route::Plain,
         }
     }
 
@@ -414,27 +429,20 @@ impl Call {
         let _busy = app.in_flight.enter();
         let t0 = Instant::now();
         let call = app.call(&method, params, era == ClientEra::Modern, None);
-        let outcome = cancellable(app, era, &id, call).await;
+        // A legacy request can be cancelled by its session's
+        // `notifications/cancelled` ([`super::cancel`]); a modern one by
+        // closing its connection. (Written out, not a generic helper: each
+        // async layer holding the call future grows every connection's
+        // future, which `budget` counts per idle connection.)
+        let outcome = match era {
+            ClientEra::Legacy(sid, _) => {
+                let (_registered, cancelled) = app.cancels.register(sid, &id);
+                super::cancel::cancellable(call, cancelled).await
+            }
+            ClientEra::Modern => call.await,
+        };
         observe(&method, t0);
         finish(id, &method, era, outcome)
-    }
-}
-
-/// A legacy request can be cancelled by its session's
-/// `notifications/cancelled` ([`super::cancel`]); a modern one by closing
-/// its connection.
-async fn cancellable(
-    app: &App,
-    era: ClientEra,
-    id: &Value,
-    call: impl std::future::Future<Output = Result<Value, RpcError>>,
-) -> Result<Value, RpcError> {
-    match era {
-        ClientEra::Legacy(sid, _) => {
-            let (_registered, cancelled) = app.cancels.register(sid, id);
-            super::cancel::cancellable(call, cancelled).await
-        }
-        ClientEra::Modern => call.await,
     }
 }
 
