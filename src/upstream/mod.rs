@@ -29,7 +29,7 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 
 pub use catalog::{Catalog, ListGens};
-pub use conn::Conn;
+pub use conn::{Abandoned, Conn, Driver, OpenError, Opened};
 pub use era::UpstreamEra;
 pub use error::{CallError, SendError};
 pub use handshake::Negotiated;
@@ -281,9 +281,7 @@ impl Upstream {
 
     pub(crate) fn set_catalog(&self, c: Catalog) {
         if let Some(live) = self.live.read().expect("live lock").live.as_ref() {
-            if let Conn::Http(h) = &*live.conn {
-                h.set_param_headers(&c.tools);
-            }
+            live.conn.set_param_headers(&c.tools);
         }
         let changed = {
             let mut cur = self.catalog.write().expect("catalog lock");
@@ -372,14 +370,12 @@ impl Upstream {
             Err(SendError::SessionExpired) => {
                 // Legacy HTTP session ended upstream: one re-initialize, one retry
                 // (2025-11-25 transports.mdx §Session Management, item 4).
-                if let Conn::Http(h) = &*conn {
-                    let _g = self.reinit.lock().await;
-                    h.reinitialize(neg.era)
-                        .await
-                        .map_err(|e| self.name_send_error(e, generation))?;
-                    // The new upstream session has no resource subscriptions.
-                    self.forget_subscribed();
-                }
+                let _g = self.reinit.lock().await;
+                conn.reinitialize(neg.era)
+                    .await
+                    .map_err(|e| self.name_send_error(e, generation))?;
+                // The new upstream session has no resource subscriptions.
+                self.forget_subscribed();
                 conn.send(method, params, neg.era, timeout, relay).await
             }
             other => other,
