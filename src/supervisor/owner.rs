@@ -69,7 +69,7 @@ struct MonitorGuard<'a>(&'a Upstream);
 
 impl<'a> MonitorGuard<'a> {
     fn new(up: &'a Upstream) -> Self {
-        up.monitors.fetch_add(1, Relaxed);
+        up.counters.monitors.fetch_add(1, Relaxed);
         metrics::gauge!(crate::metrics::MONITORS).increment(1.0);
         MonitorGuard(up)
     }
@@ -77,7 +77,7 @@ impl<'a> MonitorGuard<'a> {
 
 impl Drop for MonitorGuard<'_> {
     fn drop(&mut self) {
-        self.0.monitors.fetch_sub(1, Relaxed);
+        self.0.counters.monitors.fetch_sub(1, Relaxed);
         metrics::gauge!(crate::metrics::MONITORS).decrement(1.0);
     }
 }
@@ -96,9 +96,9 @@ async fn probe(up: &Upstream, conn: &Conn, neg: &Negotiated) -> bool {
         Ok(_) | Err(SendError::Rpc(_))
     );
     let (counter, outcome) = if ok {
-        (&up.probes_ok, "ok")
+        (&up.counters.probes_ok, "ok")
     } else {
-        (&up.probes_failed, "missed")
+        (&up.counters.probes_failed, "missed")
     };
     counter.fetch_add(1, Relaxed);
     metrics::counter!(crate::metrics::UPSTREAM_PROBES, "upstream" => up.config.name.clone(), "outcome" => outcome).increment(1);
@@ -135,7 +135,7 @@ async fn handshake(
         r = tokio::time::timeout(up.config.startup_timeout, handshake::open(conn, up.config.era)) => r,
         reason = &mut *driver => Ok(Err(handshake::HandshakeError::Incompatible(reason))),
         _ = shutdown.changed() => { conn.close().await; return Err(End::Shutdown); }
-        _ = up.reconnect.notified() => { conn.close().await; return Err(End::Reconnect); }
+        _ = up.signals.reconnect.notified() => { conn.close().await; return Err(End::Reconnect); }
     };
     let end = match hs {
         Ok(Ok(n)) => return Ok(n),
@@ -185,7 +185,7 @@ async fn serve(
             retry_after: None,
             was_stable: false,
         }),
-        _ = up.reconnect.notified() => End::Reconnect,
+        _ = up.signals.reconnect.notified() => End::Reconnect,
         _ = shutdown.changed() => End::Shutdown,
     };
     up.uninstall();
@@ -255,7 +255,7 @@ impl<'a> Monitor<'a> {
                 _ = tick.tick() => if let Some(reason) = self.on_tick().await {
                     return reason;
                 },
-                _ = up.list_changed.notified() => self.refresh().await,
+                _ = up.signals.list_changed.notified() => self.refresh().await,
                 Ok(()) = wanted.changed() => {
                     wanted.mark_unchanged();
                     up.reconcile_subscriptions().await;
@@ -325,7 +325,7 @@ async fn await_credentials(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
                     return true;
                 }
             }
-            _ = up.reconnect.notified() => return true,
+            _ = up.signals.reconnect.notified() => return true,
             _ = shutdown.changed() => return false,
         }
     }
@@ -413,7 +413,7 @@ impl Owner {
         up.transition(|s| s.back_off(self.failures, until, reason));
         tokio::select! {
             _ = sleep_until(until) => true,
-            _ = up.reconnect.notified() => true,
+            _ = up.signals.reconnect.notified() => true,
             _ = shutdown.changed() => false,
         }
     }
@@ -477,7 +477,7 @@ impl Owner {
         }
         let now = Instant::now();
         let until = now + delay;
-        *up.earliest_retry.lock().expect("earliest lock") = Some(now + base);
+        up.set_earliest_retry(now + base);
         tracing::warn!(upstream = %up.name(), attempt = failures, retry_in = ?delay, "upstream down: {}", f.reason);
         up.transition(|s| s.back_off(failures, until, f.reason.clone()));
         self.save(Some(Saved {
@@ -488,10 +488,10 @@ impl Owner {
         }));
         tokio::select! {
             _ = sleep_until(until) => {}
-            _ = up.wake.notified(), if up.config.connect_on_demand => {
+            _ = up.signals.wake.notified(), if up.config.connect_on_demand => {
                 tracing::info!(upstream = %up.name(), "early attempt requested by a call (connect_on_demand)");
             }
-            _ = up.reconnect.notified() => self.failures = 0,
+            _ = up.signals.reconnect.notified() => self.failures = 0,
             _ = shutdown.changed() => return false,
         }
         true

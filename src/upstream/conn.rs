@@ -72,7 +72,7 @@ impl Conn {
     /// prepares the HTTP client (no request yet), or the built-in tools.
     pub fn open(up: &Upstream) -> Result<Opened, OpenError> {
         use crate::config::Transport;
-        let list_changed = up.list_changed.clone();
+        let list_changed = up.signals.list_changed.clone();
         match &up.config.transport {
             Transport::Stdio { .. } => {
                 let (c, driver, abandoned) = stdio::open(

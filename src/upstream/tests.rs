@@ -2,6 +2,7 @@
 
 use super::*;
 use serde_json::json;
+use std::time::Duration;
 
 fn builtin_upstream() -> Arc<Upstream> {
     let config = crate::config::Config::embedded_default()
