@@ -11,19 +11,15 @@
 use super::backoff::{jitter_unit, Backoff};
 use super::persist::{unix_ms_after, Persist, Saved};
 use crate::limits;
-use crate::upstream::http::{HttpConn, NotificationsEnd};
 use crate::upstream::{
-    era, handshake, stdio, Catalog, Conn, Negotiated, SendError, Upstream, UpstreamEra,
+    era, handshake, Abandoned, Catalog, Conn, Driver, Negotiated, Opened, SendError, Upstream,
+    UpstreamEra,
 };
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
-
-type Driver = Pin<Box<dyn Future<Output = String> + Send>>;
 
 /// How one connection ended.
 enum End {
@@ -68,41 +64,12 @@ impl Failure {
     }
 }
 
-fn open(up: &Upstream) -> Result<(Conn, Driver), String> {
-    use crate::config::Transport;
-    match &up.config.transport {
-        Transport::Stdio { .. } => {
-            let (c, d) = stdio::open(
-                &up.config,
-                up.list_changed.clone(),
-                up.relay_ctx(),
-                up.stderr_tail.clone(),
-            )?;
-            Ok((Conn::Stdio(c), d))
-        }
-        Transport::Http { .. } => {
-            let c = HttpConn::new(&up.config, up.list_changed.clone(), up.relay_ctx())
-                .map_err(|e| e.to_string())?;
-            Ok((Conn::Http(Box::new(c)), Box::pin(std::future::pending())))
-        }
-        Transport::Builtin => Ok((Conn::Builtin, Box::pin(std::future::pending()))),
-    }
-}
-
-async fn close(conn: &Conn) {
-    match conn {
-        Conn::Stdio(c) => c.close().await,
-        Conn::Http(c) => c.close().await,
-        Conn::Builtin => {}
-    }
-}
-
 /// Counts this upstream's live monitor while it exists.
 struct MonitorGuard<'a>(&'a Upstream);
 
 impl<'a> MonitorGuard<'a> {
     fn new(up: &'a Upstream) -> Self {
-        up.monitors.fetch_add(1, Relaxed);
+        up.counters.monitors.fetch_add(1, Relaxed);
         metrics::gauge!(crate::metrics::MONITORS).increment(1.0);
         MonitorGuard(up)
     }
@@ -110,7 +77,7 @@ impl<'a> MonitorGuard<'a> {
 
 impl Drop for MonitorGuard<'_> {
     fn drop(&mut self) {
-        self.0.monitors.fetch_sub(1, Relaxed);
+        self.0.counters.monitors.fetch_sub(1, Relaxed);
         metrics::gauge!(crate::metrics::MONITORS).decrement(1.0);
     }
 }
@@ -129,9 +96,9 @@ async fn probe(up: &Upstream, conn: &Conn, neg: &Negotiated) -> bool {
         Ok(_) | Err(SendError::Rpc(_))
     );
     let (counter, outcome) = if ok {
-        (&up.probes_ok, "ok")
+        (&up.counters.probes_ok, "ok")
     } else {
-        (&up.probes_failed, "missed")
+        (&up.counters.probes_failed, "missed")
     };
     counter.fetch_add(1, Relaxed);
     metrics::counter!(crate::metrics::UPSTREAM_PROBES, "upstream" => up.config.name.clone(), "outcome" => outcome).increment(1);
@@ -141,13 +108,17 @@ async fn probe(up: &Upstream, conn: &Conn, neg: &Negotiated) -> bool {
 /// Connects once and serves until the connection ends.
 async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) -> End {
     up.attempt_started();
-    let (conn, mut driver) = match open(up) {
+    let Opened {
+        conn,
+        mut driver,
+        abandoned,
+    } = match Conn::open(up) {
         Ok(x) => x,
-        Err(e) => return Failure::plain(e),
+        Err(e) => return Failure::plain(e.to_string()),
     };
     let conn = Arc::new(conn);
     match handshake(up, &conn, &mut driver, shutdown).await {
-        Ok(neg) => serve(up, conn, neg, driver, shutdown).await,
+        Ok(neg) => serve(up, conn, neg, driver, abandoned, shutdown).await,
         Err(end) => end,
     }
 }
@@ -163,8 +134,8 @@ async fn handshake(
     let hs = tokio::select! {
         r = tokio::time::timeout(up.config.startup_timeout, handshake::open(conn, up.config.era)) => r,
         reason = &mut *driver => Ok(Err(handshake::HandshakeError::Incompatible(reason))),
-        _ = shutdown.changed() => { close(conn).await; return Err(End::Shutdown); }
-        _ = up.reconnect.notified() => { close(conn).await; return Err(End::Reconnect); }
+        _ = shutdown.changed() => { conn.close().await; return Err(End::Shutdown); }
+        _ = up.signals.reconnect.notified() => { conn.close().await; return Err(End::Reconnect); }
     };
     let end = match hs {
         Ok(Ok(n)) => return Ok(n),
@@ -184,7 +155,7 @@ async fn handshake(
         }
         Ok(Err(e)) => Failure::plain(e.to_string()),
     };
-    close(conn).await;
+    conn.close().await;
     Err(end)
 }
 
@@ -196,6 +167,7 @@ async fn serve(
     conn: Arc<Conn>,
     neg: Negotiated,
     mut driver: Driver,
+    abandoned: Abandoned,
     shutdown: &mut watch::Receiver<bool>,
 ) -> End {
     metrics::counter!(crate::metrics::UPSTREAM_CONNECTS, "upstream" => up.name().to_string(), "outcome" => "ok").increment(1);
@@ -206,21 +178,21 @@ async fn serve(
     let _monitor = MonitorGuard::new(up);
     let end = tokio::select! {
         reason = &mut driver => Failure::plain(reason),
-        reason = Monitor::new(up, &conn, &neg).run(since) => Failure::plain(reason),
+        reason = Monitor::new(up, &conn, &neg).run(since, abandoned) => Failure::plain(reason),
         loss = up.loss_of(generation) => End::Failed(Failure {
             reason: loss.reason,
             auth: loss.auth,
             retry_after: None,
             was_stable: false,
         }),
-        _ = up.reconnect.notified() => End::Reconnect,
+        _ = up.signals.reconnect.notified() => End::Reconnect,
         _ = shutdown.changed() => End::Shutdown,
     };
     up.uninstall();
-    close(&conn).await;
-    // Only a child process has a driver that ends (its stop sequence); the
-    // HTTP and built-in drivers never do, so don't wait on them.
-    if matches!(end, End::Shutdown) && matches!(*conn, Conn::Stdio(_)) {
+    conn.close().await;
+    // Only a connection with a stop sequence has a driver that ends after
+    // close; the others never do, so don't wait on them.
+    if matches!(end, End::Shutdown) && conn.has_stop_sequence() {
         let _ = tokio::time::timeout(limits::CHILD_STOP_GRACE * 3, driver).await;
     }
     match end {
@@ -254,7 +226,7 @@ impl<'a> Monitor<'a> {
         }
     }
 
-    async fn run(mut self, since: Instant) -> String {
+    async fn run(mut self, since: Instant, mut abandoned: Abandoned) -> String {
         let (up, name) = (self.up, self.up.name());
         let c = Catalog::fetch(up, self.neg).await;
         tracing::info!(upstream = %name, tools = c.tools.len(), prompts = c.prompts.len(), resources = c.resources.len(), "catalog loaded");
@@ -263,13 +235,12 @@ impl<'a> Monitor<'a> {
         let every = up.config.health_interval;
         let mut tick = tokio::time::interval_at(Instant::now() + every, every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // Legacy HTTP calls given up on: cancelled from here, one at a time.
-        let mut abandoned = match self.conn {
-            Conn::Http(c) => c.take_abandoned(),
-            _ => None,
-        };
-        self.listen().await;
-        let notifications = notifications(up, self.conn);
+        // A modern child announces list changes only to a listener.
+        if let Err(e) = self.conn.listen(self.neg.era).await {
+            tracing::debug!(upstream = %name, "subscriptions/listen not sent: {e}");
+        }
+        // An HTTP upstream's notification stream: one more arm.
+        let notifications = self.conn.notifications(name, up.config.health_interval);
         tokio::pin!(notifications);
         // Resource subscriptions clients hold on this upstream: asked for
         // again on this connection, then kept in line with the table.
@@ -284,22 +255,14 @@ impl<'a> Monitor<'a> {
                 _ = tick.tick() => if let Some(reason) = self.on_tick().await {
                     return reason;
                 },
-                _ = up.list_changed.notified() => self.refresh().await,
+                _ = up.signals.list_changed.notified() => self.refresh().await,
                 Ok(()) = wanted.changed() => {
                     wanted.mark_unchanged();
                     up.reconcile_subscriptions().await;
                 }
                 _ = &mut notifications => {}
-                Some(id) = next_abandoned(&mut abandoned) => self.cancel(id).await,
-            }
-        }
-    }
-
-    /// A modern child announces list changes only to a listener.
-    async fn listen(&self) {
-        if let (Conn::Stdio(c), UpstreamEra::Modern) = (self.conn, self.neg.era) {
-            if let Err(e) = c.listen().await {
-                tracing::debug!(upstream = %self.up.name(), "subscriptions/listen not sent: {e}");
+                // Calls given up on: cancelled from here, one at a time.
+                Some(id) = abandoned.next() => self.cancel(id).await,
             }
         }
     }
@@ -338,74 +301,31 @@ impl<'a> Monitor<'a> {
     /// Tells the upstream a call was given up on (bounded by `probe_timeout`).
     async fn cancel(&self, id: u64) {
         let (up, name) = (self.up, self.up.name());
-        if let Conn::Http(c) = self.conn {
-            match tokio::time::timeout(up.config.probe_timeout, c.cancel(id)).await {
-                Ok(Ok(())) => tracing::debug!(upstream = %name, id, "call cancelled upstream"),
-                Ok(Err(e)) => {
-                    tracing::debug!(upstream = %name, id, "notifications/cancelled failed: {e}")
-                }
-                Err(_) => {
-                    tracing::debug!(upstream = %name, id, "notifications/cancelled timed out")
-                }
+        match tokio::time::timeout(up.config.probe_timeout, self.conn.cancel(id)).await {
+            Ok(Ok(())) => tracing::debug!(upstream = %name, id, "call cancelled upstream"),
+            Ok(Err(e)) => {
+                tracing::debug!(upstream = %name, id, "notifications/cancelled failed: {e}")
             }
+            Err(_) => tracing::debug!(upstream = %name, id, "notifications/cancelled timed out"),
         }
-    }
-}
-
-/// An HTTP upstream's notification stream (list changes not tied to a
-/// call: a legacy GET stream or a modern subscriptions/listen), read by the
-/// monitor as one more arm, reopened after `health_interval`; never ends.
-async fn notifications(up: &Upstream, conn: &Conn) {
-    let Conn::Http(c) = conn else {
-        return std::future::pending::<()>().await;
-    };
-    loop {
-        match c.read_notifications().await {
-            NotificationsEnd::NotOffered => {
-                tracing::debug!(upstream = %up.name(), "no notification stream offered");
-                return std::future::pending::<()>().await;
-            }
-            NotificationsEnd::Ended(why) => {
-                tracing::debug!(upstream = %up.name(), "notification stream: {why}; again in {:?}", up.config.health_interval);
-                tokio::time::sleep(up.config.health_interval).await;
-            }
-        }
-    }
-}
-
-/// The next abandoned call id, or never (no receiver: not an HTTP upstream).
-async fn next_abandoned(rx: &mut Option<tokio::sync::mpsc::Receiver<u64>>) -> Option<u64> {
-    match rx {
-        Some(rx) => rx.recv().await,
-        None => std::future::pending().await,
-    }
-}
-
-fn credential_mtime(up: &Upstream) -> Option<SystemTime> {
-    match &up.config.transport {
-        crate::config::Transport::Http {
-            bearer_token_file: Some(p),
-            ..
-        } => std::fs::metadata(p).and_then(|m| m.modified()).ok(),
-        _ => None,
     }
 }
 
 /// Parked: wait for the credential file to change (checked by mtime every
 /// [`limits::CREDENTIAL_CHECK_PERIOD`]), an operator, or shutdown. True to try again.
 async fn await_credentials(up: &Upstream, shutdown: &mut watch::Receiver<bool>) -> bool {
-    let seen = credential_mtime(up);
+    let seen = Conn::credential_mtime(&up.config);
     let mut tick = tokio::time::interval(limits::CREDENTIAL_CHECK_PERIOD);
     tick.tick().await;
     loop {
         tokio::select! {
             _ = tick.tick() => {
-                if credential_mtime(up) != seen {
+                if Conn::credential_mtime(&up.config) != seen {
                     tracing::info!(upstream = %up.name(), "credential file changed; trying again");
                     return true;
                 }
             }
-            _ = up.reconnect.notified() => return true,
+            _ = up.signals.reconnect.notified() => return true,
             _ = shutdown.changed() => return false,
         }
     }
@@ -493,7 +413,7 @@ impl Owner {
         up.transition(|s| s.back_off(self.failures, until, reason));
         tokio::select! {
             _ = sleep_until(until) => true,
-            _ = up.reconnect.notified() => true,
+            _ = up.signals.reconnect.notified() => true,
             _ = shutdown.changed() => false,
         }
     }
@@ -557,7 +477,7 @@ impl Owner {
         }
         let now = Instant::now();
         let until = now + delay;
-        *up.earliest_retry.lock().expect("earliest lock") = Some(now + base);
+        up.set_earliest_retry(now + base);
         tracing::warn!(upstream = %up.name(), attempt = failures, retry_in = ?delay, "upstream down: {}", f.reason);
         up.transition(|s| s.back_off(failures, until, f.reason.clone()));
         self.save(Some(Saved {
@@ -568,10 +488,10 @@ impl Owner {
         }));
         tokio::select! {
             _ = sleep_until(until) => {}
-            _ = up.wake.notified(), if up.config.connect_on_demand => {
+            _ = up.signals.wake.notified(), if up.config.connect_on_demand => {
                 tracing::info!(upstream = %up.name(), "early attempt requested by a call (connect_on_demand)");
             }
-            _ = up.reconnect.notified() => self.failures = 0,
+            _ = up.signals.reconnect.notified() => self.failures = 0,
             _ = shutdown.changed() => return false,
         }
         true

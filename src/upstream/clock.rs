@@ -12,11 +12,12 @@ impl Upstream {
     /// the first one also starts the clock of [`Upstream::first_attempt`]).
     pub(crate) fn attempt_started(&self) {
         if self
+            .counters
             .attempts
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             == 0
         {
-            *self.first_started.lock().expect("first_started lock") =
+            self.shared.write().expect("shared lock").first_started =
                 Some(tokio::time::Instant::now());
         }
     }
@@ -28,9 +29,10 @@ impl Upstream {
     /// catalog request + [`crate::limits::FIRST_ATTEMPT_MARGIN`].
     fn first_attempt_deadline(&self) -> tokio::time::Instant {
         let from = self
+            .shared
+            .read()
+            .expect("shared lock")
             .first_started
-            .lock()
-            .expect("first_started lock")
             .unwrap_or(self.created);
         from + self.config.startup_timeout
             + self.config.call_timeout
@@ -87,18 +89,22 @@ impl Upstream {
             .unwrap_or(0.0);
         metrics::gauge!(crate::metrics::UPSTREAM_BACKOFF_SECONDS, "upstream" => name).set(backoff);
         let now = tokio::time::Instant::now();
-        if next.is_ready() || self.status.borrow().is_ready() {
-            *self.last_ready.lock().expect("last_ready lock") = now;
+        let was_ready = self.status.borrow().is_ready();
+        {
+            let mut shared = self.shared.write().expect("shared lock");
+            if next.is_ready() || was_ready {
+                shared.last_ready = now;
+            }
+            shared.entered = now;
+            shared.progress = now;
         }
-        *self.entered.lock().expect("entered lock") = now;
-        *self.progress.lock().expect("progress lock") = now;
         self.status.send_replace(next);
     }
 
     /// The owner task's "still alive" while Ready: after each health probe
     /// and catalog refresh.
     pub(crate) fn progressed(&self) {
-        *self.progress.lock().expect("progress lock") = tokio::time::Instant::now();
+        self.shared.write().expect("shared lock").progress = tokio::time::Instant::now();
     }
 
     /// `Some(reason)` when the owner task looks wedged: a connect attempt, a
@@ -108,8 +114,10 @@ impl Upstream {
     /// `probe_timeout` and `call_timeout` (a catalog refresh) since the last
     /// progress report.
     pub fn wedged(&self, now: tokio::time::Instant, margin: Duration) -> Option<String> {
-        let since = *self.entered.lock().expect("entered lock");
-        let progress = *self.progress.lock().expect("progress lock");
+        let (since, progress) = {
+            let shared = self.shared.read().expect("shared lock");
+            (shared.entered, shared.progress)
+        };
         let status = self.status();
         let c = &self.config;
         let late = match &status {
@@ -143,7 +151,8 @@ impl Upstream {
         if status.is_ready() {
             return None;
         }
-        let away = now.saturating_duration_since(*self.last_ready.lock().expect("last_ready lock"));
+        let last_ready = self.shared.read().expect("shared lock").last_ready;
+        let away = now.saturating_duration_since(last_ready);
         (away > grace).then(|| {
             format!(
                 "required upstream '{}' not ready for {}s (grace {}s): {}",

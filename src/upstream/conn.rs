@@ -1,10 +1,61 @@
-//! A live connection to an upstream, whatever its transport.
+//! A live connection to an upstream, whatever its transport: the one
+//! interface the owner task drives ([`Conn::open`], `close`, `listen`,
+//! `notifications`, `cancel`, …) and callers send on, so nothing outside
+//! this module matches on the transport.
+//!
+//! Every connection reports the calls its callers gave up on the same way:
+//! their ids arrive on [`Opened::abandoned`], and the owner task tells the
+//! upstream with [`Conn::cancel`] (2025-11-25 utilities-cancellation.mdx).
+//! A stdio call is always cancelled; an HTTP call only in the legacy era
+//! (a modern server takes the closed response stream as the cancellation,
+//! 2026-07-28 patterns-cancellation.mdx); a built-in call never.
 
 use super::era::UpstreamEra;
-use super::{builtin, http, relay, stdio, SendError};
+use super::{builtin, http, relay, stdio, SendError, Upstream};
 use crate::protocol::{self, RpcError};
 use serde_json::Value;
 use std::time::Duration;
+use tokio::sync::mpsc;
+
+pub use stdio::Driver;
+
+/// Why a connection could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The child process could not be started.
+    #[error("{0}")]
+    Spawn(String),
+    /// The HTTP client could not be set up.
+    #[error(transparent)]
+    Http(#[from] http::SetupError),
+}
+
+/// A connection just opened, before its handshake.
+pub struct Opened {
+    /// The connection.
+    pub conn: Conn,
+    /// Runs its I/O (a child's pipes) and ends, with the reason, when the
+    /// connection does; never ends for HTTP and built-in connections.
+    pub driver: Driver,
+    /// Ids of the calls given up on, for [`Conn::cancel`].
+    pub abandoned: Abandoned,
+}
+
+/// The ids of calls given up on (timeout, caller gone) on one connection,
+/// bounded by its `max_in_flight`.
+pub struct Abandoned(mpsc::Receiver<u64>);
+
+impl Abandoned {
+    /// The next abandoned call id; `None` once the connection can report
+    /// no more (a built-in connection never reports any).
+    pub async fn next(&mut self) -> Option<u64> {
+        self.0.recv().await
+    }
+
+    fn none() -> Abandoned {
+        Abandoned(mpsc::channel(1).1)
+    }
+}
 
 /// A live connection.
 pub enum Conn {
@@ -17,6 +68,132 @@ pub enum Conn {
 }
 
 impl Conn {
+    /// Opens a connection to `up` as its config says: spawns the child, or
+    /// prepares the HTTP client (no request yet), or the built-in tools.
+    pub fn open(up: &Upstream) -> Result<Opened, OpenError> {
+        use crate::config::Transport;
+        let list_changed = up.signals.list_changed.clone();
+        match &up.config.transport {
+            Transport::Stdio { .. } => {
+                let (c, driver, abandoned) = stdio::open(
+                    &up.config,
+                    list_changed,
+                    up.relay_ctx(),
+                    up.stderr_tail.clone(),
+                )
+                .map_err(OpenError::Spawn)?;
+                Ok(Opened {
+                    conn: Conn::Stdio(c),
+                    driver,
+                    abandoned: Abandoned(abandoned),
+                })
+            }
+            Transport::Http { .. } => {
+                let (c, abandoned) = http::HttpConn::new(&up.config, list_changed, up.relay_ctx())?;
+                Ok(Opened {
+                    conn: Conn::Http(Box::new(c)),
+                    driver: Box::pin(std::future::pending()),
+                    abandoned: Abandoned(abandoned),
+                })
+            }
+            Transport::Builtin => Ok(Opened {
+                conn: Conn::Builtin,
+                driver: Box::pin(std::future::pending()),
+                abandoned: Abandoned::none(),
+            }),
+        }
+    }
+
+    /// When the credential file `config` names (an HTTP upstream's
+    /// `bearer_token_file`) was last modified; `None` without one.
+    pub fn credential_mtime(
+        config: &crate::config::UpstreamConfig,
+    ) -> Option<std::time::SystemTime> {
+        match &config.transport {
+            crate::config::Transport::Http {
+                bearer_token_file: Some(p),
+                ..
+            } => std::fs::metadata(p).and_then(|m| m.modified()).ok(),
+            _ => None,
+        }
+    }
+
+    /// Ends the connection in order: a child's stdin is closed (it should
+    /// exit; its driver runs the rest of the stop sequence), a legacy HTTP
+    /// session is ended with DELETE.
+    pub async fn close(&self) {
+        match self {
+            Conn::Stdio(c) => c.close().await,
+            Conn::Http(c) => c.close().await,
+            Conn::Builtin => {}
+        }
+    }
+
+    /// True when its driver ends by itself after [`Conn::close`] (a child's
+    /// stop sequence: EOF, TERM, KILL), so shutdown should wait for it.
+    pub fn has_stop_sequence(&self) -> bool {
+        matches!(self, Conn::Stdio(_))
+    }
+
+    /// After the handshake: asks a modern child for its list changes
+    /// ([`stdio::StdioConn::listen`]); a no-op otherwise (an HTTP upstream's
+    /// list changes come on [`Conn::notifications`]).
+    pub async fn listen(&self, era: UpstreamEra) -> Result<(), SendError> {
+        match (self, era) {
+            (Conn::Stdio(c), UpstreamEra::Modern) => c.listen().await,
+            _ => Ok(()),
+        }
+    }
+
+    /// Reads an HTTP upstream's notification stream (a legacy GET stream or
+    /// a modern `subscriptions/listen`), reopened `again_after` it ends;
+    /// never returns. Pending at once for other transports, and when the
+    /// server does not offer a stream.
+    pub async fn notifications(&self, name: &str, again_after: Duration) {
+        let Conn::Http(c) = self else {
+            return std::future::pending().await;
+        };
+        loop {
+            match c.read_notifications().await {
+                http::NotificationsEnd::NotOffered => {
+                    tracing::debug!(upstream = %name, "no notification stream offered");
+                    return std::future::pending().await;
+                }
+                http::NotificationsEnd::Ended(why) => {
+                    tracing::debug!(upstream = %name, "notification stream: {why}; again in {again_after:?}");
+                    tokio::time::sleep(again_after).await;
+                }
+            }
+        }
+    }
+
+    /// Tells the upstream to stop working on abandoned call `id`
+    /// (`notifications/cancelled`).
+    pub async fn cancel(&self, id: u64) -> Result<(), SendError> {
+        match self {
+            Conn::Stdio(c) => c.cancel(id).await,
+            Conn::Http(c) => c.cancel(id).await,
+            Conn::Builtin => Ok(()),
+        }
+    }
+
+    /// Records which of the upstream's `tools` annotate parameters with
+    /// `x-mcp-header` (HTTP only: their calls carry `Mcp-Param-*` headers).
+    pub fn set_param_headers(&self, tools: &[Value]) {
+        if let Conn::Http(c) = self {
+            c.set_param_headers(tools);
+        }
+    }
+
+    /// After [`SendError::SessionExpired`] (legacy HTTP only): a new session
+    /// with `initialize` in `era`, unless another caller made one already.
+    pub async fn reinitialize(&self, era: UpstreamEra) -> Result<(), SendError> {
+        match self {
+            Conn::Http(c) => c.reinitialize(era).await,
+            _ => Ok(()),
+        }
+    }
+
     /// Sends one request and waits up to `timeout` for its answer.
     pub async fn send(
         &self,

@@ -15,6 +15,7 @@ mod error;
 pub mod handshake;
 pub mod http;
 pub mod inflight;
+mod link;
 pub mod relay;
 pub mod ring;
 pub mod state;
@@ -24,33 +25,24 @@ mod subscriptions;
 use crate::config::UpstreamConfig;
 use crate::protocol;
 use serde_json::Value;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
 
 pub use catalog::{Catalog, ListGens};
-pub use conn::Conn;
+pub use conn::{Abandoned, Conn, Driver, OpenError, Opened};
 pub use era::UpstreamEra;
 pub use error::{CallError, SendError};
 pub use handshake::Negotiated;
 pub use state::Status;
 
-struct Live {
-    conn: Arc<Conn>,
-    negotiated: Arc<Negotiated>,
-    /// Its generation ([`Upstream::install`]).
-    generation: u64,
-}
-
-/// The live connection, if any, and the generation of the last one installed.
-#[derive(Default)]
-struct Link {
-    live: Option<Live>,
-    /// Generation of the last connection installed (0: none yet).
-    generation: u64,
-}
-
-/// The shared face of one configured upstream (cheap to share behind `Arc`).
+/// The shared face of one configured upstream (cheap to share behind `Arc`):
+/// the handle callers hold. Its owner task (`supervisor::owner`) alone opens,
+/// installs and drops connections and changes the status; callers read what
+/// it publishes (status on a `watch`, the catalog `Arc`, the live connection
+/// in [`Shared`]), send calls on that connection, cancel one by dropping it,
+/// and tell the owner things through [`Signals`].
 pub struct Upstream {
     /// Identity in this process, part of relayed request ids: the config
     /// position at start; upstreams (re)started by a reload get fresh numbers,
@@ -58,13 +50,16 @@ pub struct Upstream {
     pub id: usize,
     /// Its validated config.
     pub config: UpstreamConfig,
-    live: RwLock<Link>,
-    catalog: RwLock<Arc<Catalog>>,
+    /// Where it is in its life cycle (changed only by the owner task).
     status: watch::Sender<Status>,
-    /// Woken when traffic sees a transport error: the owner task reconnects.
-    pub(crate) lost: Notify,
-    /// Woken by `notifications/*/list_changed`: the owner task refreshes the catalog.
-    pub(crate) list_changed: Arc<Notify>,
+    /// Everything else the owner task publishes, behind one lock.
+    shared: RwLock<Shared>,
+    catalog: RwLock<Arc<Catalog>>,
+    /// What callers, transports and operators tell the owner task.
+    pub(crate) signals: Signals,
+    /// Counters of the owner task's work.
+    pub(crate) counters: Counters,
+    /// One legacy HTTP re-initialization at a time.
     reinit: tokio::sync::Mutex<()>,
     /// Server→client requests relayed to downstream clients, awaiting answers.
     pub(crate) pending: Arc<relay::Pending>,
@@ -78,39 +73,73 @@ pub struct Upstream {
     /// One subscription change at a time (a client's subscribe, or the
     /// owner's reconcile).
     subs_lock: tokio::sync::Mutex<()>,
-    /// Why traffic last saw this upstream fail (read by the owner task).
-    loss: std::sync::Mutex<Option<Loss>>,
-    /// Calls are refused until then (the upstream's Retry-After).
-    retry_floor: std::sync::Mutex<Option<tokio::time::Instant>>,
-    /// Operator action: reconnect now (no failure counted).
-    pub(crate) reconnect: Notify,
-    /// A call asking for an early attempt (`connect_on_demand`).
-    pub(crate) wake: Notify,
-    /// The un-jittered end of the current backoff window (for `connect_on_demand`).
-    pub(crate) earliest_retry: std::sync::Mutex<Option<tokio::time::Instant>>,
-    /// Health probes sent, by outcome.
-    pub(crate) probes_ok: std::sync::atomic::AtomicU64,
-    pub(crate) probes_failed: std::sync::atomic::AtomicU64,
-    /// Health monitors running (one per connected owner task; never more than 1).
-    pub(crate) monitors: std::sync::atomic::AtomicUsize,
-    /// Connect attempts started.
-    pub(crate) attempts: std::sync::atomic::AtomicU64,
-    /// When the current state was entered, and when the owner task last
-    /// reported progress in it (the watchdog's progress clock).
-    entered: std::sync::Mutex<tokio::time::Instant>,
-    progress: std::sync::Mutex<tokio::time::Instant>,
-    /// When it was last Ready (its creation time until it first is): the
-    /// clock of `watchdog.required_grace`.
-    last_ready: std::sync::Mutex<tokio::time::Instant>,
     /// Last 16 KiB of a stdio child's stderr.
     pub(crate) stderr_tail: Arc<std::sync::Mutex<ring::Ring>>,
     /// Calls being answered right now (a reload drains them before a stop).
     calls: crate::drain::Drain,
-    /// When it was created (gateway start, or the reload that started it),
-    /// and when its owner task started the first connect attempt: the clock
-    /// of [`Upstream::first_attempt`].
-    created: tokio::time::Instant,
-    first_started: std::sync::Mutex<Option<tokio::time::Instant>>,
+    /// When it was created (gateway start, or the reload that started it):
+    /// the clock of [`Upstream::first_attempt`] until the owner task starts.
+    created: Instant,
+}
+
+/// What the owner task publishes besides the status, read by callers under
+/// one lock: the connection state, the retry windows, and the clocks.
+struct Shared {
+    /// The live connection, if any.
+    link: Link,
+    /// Calls are refused until then (the upstream's Retry-After; set by
+    /// the call that saw it, or by the owner after a failed attempt).
+    retry_floor: Option<Instant>,
+    /// The un-jittered end of the current backoff window (for `connect_on_demand`).
+    earliest_retry: Option<Instant>,
+    /// When the current state was entered, and when the owner task last
+    /// reported progress in it (the watchdog's progress clock).
+    entered: Instant,
+    progress: Instant,
+    /// When it was last Ready (its creation time until it first is): the
+    /// clock of `watchdog.required_grace`.
+    last_ready: Instant,
+    /// When the owner task started the first connect attempt.
+    first_started: Option<Instant>,
+}
+
+/// The connection state: down, or up with a live connection; and the
+/// generation of the last connection installed (0: none yet).
+#[derive(Default)]
+struct Link {
+    live: Option<Live>,
+    generation: u64,
+}
+
+struct Live {
+    conn: Arc<Conn>,
+    negotiated: Arc<Negotiated>,
+    /// Its generation ([`Upstream::install`]).
+    generation: u64,
+}
+
+/// What others tell the owner task.
+pub(crate) struct Signals {
+    /// The last connection loss a call reported.
+    loss: watch::Sender<Option<Loss>>,
+    /// Woken by `notifications/*/list_changed`: the owner task refreshes the catalog.
+    pub(crate) list_changed: Arc<Notify>,
+    /// Operator action: reconnect now (no failure counted).
+    pub(crate) reconnect: Notify,
+    /// A call asking for an early attempt (`connect_on_demand`).
+    pub(crate) wake: Notify,
+}
+
+/// Counters of the owner task's work.
+#[derive(Default)]
+pub(crate) struct Counters {
+    /// Health probes sent, by outcome.
+    pub(crate) probes_ok: AtomicU64,
+    pub(crate) probes_failed: AtomicU64,
+    /// Health monitors running (one per connected owner task; never more than 1).
+    pub(crate) monitors: AtomicUsize,
+    /// Connect attempts started.
+    pub(crate) attempts: AtomicU64,
 }
 
 /// Why a connection was found dead by traffic.
@@ -138,49 +167,40 @@ impl Upstream {
         subscriptions: Arc<crate::subscriptions::Subscriptions>,
     ) -> Arc<Self> {
         let initial = Status::initial(config.enabled);
+        let now = Instant::now();
         Arc::new(Upstream {
             id,
             config,
-            live: RwLock::new(Link::default()),
-            catalog: RwLock::new(Arc::new(Catalog::default())),
             status: watch::channel(initial).0,
-            lost: Notify::new(),
-            list_changed: Arc::new(Notify::new()),
+            shared: RwLock::new(Shared {
+                link: Link::default(),
+                retry_floor: None,
+                earliest_retry: None,
+                entered: now,
+                progress: now,
+                last_ready: now,
+                first_started: None,
+            }),
+            catalog: RwLock::new(Arc::new(Catalog::default())),
+            signals: Signals {
+                loss: watch::channel(None).0,
+                list_changed: Arc::new(Notify::new()),
+                reconnect: Notify::new(),
+                wake: Notify::new(),
+            },
+            counters: Counters::default(),
             reinit: tokio::sync::Mutex::new(()),
             pending: Arc::new(relay::Pending::new(max_pending)),
             catalog_gen,
             subscriptions,
             subscribed: std::sync::Mutex::new(Default::default()),
             subs_lock: tokio::sync::Mutex::new(()),
-            loss: std::sync::Mutex::new(None),
-            retry_floor: std::sync::Mutex::new(None),
-            reconnect: Notify::new(),
-            wake: Notify::new(),
-            earliest_retry: std::sync::Mutex::new(None),
-            probes_ok: 0.into(),
-            probes_failed: 0.into(),
-            monitors: 0.into(),
-            attempts: 0.into(),
-            entered: std::sync::Mutex::new(tokio::time::Instant::now()),
-            progress: std::sync::Mutex::new(tokio::time::Instant::now()),
-            last_ready: std::sync::Mutex::new(tokio::time::Instant::now()),
             stderr_tail: Arc::new(std::sync::Mutex::new(ring::Ring::new(
                 crate::limits::STDERR_TAIL_BYTES,
             ))),
             calls: crate::drain::Drain::new(),
-            created: tokio::time::Instant::now(),
-            first_started: std::sync::Mutex::new(None),
+            created: now,
         })
-    }
-
-    /// Generation of the live connection ([`Upstream::install`]), if connected.
-    pub(crate) fn live_generation(&self) -> Option<u64> {
-        self.live
-            .read()
-            .expect("live lock")
-            .live
-            .as_ref()
-            .map(|l| l.generation)
     }
 
     /// Its name.
@@ -213,26 +233,25 @@ impl Upstream {
     /// Operator action: drop the connection (or end the wait) and connect
     /// again now, without counting a failure.
     pub fn force_reconnect(&self) {
-        self.reconnect.notify_one();
+        self.signals.reconnect.notify_one();
     }
 
     /// Health probes sent so far: (answered, missed).
     pub fn probes(&self) -> (u64, u64) {
-        use std::sync::atomic::Ordering::Relaxed;
         (
-            self.probes_ok.load(Relaxed),
-            self.probes_failed.load(Relaxed),
+            self.counters.probes_ok.load(Relaxed),
+            self.counters.probes_failed.load(Relaxed),
         )
     }
 
     /// Health monitors running for this upstream (0 or 1).
     pub fn monitors(&self) -> usize {
-        self.monitors.load(std::sync::atomic::Ordering::Relaxed)
+        self.counters.monitors.load(Relaxed)
     }
 
     /// Connect attempts started since start-up.
     pub fn attempts(&self) -> u64 {
-        self.attempts.load(std::sync::atomic::Ordering::Relaxed)
+        self.counters.attempts.load(Relaxed)
     }
 
     /// The last bytes (≤ 16 KiB) a stdio child wrote on stderr.
@@ -243,47 +262,14 @@ impl Upstream {
             .to_string_lossy()
     }
 
-    /// Waits until traffic reports that the connection of generation `conn`
-    /// failed; reports about other (older) connections are discarded.
-    pub(crate) async fn loss_of(&self, conn: u64) -> Loss {
-        loop {
-            self.lost.notified().await;
-            if let Some(l) = self.loss.lock().expect("loss lock").take() {
-                if l.conn == conn {
-                    return l;
-                }
-            }
-        }
-    }
-
-    fn lose(&self, loss: Loss) {
-        *self.loss.lock().expect("loss lock") = Some(loss);
-        self.lost.notify_one();
-    }
-
-    /// Sets the Retry-After floor for calls (capped by `retry_after_cap`).
-    pub(crate) fn set_retry_floor(&self, after: Duration) -> Duration {
-        let after = after.min(self.config.retry_after_cap);
-        *self.retry_floor.lock().expect("floor lock") = Some(tokio::time::Instant::now() + after);
-        after
-    }
-
-    fn retry_window(&self) -> Option<Duration> {
-        let floor = (*self.retry_floor.lock().expect("floor lock"))?;
-        let left = floor.saturating_duration_since(tokio::time::Instant::now());
-        (!left.is_zero()).then_some(left)
-    }
-
     /// The current catalog (empty while not connected).
     pub fn catalog(&self) -> Arc<Catalog> {
         self.catalog.read().expect("catalog lock").clone()
     }
 
     pub(crate) fn set_catalog(&self, c: Catalog) {
-        if let Some(live) = self.live.read().expect("live lock").live.as_ref() {
-            if let Conn::Http(h) = &*live.conn {
-                h.set_param_headers(&c.tools);
-            }
+        if let Some(live) = self.shared.read().expect("shared lock").link.live.as_ref() {
+            live.conn.set_param_headers(&c.tools);
         }
         let changed = {
             let mut cur = self.catalog.write().expect("catalog lock");
@@ -296,47 +282,6 @@ impl Upstream {
         if changed.contains(&true) {
             self.catalog_gen.send_modify(|g| g.bump(changed));
         }
-    }
-
-    /// What the handshake learnt, while connected.
-    pub fn negotiated(&self) -> Option<Arc<Negotiated>> {
-        self.live
-            .read()
-            .expect("live lock")
-            .live
-            .as_ref()
-            .map(|l| l.negotiated.clone())
-    }
-
-    /// Makes `conn` the live connection (the owner task, after the
-    /// handshake) and returns its generation: one more than the previous
-    /// connection's, never reused, so a loss report names exactly one
-    /// connection ([`Loss::conn`]).
-    pub(crate) fn install(&self, conn: Arc<Conn>, negotiated: Negotiated) -> u64 {
-        let mut link = self.live.write().expect("live lock");
-        link.generation += 1;
-        let generation = link.generation;
-        link.live = Some(Live {
-            conn,
-            negotiated: Arc::new(negotiated),
-            generation,
-        });
-        generation
-    }
-
-    pub(crate) fn uninstall(&self) {
-        self.live.write().expect("live lock").live = None;
-        self.set_catalog(Catalog::default());
-    }
-
-    /// The live connection, what its handshake learnt, and its generation.
-    fn current(&self) -> Option<(Arc<Conn>, Arc<Negotiated>, u64)> {
-        self.live
-            .read()
-            .expect("live lock")
-            .live
-            .as_ref()
-            .map(|l| (l.conn.clone(), l.negotiated.clone(), l.generation))
     }
 
     /// Calls `method` on this upstream with the caller's `params` (adapted to
@@ -372,14 +317,12 @@ impl Upstream {
             Err(SendError::SessionExpired) => {
                 // Legacy HTTP session ended upstream: one re-initialize, one retry
                 // (2025-11-25 transports.mdx §Session Management, item 4).
-                if let Conn::Http(h) = &*conn {
-                    let _g = self.reinit.lock().await;
-                    h.reinitialize(neg.era)
-                        .await
-                        .map_err(|e| self.name_send_error(e, generation))?;
-                    // The new upstream session has no resource subscriptions.
-                    self.forget_subscribed();
-                }
+                let _g = self.reinit.lock().await;
+                conn.reinitialize(neg.era)
+                    .await
+                    .map_err(|e| self.name_send_error(e, generation))?;
+                // The new upstream session has no resource subscriptions.
+                self.forget_subscribed();
                 conn.send(method, params, neg.era, timeout, relay).await
             }
             other => other,
@@ -432,9 +375,9 @@ impl Upstream {
         let now = tokio::time::Instant::now();
         let status = self.status();
         if self.config.connect_on_demand {
-            let earliest = *self.earliest_retry.lock().expect("earliest lock");
+            let earliest = self.shared.read().expect("shared lock").earliest_retry;
             if matches!(status, Status::Backoff { .. }) && earliest.is_some_and(|e| now >= e) {
-                self.wake.notify_one();
+                self.signals.wake.notify_one();
             }
         }
         CallError::Unavailable {

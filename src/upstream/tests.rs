@@ -2,6 +2,7 @@
 
 use super::*;
 use serde_json::json;
+use std::time::Duration;
 
 fn builtin_upstream() -> Arc<Upstream> {
     let config = crate::config::Config::embedded_default()
@@ -45,12 +46,19 @@ async fn a_late_loss_report_leaves_the_successor_alone() {
     // allocation of the same size takes its slot.
     up.uninstall();
     drop(conn);
-    let successor = Arc::new(Conn::Builtin);
-    assert_eq!(
-        Arc::as_ptr(&successor) as usize,
-        old_addr,
-        "the successor reuses the freed address (the old identity sees one connection)"
-    );
+    // The successor is allocated at the freed address (the old identity
+    // sees one connection). glibc hands it back at once; other allocators
+    // (musl's) may need a few more allocations of the size first.
+    let mut spares = Vec::new();
+    let successor = loop {
+        let c = Arc::new(Conn::Builtin);
+        if Arc::as_ptr(&c) as usize == old_addr {
+            break c;
+        }
+        assert!(spares.len() < 100_000, "the freed address was never reused");
+        spares.push(c);
+    };
+    drop(spares);
     let next = up.install(successor, negotiated());
     // The owner now watches N+1: the stale report about N is discarded.
     let watched = tokio::time::timeout(Duration::from_secs(3600), up.loss_of(next)).await;

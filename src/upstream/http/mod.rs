@@ -51,7 +51,6 @@ pub struct HttpConn {
     /// Ids of legacy-era calls given up on (timeout, caller gone), for the
     /// owner task to send `notifications/cancelled` (bounded: `max_in_flight`).
     abandoned: mpsc::Sender<u64>,
-    abandoned_rx: std::sync::Mutex<Option<mpsc::Receiver<u64>>>,
     /// The upstream's tools that annotate parameters with `x-mcp-header`,
     /// by name (set with each catalog): their `tools/call` carries
     /// `Mcp-Param-*` headers (2026-07-28 transports-streamable-http.mdx
@@ -95,12 +94,14 @@ fn https_client() -> Result<HttpsClient, SetupError> {
 
 impl HttpConn {
     /// Prepares the client: parses the URL, reads `bearer_token_file` (trimmed)
-    /// into `Authorization: Bearer …`, loads the system's TLS roots.
+    /// into `Authorization: Bearer …`, loads the system's TLS roots. Also
+    /// returns the receiver of the ids of legacy calls given up on, for
+    /// [`HttpConn::cancel`].
     pub fn new(
         cfg: &UpstreamConfig,
         list_changed: Arc<Notify>,
         ctx: RelayCtx,
-    ) -> Result<Self, SetupError> {
+    ) -> Result<(Self, mpsc::Receiver<u64>), SetupError> {
         let Transport::Http {
             url,
             headers,
@@ -133,9 +134,8 @@ impl HttpConn {
             map.insert(header::AUTHORIZATION, v);
         }
         let (abandoned, abandoned_rx) = mpsc::channel(cfg.max_in_flight.max(1));
-        Ok(HttpConn {
+        let conn = HttpConn {
             abandoned,
-            abandoned_rx: std::sync::Mutex::new(Some(abandoned_rx)),
             param_headers: RwLock::new(Default::default()),
             client: https_client()?,
             url,
@@ -149,7 +149,8 @@ impl HttpConn {
             list_changed,
             ctx,
             era: RwLock::new(UpstreamEra::Modern),
-        })
+        };
+        Ok((conn, abandoned_rx))
     }
 
     /// Records which of the upstream's tools annotate parameters with
@@ -315,12 +316,6 @@ impl HttpConn {
         )
         .await?;
         self.notify("notifications/initialized", None, era).await
-    }
-
-    /// The receiver of abandoned call ids (taken once, by the owner task,
-    /// which sends [`HttpConn::cancel`] for each).
-    pub fn take_abandoned(&self) -> Option<mpsc::Receiver<u64>> {
-        self.abandoned_rx.lock().expect("abandoned lock").take()
     }
 
     /// Tells the upstream to stop working on call `id`: `notifications/cancelled`

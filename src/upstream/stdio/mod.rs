@@ -61,13 +61,15 @@ fn signal_group(pgid: libc::pid_t, sig: libc::c_int) {
 /// Spawns the child of a stdio upstream in its own process group, with
 /// `PR_SET_PDEATHSIG` so it dies with mcp-edge even on SIGKILL, and without
 /// mcp-edge's systemd variables (`NOTIFY_SOCKET`, `WATCHDOG_*`). Its stderr
-/// goes to the log and to `stderr_tail`. Errors: the spawn's I/O error text.
+/// goes to the log and to `stderr_tail`. Returns the connection, its
+/// driver, and the receiver of the ids of calls given up on (for
+/// [`StdioConn::cancel`]). Errors: the spawn's I/O error text.
 pub fn open(
     cfg: &UpstreamConfig,
     list_changed: Arc<Notify>,
     ctx: RelayCtx,
     stderr_tail: Arc<std::sync::Mutex<Ring>>,
-) -> Result<(StdioConn, Driver), String> {
+) -> Result<(StdioConn, Driver, mpsc::Receiver<u64>), String> {
     let crate::config::Transport::Stdio {
         command,
         args,
@@ -103,7 +105,8 @@ pub fn open(
     };
     Ok((
         StdioConn { stdin, inflight },
-        Box::pin(pump.drive(child, cancel)),
+        Box::pin(pump.drive(child)),
+        cancel,
     ))
 }
 
@@ -164,9 +167,9 @@ struct Pump {
 type LineRead = std::io::Result<Result<bool, bool>>;
 
 impl Pump {
-    /// Reads stdout and stderr and writes cancellations until the child
+    /// Reads stdout and stderr until the child
     /// exits or its stdout ends, then stops it; returns why it ended.
-    async fn drive(mut self, mut child: Child, mut cancel: mpsc::Receiver<u64>) -> String {
+    async fn drive(mut self, mut child: Child) -> String {
         let pgid = child.id().map(|p| p as libc::pid_t).unwrap_or(0);
         let _group = GroupKill(pgid);
         let reason = loop {
@@ -174,10 +177,6 @@ impl Pump {
                 r = read_line_bounded(&mut self.stdout, &mut self.line, self.max_bytes) => self.on_stdout(r).await,
                 r = read_line_bounded(&mut self.stderr, &mut self.err_line, limits::STDERR_LINE_BYTES), if self.stderr_open => {
                     self.on_stderr(r);
-                    None
-                }
-                Some(id) = cancel.recv() => {
-                    self.cancel(id).await;
                     None
                 }
                 status = child.wait() => Some(self.on_exit(status).await),
@@ -259,16 +258,6 @@ impl Pump {
             .lock()
             .expect("stderr lock")
             .push_line(&self.err_line);
-    }
-
-    /// A caller gave up: tell the upstream to stop
-    /// (2025-11-25 utilities-cancellation.mdx).
-    async fn cancel(&self, id: u64) {
-        let note = protocol::notification(
-            "notifications/cancelled",
-            Some(json!({"requestId": id, "reason": "the client went away or timed out"})),
-        );
-        let _ = write_line(&self.stdin, &note).await;
     }
 
     /// The child exited: why, with its last stderr line. The child's last
@@ -497,6 +486,16 @@ impl StdioConn {
     pub async fn listen(&self) -> Result<(), SendError> {
         let msg = protocol::request(json!(LISTEN_ID), "subscriptions/listen", listen_params());
         write_line(&self.stdin, &msg).await
+    }
+
+    /// A caller gave up on call `id`: tells the upstream to stop
+    /// (2025-11-25 utilities-cancellation.mdx).
+    pub async fn cancel(&self, id: u64) -> Result<(), SendError> {
+        let note = protocol::notification(
+            "notifications/cancelled",
+            Some(json!({"requestId": id, "reason": "the client went away or timed out"})),
+        );
+        write_line(&self.stdin, &note).await
     }
 
     /// Sends a notification.
