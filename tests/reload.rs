@@ -80,7 +80,7 @@ impl InProcess {
         let (controls, rx) = tokio::sync::mpsc::channel(4);
         let cfg = cfg.to_path_buf();
         let served = tokio::spawn(async move { gw.serve(Some(&cfg), rx).await });
-        let mut g = InProcess {
+        let g = InProcess {
             app,
             addr,
             controls,
@@ -90,14 +90,14 @@ impl InProcess {
         g
     }
 
-    async fn wait_ready(&mut self) {
+    async fn wait_ready(&self) {
         while !self.app.ready.load(std::sync::atomic::Ordering::Relaxed) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
     /// Asks for a reload and returns the report it left for `/status`.
-    async fn reload(&mut self) -> String {
+    async fn reload(&self) -> String {
         let before = self.last_reload();
         self.controls.send(Control::Reload).await.unwrap();
         loop {
@@ -133,7 +133,7 @@ async fn a_reload_restarts_only_what_changed_and_keeps_sessions() {
     );
     let cfg = dir.path().join("c.toml");
     std::fs::write(&cfg, &before).unwrap();
-    let mut gw = InProcess::start(&cfg, None).await;
+    let gw = InProcess::start(&cfg, None).await;
     let me = std::process::id();
     let addr = gw.addr;
 

@@ -81,6 +81,8 @@ impl Supervisor {
             return;
         }
         let (stop, stop_rx) = watch::channel(false);
+        // The supervisor is one of the two places that start long-lived tasks.
+        #[allow(clippy::disallowed_methods)]
         let task = up
             .config
             .enabled
@@ -132,6 +134,7 @@ pub struct OwnedTask(JoinHandle<()>);
 
 impl OwnedTask {
     /// Spawns `fut` (the one sanctioned way to start a long-lived task outside an upstream).
+    #[allow(clippy::disallowed_methods)] // the sanctioned spawn, used by the gateway root
     pub fn spawn(fut: impl Future<Output = ()> + Send + 'static) -> OwnedTask {
         OwnedTask(tokio::spawn(fut))
     }

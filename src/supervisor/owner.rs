@@ -446,7 +446,7 @@ impl Owner {
 
     /// 401/403: parked until the credential file changes, an operator
     /// asks, or shutdown (false).
-    async fn park(&mut self, f: Failure, shutdown: &mut watch::Receiver<bool>) -> bool {
+    async fn park(&self, f: Failure, shutdown: &mut watch::Receiver<bool>) -> bool {
         let up = &self.up;
         tracing::warn!(upstream = %up.name(), "credentials refused ({}); parked until they change", f.reason);
         up.transition(|s| s.park(Instant::now(), f.reason.clone()));
