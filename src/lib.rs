@@ -10,7 +10,7 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`limits`] | every capacity, timeout and default, in one place |
+//! | [`limits`] | every capacity, timeout, default and accepted range, in one place (per-entry byte costs are [`budget`]'s, wire codes [`protocol`]'s, metric names [`metrics`]') |
 //! | [`fault`] | test-only faults (`MCP_EDGE_TEST_FAULT`, cargo feature `test-faults`) that the watchdog must catch |
 //! | [`alloc`] | the counting global allocator (live/peak heap) and RSS |
 //! | [`metrics`] | metric names, the Prometheus recorder, heap gauges |
@@ -21,13 +21,15 @@
 //! | [`drain`] | counting running calls/requests and waiting for them (shutdown, reload) |
 //! | [`session`] | the fixed-capacity legacy session table (time passed in) |
 //! | [`subscriptions`] | the fixed table of downstream resource subscriptions (who wants which URI from which upstream) |
-//! | [`upstream`] | transports (`stdio`, `http`, `builtin`), era probe, in-flight table, id remap |
+//! | [`upstream`] | the per-upstream handle and the one connection interface over the transports (`stdio`, `http`, `builtin`); era probe, in-flight table, id remap |
 //! | [`router`] | aggregated catalog, exposed-name mapping, list merge, call routing |
 //! | [`supervisor`] | the owner task per upstream (connect, reconnect); with [`gateway`], the only spawner of long-lived tasks |
 //! | [`http`] | the downstream face: accept loop, `/mcp` endpoint, Origin/Host checks, framing, admin routes |
 //! | [`gateway`] | the composition root: builds everything from a `Config`; start, reload, shutdown, the systemd lifecycle |
 //!
-//! The binary (`src/main.rs`) is CLI only.
+//! The binary (`src/main.rs`) is CLI only. Sibling submodules never form a
+//! circle either. `tests/structure.rs` reads this table and checks both
+//! rules (stage 0 of `tests/run_all.sh`, with fmt, clippy and cargo-deny).
 
 // Functions that fit a screen (tests/structure.rs holds the hard line).
 #![warn(clippy::too_many_lines)]

@@ -271,3 +271,19 @@ pub const MAX_HEAP_BUDGET_BYTES: usize = if usize::BITS > 32 {
 } else {
     usize::MAX
 };
+
+// ---- upstream and supervisor internals ----
+
+/// Most `statvfs` calls of the built-in `disk_usage` running at once. A call
+/// on a hung network mount never returns and pins a blocking thread; this
+/// bounds how many can pile up.
+pub const MAX_STATVFS_IN_FLIGHT: usize = 4;
+/// How long `disk_usage` waits for `statvfs` before reporting a hung mount.
+pub const STATVFS_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most thermal zones the built-in tools report (sorted by zone number; the
+/// rest are dropped).
+pub const MAX_THERMAL_ZONES: usize = 128;
+/// Bytes of an over-long stdio line kept to find its JSON-RPC id.
+pub const OVERLONG_LINE_HEAD_BYTES: usize = 256;
+/// Bytes of a failure reason kept in the persisted backoff state.
+pub const PERSISTED_REASON_BYTES: usize = 256;

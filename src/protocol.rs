@@ -44,6 +44,9 @@ pub const STREAMS_FULL: i64 = -31005;
 /// Gateway-local error: the resource subscription table, or this client's
 /// share of it, is full.
 pub const SUBSCRIPTIONS_FULL: i64 = -31006;
+/// JSON-RPC code of the answer to a request the client cancelled (the code
+/// LSP uses; MCP defines none, and the client ignores the answer anyway).
+pub const REQUEST_CANCELLED: i64 = -32800;
 
 /// `_meta` key carrying the per-request protocol version (2026-07-28 index.mdx §_meta).
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";

@@ -19,9 +19,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 
-/// JSON-RPC code of the answer to a cancelled request (the code LSP uses;
-/// MCP defines none, and the client ignores the answer anyway).
-pub const REQUEST_CANCELLED: i64 = -32800;
+pub use crate::protocol::REQUEST_CANCELLED;
 
 type Key = (SessionId, String);
 

@@ -6,6 +6,7 @@
 //! corrupt file is ignored with a warning. Bounded: one small entry per
 //! configured upstream (≤ `limits::MAX_UPSTREAMS`), reasons cut to 256 bytes.
 
+use crate::limits::PERSISTED_REASON_BYTES as REASON_BYTES;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,7 +15,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// File name inside the state directory.
 pub const FILE_NAME: &str = "upstreams.json";
-const REASON_BYTES: usize = 256;
 
 /// What is remembered of one upstream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

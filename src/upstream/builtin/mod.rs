@@ -28,7 +28,6 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
@@ -60,13 +59,7 @@ pub enum BuiltinError {
     InvalidArguments(String),
 }
 
-/// Most `statvfs` calls running at once. A call on a hung network mount
-/// never returns and pins a blocking thread; this bounds how many can pile up.
-const MAX_STATVFS_IN_FLIGHT: usize = 4;
-/// How long `disk_usage` waits for `statvfs` before reporting a hung mount.
-const STATVFS_TIMEOUT: Duration = Duration::from_secs(10);
-/// Most thermal zones reported (sorted by zone number; the rest are dropped).
-const MAX_THERMAL_ZONES: usize = 128;
+use crate::limits::{MAX_STATVFS_IN_FLIGHT, MAX_THERMAL_ZONES, STATVFS_TIMEOUT};
 
 /// Number of `statvfs` calls currently running on the blocking pool.
 static STATVFS_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);

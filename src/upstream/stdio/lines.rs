@@ -6,9 +6,6 @@ use crate::limits;
 use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
-/// Bytes of an over-long line kept to find its JSON-RPC id.
-const HEAD_BYTES: usize = 256;
-
 /// The `"id"` of a JSON-RPC message from the first bytes of its text (a number
 /// or a string without escapes), for answering an over-long message's caller.
 pub fn sniff_id(head: &[u8]) -> Option<Value> {
@@ -54,9 +51,11 @@ pub(super) async fn read_line_bounded<R: AsyncBufRead + Unpin>(
             if buf.len() + chunk.len() > max {
                 // Keep only a short head (to find the id), drain the rest unbuffered.
                 too_long = true;
-                let keep = HEAD_BYTES.saturating_sub(buf.len()).min(chunk.len());
+                let keep = limits::OVERLONG_LINE_HEAD_BYTES
+                    .saturating_sub(buf.len())
+                    .min(chunk.len());
                 buf.extend_from_slice(&chunk[..keep]);
-                buf.truncate(HEAD_BYTES);
+                buf.truncate(limits::OVERLONG_LINE_HEAD_BYTES);
             } else {
                 buf.extend_from_slice(chunk);
             }
