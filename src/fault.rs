@@ -1,8 +1,10 @@
 //! Test-only faults for the watchdog's acceptance tests, switched on by the
 //! environment variable `MCP_EDGE_TEST_FAULT` (read once) in builds with the
 //! cargo feature `test-faults`, which only the tests enable (the crate's
-//! dev-dependency on itself). Without it [`active`] is `false`, the variable
-//! is never read and the release binary carries no fault code or names.
+//! dev-dependency on itself). Without it [`active`] and
+//! [`block_runtime_if_asked`] are constant `false`, the variable is never
+//! read, and the optimiser drops the fault branches of their callers: the
+//! release binary carries no fault names (`strings` finds none).
 //!
 //! - `stall-owners`: every upstream owner task hangs at its next health probe,
 //!   as a probe that ignores its own timeout would: the owner stops reporting
@@ -51,6 +53,7 @@ pub fn active(_: Fault) -> bool {
 /// threads in a synchronous sleep (one task each; idle workers pick them up
 /// from the shared queue) and returns true (the caller says so in
 /// `STATUS=`). A no-op returning false otherwise.
+#[cfg(feature = "test-faults")]
 pub fn block_runtime_if_asked(workers: usize) -> bool {
     if !active(Fault::BlockRuntime) {
         return false;
@@ -65,4 +68,11 @@ pub fn block_runtime_if_asked(workers: usize) -> bool {
         }));
     }
     true
+}
+
+/// Always false: this build has no test faults.
+#[cfg(not(feature = "test-faults"))]
+#[inline(always)]
+pub fn block_runtime_if_asked(_workers: usize) -> bool {
+    false
 }

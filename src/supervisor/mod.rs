@@ -1,5 +1,6 @@
-//! The supervisor: one owner task per enabled upstream, and the only place
-//! that spawns long-lived tasks.
+//! The supervisor: one owner task per enabled upstream. With the composition
+//! root ([`crate::gateway`], whose tasks use [`OwnedTask`]) it is the only
+//! place that spawns long-lived tasks.
 //!
 //! Each owner task ([`owner`]) runs connect, health probing and reconnect as
 //! one loop, so a reconnect can never start a second monitor. The task is

@@ -111,29 +111,32 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
     let Opened {
         conn,
         mut driver,
-        abandoned,
+        mut abandoned,
     } = match Conn::open(up) {
         Ok(x) => x,
         Err(e) => return Failure::plain(e.to_string()),
     };
     let conn = Arc::new(conn);
-    match handshake(up, &conn, &mut driver, shutdown).await {
+    match handshake(up, &conn, &mut driver, &mut abandoned, shutdown).await {
         Ok(neg) => serve(up, conn, neg, driver, abandoned, shutdown).await,
         Err(end) => end,
     }
 }
 
 /// The era handshake within `startup_timeout`, polled with the driver (a
-/// child that dies during it ends it); the connection is closed on failure.
+/// child that dies during it ends it) and the cancellation of calls given
+/// up on (an era probe that timed out); the connection is closed on failure.
 async fn handshake(
     up: &Upstream,
     conn: &Conn,
     driver: &mut Driver,
+    abandoned: &mut Abandoned,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<Negotiated, End> {
     let hs = tokio::select! {
         r = tokio::time::timeout(up.config.startup_timeout, handshake::open(conn, up.config.era)) => r,
         reason = &mut *driver => Ok(Err(handshake::HandshakeError::Incompatible(reason))),
+        never = cancel_abandoned(up, conn, abandoned) => match never {},
         _ = shutdown.changed() => { conn.close().await; return Err(End::Shutdown); }
         _ = up.signals.reconnect.notified() => { conn.close().await; return Err(End::Reconnect); }
     };
@@ -167,7 +170,7 @@ async fn serve(
     conn: Arc<Conn>,
     neg: Negotiated,
     mut driver: Driver,
-    abandoned: Abandoned,
+    mut abandoned: Abandoned,
     shutdown: &mut watch::Receiver<bool>,
 ) -> End {
     metrics::counter!(crate::metrics::UPSTREAM_CONNECTS, "upstream" => up.name().to_string(), "outcome" => "ok").increment(1);
@@ -178,7 +181,8 @@ async fn serve(
     let _monitor = MonitorGuard::new(up);
     let end = tokio::select! {
         reason = &mut driver => Failure::plain(reason),
-        reason = Monitor::new(up, &conn, &neg).run(since, abandoned) => Failure::plain(reason),
+        reason = Monitor::new(up, &conn, &neg).run(since) => Failure::plain(reason),
+        never = cancel_abandoned(up, &conn, &mut abandoned) => match never {},
         loss = up.loss_of(generation) => End::Failed(Failure {
             reason: loss.reason,
             auth: loss.auth,
@@ -205,8 +209,8 @@ async fn serve(
 }
 
 /// The monitor of one connection: catalog (now and on list_changed),
-/// health probes, resource subscriptions, the notification stream and
-/// abandoned calls, polled together with the driver so answers keep
+/// health probes, resource subscriptions and the notification stream,
+/// polled together with the driver so answers keep
 /// flowing while it waits. Returns why the connection must go.
 struct Monitor<'a> {
     up: &'a Upstream,
@@ -226,7 +230,7 @@ impl<'a> Monitor<'a> {
         }
     }
 
-    async fn run(mut self, since: Instant, mut abandoned: Abandoned) -> String {
+    async fn run(mut self, since: Instant) -> String {
         let (up, name) = (self.up, self.up.name());
         let c = Catalog::fetch(up, self.neg).await;
         tracing::info!(upstream = %name, tools = c.tools.len(), prompts = c.prompts.len(), resources = c.resources.len(), "catalog loaded");
@@ -248,8 +252,6 @@ impl<'a> Monitor<'a> {
         wanted.mark_unchanged();
         up.reconcile_subscriptions().await;
         loop {
-            // Biased, probes first: cancellations (each bounded by
-            // probe_timeout) never delay a due probe by more than one.
             tokio::select! {
                 biased;
                 _ = tick.tick() => if let Some(reason) = self.on_tick().await {
@@ -261,8 +263,6 @@ impl<'a> Monitor<'a> {
                     up.reconcile_subscriptions().await;
                 }
                 _ = &mut notifications => {}
-                // Calls given up on: cancelled from here, one at a time.
-                Some(id) = abandoned.next() => self.cancel(id).await,
             }
         }
     }
@@ -297,11 +297,24 @@ impl<'a> Monitor<'a> {
         self.up.set_catalog(Catalog::fetch(self.up, self.neg).await);
         self.up.progressed();
     }
+}
 
-    /// Tells the upstream a call was given up on (bounded by `probe_timeout`).
-    async fn cancel(&self, id: u64) {
-        let (up, name) = (self.up, self.up.name());
-        match tokio::time::timeout(up.config.probe_timeout, self.conn.cancel(id)).await {
+/// Calls given up on (timeout, caller gone) on this connection, cancelled
+/// upstream as they come, one at a time, each bounded by `probe_timeout`
+/// ([`Conn::cancel`]: stdio always, HTTP in the legacy era). Polled beside
+/// the handshake and the monitor, so a busy probe or catalog refresh never
+/// holds a cancellation back. Never ends.
+async fn cancel_abandoned(
+    up: &Upstream,
+    conn: &Conn,
+    abandoned: &mut Abandoned,
+) -> std::convert::Infallible {
+    let name = up.name();
+    loop {
+        let Some(id) = abandoned.next().await else {
+            return std::future::pending().await;
+        };
+        match tokio::time::timeout(up.config.probe_timeout, conn.cancel(id)).await {
             Ok(Ok(())) => tracing::debug!(upstream = %name, id, "call cancelled upstream"),
             Ok(Err(e)) => {
                 tracing::debug!(upstream = %name, id, "notifications/cancelled failed: {e}")

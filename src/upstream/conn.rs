@@ -1,7 +1,8 @@
 //! A live connection to an upstream, whatever its transport: the one
 //! interface the owner task drives ([`Conn::open`], `close`, `listen`,
-//! `notifications`, `cancel`, …) and callers send on, so nothing outside
-//! this module matches on the transport.
+//! `notifications`, `cancel`, …) and callers send on, so the supervisor never
+//! matches on the transport (only `handshake` names the built-in one, to
+//! give it its fixed handshake result).
 //!
 //! Every connection reports the calls its callers gave up on the same way:
 //! their ids arrive on [`Opened::abandoned`], and the owner task tells the

@@ -36,7 +36,7 @@ struct Slot {
 struct Inner {
     slots: Box<[Slot]>,
     free: Vec<u16>,
-    /// Ids of abandoned calls, for the driver to send `notifications/cancelled`.
+    /// Ids of abandoned calls, for the owner task to send `notifications/cancelled`.
     cancel: mpsc::Sender<u64>,
     max_age: Duration,
 }
@@ -88,7 +88,11 @@ impl Drop for Ticket {
             s.waiter = None;
             s.relay = None;
             s.abandoned = Some(Instant::now());
-            let _ = g.cancel.try_send(id);
+            // The queue holds as many ids as the table has slots, so it is
+            // full only while the owner falls that far behind; counted.
+            if let Err(mpsc::error::TrySendError::Full(_)) = g.cancel.try_send(id) {
+                metrics::counter!(crate::metrics::REFUSED, "limit" => "cancellations").increment(1);
+            }
         } else {
             g.release(self.slot as usize);
         }

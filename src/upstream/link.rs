@@ -73,9 +73,17 @@ impl Upstream {
         }
     }
 
-    /// A call reports that its connection failed.
+    /// A call reports that its connection failed. A report about an older
+    /// connection than the last one reported never replaces it, so a late
+    /// report cannot hide the live connection's loss from the owner.
     pub(super) fn lose(&self, loss: Loss) {
-        self.signals.loss.send_replace(Some(loss));
+        self.signals.loss.send_if_modified(|last| {
+            if last.as_ref().is_some_and(|l| l.conn > loss.conn) {
+                return false;
+            }
+            *last = Some(loss);
+            true
+        });
     }
 
     /// Sets the Retry-After floor for calls (capped by `retry_after_cap`).

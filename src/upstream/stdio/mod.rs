@@ -463,7 +463,7 @@ impl StdioConn {
         write_line(&self.stdin, &msg).await?;
         match tokio::time::timeout(timeout, &mut ticket.rx).await {
             Err(_) => {
-                // The ticket's drop cancels the call upstream.
+                // The ticket's drop queues the call for cancellation upstream (the owner task sends it).
                 Err(SendError::Timeout)
             }
             Ok(Err(_)) => Err(SendError::Transport("connection lost".into())),
