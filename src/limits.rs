@@ -287,3 +287,11 @@ pub const MAX_THERMAL_ZONES: usize = 128;
 pub const OVERLONG_LINE_HEAD_BYTES: usize = 256;
 /// Bytes of a failure reason kept in the persisted backoff state.
 pub const PERSISTED_REASON_BYTES: usize = 256;
+/// How long an exited child's last stderr lines (and, after its stdout
+/// closed, its exit status) are waited for, to say why it ended.
+pub const CHILD_EXIT_DRAIN: Duration = Duration::from_millis(200);
+/// How long a handshake that failed on a broken pipe waits for the child's
+/// exit status and last stderr line (they say more than "broken pipe").
+pub const HANDSHAKE_EXIT_WAIT: Duration = Duration::from_millis(500);
+/// How long closing a legacy HTTP upstream waits for its session `DELETE`.
+pub const SESSION_DELETE_TIMEOUT: Duration = Duration::from_secs(2);

@@ -380,13 +380,14 @@ pub enum Transport {
 /// Why a config could not be loaded. `Display` always starts with the file.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file could not be read: `"<path>: <io error>"`.
-    #[error("{}: {source}", path.display())]
+    /// The file could not be read: `"<path>: <io error>"` (the OS error is
+    /// in the message, not a `source`, so a chain prints it once).
+    #[error("{}: {error}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
         /// What the OS said.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The text is not well-formed TOML / JSON: `"<path>: line L, column C: <what>"`.
     #[error("{}: {message}", path.display())]
@@ -466,9 +467,9 @@ impl Config {
     /// # Errors
     /// As [`Config::load`].
     pub fn load_for(path: &Path, board: Option<&Board>) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Io {
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
         let ext = path.extension().and_then(|e| e.to_str());
         let json = match ext.map(str::to_ascii_lowercase).as_deref() {

@@ -7,6 +7,7 @@
 //! restarted together spread out and no upstream is tried more often than
 //! the schedule allows.
 
+use crate::limits;
 use std::time::Duration;
 
 /// Why a backoff policy was refused (config validation names the key).
@@ -23,7 +24,8 @@ pub enum BackoffError {
         /// The cap.
         cap: Duration,
     },
-    /// `factor` must be within 1.0 ..= 10.0.
+    /// `factor` must be within [`limits::MIN_BACKOFF_FACTOR`] ..=
+    /// [`limits::MAX_BACKOFF_FACTOR`] (1.0 ..= 10.0).
     #[error("factor {0} must be within 1.0 ..= 10.0")]
     Factor(String),
 }
@@ -45,7 +47,7 @@ impl Backoff {
         if initial.is_zero() {
             return Err(BackoffError::ZeroInitial);
         }
-        if !(1.0..=10.0).contains(&factor) {
+        if !(limits::MIN_BACKOFF_FACTOR..=limits::MAX_BACKOFF_FACTOR).contains(&factor) {
             return Err(BackoffError::Factor(factor.to_string()));
         }
         if cap < initial {

@@ -150,7 +150,8 @@ async fn handshake(
             if let SendError::Transport(_) = source {
                 // A child that died during the handshake: its exit status and
                 // last stderr line (from the driver) say more than "broken pipe".
-                if let Ok(reason) = tokio::time::timeout(Duration::from_millis(500), driver).await {
+                if let Ok(reason) = tokio::time::timeout(limits::HANDSHAKE_EXIT_WAIT, driver).await
+                {
                     return Err(Failure::plain(format!("{step}: {reason}")));
                 }
             }

@@ -268,7 +268,7 @@ impl Pump {
             Ok(s) => s,
             Err(e) => return format!("waiting for process: {e}"),
         };
-        let _ = tokio::time::timeout(Duration::from_millis(200), async {
+        let _ = tokio::time::timeout(crate::limits::CHILD_EXIT_DRAIN, async {
             while self.stderr_open {
                 let r = read_line_bounded(
                     &mut self.stderr,
@@ -297,7 +297,7 @@ impl Pump {
         if !reason.starts_with("process exited") {
             // stdout closed (or broke) first: say how the process ended, if it did.
             if let Ok(Ok(status)) =
-                tokio::time::timeout(Duration::from_millis(200), child.wait()).await
+                tokio::time::timeout(crate::limits::CHILD_EXIT_DRAIN, child.wait()).await
             {
                 reason = format!("{reason}; process exited ({status})");
                 if let Some(t) = self.stderr_tail.lock().expect("stderr lock").last_line() {
