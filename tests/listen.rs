@@ -24,16 +24,7 @@ fn listen_body(id: Value, notifications: Value) -> Value {
 /// Opens a listen stream; returns the HTTP status and the stream, whose
 /// messages are read as they arrive (dropping it closes the stream).
 async fn listen(addr: SocketAddr, body: Value) -> (u16, sse::Stream) {
-    let s = sse::open(
-        "POST",
-        addr,
-        &[
-            ("mcp-protocol-version", "2026-07-28"),
-            ("mcp-method", "subscriptions/listen"),
-        ],
-        &body.to_string(),
-    )
-    .await;
+    let s = sse::listen(addr, &body).await;
     (s.status, s)
 }
 

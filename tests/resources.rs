@@ -289,16 +289,7 @@ async fn listen(addr: SocketAddr, id: &str, notifications: Value) -> sse::Stream
             "io.modelcontextprotocol/clientCapabilities": {}
         },
         "notifications": notifications}});
-    let s = sse::open(
-        "POST",
-        addr,
-        &[
-            ("mcp-protocol-version", "2026-07-28"),
-            ("mcp-method", "subscriptions/listen"),
-        ],
-        &body.to_string(),
-    )
-    .await;
+    let s = sse::listen(addr, &body).await;
     assert_eq!(s.status, 200);
     s
 }

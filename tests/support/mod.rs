@@ -42,17 +42,22 @@ impl Reply {
     }
 }
 
-pub async fn request(
+/// `method` to `http://{addr}/mcp` with `headers`, plus a JSON
+/// `content-type` (always, or on a POST only) and an `accept` of both JSON
+/// and SSE unless given.
+pub fn mcp_request(
     method: &str,
     addr: SocketAddr,
     headers: &[(&str, &str)],
     body: &str,
-) -> Reply {
-    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    content_type_always: bool,
+) -> http::Request<Full<Bytes>> {
     let mut b = http::Request::builder()
         .method(method)
-        .uri(format!("http://{addr}/mcp"))
-        .header("content-type", "application/json");
+        .uri(format!("http://{addr}/mcp"));
+    if content_type_always || method == "POST" {
+        b = b.header("content-type", "application/json");
+    }
     if !headers
         .iter()
         .any(|(k, _)| k.eq_ignore_ascii_case("accept"))
@@ -62,8 +67,18 @@ pub async fn request(
     for (k, v) in headers {
         b = b.header(*k, *v);
     }
+    b.body(Full::new(Bytes::from(body.to_string()))).unwrap()
+}
+
+pub async fn request(
+    method: &str,
+    addr: SocketAddr,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Reply {
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
     let resp = client
-        .request(b.body(Full::new(Bytes::from(body.to_string()))).unwrap())
+        .request(mcp_request(method, addr, headers, body, true))
         .await
         .expect("HTTP request");
     let status = resp.status().as_u16();

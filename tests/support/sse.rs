@@ -140,23 +140,8 @@ impl Stream {
 /// JSON and SSE unless given) and reads the answer as it arrives.
 pub async fn open(method: &str, addr: SocketAddr, headers: &[(&str, &str)], body: &str) -> Stream {
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-    let mut b = http::Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}/mcp"));
-    if method == "POST" {
-        b = b.header("content-type", "application/json");
-    }
-    if !headers
-        .iter()
-        .any(|(k, _)| k.eq_ignore_ascii_case("accept"))
-    {
-        b = b.header("accept", "application/json, text/event-stream");
-    }
-    for (k, v) in headers {
-        b = b.header(*k, *v);
-    }
     let resp = client
-        .request(b.body(Full::new(Bytes::from(body.to_string()))).unwrap())
+        .request(super::mcp_request(method, addr, headers, body, false))
         .await
         .expect("HTTP request");
     let status = resp.status().as_u16();
@@ -202,4 +187,19 @@ pub async fn open(method: &str, addr: SocketAddr, headers: &[(&str, &str)], body
         headers,
         rx,
     }
+}
+
+/// Opens a modern `subscriptions/listen` stream with `body` (a whole
+/// JSON-RPC request); its messages are read as they arrive.
+pub async fn listen(addr: SocketAddr, body: &Value) -> Stream {
+    open(
+        "POST",
+        addr,
+        &[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "subscriptions/listen"),
+        ],
+        &body.to_string(),
+    )
+    .await
 }
