@@ -73,6 +73,13 @@ struct InProcess {
 
 impl InProcess {
     async fn start(cfg: &std::path::Path, board: Option<&str>) -> InProcess {
+        let g = InProcess::spawn(cfg, board).await;
+        g.wait_ready().await;
+        g
+    }
+
+    /// Serving, not yet waiting for its upstreams' first attempts.
+    async fn spawn(cfg: &std::path::Path, board: Option<&str>) -> InProcess {
         let board = board.map(|b| mcp_edge::config::Board::named(b).unwrap());
         let config = mcp_edge::config::Config::load_for(cfg, board.as_ref()).unwrap();
         let gw = Gateway::start(config).await.unwrap();
@@ -80,18 +87,21 @@ impl InProcess {
         let (controls, rx) = tokio::sync::mpsc::channel(4);
         let cfg = cfg.to_path_buf();
         let served = tokio::spawn(async move { gw.serve(Some(&cfg), rx).await });
-        let g = InProcess {
+        InProcess {
             app,
             addr,
             controls,
             served,
-        };
-        g.wait_ready().await;
-        g
+        }
     }
 
     async fn wait_ready(&self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         while !self.app.ready.load(std::sync::atomic::Ordering::Relaxed) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "not ready within 30 s"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -100,11 +110,16 @@ impl InProcess {
     async fn reload(&self) -> String {
         let before = self.last_reload();
         self.controls.send(Control::Reload).await.unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         loop {
             let now = self.last_reload();
             if now != before {
                 return now.expect("a reload report").message;
             }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no reload report within 60 s"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -248,6 +263,47 @@ async fn a_reload_restarts_only_what_changed_and_keeps_sessions() {
 
     gw.stop().await;
     assert_eq!(pid_of(me, "rl-keep"), None, "stop ends every child");
+}
+
+/// A reload asked for while the gateway still waits for its upstreams is
+/// kept and served once it is ready, as a queued SIGHUP would be.
+#[tokio::test]
+async fn a_reload_asked_for_during_start_is_served_after_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"off\"\n{}",
+            fake_block_args("rq-slow", "legacy", &["--slow-start", "1500"], "")
+        ),
+    )
+    .unwrap();
+    let gw = InProcess::spawn(&cfg, None).await;
+    gw.controls.send(Control::Reload).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !gw.app.ready.load(std::sync::atomic::Ordering::Relaxed),
+        "still waiting for the slow upstream"
+    );
+    assert_eq!(gw.last_reload(), None, "no reload before READY");
+    gw.wait_ready().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let report = loop {
+        if let Some(r) = gw.last_reload() {
+            break r.message;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the queued reload was dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        report,
+        "reload applied: restarted -; started -; stopped -; 1 unchanged"
+    );
+    gw.stop().await;
 }
 
 #[tokio::test]

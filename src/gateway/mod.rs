@@ -56,9 +56,9 @@ pub enum GatewayError {
 /// A running gateway. Dropping it aborts its tasks; [`Gateway::shutdown`]
 /// stops it in order.
 pub struct Gateway {
-    /// The running config: `[server]` as started (its changes wait for a
-    /// restart), upstreams and `[watchdog]` as last applied.
-    config: Config,
+    /// The board profile a reload reads its file under (`[server]` as
+    /// started is [`App::server`]: its changes wait for a restart).
+    board: Option<crate::config::Board>,
     addr: SocketAddr,
     admin_addr: Option<SocketAddr>,
     app: Arc<App>,
@@ -144,7 +144,7 @@ impl Gateway {
         Ok(Gateway {
             watchdog: Arc::new(std::sync::Mutex::new(config.watchdog.clone())),
             next_id: upstreams.len(),
-            config,
+            board: config.board,
             admin_addr,
             addr,
             app,
@@ -168,11 +168,6 @@ impl Gateway {
     /// The downstream face's state (sessions, router, upstreams).
     pub fn app(&self) -> &Arc<App> {
         &self.app
-    }
-
-    /// The running config (see the field's note on `[server]`).
-    pub fn config(&self) -> &Config {
-        &self.config
     }
 
     /// Waits until every enabled upstream has settled its first attempt

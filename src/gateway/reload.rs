@@ -103,9 +103,7 @@ impl Gateway {
         for up in fresh {
             self.supervisor.start_one(up);
         }
-        *self.watchdog.lock().expect("watchdog lock") = new.watchdog.clone();
-        self.config.upstreams = new.upstreams;
-        self.config.watchdog = new.watchdog;
+        *self.watchdog.lock().expect("watchdog lock") = new.watchdog;
         if !report.is_noop() {
             // GET and listen streams tell their clients the lists changed.
             self.shared.catalog_gen.send_modify(|g| g.bump([true; 3]));
@@ -118,7 +116,7 @@ impl Gateway {
     fn plan(&mut self, old: &[Arc<Upstream>], new: &Config) -> Plan {
         let mut plan = Plan {
             report: ReloadReport {
-                server_changed: new.server != self.config.server,
+                server_changed: new.server != self.app.server,
                 ..ReloadReport::default()
             },
             set: Vec::with_capacity(new.upstreams.len()),

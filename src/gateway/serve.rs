@@ -133,7 +133,7 @@ impl Gateway {
                 "reload: no config file (embedded default); nothing to do",
                 false,
             ),
-            Some(p) => match Config::load_for(p, self.config.board.as_ref()) {
+            Some(p) => match Config::load_for(p, self.board.as_ref()) {
                 Err(e) => {
                     let m = format!("reload rejected, the running config stays: {e}");
                     tracing::error!("{m}");
