@@ -28,6 +28,8 @@ pub(super) fn server() -> ServerConfig {
                 .expect("limits::DEFAULT_ADMIN_LISTEN is a socket address"),
         ),
         state_directory: None,
+        tls: None,
+        allow_unauthenticated: false,
     }
 }
 

@@ -140,7 +140,7 @@ use std::time::Duration;
 
 // The submodules form layers; each uses only this module's items and
 // submodules of lower layers (no import cycles):
-//   1. defaults, render
+//   1. network, defaults, render
 //   2. ctx
 //   3. raw
 //   4. values, fields
@@ -152,6 +152,8 @@ mod ctx;
 mod defaults;
 mod fields;
 mod mcp_servers;
+mod network;
+pub use network::{AuditConfig, AuditSink, ClientConfig, Credential, Rate, Secret, TlsConfig};
 mod raw;
 mod render;
 pub use render::mask_url;
@@ -170,6 +172,12 @@ pub struct Config {
     pub upstreams: Vec<UpstreamConfig>,
     /// The systemd watchdog's health rules (`[watchdog]`).
     pub watchdog: WatchdogConfig,
+    /// Downstream callers known by name (`[[client]]`); empty = no
+    /// authentication (allowed on a loopback `listen`, or with
+    /// `server.allow_unauthenticated`).
+    pub clients: Vec<ClientConfig>,
+    /// The audit log (`[audit]`); `None` = none.
+    pub audit: Option<AuditConfig>,
     /// The board profile whose defaults were applied (`--board`), if any.
     pub board: Option<Board>,
     /// File the config came from; `None` for [`Config::embedded_default`].
@@ -262,6 +270,12 @@ pub struct ServerConfig {
     /// first path of `$STATE_DIRECTORY`). `None` = state kept in memory only.
     /// [`ServerConfig::default`] does not read the environment: `None`.
     pub state_directory: Option<PathBuf>,
+    /// HTTPS on `listen` (`tls_cert`, `tls_key`, `tls_client_ca`); `None` =
+    /// plain HTTP.
+    pub tls: Option<TlsConfig>,
+    /// `allow_unauthenticated`: serve a non-loopback `listen` without any
+    /// `[[client]]` (logged as a warning at every start, shown in `/status`).
+    pub allow_unauthenticated: bool,
 }
 
 /// Rule for exposed tool names (`server.tool_names`).
@@ -535,6 +549,8 @@ impl Config {
             server,
             upstreams: vec![ctx.upstream_defaults("edge".to_owned(), Transport::Builtin)],
             watchdog: WatchdogConfig::default(),
+            clients: Vec::new(),
+            audit: None,
             board: board.cloned(),
             source: None,
             notes: Vec::new(),

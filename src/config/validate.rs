@@ -82,6 +82,8 @@ pub(super) fn finish(
         server,
         upstreams: upstreams.into_iter().map(|(_, u)| u).collect(),
         watchdog: WatchdogConfig::default(),
+        clients: Vec::new(),
+        audit: None,
         board: ctx.board().cloned(),
         source: Some(ctx.path().to_path_buf()),
         notes: Vec::new(),
