@@ -20,6 +20,7 @@
 //! | [`budget`] | the worst-case live heap a config allows (capacity × measured cost) |
 //! | [`drain`] | counting running calls/requests and waiting for them (shutdown, reload) |
 //! | [`session`] | the fixed-capacity legacy session table (time passed in) |
+//! | [`access`] | who a downstream caller is (`[[client]]`: bearer token or TLS client certificate), what it may see and call, its rate |
 //! | [`subscriptions`] | the fixed table of downstream resource subscriptions (who wants which URI from which upstream) |
 //! | [`upstream`] | the per-upstream handle and the one connection interface over the transports (`stdio`, `http`, `builtin`); era probe, in-flight table, id remap |
 //! | [`router`] | aggregated catalog, exposed-name mapping, list merge, call routing |
@@ -34,6 +35,7 @@
 // Functions that fit a screen (tests/structure.rs holds the hard line).
 #![warn(clippy::too_many_lines)]
 
+pub mod access;
 pub mod alloc;
 pub mod budget;
 pub mod config;

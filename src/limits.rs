@@ -295,3 +295,12 @@ pub const CHILD_EXIT_DRAIN: Duration = Duration::from_millis(200);
 pub const HANDSHAKE_EXIT_WAIT: Duration = Duration::from_millis(500);
 /// How long closing a legacy HTTP upstream waits for its session `DELETE`.
 pub const SESSION_DELETE_TIMEOUT: Duration = Duration::from_secs(2);
+
+// --- Downstream access ([`crate::access`]) ---
+
+/// Log lines about refused requests (401, 429) at once before the rate
+/// limit ([`crate::access::Throttle`]); the refusals are all counted in
+/// `mcp_edge_refused_total` whatever is logged.
+pub const REFUSAL_LOG_BURST: u32 = 10;
+/// Log lines about refused requests per second once the burst is spent.
+pub const REFUSAL_LOG_PER_SECOND: u32 = 1;

@@ -44,6 +44,12 @@ pub const STREAMS_FULL: i64 = -31005;
 /// Gateway-local error: the resource subscription table, or this client's
 /// share of it, is full.
 pub const SUBSCRIPTIONS_FULL: i64 = -31006;
+/// Gateway-local error: no or unknown client credentials (HTTP 401 with
+/// `WWW-Authenticate: Bearer realm="mcp-edge"`).
+pub const UNAUTHORIZED: i64 = -31007;
+/// Gateway-local error: the client's `rate` is used up (HTTP 429 with
+/// `Retry-After`).
+pub const RATE_LIMITED: i64 = -31008;
 /// JSON-RPC code of the answer to a request the client cancelled (the code
 /// LSP uses; MCP defines none, and the client ignores the answer anyway).
 pub const REQUEST_CANCELLED: i64 = -32800;

@@ -60,6 +60,9 @@ pub struct Session {
     /// The least severe `notifications/message` the client wants, as a rank
     /// of `upstream::relay::LOG_LEVELS` (`logging/setLevel`; 0 = all).
     pub log_floor: u8,
+    /// Who created it (`crate::access::Access::owner`; 0 = anonymous):
+    /// another client presenting its id is answered as for an unknown id.
+    pub owner: u64,
 }
 
 const NIL: u32 = u32::MAX;
@@ -229,13 +232,15 @@ impl Table {
         now.saturating_duration_since(s.last_seen)
     }
 
-    /// Creates a session for an `initialize` that negotiated `version`. When
+    /// Creates a session for an `initialize` that negotiated `version`, owned
+    /// by `owner` ([`Session::owner`]). When
     /// full, the least recently used session is evicted if it has been idle
     /// for `min_idle_before_evict` (reason `lru`, or `idle` if it had expired).
     /// Errors: [`SessionError::Full`] (counted as `session_capacity`), [`SessionError::Random`].
     pub fn insert(
         &mut self,
         version: ProtocolVersion,
+        owner: u64,
         now: Instant,
     ) -> Result<SessionId, SessionError> {
         if self.free == NIL {
@@ -266,6 +271,7 @@ impl Table {
             initialized: false,
             log_floor: 0,
             streams: 0,
+            owner,
         });
         self.push_tail(i);
         self.live += 1;
@@ -402,7 +408,7 @@ mod tests {
     #[test]
     fn id_round_trips_and_rejects_garbage() {
         let mut t = Table::new(4, Duration::from_secs(60), Duration::from_secs(60));
-        let id = t.insert(V, Instant::now()).unwrap();
+        let id = t.insert(V, 0, Instant::now()).unwrap();
         let h = id.to_header();
         assert_eq!(h.len(), 36);
         assert_eq!(SessionId::parse(&h), Some(id));
@@ -417,17 +423,17 @@ mod tests {
     fn full_table_refuses_then_reuses_expired_slot() {
         let t0 = Instant::now();
         let mut t = Table::new(2, Duration::from_secs(60), Duration::from_secs(60));
-        let a = t.insert(V, t0).unwrap();
-        let _b = t.insert(V, t0 + Duration::from_secs(1)).unwrap();
+        let a = t.insert(V, 0, t0).unwrap();
+        let _b = t.insert(V, 0, t0 + Duration::from_secs(1)).unwrap();
         assert_eq!(
-            t.insert(V, t0 + Duration::from_secs(2)),
+            t.insert(V, 0, t0 + Duration::from_secs(2)),
             Err(SessionError::Full {
                 capacity: 2,
                 retry_after: Duration::from_secs(58)
             })
         );
         // After a's idle timeout its slot is taken over; a is gone.
-        let c = t.insert(V, t0 + Duration::from_secs(60)).unwrap();
+        let c = t.insert(V, 0, t0 + Duration::from_secs(60)).unwrap();
         assert_eq!(t.len(), 2);
         assert_eq!(
             t.touch(&a, t0 + Duration::from_secs(60)),
@@ -441,20 +447,20 @@ mod tests {
         let t0 = Instant::now();
         let s = Duration::from_secs;
         let mut t = Table::new(3, s(3600), s(30));
-        let a = t.insert(V, t0).unwrap();
-        let b = t.insert(V, t0).unwrap();
-        let c = t.insert(V, t0).unwrap();
+        let a = t.insert(V, 0, t0).unwrap();
+        let b = t.insert(V, 0, t0).unwrap();
+        let c = t.insert(V, 0, t0).unwrap();
         // a is used again later, so b is now the least recently used.
         t.touch(&a, t0 + s(20)).unwrap();
         // Nobody idle 30 s yet at t0+25: refused, retry when b qualifies.
         assert_eq!(
-            t.insert(V, t0 + s(25)),
+            t.insert(V, 0, t0 + s(25)),
             Err(SessionError::Full {
                 capacity: 3,
                 retry_after: s(5)
             })
         );
-        let d = t.insert(V, t0 + s(31)).unwrap();
+        let d = t.insert(V, 0, t0 + s(31)).unwrap();
         assert_eq!(
             t.touch(&b, t0 + s(31)),
             Err(SessionError::NotFound),
@@ -475,7 +481,7 @@ mod tests {
             let now = t0 + Duration::from_millis(n * 20);
             // 20 ms apart: the 64-slot table is always full of sessions < 1.3 s
             // idle, so about every other insert evicts the LRU one.
-            let _ = t.insert(V, now);
+            let _ = t.insert(V, 0, now);
             assert!(t.len() <= 64);
         }
         assert_eq!(t.footprint_bytes(), bytes);
@@ -486,11 +492,11 @@ mod tests {
     fn delete_frees_at_once_and_id_is_dead() {
         let now = Instant::now();
         let mut t = Table::new(1, Duration::from_secs(60), Duration::from_secs(60));
-        let a = t.insert(V, now).unwrap();
+        let a = t.insert(V, 0, now).unwrap();
         assert!(t.remove(&a));
         assert!(!t.remove(&a));
         assert_eq!(t.touch(&a, now), Err(SessionError::NotFound));
-        let b = t.insert(V, now).unwrap();
+        let b = t.insert(V, 0, now).unwrap();
         assert_ne!(a, b, "a reused slot gets a fresh secret");
         assert_eq!(t.touch(&a, now), Err(SessionError::NotFound));
     }
@@ -499,8 +505,8 @@ mod tests {
     fn touch_keeps_alive_and_expire_sweeps() {
         let t0 = Instant::now();
         let mut t = Table::new(8, Duration::from_secs(10), Duration::from_secs(10));
-        let a = t.insert(V, t0).unwrap();
-        let b = t.insert(V, t0).unwrap();
+        let a = t.insert(V, 0, t0).unwrap();
+        let b = t.insert(V, 0, t0).unwrap();
         assert!(t.touch(&a, t0 + Duration::from_secs(9)).is_ok());
         assert_eq!(t.expire(t0 + Duration::from_secs(12)), 1);
         assert_eq!(t.len(), 1);

@@ -136,6 +136,14 @@ impl Gateway {
             shared.catalog_gen.clone(),
             shared.subscriptions.clone(),
         ));
+        app.set_access(crate::access::Access::new(
+            &config,
+            tokio::time::Instant::now(),
+        ));
+        if config.clients.is_empty() && !addr.ip().is_loopback() {
+            // Only with server.allow_unauthenticated: config loading refuses otherwise.
+            tracing::warn!(listen = %addr, "serving every tool to anyone who can reach {addr}: no [[client]] is configured and server.allow_unauthenticated = true");
+        }
         let supervisor = Supervisor::start(&upstreams, persist(&config, &upstreams));
         metrics::gauge!(crate::metrics::SESSIONS_CAPACITY).set(s.session_capacity as f64);
         let (shutdown, _) = watch::channel(false);

@@ -9,7 +9,8 @@
 //! replacement) once the calls already running on them finished (up to
 //! [`crate::limits::RELOAD_DRAIN_GRACE`]; new calls go to the new set at
 //! once); added ones are started; removed ones are stopped the same way.
-//! Downstream sessions are never touched. `[server]` keys (listen address,
+//! Downstream sessions are never touched. The `[[client]]` table (with
+//! `token_file`s read again) applies to the next request. `[server]` keys (listen address,
 //! capacities) size tables that live for the whole process, so changes to
 //! them are reported and wait for a restart; `[watchdog]` applies at once.
 
@@ -99,6 +100,12 @@ impl Gateway {
         // Route to the new set at once: a removed upstream's tools are gone,
         // a changed one answers "connecting" until its new owner is Ready.
         app.router.set_upstreams(set);
+        // The [[client]] table (tokens re-read from their files) applies to
+        // requests from now on; rate buckets start full again.
+        app.set_access(crate::access::Access::new(
+            &new,
+            tokio::time::Instant::now(),
+        ));
         self.stop_replaced(&old, &report).await;
         for up in fresh {
             self.supervisor.start_one(up);

@@ -69,6 +69,7 @@ pub fn status(app: &App) -> Value {
             })
         })
         .collect();
+    let access = app.access();
     let t = app.sessions.lock().expect("sessions");
     json!({
         "version": env!("CARGO_PKG_VERSION"),
@@ -82,6 +83,12 @@ pub fn status(app: &App) -> Value {
         "upstreams": upstreams,
         "pid": std::process::id(),
         "listen": app.listen_addr.to_string(),
+        // Names only: no credential, digest or subject is shown.
+        "access": {
+            "authentication": if access.required() { "required" } else { "none" },
+            "allow_unauthenticated": app.server.allow_unauthenticated,
+            "clients": access.names().collect::<Vec<_>>(),
+        },
         "board": app.board,
         "last_reload": app.last_reload.lock().expect("last_reload lock").as_ref().map(|r| json!({
             "rejected": r.rejected,

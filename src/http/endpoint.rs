@@ -3,7 +3,7 @@
 //! produced. Each message is served by [`super::request`].
 
 use super::request::{one, refuse, session_header, Answer, Outcome, Refusal};
-use super::{reply, App, Body};
+use super::{reply, App, Body, Who};
 use crate::protocol::{self, Message, ProtocolVersion, RpcError};
 use crate::session::SessionError;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
@@ -34,12 +34,19 @@ where
         .into_response(Value::Null);
     }
     let origin = req.headers().get(http::header::ORIGIN).cloned();
-    let mut resp = match *req.method() {
-        Method::POST => post(app, req).await,
-        Method::GET => get(app, req.headers()),
-        Method::DELETE => delete(app, req.headers()),
-        Method::OPTIONS => reply::preflight(req.headers()),
-        _ => reply::method_not_allowed(),
+    let mut resp = if req.method() == Method::OPTIONS {
+        // A CORS preflight carries no credentials (Fetch §CORS-preflight request).
+        reply::preflight(req.headers())
+    } else {
+        match super::gate::admit(&app, &req) {
+            Err(refused) => refused,
+            Ok(who) => match *req.method() {
+                Method::POST => post(app, req, who).await,
+                Method::GET => get(app, req.headers()),
+                Method::DELETE => delete(app, req.headers()),
+                _ => reply::method_not_allowed(),
+            },
+        }
     };
     if let Some(origin) = origin {
         reply::allow_origin(&mut resp, origin);
@@ -166,7 +173,7 @@ where
     Ok((parts.headers, bytes))
 }
 
-async fn post<B>(app: Arc<App>, req: Request<B>) -> Response<Body>
+async fn post<B>(app: Arc<App>, req: Request<B>, who: Who) -> Response<Body>
 where
     B: hyper::body::Body<Data = bytes::Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -188,7 +195,7 @@ where
         }
     };
     if let Value::Array(items) = body {
-        return batch(&app, &headers, items, sse).await;
+        return batch(&app, &headers, items, sse, &who).await;
     }
     let msg = match protocol::classify(body) {
         Ok(m) => m,
@@ -196,7 +203,7 @@ where
             return reply::json(StatusCode::BAD_REQUEST, &protocol::error_response(id, &e))
         }
     };
-    match one(&app, &headers, msg, reply::accepts_sse(&headers)).await {
+    match one(&app, &headers, msg, reply::accepts_sse(&headers), &who).await {
         Ok(Outcome::Accepted) => reply::empty(StatusCode::ACCEPTED),
         Ok(Outcome::Answer(Answer {
             response,
@@ -208,7 +215,13 @@ where
     }
 }
 
-async fn batch(app: &Arc<App>, h: &HeaderMap, items: Vec<Value>, sse: bool) -> Response<Body> {
+async fn batch(
+    app: &Arc<App>,
+    h: &HeaderMap,
+    items: Vec<Value>,
+    sse: bool,
+    who: &Who,
+) -> Response<Body> {
     // JSON-RPC batches exist only in 2025-03-26 (removed in 2025-06-18).
     let sid = match session_header(h) {
         Ok(Some(id)) => id,
@@ -266,7 +279,7 @@ async fn batch(app: &Arc<App>, h: &HeaderMap, items: Vec<Value>, sse: bool) -> R
                     ),
                 ))
             }
-            Ok(m) => match one(app, h, m, false).await {
+            Ok(m) => match one(app, h, m, false, who).await {
                 Ok(Outcome::Answer(a)) => Some(a.response),
                 Ok(_) => None,
                 Err((id, r)) => Some(protocol::error_response(id, &r.1)),

@@ -139,6 +139,7 @@ pub async fn open(
     id: Value,
     params: Option<&Value>,
     sse_ok: bool,
+    policy: &crate::access::Policy,
 ) -> Result<Response<Body>, (StatusCode, RpcError)> {
     if !sse_ok {
         return Err((
@@ -158,7 +159,7 @@ pub async fn open(
         subscriptions: app.subscriptions.clone(),
         _place: stream_place,
     };
-    let honoured_uris = subscribe_all(app, who, uris).await;
+    let honoured_uris = subscribe_all(app, who, uris, policy).await;
     let watching = !honoured_uris.is_empty();
     let ack = acknowledged(on, honoured_uris);
     let first = stamped(
@@ -188,7 +189,12 @@ pub async fn open(
 
 /// Subscribes `who` to each distinct URI (no more than one client's
 /// share); returns the honoured ones.
-async fn subscribe_all(app: &App, who: Subscriber, uris: Vec<&str>) -> Vec<Value> {
+async fn subscribe_all(
+    app: &App,
+    who: Subscriber,
+    uris: Vec<&str>,
+    policy: &crate::access::Policy,
+) -> Vec<Value> {
     let mut distinct: Vec<&str> = Vec::new();
     for uri in uris {
         if !distinct.contains(&uri) && distinct.len() < crate::limits::MAX_SUBSCRIPTIONS_PER_CLIENT
@@ -198,7 +204,7 @@ async fn subscribe_all(app: &App, who: Subscriber, uris: Vec<&str>) -> Vec<Value
     }
     let mut honoured = Vec::new();
     for uri in distinct {
-        match subscribe(app, who, uri).await {
+        match subscribe(app, who, uri, policy).await {
             Ok(()) => honoured.push(Value::String(uri.into())),
             Err(e) => {
                 tracing::debug!(%uri, "listen: resource subscription not honoured: {}", e.message)
@@ -224,8 +230,13 @@ fn acknowledged(on: [bool; 3], honoured_uris: Vec<Value>) -> Value {
 
 /// One asked-for URI of a listen stream: routed, entered in the table, and
 /// asked of its upstream; the entry is taken back if the upstream refuses.
-async fn subscribe(app: &App, who: Subscriber, uri: &str) -> Result<(), RpcError> {
-    let up = app.subscribable(uri).await?;
+async fn subscribe(
+    app: &App,
+    who: Subscriber,
+    uri: &str,
+    policy: &crate::access::Policy,
+) -> Result<(), RpcError> {
+    let up = app.subscribable(uri, policy).await?;
     let added = app.subscribe_in_table(who, up.id, uri)?;
     if let Err(e) = up.ensure_subscribed(uri).await {
         if added {

@@ -11,6 +11,7 @@ pub mod admin;
 pub mod cancel;
 pub mod checks;
 pub mod endpoint;
+mod gate;
 pub mod listen;
 pub mod modern;
 pub mod reply;
@@ -18,6 +19,7 @@ mod request;
 pub mod streams;
 mod subscriptions;
 
+use crate::access::{Access, Caller};
 use crate::config::ServerConfig;
 use crate::protocol::{self, ProtocolVersion, RpcError};
 use crate::router::Router;
@@ -37,6 +39,54 @@ use tokio::sync::{watch, Semaphore};
 
 /// Response body type of every handler.
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+/// The connection a request came on, as a request extension (absent when
+/// tests drive [`endpoint::handle`] without a socket).
+#[derive(Debug, Clone)]
+pub struct Peer {
+    /// The remote address.
+    pub addr: SocketAddr,
+    /// Whether the connection is TLS.
+    pub tls: bool,
+    /// With mTLS, the verified client certificate's subject as (attribute,
+    /// value) pairs in certificate order (attribute short names upper-cased).
+    pub cert_subject: Option<Arc<[(String, String)]>>,
+}
+
+/// Who sent a request: its [`Caller`] within the `[[client]]` table it was
+/// authenticated against (a reload may swap the table meanwhile).
+#[derive(Clone)]
+pub struct Who {
+    /// The table.
+    pub access: Arc<Access>,
+    /// The caller in it.
+    pub caller: Caller,
+}
+
+impl Who {
+    /// An anonymous caller under no `[[client]]` table (tests, benchmarks).
+    pub fn anonymous() -> Who {
+        Who {
+            access: Arc::new(Access::open()),
+            caller: Caller::Anonymous,
+        }
+    }
+
+    /// What the caller may see and call.
+    pub fn policy(&self) -> &crate::access::Policy {
+        self.access.policy(self.caller)
+    }
+
+    /// The owner mark of sessions the caller creates.
+    pub fn owner(&self) -> u64 {
+        self.access.owner(self.caller)
+    }
+
+    /// The caller's name (`-` when anonymous).
+    pub fn name(&self) -> &str {
+        self.access.name(self.caller)
+    }
+}
 
 /// Shared state of the downstream endpoint.
 pub struct App {
@@ -76,6 +126,10 @@ pub struct App {
     pub subscriptions: Arc<crate::subscriptions::Subscriptions>,
     /// The outcome of the last reload, if any (`STATUS=`, `/status`).
     pub last_reload: Mutex<Option<admin::LastReload>>,
+    /// The `[[client]]` table in force ([`App::set_access`] swaps it).
+    access: std::sync::RwLock<Arc<Access>>,
+    /// Log budget of refused requests (401, 429).
+    pub refusal_log: crate::access::Throttle,
 }
 
 impl App {
@@ -109,6 +163,8 @@ impl App {
                 &server.allowed_origins,
             ),
             last_reload: Mutex::new(None),
+            access: std::sync::RwLock::new(Arc::new(Access::open())),
+            refusal_log: crate::access::Throttle::new(tokio::time::Instant::now()),
             listen_addr,
             server,
             board,
@@ -156,6 +212,17 @@ impl App {
         )
     }
 
+    /// The `[[client]]` table in force.
+    pub fn access(&self) -> Arc<Access> {
+        self.access.read().expect("access").clone()
+    }
+
+    /// Puts `access` in force (start, reload): requests authenticated from
+    /// now on use it; requests under way keep the table they started with.
+    pub fn set_access(&self, access: Access) {
+        *self.access.write().expect("access") = Arc::new(access);
+    }
+
     /// Forgets the resource subscriptions of legacy sessions no longer in
     /// the table (expired or evicted); returns how many.
     pub fn forget_gone_sessions(&self) -> usize {
@@ -166,14 +233,15 @@ impl App {
             .retain_sessions(|id| t.peek(id, now).is_some())
     }
 
-    /// Answers one request after the era checks: lifecycle methods here,
-    /// everything else through the router.
+    /// Answers one request of `who` after the era checks: lifecycle
+    /// methods here, everything else through the router under `who`'s policy.
     pub async fn call(
         &self,
         method: &str,
         params: Option<Value>,
         modern: bool,
         relay: Option<crate::upstream::relay::Relay>,
+        who: &Who,
     ) -> Result<Value, RpcError> {
         match method {
             "ping" => Ok(json!({})),
@@ -184,7 +252,9 @@ impl App {
                 "instructions": self.instructions(),
             })),
             _ => {
-                let mut r = self.router.dispatch(method, params, relay).await;
+                let mut r = (self.router)
+                    .dispatch(method, params, relay, who.policy())
+                    .await;
                 // A list missing a connected upstream's part must not be
                 // cached as complete: ttlMs 0 (2026-07-28 caching hints).
                 if let (true, Ok(Value::Object(o))) = (modern && method.ends_with("/list"), &mut r)
@@ -218,7 +288,7 @@ pub async fn accept_loop(
             p = permits.clone().acquire_owned() => p.expect("semaphore never closed"),
             _ = shutdown.changed() => return,
         };
-        let (stream, _) = tokio::select! {
+        let (stream, addr) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(x) => x,
                 Err(e) => {
@@ -237,7 +307,15 @@ pub async fn accept_loop(
         // one task per accepted connection, bounded by its permit
         tokio::spawn(async move {
             let _permit = permit;
-            let svc = hyper::service::service_fn(move |req| route(app.clone(), req));
+            let peer = Peer {
+                addr,
+                tls: false,
+                cert_subject: None,
+            };
+            let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+                req.extensions_mut().insert(peer.clone());
+                route(app.clone(), req)
+            });
             // A client must finish each request head within HEADER_READ_TIMEOUT,
             // so silent or half-sent connections cannot hold permits forever.
             if let Err(e) = hyper::server::conn::http1::Builder::new()

@@ -8,7 +8,7 @@
 //! statelessly; anything else is legacy and needs its `Mcp-Session-Id`
 //! (`../shared/spec/2025-11-25/transports.mdx` §Session Management).
 
-use super::{modern, reply, App, Body};
+use super::{modern, reply, App, Body, Who};
 use crate::protocol::{self, Message, ProtocolVersion, RpcError};
 use crate::session::{SessionError, SessionId};
 use http::{HeaderMap, Response, StatusCode};
@@ -203,6 +203,7 @@ pub(super) async fn one(
     h: &HeaderMap,
     msg: Message,
     stream_ok: bool,
+    who: &Who,
 ) -> Result<Outcome, (Value, Refusal)> {
     match msg {
         Message::Response { id, outcome } => {
@@ -215,7 +216,7 @@ pub(super) async fn one(
         }
         Message::Request { id, method, params } => {
             if method == "initialize" {
-                return initialize(app, id, params.as_ref()).map(Outcome::Answer);
+                return initialize(app, id, params.as_ref(), who).map(Outcome::Answer);
             }
             let era = decide_era(app, h, &method, params.as_ref()).map_err(|r| (id.clone(), r))?;
             if era == ClientEra::Modern {
@@ -226,6 +227,7 @@ pub(super) async fn one(
                 method,
                 params,
                 era,
+                who: who.clone(),
             };
             match call.route(stream_ok) {
                 Route::Listen => call.listen(app, stream_ok).await,
@@ -279,12 +281,13 @@ enum Route {
     Plain,
 }
 
-/// One request whose era is known.
+/// One request whose era and caller are known.
 struct Call {
     id: Value,
     method: String,
     params: Option<Value>,
     era: ClientEra,
+    who: Who,
 }
 
 impl Call {
@@ -305,8 +308,14 @@ impl Call {
 
     /// A modern `subscriptions/listen`: the SSE stream of [`super::listen`].
     async fn listen(self, app: &Arc<App>, stream_ok: bool) -> Result<Outcome, (Value, Refusal)> {
-        let opened =
-            super::listen::open(app, self.id.clone(), self.params.as_ref(), stream_ok).await;
+        let opened = super::listen::open(
+            app,
+            self.id.clone(),
+            self.params.as_ref(),
+            stream_ok,
+            self.who.policy(),
+        )
+        .await;
         metrics::counter!(crate::metrics::REQUESTS, "method" => "subscriptions/listen",
             "outcome" => if opened.is_ok() { "ok" } else { "error" })
         .increment(1);
@@ -358,7 +367,9 @@ impl Call {
         let _busy = app.in_flight.enter();
         let t0 = Instant::now();
         let who = crate::subscriptions::Subscriber::Session(*sid);
-        let outcome = (app.resource_subscription(who, &self.method, self.params.as_ref())).await;
+        let policy = self.who.policy();
+        let outcome =
+            (app.resource_subscription(who, &self.method, self.params.as_ref(), policy)).await;
         observe(&self.method, t0);
         finish(self.id, &self.method, self.era, outcome)
     }
@@ -388,10 +399,11 @@ impl Call {
                 method,
                 params,
                 era,
+                who,
             } = self;
             let _busy = app.in_flight.enter();
             let t0 = Instant::now();
-            let call = app.call(&method, params, era == ClientEra::Modern, Some(relay));
+            let call = app.call(&method, params, era == ClientEra::Modern, Some(relay), &who);
             let outcome = match cancel {
                 Some((_registered, cancelled)) => super::cancel::cancellable(call, cancelled).await,
                 None => call.await,
@@ -425,10 +437,11 @@ impl Call {
             method,
             params,
             era,
+            who,
         } = self;
         let _busy = app.in_flight.enter();
         let t0 = Instant::now();
-        let call = app.call(&method, params, era == ClientEra::Modern, None);
+        let call = app.call(&method, params, era == ClientEra::Modern, None, &who);
         // A legacy request can be cancelled by its session's
         // `notifications/cancelled` ([`super::cancel`]); a modern one by
         // closing its connection. (Written out, not a generic helper: each
@@ -474,9 +487,14 @@ fn check_param_headers(
     .map_err(|m| RpcError::new(protocol::HEADER_MISMATCH, m))
 }
 
-/// `initialize`: version negotiation and a new session
+/// `initialize`: version negotiation and a new session owned by `who`
 /// (`../shared/spec/2025-11-25/lifecycle.mdx` §Version Negotiation).
-fn initialize(app: &App, id: Value, params: Option<&Value>) -> Result<Answer, (Value, Refusal)> {
+fn initialize(
+    app: &App,
+    id: Value,
+    params: Option<&Value>,
+    who: &Who,
+) -> Result<Answer, (Value, Refusal)> {
     let asked = params
         .and_then(|p| p.get("protocolVersion"))
         .and_then(Value::as_str);
@@ -498,7 +516,7 @@ fn initialize(app: &App, id: Value, params: Option<&Value>) -> Result<Answer, (V
         _ => ProtocolVersion::LATEST_LEGACY,
     };
     let mut table = app.sessions.lock().expect("sessions");
-    let sid = match table.insert(version, Instant::now()) {
+    let sid = match table.insert(version, who.owner(), Instant::now()) {
         Ok(s) => s,
         Err(e @ SessionError::Full { retry_after, .. }) => {
             let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;

@@ -8,6 +8,7 @@
 //! sessions that asked (on their GET stream).
 
 use super::App;
+use crate::access::Policy;
 use crate::protocol::{self, RpcError};
 use crate::subscriptions::{SubscribeError, Subscriber};
 use serde_json::{json, Value};
@@ -15,7 +16,8 @@ use serde_json::{json, Value};
 impl App {
     /// Answers `resources/subscribe` / `resources/unsubscribe` for `who`.
     ///
-    /// Subscribe: the URI must route to an upstream that can report updates
+    /// Subscribe: the URI must route to an upstream that `policy` shows and
+    /// that can report updates
     /// (else -32602 naming why); the table must have room (else -31006,
     /// counted as `mcp_edge_refused_total{limit="resource_subscriptions"}`);
     /// the upstream is asked at once unless it already reports the URI, and
@@ -27,6 +29,7 @@ impl App {
         who: Subscriber,
         method: &str,
         params: Option<&Value>,
+        policy: &Policy,
     ) -> Result<Value, RpcError> {
         let uri = params
             .and_then(|p| p.get("uri"))
@@ -38,7 +41,7 @@ impl App {
             self.subscriptions.unsubscribe(who, uri);
             return Ok(json!({}));
         }
-        let up = self.subscribable(uri).await?;
+        let up = self.subscribable(uri, policy).await?;
         let added = self.subscribe_in_table(who, up.id, uri)?;
         if let Err(e) = up.ensure_subscribed(uri).await {
             // Only what this request added is taken back.
@@ -50,19 +53,25 @@ impl App {
         Ok(json!({}))
     }
 
-    /// The upstream serving `uri`, if it can report updates of it.
-    /// Errors: -32602 "Resource not found", or why it cannot.
+    /// The upstream serving `uri`, if `policy` lets its client see it and
+    /// it can report updates of it. Errors: -32602 "Resource not found", or
+    /// why it cannot.
     pub(crate) async fn subscribable(
         &self,
         uri: &str,
+        policy: &Policy,
     ) -> Result<std::sync::Arc<crate::upstream::Upstream>, RpcError> {
-        let up = self.router.resource_owner(uri).await.ok_or_else(|| {
-            RpcError::new(
-                protocol::INVALID_PARAMS,
-                format!("Resource not found: {uri}"),
-            )
-            .with_data(json!({"uri": uri}))
-        })?;
+        let up = self
+            .router
+            .resource_owner(uri, policy)
+            .await
+            .ok_or_else(|| {
+                RpcError::new(
+                    protocol::INVALID_PARAMS,
+                    format!("Resource not found: {uri}"),
+                )
+                .with_data(json!({"uri": uri}))
+            })?;
         up.can_subscribe()?;
         Ok(up)
     }

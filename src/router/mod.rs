@@ -10,7 +10,9 @@
 //! routed just before the swap still reaches the upstream it was routed to.
 
 pub mod names;
+mod view;
 
+use crate::access::Policy;
 use crate::config::ToolNameRule;
 use crate::protocol::{self, RpcError};
 use crate::upstream::relay::Relay;
@@ -36,6 +38,8 @@ pub struct Merged {
     resource_routes: HashMap<String, Arc<Upstream>>,
     /// `ResourceTemplate` objects, unchanged.
     pub templates: Vec<Value>,
+    /// The upstream of each of `templates`, same order.
+    template_owners: Vec<Arc<Upstream>>,
     template_routes: Vec<(String, Arc<Upstream>)>,
 }
 
@@ -178,6 +182,7 @@ impl Router {
                     let prefix = tpl.split('{').next().unwrap_or("").to_string();
                     m.template_routes.push((prefix, up.clone()));
                     m.templates.push(t.clone());
+                    m.template_owners.push(up.clone());
                 }
             }
         }
@@ -295,16 +300,22 @@ impl Router {
     }
 
     /// The upstream serving resource `uri` (listed, or matched by a
-    /// template, or the only one serving resources), after waiting for
-    /// upstreams still making their first attempt if it is not found at once.
-    pub async fn resource_owner(&self, uri: &str) -> Option<Arc<Upstream>> {
-        if let Some(up) = self.route_uri(&self.merged(), uri) {
-            return Some(up);
+    /// template, or the only one serving resources) when `policy` lets its
+    /// client see that upstream's resources, after waiting for upstreams
+    /// still making their first attempt if it is not found at once.
+    pub async fn resource_owner(&self, uri: &str, policy: &Policy) -> Option<Arc<Upstream>> {
+        {
+            let m = self.merged();
+            if let Some(up) = self.route_uri(&m, uri) {
+                return self.resources_visible(&m, &up, policy).then_some(up);
+            }
         }
-        if self.first_attempts().await {
-            return self.route_uri(&self.merged(), uri);
+        if !self.first_attempts().await {
+            return None;
         }
-        None
+        let m = self.merged();
+        self.route_uri(&m, uri)
+            .filter(|up| self.resources_visible(&m, up, policy))
     }
 
     /// Ends every wait for first attempts now, and stops new ones: the
@@ -315,37 +326,23 @@ impl Router {
     }
 
     /// Where a `tools/call`, `prompts/get`, `resources/*` or
-    /// `completion/complete` request goes, found in `m`.
-    fn target(&self, m: &Merged, method: &str, params: Option<&Value>) -> Result<Target, Miss> {
+    /// `completion/complete` request goes, found in `m`; a name or URI
+    /// outside `policy` is missed as if it did not exist.
+    fn target(
+        &self,
+        m: &Merged,
+        method: &str,
+        params: Option<&Value>,
+        policy: &Policy,
+    ) -> Result<Target, Miss> {
         let bad = |message: &str| Miss {
             error: RpcError::new(protocol::INVALID_PARAMS, message),
             unknown: false,
+            policy: false,
         };
-        let uri_target = |uri: &str| {
-            self.route_uri(m, uri)
-                .map(|up| Target { up, original: None })
-                .ok_or_else(|| Miss {
-                    error: RpcError::new(
-                        protocol::INVALID_PARAMS,
-                        format!("Resource not found: {uri}"),
-                    )
-                    .with_data(json!({"uri": uri})),
-                    unknown: true,
-                })
-        };
+        let uri_target = |uri: &str| self.uri_target(m, uri, policy);
         let name_target =
-            |kind: &str, routes: &HashMap<String, (Arc<Upstream>, String)>, name: &str| {
-                routes
-                    .get(name)
-                    .map(|(up, original)| Target {
-                        up: up.clone(),
-                        original: Some(original.clone()),
-                    })
-                    .ok_or_else(|| Miss {
-                        error: self.unknown(kind, name),
-                        unknown: true,
-                    })
-            };
+            |kind: &str, routes: &Routes, name: &str| self.name_target(kind, routes, name, policy);
         let Some(params) = params else {
             return Err(bad(if method.starts_with("resources/") {
                 "params.uri must be a string"
@@ -388,7 +385,10 @@ impl Router {
     }
 
     /// Handles one downstream request that is routed to upstreams (everything
-    /// but the lifecycle methods, which the endpoint answers itself).
+    /// but the lifecycle methods, which the endpoint answers itself), as
+    /// `policy` lets its client see the catalog: lists show only what it
+    /// may use, and anything else gets the answer a name or URI that does
+    /// not exist gets (counted as `mcp_edge_refused_total{limit="policy"}`).
     ///
     /// Lists, and names or URIs not found, first wait for upstreams still
     /// making their first connect attempt ([`Upstream::first_attempt`]): a
@@ -402,6 +402,7 @@ impl Router {
         method: &str,
         params: Option<Value>,
         relay: Option<Relay>,
+        policy: &Policy,
     ) -> Result<Value, RpcError> {
         let cursor = params.as_ref().and_then(|p| p.get("cursor"));
         if method.ends_with("/list") && cursor.is_some_and(|c| !c.is_null()) {
@@ -414,13 +415,7 @@ impl Router {
             "logging/setLevel" => return Ok(json!({})),
             "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => {
                 self.first_attempts().await;
-                let m = self.merged();
-                return Ok(match method {
-                    "tools/list" => json!({"tools": m.tools}),
-                    "prompts/list" => json!({"prompts": m.prompts}),
-                    "resources/list" => json!({"resources": m.resources}),
-                    _ => json!({"resourceTemplates": m.templates}),
-                });
+                return Ok(self.list(&self.merged(), method, policy));
             }
             "tools/call"
             | "prompts/get"
@@ -441,13 +436,18 @@ impl Router {
                 ))
             }
         }
-        let target = match self.target(&self.merged(), method, params.as_ref()) {
+        let target = match self.target(&self.merged(), method, params.as_ref(), policy) {
             Err(miss) if miss.unknown && self.first_attempts().await => {
-                self.target(&self.merged(), method, params.as_ref())
+                self.target(&self.merged(), method, params.as_ref(), policy)
             }
             found => found,
         }
-        .map_err(|miss| miss.error)?;
+        .map_err(|miss| {
+            if miss.policy {
+                metrics::counter!(crate::metrics::REFUSED, "limit" => "policy").increment(1);
+            }
+            miss.error
+        })?;
         let mut params = params;
         if let (Some(original), Some(p)) = (target.original, params.as_mut()) {
             if method == "completion/complete" {
@@ -459,6 +459,9 @@ impl Router {
         self.forward(target.up, method, params, relay).await
     }
 }
+
+/// Exposed name → (upstream, its own name).
+type Routes = HashMap<String, (Arc<Upstream>, String)>;
 
 /// Where a routed request goes.
 struct Target {
@@ -474,4 +477,6 @@ struct Miss {
     /// The name or URI is not (yet) in the merged catalog, as opposed to
     /// malformed params: worth another look once connecting upstreams settle.
     unknown: bool,
+    /// It exists, but the caller's policy withholds it.
+    policy: bool,
 }

@@ -35,12 +35,18 @@ pub struct Upstream {
     /// Ids of `tools/call` requests, and `requestId`s of `notifications/cancelled`.
     pub calls: Mutex<Vec<Value>>,
     pub cancelled: Mutex<Vec<Value>>,
+    /// Every `Authorization` header value received.
+    pub authorizations: Mutex<Vec<String>>,
 }
 
 async fn answer(
     u: Arc<Upstream>,
     req: http::Request<Incoming>,
 ) -> Result<http::Response<Full<Bytes>>, std::convert::Infallible> {
+    if let Some(a) = req.headers().get(http::header::AUTHORIZATION) {
+        let seen = String::from_utf8_lossy(a.as_bytes()).into_owned();
+        u.authorizations.lock().unwrap().push(seen);
+    }
     if req.method() == http::Method::GET {
         u.requests
             .lock()
@@ -156,6 +162,7 @@ pub async fn scripted(mode: Mode) -> (Arc<Upstream>, String) {
         generation: 0.into(),
         calls: Mutex::new(Vec::new()),
         cancelled: Mutex::new(Vec::new()),
+        authorizations: Mutex::new(Vec::new()),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());

@@ -1,0 +1,94 @@
+//! Who may send a request on `/mcp`, before anything else is read: the
+//! caller's credentials ([`crate::access::Access::authenticate`]: 401 with
+//! `WWW-Authenticate: Bearer realm="mcp-edge"`, RFC 6750 §3), its rate
+//! (429 with `Retry-After`), and whether the legacy session it names is
+//! its own (404 as for an unknown id,
+//! `../shared/spec/2025-11-25/basic/transports.mdx` §Session Management).
+//! Each refusal is counted in `mcp_edge_refused_total` (`auth`, `rate`)
+//! and logged with the peer address under [`crate::access::Throttle`].
+
+use super::request::{refuse, session_header};
+use super::{App, Body, Peer, Who};
+use crate::access::AuthError;
+use crate::protocol::{self, RpcError};
+use http::{HeaderValue, Request, Response, StatusCode};
+use serde_json::{json, Value};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The caller of `req`, or the refusal to send instead.
+pub(super) fn admit<B>(app: &App, req: &Request<B>) -> Result<Who, Response<Body>> {
+    let access = app.access();
+    let peer = req.extensions().get::<Peer>();
+    let authorization = req.headers().get(http::header::AUTHORIZATION);
+    let subject = peer.and_then(|p| p.cert_subject.as_deref());
+    let caller = match access.authenticate(authorization.map(HeaderValue::as_bytes), subject) {
+        Ok(c) => c,
+        Err(e) => return Err(unauthorized(app, peer, e)),
+    };
+    let who = Who { access, caller };
+    let now = Instant::now();
+    if let Err(wait) = who.access.admit(caller, now) {
+        return Err(too_many(app, peer, &who, wait));
+    }
+    // A session presented by another caller is answered as an unknown one.
+    if let Ok(Some(id)) = session_header(req.headers()) {
+        let owner = (app.sessions.lock().expect("sessions"))
+            .peek(&id, now)
+            .map(|s| s.owner);
+        if owner.is_some_and(|o| o != who.owner()) {
+            let r = refuse(
+                StatusCode::NOT_FOUND,
+                protocol::INVALID_REQUEST,
+                "Session not found",
+            );
+            return Err(r.into_response(Value::Null));
+        }
+    }
+    Ok(who)
+}
+
+fn peer_addr(peer: Option<&Peer>) -> String {
+    peer.map_or_else(|| "-".to_owned(), |p| p.addr.to_string())
+}
+
+fn unauthorized(app: &App, peer: Option<&Peer>, e: AuthError) -> Response<Body> {
+    metrics::counter!(crate::metrics::REFUSED, "limit" => "auth").increment(1);
+    if let Some(skipped) = app.refusal_log.allow(Instant::now()) {
+        let peer = peer_addr(peer);
+        tracing::warn!(%peer, skipped, "401: {e}");
+    }
+    let challenge = match e {
+        AuthError::Missing => r#"Bearer realm="mcp-edge""#,
+        AuthError::Malformed => r#"Bearer realm="mcp-edge", error="invalid_request""#,
+        AuthError::Unknown => r#"Bearer realm="mcp-edge", error="invalid_token""#,
+    };
+    let err = RpcError::new(protocol::UNAUTHORIZED, format!("Unauthorized: {e}"));
+    let mut r = super::reply::json(
+        StatusCode::UNAUTHORIZED,
+        &protocol::error_response(Value::Null, &err),
+    );
+    r.headers_mut().insert(
+        http::header::WWW_AUTHENTICATE,
+        HeaderValue::from_static(challenge),
+    );
+    r
+}
+
+fn too_many(app: &App, peer: Option<&Peer>, who: &Who, wait: Duration) -> Response<Body> {
+    metrics::counter!(crate::metrics::REFUSED, "limit" => "rate").increment(1);
+    if let Some(skipped) = app.refusal_log.allow(Instant::now()) {
+        let peer = peer_addr(peer);
+        tracing::info!(%peer, client = who.name(), skipped, "429: over its rate");
+    }
+    let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+    let err = RpcError::new(
+        protocol::RATE_LIMITED,
+        format!(
+            "Too many requests: client {:?} is over its rate",
+            who.name()
+        ),
+    )
+    .with_data(json!({"retryAfterSeconds": secs}));
+    super::request::Refusal(StatusCode::TOO_MANY_REQUESTS, err).into_response(Value::Null)
+}

@@ -1,0 +1,471 @@
+//! Issue 11, black-box against the real binary: client authentication
+//! (bearer tokens; 401 with `WWW-Authenticate`), legacy sessions that
+//! belong to their client (404 for anyone else), per-client policy for
+//! legacy and modern requests, the rate limit (429 with `Retry-After`), no
+//! token passthrough to an HTTP upstream, refusals counted, and no token in
+//! `/status`, `check-config` or the log.
+#![allow(clippy::disallowed_methods)] // the gateway is a child process waited for in real time
+
+mod support;
+
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+use support::{free_port, post, scripted};
+
+const READER: &str = "mcpe_reader-token-0123456789abcdef";
+const WRITER: &str = "mcpe_writer-token-0123456789abcdef";
+const LIMITED: &str = "mcpe_limited-token-0123456789abcd";
+
+fn sha256_hex(token: &str) -> String {
+    let d = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+    d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The gateway binary serving `config`, killed on drop; stderr goes to a file.
+struct Running {
+    child: std::process::Child,
+    addr: SocketAddr,
+    admin: SocketAddr,
+    log: std::path::PathBuf,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Running {
+    async fn start(dir: &Path, config: &str) -> Running {
+        let path = dir.join("config.toml");
+        std::fs::write(&path, config).unwrap();
+        let log = dir.join("stderr.log");
+        let child = support::gateway_command()
+            .args(["serve", "--config"])
+            .arg(&path)
+            .env("RUST_LOG", "debug")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("gateway binary starts");
+        let port = |key: &str| -> u16 {
+            let line = config.lines().find(|l| l.starts_with(key)).unwrap();
+            line.rsplit(':')
+                .next()
+                .unwrap()
+                .trim_matches('"')
+                .parse()
+                .unwrap()
+        };
+        let r = Running {
+            child,
+            addr: ([127, 0, 0, 1], port("listen")).into(),
+            admin: ([127, 0, 0, 1], port("admin_listen")).into(),
+            log,
+        };
+        r.wait_ready().await;
+        r
+    }
+
+    async fn wait_ready(&self) {
+        for _ in 0..300 {
+            if admin_get(self.admin, "/readyz").await.0 == 200 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!(
+            "gateway not ready: {}",
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        );
+    }
+}
+
+async fn admin_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
+        return (0, String::new());
+    };
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let req = format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out).await;
+    let status = out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = out.split_once("\r\n\r\n").map_or("", |x| x.1).to_string();
+    (status, body)
+}
+
+fn config(dir: &Path, cap_url: &str) -> String {
+    std::fs::write(dir.join("writer.token"), format!("{WRITER}\n")).unwrap();
+    format!(
+        r#"[server]
+listen = "127.0.0.1:{}"
+admin_listen = "127.0.0.1:{}"
+
+[[client]]
+name = "reader"
+token_sha256 = "{}"
+allow = ["fake__echo", "fake__greet", "edge__*", "cap__*"]
+deny = ["edge__thermal"]
+
+[[client]]
+name = "writer"
+token_file = "{}/writer.token"
+deny = ["fake__echo"]
+
+[[client]]
+name = "limited"
+token_sha256 = "{}"
+allow = ["edge__*"]
+rate = "3/h"
+
+[[upstream]]
+name = "edge"
+transport = "builtin"
+
+{}
+{}"#,
+        free_port(),
+        free_port(),
+        sha256_hex(READER),
+        dir.display(),
+        sha256_hex(LIMITED),
+        support::fake_block("fake", "legacy", ""),
+        scripted::http_block("cap", cap_url, ""),
+    )
+}
+
+fn bearer(token: &str) -> String {
+    format!("Bearer {token}")
+}
+
+/// Opens a legacy session as `token`'s client; returns its id.
+async fn session(addr: SocketAddr, token: &str) -> String {
+    let auth = bearer(token);
+    let r = post(
+        addr,
+        &[("authorization", &auth)],
+        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.raw);
+    r.header("mcp-session-id").unwrap().to_string()
+}
+
+async fn legacy(
+    addr: SocketAddr,
+    token: &str,
+    sid: &str,
+    method: &str,
+    params: Value,
+) -> support::Reply {
+    let auth = bearer(token);
+    let h = [
+        ("authorization", auth.as_str()),
+        ("mcp-session-id", sid),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    post(
+        addr,
+        &h,
+        &json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}),
+    )
+    .await
+}
+
+async fn modern(addr: SocketAddr, token: &str, method: &str, mut params: Value) -> support::Reply {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    let auth = bearer(token);
+    let mut h = vec![
+        ("authorization", auth.as_str()),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", method),
+    ];
+    let name = params
+        .get("name")
+        .or(params.get("uri"))
+        .and_then(Value::as_str)
+        .map(String::from);
+    if let Some(n) = &name {
+        h.push(("mcp-name", n.as_str()));
+    }
+    post(
+        addr,
+        &h,
+        &json!({"jsonrpc": "2.0", "id": 8, "method": method, "params": params}),
+    )
+    .await
+}
+
+fn names(r: &support::Reply, key: &str) -> Vec<String> {
+    let items = r.body["result"][key]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}", r.raw));
+    let field = if key == "resources" { "uri" } else { "name" };
+    items
+        .iter()
+        .map(|t| t[field].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn refused(metrics: &str, limit: &str) -> u64 {
+    let prefix = format!("mcp_edge_refused_total{{limit=\"{limit}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0, |v| v.trim().parse::<f64>().unwrap() as u64)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn clients_are_authenticated_kept_apart_and_held_to_their_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cap, cap_url) = scripted::scripted(scripted::Mode::Legacy).await;
+    let gw = Running::start(dir.path(), &config(dir.path(), &cap_url)).await;
+    let addr = gw.addr;
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+
+    // No token, a malformed header, a wrong token: 401 with a challenge and a JSON-RPC error.
+    let none = post(addr, &[], &init).await;
+    assert_eq!(none.status, 401, "{}", none.raw);
+    assert_eq!(
+        none.header("www-authenticate"),
+        Some(r#"Bearer realm="mcp-edge""#)
+    );
+    assert_eq!(none.error_code(), Some(mcp_edge::protocol::UNAUTHORIZED));
+    let wrong = post(
+        addr,
+        &[("authorization", "Bearer mcpe_not-a-known-token-000000")],
+        &init,
+    )
+    .await;
+    assert_eq!(wrong.status, 401, "{}", wrong.raw);
+    let challenge = wrong.header("www-authenticate").unwrap();
+    assert!(
+        challenge.starts_with(r#"Bearer realm="mcp-edge""#),
+        "{challenge}"
+    );
+    let basic = post(addr, &[("authorization", "Basic cmVhZGVyOng=")], &init).await;
+    assert_eq!(basic.status, 401);
+    // A modern request is asked the same.
+    let m = modern(
+        addr,
+        "mcpe_not-a-known-token-000000",
+        "tools/list",
+        json!({}),
+    )
+    .await;
+    assert_eq!(m.status, 401);
+
+    // The right tokens: 200, and sessions of their own.
+    let reader = session(addr, READER).await;
+    let writer = session(addr, WRITER).await;
+
+    // Another client's session id is answered as an unknown one: 404, on every method.
+    let stolen = legacy(addr, WRITER, &reader, "tools/list", json!({})).await;
+    assert_eq!(stolen.status, 404, "{}", stolen.raw);
+    let auth = bearer(WRITER);
+    for method in ["GET", "DELETE"] {
+        let h = [
+            ("authorization", auth.as_str()),
+            ("mcp-session-id", reader.as_str()),
+        ];
+        let r = support::request(method, addr, &h, "").await;
+        assert_eq!(r.status, 404, "{method}: {}", r.raw);
+    }
+    let unknown = legacy(
+        addr,
+        WRITER,
+        "0123456789abcdef0123456789abcdef0000",
+        "tools/list",
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        (unknown.status, &unknown.body["error"]),
+        (404, &stolen.body["error"])
+    );
+    // ... and the owner's session survived the attempts.
+    let own = legacy(addr, READER, &reader, "tools/list", json!({})).await;
+    assert_eq!(own.status, 200, "{}", own.raw);
+
+    // Policy: each client sees what it may use, in both eras.
+    let reader_tools = names(&own, "tools");
+    assert!(
+        reader_tools.contains(&"fake__echo".to_string()),
+        "{reader_tools:?}"
+    );
+    assert!(
+        reader_tools
+            .iter()
+            .all(|t| t == "fake__echo" || t.starts_with("edge__") || t.starts_with("cap__")),
+        "{reader_tools:?}"
+    );
+    assert!(
+        !reader_tools.contains(&"edge__thermal".to_string()),
+        "{reader_tools:?}"
+    );
+    let writer_tools = names(
+        &legacy(addr, WRITER, &writer, "tools/list", json!({})).await,
+        "tools",
+    );
+    assert!(
+        !writer_tools.contains(&"fake__echo".to_string()),
+        "{writer_tools:?}"
+    );
+    assert!(
+        writer_tools.contains(&"fake__slow_echo".to_string()),
+        "{writer_tools:?}"
+    );
+    assert!(
+        writer_tools.contains(&"edge__thermal".to_string()),
+        "{writer_tools:?}"
+    );
+    assert_eq!(
+        names(
+            &modern(addr, READER, "tools/list", json!({})).await,
+            "tools"
+        ),
+        reader_tools
+    );
+    assert_eq!(
+        names(
+            &modern(addr, WRITER, "tools/list", json!({})).await,
+            "tools"
+        ),
+        writer_tools
+    );
+    let prompts = names(
+        &legacy(addr, READER, &reader, "prompts/list", json!({})).await,
+        "prompts",
+    );
+    assert_eq!(prompts, ["fake__greet"]);
+
+    // Outside its policy: the answer of a tool that does not exist, in both eras.
+    let call = |name: &str| json!({"name": name, "arguments": {"text": "hi"}});
+    let denied = legacy(addr, READER, &reader, "tools/call", call("fake__slow_echo")).await;
+    let absent = legacy(
+        addr,
+        READER,
+        &reader,
+        "tools/call",
+        call("fake__no_such_tool"),
+    )
+    .await;
+    assert_eq!(denied.status, absent.status);
+    assert_eq!(
+        denied.body["error"]["code"], absent.body["error"]["code"],
+        "{}",
+        denied.raw
+    );
+    assert_eq!(
+        denied.body["error"]["message"], "Unknown tool: fake__slow_echo",
+        "{}",
+        denied.raw
+    );
+    let denied_m = modern(addr, WRITER, "tools/call", call("fake__echo")).await;
+    let absent_m = modern(addr, WRITER, "tools/call", call("fake__no_such_tool")).await;
+    assert_eq!(denied_m.status, absent_m.status, "{}", denied_m.raw);
+    assert_eq!(
+        denied_m.body["error"]["code"],
+        absent_m.body["error"]["code"]
+    );
+    let allowed = legacy(addr, READER, &reader, "tools/call", call("fake__echo")).await;
+    assert_eq!(support::text_of(&allowed), "hi");
+    let allowed_m = modern(addr, WRITER, "tools/call", call("fake__slow_echo")).await;
+    assert!(allowed_m.body.get("result").is_some(), "{}", allowed_m.raw);
+
+    // Resources follow their upstream's policy: "limited" may use none of fake's names.
+    let reader_res = names(
+        &legacy(addr, READER, &reader, "resources/list", json!({})).await,
+        "resources",
+    );
+    assert!(
+        reader_res.contains(&"fake://fake/readme".to_string()),
+        "{reader_res:?}"
+    );
+    let limited_res = names(
+        &modern(addr, LIMITED, "resources/list", json!({})).await,
+        "resources",
+    );
+    assert!(
+        !limited_res.contains(&"fake://fake/readme".to_string()),
+        "{limited_res:?}"
+    );
+    let hidden = modern(
+        addr,
+        LIMITED,
+        "resources/read",
+        json!({"uri": "fake://fake/readme"}),
+    )
+    .await;
+    assert!(
+        hidden.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Resource not found"),
+        "{}",
+        hidden.raw
+    );
+
+    // Rate: "limited" has 3 an hour (two used above): the 4th request is 429 with Retry-After.
+    let third = modern(addr, LIMITED, "tools/list", json!({})).await;
+    assert_eq!(third.status, 200, "{}", third.raw);
+    let fourth = modern(addr, LIMITED, "tools/list", json!({})).await;
+    assert_eq!(fourth.status, 429, "{}", fourth.raw);
+    let retry: u64 = fourth.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=1200).contains(&retry), "{retry}");
+    assert_eq!(fourth.error_code(), Some(mcp_edge::protocol::RATE_LIMITED));
+    // Other clients are not held back by it.
+    assert_eq!(
+        modern(addr, WRITER, "tools/list", json!({})).await.status,
+        200
+    );
+
+    // No token passthrough: the HTTP upstream was called, never with a caller's Authorization.
+    let via = legacy(
+        addr,
+        READER,
+        &reader,
+        "tools/call",
+        json!({"name": "cap__hello"}),
+    )
+    .await;
+    assert!(via.body.get("result").is_some(), "{}", via.raw);
+    assert!(!cap.calls.lock().unwrap().is_empty());
+    assert_eq!(
+        cap.authorizations.lock().unwrap().len(),
+        0,
+        "{:?}",
+        cap.authorizations.lock().unwrap()
+    );
+
+    // Every refusal counted.
+    let (_, metrics) = admin_get(gw.admin, "/metrics").await;
+    assert!(refused(&metrics, "auth") >= 4, "{metrics}");
+    assert!(refused(&metrics, "policy") >= 2, "{metrics}");
+    assert!(refused(&metrics, "rate") >= 1, "{metrics}");
+
+    // /status names the clients, never their credentials; neither does the log.
+    let (_, status) = admin_get(gw.admin, "/status").await;
+    let status: Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(
+        status["access"]["clients"],
+        json!(["reader", "writer", "limited"])
+    );
+    let log = std::fs::read_to_string(&gw.log).unwrap();
+    for secret in [READER, WRITER, LIMITED] {
+        assert!(!status.to_string().contains(secret));
+        assert!(!log.contains(secret), "token in the log");
+        assert!(!metrics.contains(secret));
+    }
+    assert!(log.contains("401"), "refusals are logged: {log}");
+}
