@@ -170,11 +170,16 @@ impl Audit {
             return;
         };
         let cost = entry.cost();
-        let before = self.counters.queued_bytes.fetch_add(cost, Ordering::Relaxed);
+        let before = self
+            .counters
+            .queued_bytes
+            .fetch_add(cost, Ordering::Relaxed);
         // One entry alone is always admitted (it is at most a request body).
         let fits = before == 0 || before + cost <= AUDIT_QUEUE_BYTES;
         if !fits || self.tx.try_send(Msg::Entry(entry)).is_err() {
-            self.counters.queued_bytes.fetch_sub(cost, Ordering::Relaxed);
+            self.counters
+                .queued_bytes
+                .fetch_sub(cost, Ordering::Relaxed);
             self.counters.dropped.fetch_add(1, Ordering::Relaxed);
             metrics::counter!(crate::metrics::AUDIT_DROPPED).increment(1);
         }

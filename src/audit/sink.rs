@@ -20,7 +20,7 @@ pub const JOURNAL_IDENTIFIER: &str = "mcp-edge-audit";
 pub enum AuditError {
     /// The file cannot be opened for appending (missing directory,
     /// permission, read-only file system).
-    #[error("audit.path {path}: cannot open for appending: {source}")]
+    #[error("audit.path {path}: cannot open for appending")]
     Open {
         /// The configured file.
         path: PathBuf,
@@ -28,7 +28,7 @@ pub enum AuditError {
         source: io::Error,
     },
     /// `audit.path = "journal"` but the journal socket cannot be reached.
-    #[error("audit.path = \"journal\": cannot reach the journal at {socket}: {source}")]
+    #[error("audit.path = \"journal\": cannot reach the journal at {socket}")]
     Journal {
         /// The socket tried.
         socket: PathBuf,
@@ -36,8 +36,8 @@ pub enum AuditError {
         source: io::Error,
     },
     /// The writer thread could not be started.
-    #[error("audit: cannot start the writer thread: {0}")]
-    Thread(io::Error),
+    #[error("audit: cannot start the writer thread")]
+    Thread(#[source] io::Error),
 }
 
 /// An open sink.

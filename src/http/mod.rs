@@ -76,6 +76,9 @@ pub struct App {
     pub subscriptions: Arc<crate::subscriptions::Subscriptions>,
     /// The outcome of the last reload, if any (`STATUS=`, `/status`).
     pub last_reload: Mutex<Option<admin::LastReload>>,
+    /// The audit log (`[audit]`), if configured: one record per
+    /// `tools/call`, `prompts/get`, `resources/read` ([`crate::audit`]).
+    pub audit: Option<crate::audit::Audit>,
 }
 
 impl App {
@@ -87,6 +90,7 @@ impl App {
         router: Router,
         catalog_gen: Arc<watch::Sender<crate::upstream::ListGens>>,
         subscriptions: Arc<crate::subscriptions::Subscriptions>,
+        audit: Option<crate::audit::Audit>,
     ) -> App {
         App {
             sessions: Mutex::new(Table::new(
@@ -109,6 +113,7 @@ impl App {
                 &server.allowed_origins,
             ),
             last_reload: Mutex::new(None),
+            audit,
             listen_addr,
             server,
             board,
