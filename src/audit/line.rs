@@ -149,6 +149,9 @@ impl Entry {
             line.push_str(&args);
             line.push('}');
         }
+        // Growing by doubling may have left up to half of it unused; the
+        // queue's byte bound counts capacity.
+        line.shrink_to_fit();
         Some(Entry {
             line,
             arguments_at,
@@ -160,13 +163,14 @@ impl Entry {
         })
     }
 
-    /// What the entry costs in the queue's byte budget.
+    /// What the entry costs in the queue's byte budget: its heap, by
+    /// capacity.
     pub fn cost(&self) -> usize {
         std::mem::size_of::<Entry>()
-            + self.line.len()
-            + self.client.len()
-            + self.name.len()
-            + self.upstream.len()
+            + self.line.capacity()
+            + self.client.capacity()
+            + self.name.capacity()
+            + self.upstream.capacity()
     }
 
     /// The line with `"arguments"` replaced by `"arguments_omitted":true`
