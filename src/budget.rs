@@ -23,6 +23,9 @@
 //! - calls in flight: at most one per connection (HTTP/1.1 answers one request
 //!   at a time) and at most Σ `max_in_flight`; each with a result of up to the
 //!   largest `max_result_bytes`; plus one message being read per upstream;
+//! - with `[audit]`, the audit queue: at most
+//!   [`limits::AUDIT_QUEUE_BYTES`] of records, plus one record alone (at
+//!   most a request body);
 //! - per upstream: its tables (in-flight, relayed requests), stderr ring,
 //!   and a catalog of up to `max_catalog_bytes` (kept, and merged into the
 //!   aggregated view).
@@ -151,6 +154,16 @@ impl Estimate {
                 bytes: calls * (CALL_BYTES + largest_result * RESULT_FACTOR),
             },
         ];
+        if cfg.audit.is_some() {
+            items.push(Item {
+                what: format!(
+                    "audit queue ({} + one {} body)",
+                    kib(limits::AUDIT_QUEUE_BYTES),
+                    kib(s.max_body_bytes)
+                ),
+                bytes: limits::AUDIT_QUEUE_BYTES + s.max_body_bytes,
+            });
+        }
         items.extend(ups.into_iter().map(upstream_item));
         Estimate { items }
     }

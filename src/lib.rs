@@ -17,6 +17,7 @@
 //! | [`notify`] | sd-notify (`READY=1`, `STATUS=`, `STOPPING=1`, `RELOADING=1`) and the watchdog pinger, reading a small health view |
 //! | [`protocol`] | JSON-RPC envelope, error codes, era and version rules, SSE codec |
 //! | [`config`] | TOML and `mcpServers` JSON → validated [`config::Config`]; board profiles |
+//! | [`audit`] | the audit log: one JSON line per call, a bounded queue in front of one writer thread; rotated file or journal |
 //! | [`budget`] | the worst-case live heap a config allows (capacity × measured cost) |
 //! | [`drain`] | counting running calls/requests and waiting for them (shutdown, reload) |
 //! | [`session`] | the fixed-capacity legacy session table (time passed in) |
@@ -37,6 +38,7 @@
 
 pub mod access;
 pub mod alloc;
+pub mod audit;
 pub mod budget;
 pub mod config;
 pub mod drain;

@@ -304,3 +304,22 @@ pub const SESSION_DELETE_TIMEOUT: Duration = Duration::from_secs(2);
 pub const REFUSAL_LOG_BURST: u32 = 10;
 /// Log lines about refused requests per second once the burst is spent.
 pub const REFUSAL_LOG_PER_SECOND: u32 = 1;
+
+// ---- audit log ----
+
+/// Records the audit queue holds (`[audit]`): [`crate::audit::Audit::record`]
+/// never waits; a record that finds the queue full is dropped and counted
+/// in `mcp_edge_audit_dropped_total`.
+pub const AUDIT_QUEUE_DEPTH: usize = 1024;
+/// Bytes of serialized records the audit queue holds (with `arguments =
+/// true` a record can be as large as a request body). A record that would
+/// take the queue past this is dropped and counted like a full queue; one
+/// record alone is always admitted, so the worst case is this plus one
+/// request body (`server.max_body_bytes`).
+pub const AUDIT_QUEUE_BYTES: usize = 4 * 1024 * 1024;
+/// How long shutdown waits for the audit writer to write what is queued.
+pub const AUDIT_CLOSE_GRACE: Duration = Duration::from_secs(5);
+/// Audit write errors (disk full, EIO) are logged at most once per this
+/// period, with the number not logged; every one is counted in
+/// `mcp_edge_audit_write_errors_total`.
+pub const AUDIT_ERROR_LOG_PERIOD: Duration = Duration::from_secs(60);

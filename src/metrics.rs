@@ -56,6 +56,13 @@ pub const STREAMS_CAPACITY: &str = "mcp_edge_streams_capacity";
 pub const STDERR_SKIPPED: &str = "mcp_edge_upstream_stderr_skipped_total";
 /// Counter: HTTP requests refused by the Origin/Host check.
 pub const FORBIDDEN: &str = "mcp_edge_http_forbidden_total";
+/// Counter: audit records dropped because the audit queue was full
+/// ([`crate::limits::AUDIT_QUEUE_DEPTH`], [`crate::limits::AUDIT_QUEUE_BYTES`])
+/// or its writer had stopped.
+pub const AUDIT_DROPPED: &str = "mcp_edge_audit_dropped_total";
+/// Counter: audit records the writer could not write (disk full, EIO,
+/// journal gone); the writer goes on with the next record.
+pub const AUDIT_WRITE_ERRORS: &str = "mcp_edge_audit_write_errors_total";
 
 /// Bounds the `method` label to MCP's own method names.
 pub fn method_label(method: &str) -> &'static str {

@@ -51,6 +51,10 @@ pub enum GatewayError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The audit log (`[audit]`) could not start: its file cannot be
+    /// opened for appending, or the journal is not there.
+    #[error("cannot start the audit log")]
+    Audit(#[from] crate::audit::AuditError),
 }
 
 /// A running gateway. Dropping it aborts its tasks; [`Gateway::shutdown`]
@@ -70,6 +74,11 @@ pub struct Gateway {
     shutdown: watch::Sender<bool>,
     /// The next [`Upstream::id`] a reload hands out.
     next_id: usize,
+    /// The audit writer thread (`[audit]`), for the gateway's life; its
+    /// handle is [`App::audit`]. `[audit]` changes wait for a restart.
+    audit: Option<crate::audit::AuditWriter>,
+    /// `[audit]` as started (a reload reports a change).
+    audit_config: Option<crate::config::AuditConfig>,
     _tasks: Vec<OwnedTask>,
 }
 
@@ -94,11 +103,11 @@ impl Shared {
 }
 
 impl Gateway {
-    /// Binds `server.listen` and the admin listener, then starts one owner
-    /// task per enabled upstream, the accept loop, the session sweep, the
-    /// metrics upkeep and the admin listener. Errors:
-    /// [`GatewayError::Bind`], [`GatewayError::AdminBind`] (both before any
-    /// upstream is started).
+    /// Binds `server.listen` and the admin listener, opens the audit log,
+    /// then starts one owner task per enabled upstream, the accept loop,
+    /// the session sweep, the metrics upkeep and the admin listener.
+    /// Errors: [`GatewayError::Bind`], [`GatewayError::AdminBind`],
+    /// [`GatewayError::Audit`] (all before any upstream is started).
     pub async fn start(config: Config) -> Result<Gateway, GatewayError> {
         let s = &config.server;
         let listener = bind(s.listen, |addr, source| GatewayError::Bind { addr, source }).await?;
@@ -112,6 +121,13 @@ impl Gateway {
                 Some(bind(m, |addr, source| GatewayError::AdminBind { addr, source }).await?)
             }
             None => None,
+        };
+        let (audit, audit_writer) = match &config.audit {
+            Some(a) => {
+                let (handle, writer) = crate::audit::Audit::start(a)?;
+                (Some(handle), Some(writer))
+            }
+            None => (None, None),
         };
         let shared = Shared {
             catalog_gen: Arc::new(watch::channel(ListGens::default()).0),
@@ -135,6 +151,7 @@ impl Gateway {
             router,
             shared.catalog_gen.clone(),
             shared.subscriptions.clone(),
+            audit,
         ));
         app.set_access(crate::access::Access::new(
             &config,
@@ -152,6 +169,8 @@ impl Gateway {
         Ok(Gateway {
             watchdog: Arc::new(std::sync::Mutex::new(config.watchdog.clone())),
             next_id: upstreams.len(),
+            audit: audit_writer,
+            audit_config: config.audit,
             board: config.board,
             admin_addr,
             addr,
@@ -242,6 +261,15 @@ impl Gateway {
         self.supervisor
             .shutdown(crate::limits::OWNER_STOP_GRACE)
             .await;
+        // Last: the calls that ended above were recorded; write them.
+        if let Some(w) = self.audit {
+            if !w.close(crate::limits::AUDIT_CLOSE_GRACE).await {
+                tracing::warn!(
+                    "shutdown: the audit writer did not write its queue within {:?}",
+                    crate::limits::AUDIT_CLOSE_GRACE
+                );
+            }
+        }
     }
 
     /// [`Gateway::shutdown_within`] with [`crate::limits::SHUTDOWN_GRACE`].

@@ -12,7 +12,9 @@
 //! Downstream sessions are never touched. The `[[client]]` table (with
 //! `token_file`s read again) applies to the next request. `[server]` keys (listen address,
 //! capacities) size tables that live for the whole process, so changes to
-//! them are reported and wait for a restart; `[watchdog]` applies at once.
+//! them are reported and wait for a restart, as do `[audit]` changes (the
+//! writer thread and its open file live as long as the gateway);
+//! `[watchdog]` applies at once.
 
 use super::Gateway;
 use crate::config::Config;
@@ -34,6 +36,8 @@ pub struct ReloadReport {
     pub unchanged: Vec<String>,
     /// The `[server]` section changed: applies at the next restart.
     pub server_changed: bool,
+    /// The `[audit]` section changed: applies at the next restart.
+    pub audit_changed: bool,
 }
 
 impl ReloadReport {
@@ -42,7 +46,13 @@ impl ReloadReport {
         self.started.is_empty()
             && self.restarted.is_empty()
             && self.stopped.is_empty()
-            && !self.server_changed
+            && !self.restart_pending()
+    }
+
+    /// True when a part of the new config waits for a restart
+    /// (`[server]`, `[audit]`).
+    pub fn restart_pending(&self) -> bool {
+        self.server_changed || self.audit_changed
     }
 }
 
@@ -66,6 +76,9 @@ impl fmt::Display for ReloadReport {
         )?;
         if self.server_changed {
             write!(f, "; [server] changes apply at the next restart")?;
+        }
+        if self.audit_changed {
+            write!(f, "; [audit] changes apply at the next restart")?;
         }
         Ok(())
     }
@@ -124,6 +137,7 @@ impl Gateway {
         let mut plan = Plan {
             report: ReloadReport {
                 server_changed: new.server != self.app.server,
+                audit_changed: new.audit != self.audit_config,
                 ..ReloadReport::default()
             },
             set: Vec::with_capacity(new.upstreams.len()),

@@ -67,7 +67,9 @@ impl OriginPolicy {
             .ok_or("missing or invalid Host header")?;
         let h = host_of(host);
         if !is_loopback(&h) && !self.allowed_hosts.contains(&h) {
-            return Err(format!("Host {host:?} is not allowed"));
+            return Err(format!(
+                "Host {host:?} is not allowed (add its name to server.allowed_hosts)"
+            ));
         }
         if let Some(origin) = headers.get(http::header::ORIGIN) {
             let o = origin.to_str().map_err(|_| "invalid Origin header")?;
@@ -78,9 +80,11 @@ impl OriginPolicy {
             let authority = lower
                 .strip_prefix("http://")
                 .or_else(|| lower.strip_prefix("https://"))
-                .ok_or_else(|| format!("Origin {o:?} is not allowed"))?;
+                .ok_or_else(|| format!("Origin {o:?} is not allowed (server.allowed_origins)"))?;
             if !is_loopback(&host_of(authority)) {
-                return Err(format!("Origin {o:?} is not allowed"));
+                return Err(format!(
+                    "Origin {o:?} is not allowed (server.allowed_origins)"
+                ));
             }
         }
         Ok(())

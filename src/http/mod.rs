@@ -130,6 +130,9 @@ pub struct App {
     access: std::sync::RwLock<Arc<Access>>,
     /// Log budget of refused requests (401, 429).
     pub refusal_log: crate::access::Throttle,
+    /// The audit log (`[audit]`), if configured: one record per
+    /// `tools/call`, `prompts/get`, `resources/read` ([`crate::audit`]).
+    pub audit: Option<crate::audit::Audit>,
 }
 
 impl App {
@@ -141,6 +144,7 @@ impl App {
         router: Router,
         catalog_gen: Arc<watch::Sender<crate::upstream::ListGens>>,
         subscriptions: Arc<crate::subscriptions::Subscriptions>,
+        audit: Option<crate::audit::Audit>,
     ) -> App {
         App {
             sessions: Mutex::new(Table::new(
@@ -165,6 +169,7 @@ impl App {
             last_reload: Mutex::new(None),
             access: std::sync::RwLock::new(Arc::new(Access::open())),
             refusal_log: crate::access::Throttle::new(tokio::time::Instant::now()),
+            audit,
             listen_addr,
             server,
             board,

@@ -1,0 +1,96 @@
+//! The audit log in the gateway: started by [`Gateway::start`] when
+//! `[audit]` is set (an unwritable path is a start error), reachable as
+//! `App::audit`, written out at shutdown, and a changed `[audit]` waits for
+//! a restart. Line format, rotation, the journal and a blocked writer are
+//! `src/audit`'s unit tests.
+
+mod support;
+use mcp_edge::audit::{Outcome, Record};
+use mcp_edge::config::{AuditConfig, AuditSink, Config};
+use mcp_edge::gateway::{Gateway, GatewayError};
+use std::path::{Path, PathBuf};
+
+fn config(audit: Option<PathBuf>) -> Config {
+    // One upstream (a config needs one), disabled: nothing is started.
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"off\"\n{}",
+        support::fake_block("a", "legacy", "enabled = false")
+    );
+    let mut c = Config::from_toml_str(&text, Path::new("test.toml")).expect("valid test config");
+    c.audit = audit.map(|p| AuditConfig {
+        sink: AuditSink::File(p),
+        max_bytes: 1 << 20,
+        keep: 2,
+        arguments: false,
+    });
+    c
+}
+
+#[tokio::test]
+async fn an_unwritable_audit_path_fails_start_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("no-such-dir").join("audit.log");
+    let err = match Gateway::start(config(Some(path.clone()))).await {
+        Err(e) => e,
+        Ok(_) => panic!("started with an unwritable audit path"),
+    };
+    assert!(matches!(err, GatewayError::Audit(_)), "{err:?}");
+    let msg = format!("{:#}", anyhow::Error::from(err));
+    assert!(msg.contains("audit.path"), "{msg}");
+    assert!(msg.contains(&path.display().to_string()), "{msg}");
+    assert!(msg.contains("No such file or directory"), "{msg}");
+}
+
+#[tokio::test]
+async fn records_through_the_app_are_written_by_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.log");
+    let gw = Gateway::start(config(Some(path.clone()))).await.unwrap();
+    let audit = gw.app().audit.clone().expect("App::audit with [audit]");
+    for i in 0..10 {
+        audit.record(Record {
+            time: std::time::SystemTime::now(),
+            client: None,
+            session: None,
+            method: "tools/call",
+            upstream: Some("files".into()),
+            exposed: "files__read_file".into(),
+            original: Some("read_file".into()),
+            outcome: Outcome::Ok,
+            duration_ms: i,
+            request_bytes: 10,
+            response_bytes: 20,
+            arguments: Some(serde_json::json!({"secret": "not written by default"})),
+        });
+    }
+    gw.shutdown().await;
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(text.lines().count(), 10, "{text}");
+    assert!(!text.contains("arguments"), "{text}");
+}
+
+#[tokio::test]
+async fn no_audit_section_no_handle() {
+    let gw = Gateway::start(config(None)).await.unwrap();
+    assert!(gw.app().audit.is_none());
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_changed_audit_section_waits_for_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut gw = Gateway::start(config(Some(dir.path().join("a.log"))))
+        .await
+        .unwrap();
+    let same = gw.reload(config(Some(dir.path().join("a.log")))).await;
+    assert!(!same.audit_changed && same.is_noop(), "{same}");
+    let report = gw.reload(config(Some(dir.path().join("b.log")))).await;
+    assert!(report.audit_changed);
+    assert!(
+        report
+            .to_string()
+            .contains("[audit] changes apply at the next restart"),
+        "{report}"
+    );
+    gw.shutdown().await;
+}
