@@ -323,3 +323,31 @@ pub const AUDIT_CLOSE_GRACE: Duration = Duration::from_secs(5);
 /// period, with the number not logged; every one is counted in
 /// `mcp_edge_audit_write_errors_total`.
 pub const AUDIT_ERROR_LOG_PERIOD: Duration = Duration::from_secs(60);
+
+// ---- network: clients, tokens, audit log ----
+
+/// Most `[[client]]` tables in a config: each is checked per request (a
+/// linear scan of names and digests), so the list stays short.
+pub const MAX_CLIENTS: usize = 64;
+/// Fewest characters of a client token read from `client.token_file`
+/// (trimmed): shorter ones are refused as guessable. `mcp-edge token new`
+/// prints 48.
+pub const MIN_CLIENT_TOKEN_LEN: usize = 16;
+/// Random bytes in a token made by `mcp-edge token new` (base64url, 43
+/// characters after the `mcpe_` prefix).
+pub const CLIENT_TOKEN_BYTES: usize = 32;
+/// Largest `N` of `client.rate = "N/s"` (or `/m`, `/h`): requests per
+/// period, and the burst.
+pub const MAX_CLIENT_RATE: u32 = 1_000_000;
+
+/// Default `audit.max_bytes`: a file is rotated before it would grow past
+/// 10 MiB.
+pub const DEFAULT_AUDIT_MAX_BYTES: usize = 10 * 1024 * 1024;
+/// Smallest accepted `audit.max_bytes`: 4 KiB.
+pub const MIN_AUDIT_MAX_BYTES: usize = 4096;
+/// Largest accepted `audit.max_bytes`: 1 GiB (fits a 32-bit `usize`).
+pub const MAX_AUDIT_MAX_BYTES: usize = 1 << 30;
+/// Default `audit.keep`: rotated files kept (`path.1` … `path.5`).
+pub const DEFAULT_AUDIT_KEEP: usize = 5;
+/// Largest accepted `audit.keep` (the smallest is 1).
+pub const MAX_AUDIT_KEEP: usize = 100;

@@ -1,4 +1,5 @@
-//! `mcp-edge` command line: `serve` (the default), `check-config`, `--version`, `--help`.
+//! `mcp-edge` command line: `serve` (the default), `check-config`, `status`,
+//! `upstream reconnect`, `token new`, `--version`, `--help`.
 
 // Functions that fit a screen (tests/structure.rs holds the hard line).
 #![warn(clippy::too_many_lines)]
@@ -53,6 +54,21 @@ enum Command {
         #[command(subcommand)]
         action: UpstreamAction,
     },
+    /// Client tokens for `[[client]]` tables.
+    Token {
+        #[command(subcommand)]
+        action: TokenAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokenAction {
+    /// Print a fresh random token and the `[[client]]` lines with its
+    /// SHA-256 (the token itself is stored nowhere).
+    New {
+        /// The client's name: 1 to 32 characters of [A-Za-z0-9_-].
+        name: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -95,6 +111,9 @@ fn main() -> ExitCode {
             )
             .map(|b| print!("{b}")),
         ),
+        Some(Command::Token {
+            action: TokenAction::New { name },
+        }) => token_new(&name),
         Some(Command::Serve) | None => match serve(cli.config, cli.board.as_deref()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -314,6 +333,40 @@ fn check_config(file: &std::path::Path, board: Option<&str>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Prefix of tokens made by `token new`, so a leaked one is recognisable.
+const TOKEN_PREFIX: &str = "mcpe_";
+
+/// `token new NAME`: a fresh token and the `[[client]]` lines for it. Exit 2
+/// for a bad name, 1 when the system has no randomness to give.
+fn token_new(name: &str) -> ExitCode {
+    use base64::Engine;
+    if let Err(m) = mcp_edge::config::check_client_name(name) {
+        eprintln!("mcp-edge: token new: the client name {m}");
+        return ExitCode::from(2);
+    }
+    let mut bytes = [0u8; mcp_edge::limits::CLIENT_TOKEN_BYTES];
+    if let Err(e) = getrandom::fill(&mut bytes) {
+        eprintln!("mcp-edge: token new: no system randomness: {e}");
+        return ExitCode::FAILURE;
+    }
+    let token = format!(
+        "{TOKEN_PREFIX}{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    );
+    let digest: String = mcp_edge::config::token_sha256(&token)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    println!("# token for client {name:?}: give it to the client, it is not stored anywhere.");
+    println!("# The client sends:  Authorization: Bearer {token}");
+    println!("{token}");
+    println!();
+    println!("[[client]]");
+    println!("name = {name:?}");
+    println!("token_sha256 = \"{digest}\"");
+    ExitCode::SUCCESS
 }
 
 /// `serve`: load the config, start the runtime, hand over to the gateway's

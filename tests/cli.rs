@@ -291,3 +291,123 @@ fn status_reads_the_admin_address_of_a_file_that_does_not_validate() {
         );
     }
 }
+
+/// `token new NAME` output: (token, `[[client]]` block).
+fn token_new(name: &str) -> (String, String) {
+    let out = bin().args(["token", "new", name]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let token = stdout
+        .lines()
+        .find(|l| !l.starts_with('#') && !l.is_empty())
+        .unwrap()
+        .to_owned();
+    let block = &stdout[stdout.find("[[client]]").expect(&stdout)..];
+    assert!(
+        stdout.contains(&format!("Authorization: Bearer {token}")),
+        "{stdout}"
+    );
+    (token, block.to_owned())
+}
+
+#[test]
+fn token_new_prints_a_fresh_token_and_a_client_block_that_loads() {
+    let (token, block) = token_new("build-agent");
+    let (other, _) = token_new("build-agent");
+    assert_ne!(token, other);
+    assert!(
+        token.starts_with("mcpe_") && token.len() == 5 + 43,
+        "{token}"
+    );
+    let hex: String = mcp_edge::config::token_sha256(&token)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(
+        block.trim_end(),
+        format!("[[client]]\nname = \"build-agent\"\ntoken_sha256 = \"{hex}\"")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[server]\nlisten = \"0.0.0.0:0\"\n\n[[upstream]]\nname = \"e\"\ntransport = \"builtin\"\n\n{block}"
+    );
+    let p = write(&dir, "net.toml", &text);
+    let out = bin().arg("check-config").arg(&p).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains(&hex), "{stdout}");
+    // The same token in a token_file: same digest, and never shown.
+    let tok = write(&dir, "tok", &format!("{token}\n"));
+    let text = text.replace(
+        &format!("token_sha256 = \"{hex}\""),
+        &format!("token_file = {tok:?}"),
+    );
+    let p = write(&dir, "file.toml", &text);
+    let cfg = mcp_edge::config::Config::load(&p).unwrap();
+    match &cfg.clients[0].credential {
+        mcp_edge::config::Credential::Token { sha256, .. } => {
+            assert_eq!(sha256.expose(), &mcp_edge::config::token_sha256(&token))
+        }
+        other => panic!("{other:?}"),
+    }
+    let out = bin().arg("check-config").arg(&p).output().unwrap();
+    assert!(out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stdout).contains(&token));
+    for bad in ["", "a b", "x/y", &"n".repeat(33)] {
+        let out = bin().args(["token", "new", bad]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("[A-Za-z0-9_-]"), "{err}");
+        assert!(out.stdout.is_empty());
+    }
+}
+
+#[test]
+fn an_open_listen_without_clients_is_refused_by_serve_and_check_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = "[[upstream]]\nname = \"e\"\ntransport = \"builtin\"\n";
+    let p = write(
+        &dir,
+        "open.toml",
+        &format!("[server]\nlisten = \"0.0.0.0:0\"\n\n{up}"),
+    );
+    for args in [
+        vec!["check-config".into(), p.clone().into_os_string()],
+        vec![
+            "serve".into(),
+            "--config".into(),
+            p.clone().into_os_string(),
+        ],
+    ] {
+        let out = bin().args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        for says in [
+            "open.toml",
+            "server.listen",
+            "[[client]]",
+            "allow_unauthenticated",
+        ] {
+            assert!(err.contains(says), "{says} not in {err}");
+        }
+    }
+    let p = write(
+        &dir,
+        "allowed.toml",
+        &format!("[server]\nlisten = \"0.0.0.0:0\"\nallow_unauthenticated = true\n\n{up}"),
+    );
+    let out = bin().arg("check-config").arg(&p).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

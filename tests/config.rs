@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use mcp_edge::config::{
-    Config, ConfigError, EraPreference, ToolNameRule, Transport, UpstreamConfig,
+    token_sha256, AuditConfig, AuditSink, Config, ConfigError, Credential, EraPreference, Rate,
+    Secret, ToolNameRule, Transport, UpstreamConfig,
 };
 use mcp_edge::limits;
 
@@ -304,7 +305,7 @@ fn full_example_resolves_every_key() {
             bearer_token_file,
         } => {
             assert_eq!(url, "https://mcp.example.com/mcp");
-            assert_eq!(headers["X-Tenant"], "acme");
+            assert_eq!(headers["X-Tenant"].expose(), "acme");
             assert_eq!(
                 bearer_token_file.as_deref(),
                 Some(Path::new("/run/credentials/mcp-edge/remote-token"))
@@ -317,6 +318,54 @@ fn full_example_resolves_every_key() {
     // Disabled upstreams may share a prefix with an enabled one.
     assert!(!cfg.upstreams[3].enabled);
     assert_eq!(cfg.upstreams[3].prefix, "files");
+    full_example_network_keys(&cfg);
+}
+
+/// `[[client]]` and `[audit]` of `full.toml` (TLS needs files: unit tests).
+fn full_example_network_keys(cfg: &Config) {
+    assert!(cfg.server.tls.is_none());
+    assert!(!cfg.server.allow_unauthenticated);
+    let names: Vec<_> = cfg.clients.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["build-agent", "dashboard"]);
+    let agent = &cfg.clients[0];
+    assert_eq!(
+        agent.credential,
+        Credential::Token {
+            sha256: Secret::new(token_sha256("test")),
+            file: None
+        }
+    );
+    assert_eq!(
+        agent.allow.as_deref(),
+        Some(&["files.read_*".to_owned(), "edge__*".to_owned()][..])
+    );
+    assert_eq!(agent.deny, ["files.write_*"]);
+    let second = Duration::from_secs(1);
+    assert_eq!(
+        agent.rate,
+        Some(Rate {
+            count: 20,
+            per: second
+        })
+    );
+    let dashboard = &cfg.clients[1];
+    assert_eq!(dashboard.allow, Some(vec![]));
+    assert!(dashboard.deny.is_empty());
+    let minute = Duration::from_secs(60);
+    assert_eq!(
+        dashboard.rate,
+        Some(Rate {
+            count: 100,
+            per: minute
+        })
+    );
+    let audit = AuditConfig {
+        sink: AuditSink::File("/var/lib/mcp-edge/audit.jsonl".into()),
+        max_bytes: 1024 * 1024,
+        keep: 3,
+        arguments: true,
+    };
+    assert_eq!(cfg.audit, Some(audit));
 }
 
 #[test]
@@ -374,7 +423,7 @@ fn mcp_servers_with_url() {
             bearer_token_file,
         } => {
             assert_eq!(url, "https://mcp.example.com/mcp");
-            assert_eq!(headers["Authorization"], "Bearer fixture-secret");
+            assert_eq!(headers["Authorization"].expose(), "Bearer fixture-secret");
             assert!(bearer_token_file.is_none());
         }
         other => panic!("{other:?}"),

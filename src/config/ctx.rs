@@ -87,6 +87,24 @@ impl<'a> Ctx<'a> {
     }
 }
 
+impl ConfigError {
+    /// The error for a board name that is not shipped.
+    pub fn unknown_board(name: &str) -> ConfigError {
+        ConfigError::UnknownBoard {
+            name: name.to_string(),
+            known: Board::names().collect::<Vec<_>>().join(", "),
+        }
+    }
+
+    /// Key path the error is about (`upstream[0].url`), if it is about a key.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ConfigError::Invalid { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+}
+
 /// `s` as one key path segment: bare when it is `[A-Za-z0-9_-]+`, else quoted.
 pub(super) fn key_segment(s: &str) -> String {
     if !s.is_empty() && s.chars().all(is_name_char) {

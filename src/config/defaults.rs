@@ -33,6 +33,13 @@ pub(super) fn server() -> ServerConfig {
     }
 }
 
+impl Default for ServerConfig {
+    /// Every `[server]` key at its default from [`crate::limits`].
+    fn default() -> Self {
+        server()
+    }
+}
+
 /// An enabled upstream with prefix = name and every other key at its default.
 pub(super) fn upstream(name: String, transport: Transport) -> UpstreamConfig {
     UpstreamConfig {

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::ctx::{is_name_char, key_segment, Ctx, Result};
+use super::Secret;
 use crate::limits::MAX_UPSTREAM_NAME_LEN;
 
 /// Environment variable expanded in `bearer_token_file` (systemd credentials).
@@ -158,12 +159,13 @@ pub(super) fn check_url(ctx: &Ctx, key: &str, s: String) -> Result<String> {
 }
 
 /// Header names and values; never echoes a value (it may be a secret).
+/// The values are kept as [`Secret`]s.
 pub(super) fn check_headers(
     ctx: &Ctx,
     key: &str,
     headers: BTreeMap<String, String>,
     has_bearer_file: bool,
-) -> Result<BTreeMap<String, String>> {
+) -> Result<BTreeMap<String, Secret<String>>> {
     let mut seen = Vec::with_capacity(headers.len());
     for (name, value) in &headers {
         let k = format!("{key}.{}", key_segment(name));
@@ -187,7 +189,10 @@ pub(super) fn check_headers(
             ));
         }
     }
-    Ok(headers)
+    Ok(headers
+        .into_iter()
+        .map(|(k, v)| (k, Secret::new(v)))
+        .collect())
 }
 
 /// Path, with a leading `$CREDENTIALS_DIRECTORY/` expanded.

@@ -26,6 +26,7 @@ use serde_json::Value;
 
 use super::ctx::{key_segment, Ctx, Result};
 use super::fields::{self, foreign_keys, Kind, STDIO_KEYS};
+use super::net_validate::check_open_listen;
 use super::raw::RawServer;
 use super::server::server;
 use super::validate::{check_count, finish};
@@ -104,7 +105,9 @@ pub(super) fn parse(text: &str, ctx: &Ctx) -> Result<Config> {
     }
     // No [server] section: its defaults, `state_directory` from the environment.
     let server = server(ctx, RawServer::default())?;
-    finish(ctx, server, upstreams)
+    let cfg = finish(ctx, server, upstreams)?;
+    check_open_listen(ctx, &cfg.server, &cfg.clients)?;
+    Ok(cfg)
 }
 
 /// The top-level list of servers, `mcpServers` or else VS Code's `servers`,

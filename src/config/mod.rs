@@ -115,6 +115,8 @@
 //! accepted as a deprecated alias (`check-config` prints a note); giving both
 //! is an error.
 //!
+//! TLS, `[[client]]` and `[audit]` (the network keys): see the `network` module.
+//!
 //! `server.state_directory` (default: the first path of the
 //! `STATE_DIRECTORY` environment variable, which systemd's `StateDirectory=`
 //! sets; unset = none) must be absolute. The supervisor persists
@@ -143,21 +145,26 @@ use std::time::Duration;
 //   1. network, defaults, render
 //   2. ctx
 //   3. raw
-//   4. values, fields
-//   5. server, upstream
-//   6. board, validate
-//   7. mcp_servers
+//   4. values, fields, tls
+//   5. server, upstream, clients
+//   6. board, net_validate
+//   7. validate
+//   8. mcp_servers
 mod board;
+mod clients;
 mod ctx;
 mod defaults;
 mod fields;
 mod mcp_servers;
+mod net_validate;
 mod network;
+pub use network::{check_client_name, token_sha256};
 pub use network::{AuditConfig, AuditSink, ClientConfig, Credential, Rate, Secret, TlsConfig};
 mod raw;
 mod render;
 pub use render::mask_url;
 mod server;
+mod tls;
 mod upstream;
 mod validate;
 mod values;
@@ -359,8 +366,10 @@ pub struct UpstreamConfig {
     pub transport: Transport,
 }
 
-/// How an upstream is reached (`upstream.transport`).
-#[derive(Debug, Clone, PartialEq)]
+/// How an upstream is reached (`upstream.transport`). `Debug` masks
+/// secrets as `check-config` does (URL credentials, header values, secret
+/// env values and args).
+#[derive(Clone, PartialEq)]
 pub enum Transport {
     /// A child process speaking newline-delimited JSON-RPC on stdin/stdout.
     /// `command` is non-empty; `cwd` `None` = inherit.
@@ -383,7 +392,7 @@ pub enum Transport {
         /// The MCP endpoint, `http://` or `https://`.
         url: String,
         /// Extra request headers (values are secrets: masked in `check-config`).
-        headers: BTreeMap<String, String>,
+        headers: BTreeMap<String, Secret<String>>,
         /// File holding a bearer token, read at each connect (`Authorization: Bearer …`).
         bearer_token_file: Option<PathBuf>,
     },
@@ -431,31 +440,6 @@ pub enum ConfigError {
         /// What is wrong with it.
         message: String,
     },
-}
-
-impl ConfigError {
-    /// The error for a board name that is not shipped.
-    pub fn unknown_board(name: &str) -> ConfigError {
-        ConfigError::UnknownBoard {
-            name: name.to_string(),
-            known: Board::names().collect::<Vec<_>>().join(", "),
-        }
-    }
-
-    /// Key path the error is about (`upstream[0].url`), if it is about a key.
-    pub fn key(&self) -> Option<&str> {
-        match self {
-            ConfigError::Invalid { key, .. } => Some(key),
-            _ => None,
-        }
-    }
-}
-
-impl Default for ServerConfig {
-    /// Every `[server]` key at its default from [`crate::limits`].
-    fn default() -> Self {
-        defaults::server()
-    }
 }
 
 impl Config {
@@ -563,7 +547,8 @@ impl Config {
     /// values and secret-looking env values (names containing TOKEN, SECRET,
     /// KEY, PASS, AUTH, CREDENTIAL) become `"***"`, URL userinfo and query
     /// become `***` (also in `args`), as do args after or inside secret-looking
-    /// flags (`--api-key X`, `--token=X`). `bearer_token_file` is printed.
+    /// flags (`--api-key X`, `--token=X`). `bearer_token_file`, `token_file`
+    /// and the TLS paths are printed; a client token only as its digest.
     /// Each of [`Config::notes`] becomes a `# note: …` line of the header.
     pub fn render_masked(&self) -> String {
         render::render(self)

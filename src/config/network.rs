@@ -1,15 +1,104 @@
 //! The types of the keys that put mcp-edge on a network: TLS on the
 //! downstream listener (`server.tls_*`), the `[[client]]` table (who may
 //! call, with which credential, which names, how often) and `[audit]`.
-//! Also [`Secret`], the masking newtype every secret value is kept in.
+//! Also [`Secret`], the masking newtype every secret value is kept in, and
+//! [`token_sha256`], the one digest of a client token (loader and
+//! `mcp-edge token new`).
 //!
-//! Validation of these keys is in `net_validate`; the http layer and
-//! [`crate::gateway`] only read them.
+//! Validation of these keys is in `tls` (the PEM files), `clients` (one
+//! `[[client]]`) and `net_validate` (the rules across them, `[audit]`); the
+//! http layer and [`crate::gateway`] only read them.
+//!
+//! # TOML shape
+//!
+//! ```toml
+//! [server]
+//! listen = "0.0.0.0:8737"
+//! tls_cert = "/etc/mcp-edge/tls/cert.pem"         # PEM chain, leaf first; with tls_key: HTTPS on listen
+//! tls_key = "/etc/mcp-edge/tls/key.pem"           # PEM private key (PKCS#8, PKCS#1 or SEC1)
+//! tls_client_ca = "/etc/mcp-edge/tls/clients.pem" # optional, needs tls_cert: mTLS, a client certificate is required
+//! allow_unauthenticated = false                   # true: a non-loopback listen without any [[client]]
+//! admin_listen = "127.0.0.1:9737"                 # must be a loopback address (the admin API has no authentication)
+//!
+//! [[client]]                                      # 0..=limits::MAX_CLIENTS of these
+//! name = "build-agent"                            # required, 1..=32 of [A-Za-z0-9_-], unique
+//! token_file = "$CREDENTIALS_DIRECTORY/build-agent"  # exactly one of token_file,
+//! # token_sha256 = "<64 hex digits>"              #   token_sha256,
+//! # cert_subject = "CN=build-agent, O=Site"       #   cert_subject (needs server.tls_client_ca)
+//! allow = ["files__read_*", "edge__*"]            # globs over exposed tool and prompt names; absent: everything
+//! deny = ["files__write_*"]                       # globs; a name matching allow and deny is denied
+//! rate = "20/s"                                   # "N/s" | "N/m" | "N/h", N 1..=limits::MAX_CLIENT_RATE, burst N
+//!
+//! [audit]                                         # whole section optional: absent = no audit log
+//! path = "/var/lib/mcp-edge/audit.jsonl"          # required: an absolute path, or "journal"
+//! max_bytes = 10485760                            # limits::MIN_AUDIT_MAX_BYTES..=MAX_AUDIT_MAX_BYTES (4 KiB..=1 GiB)
+//! keep = 5                                        # rotated files kept, 1..=limits::MAX_AUDIT_KEEP
+//! arguments = false                               # whether call arguments are written
+//! ```
+//!
+//! Rules checked at load (and so at every reload, which keeps the running
+//! config when they fail):
+//!
+//! - `tls_cert` and `tls_key` come together; `tls_client_ca` needs them.
+//!   The files are read and checked: at least one certificate, a private key
+//!   that matches the leaf, CA certificates that parse. A leading
+//!   `$CREDENTIALS_DIRECTORY/` is expanded in the three paths as in
+//!   `token_file`.
+//! - **The network rule**: when `server.listen` is not a loopback address
+//!   (`0.0.0.0` and `::` are not), at least one `[[client]]` is required,
+//!   unless `allow_unauthenticated = true`.
+//! - `server.admin_listen` must be a loopback address.
+//! - `token_file` (with a leading `$CREDENTIALS_DIRECTORY/` expanded from
+//!   systemd's `LoadCredential=`) is read at load; its content, trimmed,
+//!   must be at least [`crate::limits::MIN_CLIENT_TOKEN_LEN`] printable ASCII
+//!   characters. Only its SHA-256 is kept. `mcp-edge token new NAME` prints a
+//!   strong token and the `[[client]]` lines with its `token_sha256`.
+//! - `cert_subject` is a list of `ATTR=value` pairs split on `,` (write `\,`
+//!   for a comma and `\\` for a backslash inside a value); attribute names
+//!   are upper-cased (`CN`, `O`, `OU`, `C`, `L`, `ST`, or a dotted OID),
+//!   values are kept as written (trimmed). A client certificate matches
+//!   when its subject has the same pairs, in any order.
+//! - No two clients share a token digest or a `cert_subject`.
+//! - Globs in `allow` / `deny`: `*` is any run of characters, `?` one
+//!   character, anything else literal. `allow = []` allows nothing.
+//! - Whether the audit file is writable is checked when the gateway starts.
 
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+
+use crate::limits::MAX_UPSTREAM_NAME_LEN;
+
+/// SHA-256 of a client token as the client sends it (`Authorization:
+/// Bearer <token>`): what `token_sha256` holds and `token_file` is reduced
+/// to.
+pub fn token_sha256(token: &str) -> [u8; 32] {
+    let d = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+    let mut out = [0u8; 32];
+    out.copy_from_slice(d.as_ref());
+    out
+}
+
+/// Whether `name` is a valid `[[client]]` name: 1..=32 of
+/// `[A-Za-z0-9_-]` (as an upstream name). The error completes "`name` …".
+///
+/// # Errors
+/// A message saying what a name must be.
+pub fn check_client_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.chars().count() <= MAX_UPSTREAM_NAME_LEN
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} must be 1 to {MAX_UPSTREAM_NAME_LEN} characters of [A-Za-z0-9_-]"
+        ))
+    }
+}
 
 /// A secret value (token digest, header value, key material): `Debug`
 /// prints `***`, there is no `Display`, and the value is reached only

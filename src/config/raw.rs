@@ -25,6 +25,9 @@ pub(super) struct RawConfig {
     pub watchdog: Option<RawWatchdog>,
     #[serde(default)]
     pub upstream: Vec<RawUpstream>,
+    #[serde(default)]
+    pub client: Vec<RawClient>,
+    pub audit: Option<RawAudit>,
 }
 
 /// `[server]`.
@@ -48,6 +51,33 @@ pub(super) struct RawServer {
     /// Deprecated alias of `admin_listen`.
     pub metrics_listen: Option<String>,
     pub state_directory: Option<String>,
+    pub tls_cert: Option<String>,
+    pub tls_key: Option<String>,
+    pub tls_client_ca: Option<String>,
+    pub allow_unauthenticated: Option<bool>,
+}
+
+/// One `[[client]]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawClient {
+    pub name: Option<String>,
+    pub token_file: Option<String>,
+    pub token_sha256: Option<String>,
+    pub cert_subject: Option<String>,
+    pub allow: Option<Vec<String>>,
+    pub deny: Option<Vec<String>>,
+    pub rate: Option<String>,
+}
+
+/// `[audit]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAudit {
+    pub path: Option<String>,
+    pub max_bytes: Option<RawInt>,
+    pub keep: Option<RawInt>,
+    pub arguments: Option<bool>,
 }
 
 /// `[watchdog]`.

@@ -1,10 +1,13 @@
 //! `Config::render_masked`: the resolved config as TOML, secrets masked.
 
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 use std::path::Path;
 use std::time::Duration;
 
-use super::{Config, EraPreference, ServerConfig, ToolNameRule, Transport, UpstreamConfig};
+use super::{
+    AuditConfig, AuditSink, ClientConfig, Config, Credential, EraPreference, Rate, ServerConfig,
+    ToolNameRule, Transport, UpstreamConfig,
+};
 
 /// Replacement for a masked value.
 const MASK: &str = "***";
@@ -31,6 +34,10 @@ pub(super) fn render(cfg: &Config) -> String {
     for up in &cfg.upstreams {
         upstream(&mut o, up);
     }
+    for c in &cfg.clients {
+        client(&mut o, c);
+    }
+    audit(&mut o, cfg.audit.as_ref());
     o
 }
 
@@ -70,6 +77,89 @@ fn server(o: &mut String, s: &ServerConfig) {
         Some(p) => kv(o, "state_directory", quote(&path(p))),
         None => o.push_str("# state_directory: not set (backoff state is kept in memory only)\n"),
     }
+    match &s.tls {
+        Some(t) => {
+            kv(o, "tls_cert", quote(&path(&t.cert)));
+            kv(o, "tls_key", quote(&path(&t.key)));
+            match &t.client_ca {
+                Some(p) => kv(o, "tls_client_ca", quote(&path(p))),
+                None => o.push_str("# tls_client_ca: not set (no client certificate asked for)\n"),
+            }
+            line(o, "# tls_cert notAfter: ", &t.not_after);
+        }
+        None => o.push_str("# tls_cert, tls_key: not set (plain HTTP)\n"),
+    }
+    kv(
+        o,
+        "allow_unauthenticated",
+        s.allow_unauthenticated.to_string(),
+    );
+}
+
+/// One `[[client]]` table; a token only as its digest (not a secret).
+fn client(o: &mut String, c: &ClientConfig) {
+    o.push_str("\n[[client]]\n");
+    kv(o, "name", quote(&c.name));
+    match &c.credential {
+        Credential::Token { file: Some(p), .. } => kv(o, "token_file", quote(&path(p))),
+        Credential::Token { sha256, file: None } => {
+            kv(o, "token_sha256", quote(&hex(sha256.expose())));
+        }
+        Credential::CertSubject(pairs) => kv(o, "cert_subject", quote(&subject(pairs))),
+    }
+    match &c.allow {
+        Some(a) => kv(o, "allow", array(a)),
+        None => o.push_str("# allow: not set (every name)\n"),
+    }
+    kv(o, "deny", array(&c.deny));
+    match &c.rate {
+        Some(r) => kv(o, "rate", quote(&rate(r))),
+        None => o.push_str("# rate: not set (unlimited)\n"),
+    }
+}
+
+/// The `[audit]` section, or a comment that there is none.
+fn audit(o: &mut String, a: Option<&AuditConfig>) {
+    let Some(a) = a else {
+        o.push_str("\n# [audit]: not set (no audit log)\n");
+        return;
+    };
+    o.push_str("\n[audit]\n");
+    let sink = match &a.sink {
+        AuditSink::File(p) => path(p),
+        AuditSink::Journal => "journal".to_owned(),
+    };
+    kv(o, "path", quote(&sink));
+    kv(o, "max_bytes", a.max_bytes.to_string());
+    kv(o, "keep", a.keep.to_string());
+    kv(o, "arguments", a.arguments.to_string());
+}
+
+/// Lower-case hex of a digest.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().fold(String::with_capacity(64), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// `CN=a, O=b`, with `\` and `,` in values escaped as the parser reads them.
+fn subject(pairs: &[(String, String)]) -> String {
+    let parts: Vec<String> = pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={}", v.replace('\\', "\\\\").replace(',', "\\,")))
+        .collect();
+    parts.join(", ")
+}
+
+/// `20/s`, `5/m`, `1/h`.
+fn rate(r: &Rate) -> String {
+    let unit = match r.per.as_secs() {
+        3600 => "h",
+        60 => "m",
+        _ => "s",
+    };
+    format!("{}/{unit}", r.count)
 }
 
 /// One `[[upstream]]` table: the common keys, then the transport's.
@@ -145,6 +235,43 @@ fn transport_keys(o: &mut String, transport: &Transport) {
             }
         }
         Transport::Builtin => {}
+    }
+}
+
+impl fmt::Debug for Transport {
+    /// As `check-config` shows it: URL credentials, header values, secret
+    /// env values and secret args masked.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                let env: std::collections::BTreeMap<&str, String> = env
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), mask_env_value(k, v)))
+                    .collect();
+                f.debug_struct("Stdio")
+                    .field("command", command)
+                    .field("args", &mask_args(args))
+                    .field("env", &env)
+                    .field("cwd", cwd)
+                    .finish()
+            }
+            Transport::Http {
+                url,
+                headers,
+                bearer_token_file,
+            } => f
+                .debug_struct("Http")
+                .field("url", &mask_url(url))
+                .field("headers", headers)
+                .field("bearer_token_file", bearer_token_file)
+                .finish(),
+            Transport::Builtin => f.write_str("Builtin"),
+        }
     }
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::ctx::{is_name_char, Ctx, Result};
 use super::raw::RawServer;
+use super::tls::{tls, RawTls};
 use super::values::{duration, ints};
 use super::{ServerConfig, ToolNameRule};
 use crate::limits;
@@ -35,6 +36,14 @@ pub(super) fn server(ctx: &Ctx, raw: RawServer) -> Result<ServerConfig> {
     let tool_names = tool_names(ctx, raw.tool_names.as_deref(), d.tool_names)?;
     let (session_idle_timeout, session_min_idle_before_evict) = session_idle(ctx, &raw, &d)?;
     let state_directory = state_directory(ctx, raw.state_directory.as_deref())?;
+    let tls = tls(
+        ctx,
+        RawTls {
+            cert: raw.tls_cert.as_deref(),
+            key: raw.tls_key.as_deref(),
+            client_ca: raw.tls_client_ca.as_deref(),
+        },
+    )?;
     let mut s = ServerConfig {
         listen,
         allowed_origins,
@@ -45,6 +54,8 @@ pub(super) fn server(ctx: &Ctx, raw: RawServer) -> Result<ServerConfig> {
         tool_names,
         admin_listen,
         state_directory,
+        tls,
+        allow_unauthenticated: raw.allow_unauthenticated.unwrap_or(d.allow_unauthenticated),
         ..d
     };
     sizes(ctx, &raw, &mut s)?;
@@ -172,13 +183,22 @@ fn admin_key<'r>(ctx: &Ctx, raw: &'r RawServer) -> Result<Option<(&'static str, 
     }
 }
 
-/// `"off"` (`None`), or an address other than `listen`'s (unless both are
-/// ephemeral, port 0).
+/// `"off"` (`None`), or a loopback address (the admin API has no
+/// authentication) other than `listen`'s (unless both are ephemeral, port 0).
 fn admin_addr(ctx: &Ctx, key: &str, s: &str, listen: SocketAddr) -> Result<Option<SocketAddr>> {
     if s.trim().eq_ignore_ascii_case("off") {
         return Ok(None);
     }
     let addr = socket_addr(ctx, key, s)?;
+    if !addr.ip().is_loopback() {
+        return Err(ctx.err(
+            key,
+            format!(
+                "{addr} is not a loopback address; the admin API has no authentication, \
+                 so it listens on loopback only (such as 127.0.0.1:9737 or [::1]:9737)"
+            ),
+        ));
+    }
     if addr == listen && addr.port() != 0 {
         return Err(ctx.err(key, "must differ from server.listen"));
     }

@@ -1,9 +1,10 @@
 //! Validate-and-fill of a whole TOML file: raw → typed [`Config`], section
 //! by section (`[server]` in `server`, each `[[upstream]]` in `upstream`,
-//! `[watchdog]` here), then the cross-upstream checks, which the
-//! `mcpServers` loader shares.
+//! `[[client]]` and `[audit]` in `net_validate`, `[watchdog]` here), then the
+//! cross-upstream checks, which the `mcpServers` loader shares.
 
 use super::ctx::{Ctx, Result};
+use super::net_validate::{audit, check_open_listen, clients};
 use super::raw::{RawConfig, RawWatchdog};
 use super::server::{notes, server};
 use super::upstream::upstream;
@@ -24,7 +25,12 @@ pub(super) fn config(ctx: &Ctx, raw: RawConfig) -> Result<Config> {
         let up = upstream(ctx, &base, r)?;
         upstreams.push((base, up));
     }
+    let clients = clients(ctx, &server, raw.client)?;
+    let audit = audit(ctx, raw.audit)?;
     let mut cfg = finish(ctx, server, upstreams)?;
+    check_open_listen(ctx, &cfg.server, &clients)?;
+    cfg.clients = clients;
+    cfg.audit = audit;
     cfg.watchdog = watchdog;
     for note in &notes {
         tracing::warn!(file = %ctx.path().display(), "{note}");

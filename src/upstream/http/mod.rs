@@ -116,8 +116,8 @@ impl HttpConn {
         for (k, v) in headers {
             let name = HeaderName::from_bytes(k.as_bytes())
                 .map_err(|e| SetupError(format!("headers.{k}: {e}")))?;
-            let value =
-                HeaderValue::from_str(v).map_err(|e| SetupError(format!("headers.{k}: {e}")))?;
+            let value = HeaderValue::from_str(v.expose())
+                .map_err(|e| SetupError(format!("headers.{k}: {e}")))?;
             map.insert(name, value);
         }
         if let Some(path) = bearer_token_file {
