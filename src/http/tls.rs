@@ -66,7 +66,11 @@ where
             })
         }
     };
-    let leaf = stream.get_ref().1.peer_certificates().and_then(|c| c.first());
+    let leaf = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first());
     let cert_subject = leaf.and_then(|der| {
         let s = cert_subject(der.as_ref());
         if s.is_none() {
@@ -114,8 +118,12 @@ fn attribute_text(v: &x509_parser::der_parser::asn1_rs::Any<'_>) -> String {
             std::str::from_utf8(data).ok().map(str::to_string)
         }
         Tag::BmpString => {
-            let units = data.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]]));
-            char::decode_utf16(units).collect::<Result<String, _>>().ok()
+            let units = data
+                .chunks_exact(2)
+                .map(|c| u16::from_be_bytes([c[0], c[1]]));
+            char::decode_utf16(units)
+                .collect::<Result<String, _>>()
+                .ok()
         }
         Tag::UniversalString => data
             .chunks_exact(4)
