@@ -95,7 +95,7 @@ async fn mcp_over_https_and_no_plain_http_on_the_tls_port() {
     let ca = Ca::new("test CA");
     let server = ca.server("gateway-a");
     let files = Files::write(dir.path(), &server, None);
-    let gw = start(&files).await;
+    let gw = support::tls::start("admin_listen = \"127.0.0.1:0\"", EDGE, &files).await;
     let addr = gw.local_addr();
 
     let mut c = Conn::open(addr, &ca, None).await.unwrap();
@@ -103,7 +103,9 @@ async fn mcp_over_https_and_no_plain_http_on_the_tls_port() {
     let sid = session(&mut c).await;
     list_and_call(&mut c, &sid, 1).await;
 
-    // Plain HTTP to the TLS port gets no HTTP answer.
+    // Plain HTTP to the TLS port gets no HTTP answer, and is counted.
+    let refused = || mcp_edge::metrics::read(mcp_edge::metrics::REFUSED, "limit=\"tls_handshake\"");
+    let before = refused();
     let plain: hyper_util::client::legacy::Client<_, http_body_util::Full<bytes::Bytes>> =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .build_http();
@@ -116,6 +118,15 @@ async fn mcp_over_https_and_no_plain_http_on_the_tls_port() {
         "plain HTTP answered: {:?}",
         r.map(|r| r.status())
     );
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while refused() <= before {
+        assert!(tokio::time::Instant::now() < deadline, "not counted");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // The admin listener stays plain HTTP.
+    let admin = format!("http://{}/healthz", gw.admin_addr().unwrap());
+    let r = plain.get(admin.parse().unwrap()).await.unwrap();
+    assert_eq!(r.status(), 200);
 
     // /status names the files, never their contents.
     let status = mcp_edge::http::admin::status(gw.app());
