@@ -91,7 +91,7 @@ where
 /// `C`, `L`, `ST`, `DC`, `EMAIL`, …; an attribute without a known name as
 /// its dotted OID), values as text (UTF-8, Printable, IA5, Numeric, BMP,
 /// Universal and Teletex strings; anything else as `#` and the hex of its
-/// bytes, the RFC 4514 form). `None` when `der` is not a certificate.
+/// content bytes). `None` when `der` is not a certificate.
 pub fn cert_subject(der: &[u8]) -> Option<Vec<(String, String)>> {
     let (_, cert) = X509Certificate::from_der(der).ok()?;
     let registry = x509_parser::objects::oid_registry();
