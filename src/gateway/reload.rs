@@ -105,6 +105,10 @@ impl Gateway {
         let app = self.app.clone();
         let old: Vec<Arc<Upstream>> = app.router.upstreams().to_vec();
         let Plan { report, set, fresh } = self.plan(&old, &new);
+        if report.tls_reloaded {
+            // At once: not after the drain of replaced upstreams below.
+            self.install_tls(new.server.tls.clone());
+        }
         // Resource subscriptions follow a restarted upstream to its
         // successor (which asks for them once connected); a removed one's go.
         for o in old
@@ -122,9 +126,6 @@ impl Gateway {
             self.supervisor.start_one(up);
         }
         *self.watchdog.lock().expect("watchdog lock") = new.watchdog;
-        if report.tls_reloaded {
-            self.install_tls(new.server.tls);
-        }
         if report.upstreams_changed() {
             // GET and listen streams tell their clients the lists changed.
             self.shared.catalog_gen.send_modify(|g| g.bump([true; 3]));
