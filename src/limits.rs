@@ -167,6 +167,11 @@ pub const CHILD_STOP_GRACE: Duration = Duration::from_secs(2);
 /// Time a client has to send a complete request head (and, between requests
 /// on a kept-alive connection, the next one) before its connection is closed.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time a client has to complete the TLS handshake on a `server.listen`
+/// with TLS: 10 s. The handshake runs in the connection's own task, so a
+/// slow one never stalls `accept`; past this it is closed (and counted as
+/// `refused{limit="tls_handshake"}`), freeing its `max_connections` permit.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// GET streams one legacy session may hold open at once; more get 429.
 pub const MAX_STREAMS_PER_SESSION: u8 = 2;
 

@@ -328,3 +328,48 @@ async fn embedded_default_serves_edge_tools_to_the_inspector() {
     assert!(peers::call_text(&py, 0).contains("/"), "{}", py["calls"][0]);
     gw.shutdown().await;
 }
+
+/// The Python SDKs and the TypeScript SDK over https (`server.tls_cert`),
+/// trusting the test CA: initialize (or `server/discover`), tools/list and
+/// tools/call of the built-in `edge` tools.
+async fn check_client_over_https(kind: ClientKind) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = support::tls::Ca::new("interop CA");
+    let files = support::tls::Files::write(dir.path(), &ca.server("mcp-edge"), None);
+    let edge = "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n";
+    let gw = support::tls::start("admin_listen = \"off\"", edge, &files).await;
+    let url = format!("https://{}/mcp", gw.local_addr());
+    let ca_file = ca.write(&dir.path().join("ca.pem"));
+    let calls = r#"[{"name": "edge__uptime"}]"#;
+    let out = peers::run_client_trusting(kind, &url, calls, &ca_file).await;
+    let tools = peers::tool_names(&out);
+    assert!(
+        tools.contains(&"edge__uptime".to_string()),
+        "{kind:?}: {tools:?}"
+    );
+    assert_eq!(
+        out["calls"][0]["result"]["isError"],
+        json!(false),
+        "{kind:?}: {}",
+        out["calls"][0]
+    );
+    gw.shutdown().await;
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_1_30_over_https() {
+    let out = check_client_over_https(ClientKind::V1).await;
+    assert_eq!(out["protocolVersion"], "2025-11-25");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_2_modern_over_https() {
+    let out = check_client_over_https(ClientKind::V2).await;
+    assert_eq!(out["protocolVersion"], "2026-07-28", "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typescript_sdk_over_https() {
+    check_client_over_https(ClientKind::Ts).await;
+}

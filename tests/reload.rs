@@ -9,9 +9,10 @@
 #![allow(clippy::disallowed_methods)] // real waits for a child process
 
 mod support;
-use mcp_edge::gateway::{Control, Gateway};
+use mcp_edge::gateway::Control;
 use serde_json::json;
 use std::time::Duration;
+use support::inprocess::InProcess;
 use support::*;
 
 /// Pids of the fake upstreams started by `parent`, by their `--name`.
@@ -59,81 +60,6 @@ struct KillOnDrop(u32);
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
         unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
-    }
-}
-
-/// A gateway served in-process ([`Gateway::serve`]) on the config file
-/// `cfg`, driven by [`Control`]s as `main.rs` drives it by signals.
-struct InProcess {
-    app: std::sync::Arc<mcp_edge::http::App>,
-    addr: std::net::SocketAddr,
-    controls: tokio::sync::mpsc::Sender<Control>,
-    served: tokio::task::JoinHandle<()>,
-}
-
-impl InProcess {
-    async fn start(cfg: &std::path::Path, board: Option<&str>) -> InProcess {
-        let g = InProcess::spawn(cfg, board).await;
-        g.wait_ready().await;
-        g
-    }
-
-    /// Serving, not yet waiting for its upstreams' first attempts.
-    async fn spawn(cfg: &std::path::Path, board: Option<&str>) -> InProcess {
-        let board = board.map(|b| mcp_edge::config::Board::named(b).unwrap());
-        let config = mcp_edge::config::Config::load_for(cfg, board.as_ref()).unwrap();
-        let gw = Gateway::start(config).await.unwrap();
-        let (app, addr) = (gw.app().clone(), gw.local_addr());
-        let (controls, rx) = tokio::sync::mpsc::channel(4);
-        let cfg = cfg.to_path_buf();
-        let served = tokio::spawn(async move { gw.serve(Some(&cfg), rx).await });
-        InProcess {
-            app,
-            addr,
-            controls,
-            served,
-        }
-    }
-
-    async fn wait_ready(&self) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while !self.app.ready.load(std::sync::atomic::Ordering::Relaxed) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "not ready within 30 s"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Asks for a reload and returns the report it left for `/status`.
-    async fn reload(&self) -> String {
-        let before = self.last_reload();
-        self.controls.send(Control::Reload).await.unwrap();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let now = self.last_reload();
-            if now != before {
-                return now.expect("a reload report").message;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no reload report within 60 s"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    fn last_reload(&self) -> Option<mcp_edge::http::admin::LastReload> {
-        self.app.last_reload.lock().unwrap().clone()
-    }
-
-    async fn stop(self) {
-        self.controls.send(Control::Stop).await.unwrap();
-        tokio::time::timeout(Duration::from_secs(30), self.served)
-            .await
-            .expect("serve ends on Control::Stop")
-            .unwrap();
     }
 }
 

@@ -15,9 +15,14 @@
 //! them are reported and wait for a restart, as do `[audit]` changes (the
 //! writer thread and its open file live as long as the gateway);
 //! `[watchdog]` applies at once.
+//! TLS: new certificate files (`tls_cert`, `tls_key`, `tls_client_ca`: paths
+//! or contents) are installed at once for the connections accepted from
+//! then on, while open connections keep the certificate they shook hands
+//! with; turning TLS on or off is a `[server]` change that waits for a
+//! restart (the listener keeps serving as it does).
 
 use super::Gateway;
-use crate::config::Config;
+use crate::config::{Config, ServerConfig, TlsConfig};
 use crate::limits::{OWNER_STOP_GRACE, RELOAD_DRAIN_GRACE};
 use crate::upstream::Upstream;
 use std::fmt;
@@ -38,15 +43,22 @@ pub struct ReloadReport {
     pub server_changed: bool,
     /// The `[audit]` section changed: applies at the next restart.
     pub audit_changed: bool,
+    /// New TLS certificate files: installed for new connections.
+    pub tls_reloaded: bool,
+    /// TLS turned on or off (`tls_cert` added or removed): part of
+    /// `server_changed`, waits for a restart.
+    pub tls_pending: bool,
 }
 
 impl ReloadReport {
     /// True when nothing changed.
     pub fn is_noop(&self) -> bool {
-        self.started.is_empty()
-            && self.restarted.is_empty()
-            && self.stopped.is_empty()
-            && !self.restart_pending()
+        !self.upstreams_changed() && !self.restart_pending() && !self.tls_reloaded
+    }
+
+    /// True when an upstream was started, restarted or stopped.
+    pub fn upstreams_changed(&self) -> bool {
+        !(self.started.is_empty() && self.restarted.is_empty() && self.stopped.is_empty())
     }
 
     /// True when a part of the new config waits for a restart
@@ -74,8 +86,14 @@ impl fmt::Display for ReloadReport {
             list(&self.stopped),
             self.unchanged.len()
         )?;
+        if self.tls_reloaded {
+            write!(f, "; new TLS certificate for new connections")?;
+        }
         if self.server_changed {
             write!(f, "; [server] changes apply at the next restart")?;
+        }
+        if self.tls_pending {
+            write!(f, " (TLS on/off among them)")?;
         }
         if self.audit_changed {
             write!(f, "; [audit] changes apply at the next restart")?;
@@ -101,6 +119,10 @@ impl Gateway {
         let app = self.app.clone();
         let old: Vec<Arc<Upstream>> = app.router.upstreams().to_vec();
         let Plan { report, set, fresh } = self.plan(&old, &new);
+        if report.tls_reloaded {
+            // At once: not after the drain of replaced upstreams below.
+            self.install_tls(new.server.tls.clone());
+        }
         // Resource subscriptions follow a restarted upstream to its
         // successor (which asks for them once connected); a removed one's go.
         for o in old
@@ -124,7 +146,7 @@ impl Gateway {
             self.supervisor.start_one(up);
         }
         *self.watchdog.lock().expect("watchdog lock") = new.watchdog;
-        if !report.is_noop() {
+        if report.upstreams_changed() {
             // GET and listen streams tell their clients the lists changed.
             self.shared.catalog_gen.send_modify(|g| g.bump([true; 3]));
         }
@@ -136,9 +158,8 @@ impl Gateway {
     fn plan(&mut self, old: &[Arc<Upstream>], new: &Config) -> Plan {
         let mut plan = Plan {
             report: ReloadReport {
-                server_changed: new.server != self.app.server,
                 audit_changed: new.audit != self.audit_config,
-                ..ReloadReport::default()
+                ..server_changes(&self.app.server, self.app.tls().as_ref(), &new.server)
             },
             set: Vec::with_capacity(new.upstreams.len()),
             fresh: Vec::new(),
@@ -165,6 +186,16 @@ impl Gateway {
         plan
     }
 
+    /// Serves `tls` (new certificate files) to the connections accepted
+    /// from now on.
+    fn install_tls(&self, tls: Option<TlsConfig>) {
+        if let Some(t) = &tls {
+            tracing::info!(cert = %t.cert.display(), not_after = %t.not_after, client_ca = ?t.client_ca,
+                "reload: new TLS certificate for new connections; open connections keep theirs");
+        }
+        self.app.set_tls(tls);
+    }
+
     /// Lets the calls running on restarted and removed upstreams finish (up
     /// to [`RELOAD_DRAIN_GRACE`] in all), then stops their owners.
     async fn stop_replaced(&mut self, old: &[Arc<Upstream>], report: &ReloadReport) {
@@ -180,5 +211,26 @@ impl Gateway {
             }
             self.supervisor.stop_one(name, OWNER_STOP_GRACE).await;
         }
+    }
+}
+
+/// The `[server]` part of a reload's report: `started` is `[server]` as the
+/// gateway started, `serving` the TLS configuration new connections get now.
+fn server_changes(
+    started: &ServerConfig,
+    serving: Option<&TlsConfig>,
+    new: &ServerConfig,
+) -> ReloadReport {
+    let without_tls = |s: &ServerConfig| ServerConfig {
+        tls: None,
+        ..s.clone()
+    };
+    let tls_pending = started.tls.is_some() != new.tls.is_some();
+    let tls_reloaded = matches!((serving, &new.tls), (Some(a), Some(b)) if a != b);
+    ReloadReport {
+        server_changed: tls_pending || without_tls(started) != without_tls(new),
+        tls_reloaded,
+        tls_pending,
+        ..ReloadReport::default()
     }
 }

@@ -50,8 +50,16 @@ pub async fn run(
 ) -> Result<(), GatewayError> {
     warn_over_budget(&config);
     crate::metrics::prometheus();
+    let scheme = if config.server.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let gateway = Gateway::start(config).await?;
-    eprintln!("mcp-edge listening on http://{}/mcp", gateway.local_addr());
+    eprintln!(
+        "mcp-edge listening on {scheme}://{}/mcp",
+        gateway.local_addr()
+    );
     if let Some(a) = gateway.admin_addr() {
         tracing::info!("admin listener on http://{a} (/metrics /healthz /readyz /status)");
     }

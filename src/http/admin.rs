@@ -8,7 +8,8 @@
 //! - `GET /status`: JSON `{version, ready, sessions: {active, capacity},
 //!   heap: {live_bytes, peak_bytes, rss_bytes}, upstreams: [{name, transport,
 //!   state, detail, retry_in_secs, attempts, probes_ok, probes_missed,
-//!   stderr_tail}]}`.
+//!   stderr_tail}], tls: {cert, not_after, client_ca} | null, …}` (`tls`: the
+//!   certificate new connections get, paths only, never key material).
 //! - `POST /upstreams/NAME/reconnect`: an immediate attempt (resets backoff
 //!   and parking); 404 for an unknown name.
 
@@ -89,6 +90,11 @@ pub fn status(app: &App) -> Value {
             "allow_unauthenticated": app.server.allow_unauthenticated,
             "clients": access.names().collect::<Vec<_>>(),
         },
+        "tls": app.tls().map(|t| json!({
+            "cert": t.cert.display().to_string(),
+            "not_after": t.not_after,
+            "client_ca": t.client_ca.as_ref().map(|p| p.display().to_string()),
+        })),
         "board": app.board,
         "last_reload": app.last_reload.lock().expect("last_reload lock").as_ref().map(|r| json!({
             "rejected": r.rejected,

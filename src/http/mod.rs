@@ -5,7 +5,9 @@
 //!
 //! Connections are limited by a semaphore whose permit is taken *before*
 //! `accept` and moved into the connection's task, so excess clients wait in
-//! the kernel backlog instead of costing memory here.
+//! the kernel backlog instead of costing memory here. With TLS
+//! (`server.tls_cert`), that task does the handshake first ([`tls`]); every
+//! request carries who sent it as a [`Peer`] extension.
 
 pub mod admin;
 pub mod cancel;
@@ -18,9 +20,10 @@ pub mod reply;
 mod request;
 pub mod streams;
 mod subscriptions;
+pub mod tls;
 
 use crate::access::{Access, Caller};
-use crate::config::ServerConfig;
+use crate::config::{ServerConfig, TlsConfig};
 use crate::protocol::{self, ProtocolVersion, RpcError};
 use crate::router::Router;
 use crate::session::Table;
@@ -32,7 +35,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
@@ -40,17 +43,21 @@ use tokio::sync::{watch, Semaphore};
 /// Response body type of every handler.
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;
 
-/// The connection a request came on, as a request extension (absent when
-/// tests drive [`endpoint::handle`] without a socket).
-#[derive(Debug, Clone)]
+/// Who sent a request: a request extension on every request that came
+/// through [`accept_loop`] (read it with `req.extensions().get::<Peer>()`;
+/// requests built elsewhere, e.g. by tests calling [`endpoint::handle`],
+/// have none). Computed once per connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peer {
-    /// The remote address.
+    /// The remote address of the connection.
     pub addr: SocketAddr,
-    /// Whether the connection is TLS.
+    /// The connection is TLS (`server.tls_cert`).
     pub tls: bool,
-    /// With mTLS, the verified client certificate's subject as (attribute,
-    /// value) pairs in certificate order (attribute short names upper-cased).
-    pub cert_subject: Option<Arc<[(String, String)]>>,
+    /// With mTLS (`server.tls_client_ca`): the verified client certificate's
+    /// subject as (attribute, value) pairs in certificate order, attribute
+    /// short names upper-cased (`CN`, `O`, `OU`, `C`, …; others as dotted
+    /// OIDs) ([`tls::cert_subject`]). `None` without TLS or mTLS.
+    pub cert_subject: Option<Vec<(String, String)>>,
 }
 
 /// Who sent a request: its [`Caller`] within the `[[client]]` table it was
@@ -133,6 +140,12 @@ pub struct App {
     /// The audit log (`[audit]`), if configured: one record per
     /// `tools/call`, `prompts/get`, `resources/read` ([`crate::audit`]).
     pub audit: Option<crate::audit::Audit>,
+    /// TLS on `listen` as it is now: `server.tls` at start, then each
+    /// reload's new certificate ([`App::set_tls`]). Read once per accepted
+    /// connection; open connections keep the configuration they shook
+    /// hands with. `None` = plain HTTP (turning TLS on or off waits for a
+    /// restart).
+    tls: RwLock<Option<TlsConfig>>,
 }
 
 impl App {
@@ -170,10 +183,29 @@ impl App {
             access: std::sync::RwLock::new(Arc::new(Access::open())),
             refusal_log: crate::access::Throttle::new(tokio::time::Instant::now()),
             audit,
+            tls: RwLock::new(server.tls.clone()),
             listen_addr,
             server,
             board,
         }
+    }
+
+    /// The TLS configuration new connections get (paths and `not_after`
+    /// for `/status`; the key material stays inside its rustls config).
+    pub fn tls(&self) -> Option<TlsConfig> {
+        self.tls.read().expect("tls lock").clone()
+    }
+
+    /// Installs `tls` for the connections accepted from now on (a reload
+    /// with new certificate files); open connections are not touched.
+    pub fn set_tls(&self, tls: Option<TlsConfig>) {
+        *self.tls.write().expect("tls lock") = tls;
+    }
+
+    /// The rustls configuration for one new connection, if `listen` is TLS.
+    fn tls_for_connection(&self) -> Option<Arc<rustls::ServerConfig>> {
+        let t = self.tls.read().expect("tls lock");
+        t.as_ref().map(|t| t.rustls.clone())
     }
 
     /// The capabilities mcp-edge announces in `initialize` and `server/discover`.
@@ -281,7 +313,8 @@ impl App {
 
 /// Accepts downstream connections until shutdown (a task of the
 /// composition root). A permit of the `max_connections` semaphore is taken
-/// *before* `accept` and moved into the connection's task.
+/// *before* `accept` and moved into the connection's task, which does the
+/// TLS handshake (when `listen` is TLS) and then serves HTTP/1.1.
 pub async fn accept_loop(
     listener: TcpListener,
     app: Arc<App>,
@@ -306,32 +339,55 @@ pub async fn accept_loop(
         };
         let _ = stream.set_nodelay(true);
         set_user_timeout(&stream, app.server.keepalive * 2);
+        // Read once: a reload installing a new certificate meanwhile
+        // reaches the next connection, not this one.
+        let tls = app.tls_for_connection();
         let app = app.clone();
         // The connection's own future: lives as long as the client's socket.
         #[allow(clippy::disallowed_methods)]
         // one task per accepted connection, bounded by its permit
         tokio::spawn(async move {
             let _permit = permit;
-            let peer = Peer {
-                addr,
-                tls: false,
-                cert_subject: None,
+            let Some(config) = tls else {
+                let peer = Peer {
+                    addr,
+                    tls: false,
+                    cert_subject: None,
+                };
+                return serve_connection(app, stream, peer).await;
             };
-            let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-                req.extensions_mut().insert(peer.clone());
-                route(app.clone(), req)
-            });
-            // A client must finish each request head within HEADER_READ_TIMEOUT,
-            // so silent or half-sent connections cannot hold permits forever.
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(crate::limits::HEADER_READ_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), svc)
-                .await
-            {
-                tracing::debug!("connection: {e}");
+            match tls::accept(config, stream, addr).await {
+                Ok((stream, peer)) => serve_connection(app, stream, peer).await,
+                Err(e) => {
+                    metrics::counter!(crate::metrics::REFUSED, "limit" => "tls_handshake")
+                        .increment(1);
+                    tracing::debug!("{e}");
+                }
             }
         });
+    }
+}
+
+/// Serves HTTP/1.1 on one connection (plain TCP or TLS), every request
+/// carrying `peer` as an extension.
+async fn serve_connection<S>(app: Arc<App>, io: S, peer: Peer)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let peer = Arc::new(peer);
+    let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+        req.extensions_mut().insert(Peer::clone(&peer));
+        route(app.clone(), req)
+    });
+    // A client must finish each request head within HEADER_READ_TIMEOUT,
+    // so silent or half-sent connections cannot hold permits forever.
+    if let Err(e) = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(crate::limits::HEADER_READ_TIMEOUT)
+        .serve_connection(TokioIo::new(io), svc)
+        .await
+    {
+        tracing::debug!("connection: {e}");
     }
 }
 

@@ -2,7 +2,8 @@
 // `Client` + `StreamableHTTPClientTransport`, initialize handshake (offers 2025-11-25). Runs on system Node 20.
 //
 // usage: node client_ts.mjs URL CALLS_JSON
-//   URL         e.g. http://127.0.0.1:PORT/mcp
+//   URL         e.g. http://127.0.0.1:PORT/mcp, or https://... (a private CA: run node with
+//               env NODE_EXTRA_CA_CERTS=ca.pem, which Node's fetch trusts besides the system's)
 //   CALLS_JSON  JSON list of {"name": str, "arguments": {...}} (arguments optional). Optional per-call keys:
 //                 "meta": {...}          sent as params._meta
 //                 "progress": true       ask for progress (progressToken) and record the notifications

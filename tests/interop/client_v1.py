@@ -1,7 +1,8 @@
 """Real MCP client, Python SDK mcp==1.30.0 (handshake era: initialize, negotiates 2025-11-25).
 
 usage: .venv1/bin/python client_v1.py URL CALLS_JSON
-  URL         e.g. http://127.0.0.1:PORT/mcp (streamable HTTP, `streamablehttp_client`)
+  URL         e.g. http://127.0.0.1:PORT/mcp (streamable HTTP, `streamablehttp_client`), or https://...
+              with env CLIENT_CA_FILE naming the PEM CA certificate(s) to trust (instead of the system's)
   CALLS_JSON  JSON list of {"name": str, "arguments": {...}} (arguments optional). Optional per-call keys:
                 "meta": {...}          sent as params._meta
                 "progress": true       ask for progress (progressToken) and record the notifications
@@ -27,14 +28,17 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import sys
 import traceback
 from typing import Any
 
 import anyio
+import httpx
 import mcp.types as types
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
+from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT, create_mcp_http_client
 from mcp.shared.exceptions import McpError
 
 SAMPLING_REPLY = "canned sampling reply from mcp-edge interop client"
@@ -64,6 +68,23 @@ async def on_elicitation(_ctx, params: types.ElicitRequestParams) -> types.Elici
     return types.ElicitResult(action="accept", content={k: placeholder(v) for k, v in props.items()})
 
 
+def http_client_factory(
+    headers: dict[str, str] | None = None,
+    timeout: httpx.Timeout | None = None,
+    auth: httpx.Auth | None = None,
+) -> httpx.AsyncClient:
+    """The SDK's client (its default timeouts), trusting CLIENT_CA_FILE when set."""
+    ca = os.environ.get("CLIENT_CA_FILE")
+    if not ca:
+        return create_mcp_http_client(headers=headers, timeout=timeout, auth=auth)
+    return httpx.AsyncClient(
+        headers=headers,
+        timeout=timeout or httpx.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
+        auth=auth,
+        verify=ssl.create_default_context(cafile=ca),
+    )
+
+
 def dump(model: Any) -> Any:
     return model.model_dump(mode="json", by_alias=True, exclude_none=True)
 
@@ -75,7 +96,11 @@ async def run(url: str, calls: list[dict[str, Any]]) -> dict[str, Any]:
         logs.append(dump(params))
 
     out: dict[str, Any] = {"client": "python-mcp-1.30.0"}
-    async with streamablehttp_client(url) as (read, write, _get_session_id):
+    async with streamablehttp_client(url, httpx_client_factory=http_client_factory) as (
+        read,
+        write,
+        _get_session_id,
+    ):
         async with ClientSession(
             read,
             write,

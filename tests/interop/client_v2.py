@@ -2,7 +2,8 @@
 falling back to the initialize handshake).
 
 usage: .venv2/bin/python client_v2.py URL CALLS_JSON [MODE]
-  URL         e.g. http://127.0.0.1:PORT/mcp (streamable HTTP)
+  URL         e.g. http://127.0.0.1:PORT/mcp (streamable HTTP), or https://... with env CLIENT_CA_FILE
+              naming the PEM CA certificate(s) to trust (instead of the system's)
   CALLS_JSON  JSON list of {"name": str, "arguments": {...}} (arguments optional). Optional per-call keys:
                 "meta": {...}          sent as params._meta
                 "progress": true       ask for progress (progressToken) and record the notifications
@@ -30,13 +31,17 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import sys
 import traceback
 from typing import Any
 
 import anyio
+import httpx2
 import mcp.types as types
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 from mcp.shared.exceptions import MCPError
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -70,6 +75,17 @@ async def on_elicitation(_ctx, params):
     return types.ElicitResult(action="accept", content={k: placeholder(v) for k, v in props.items()})
 
 
+def server(url: str) -> Any:
+    """`Client`'s server argument: the URL, or with CLIENT_CA_FILE a transport whose
+    httpx2 client trusts that CA (the SDK's timeouts kept)."""
+    ca = os.environ.get("CLIENT_CA_FILE")
+    if not ca:
+        return url
+    timeout = httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT)
+    http = httpx2.AsyncClient(timeout=timeout, verify=ssl.create_default_context(cafile=ca))
+    return streamable_http_client(url, http_client=http)
+
+
 def dump(model: Any) -> Any:
     if model is None:
         return None
@@ -84,7 +100,7 @@ async def run(url: str, calls: list[dict[str, Any]], mode: str) -> dict[str, Any
 
     out: dict[str, Any] = {"client": "python-mcp-2.3.0", "mode": mode}
     async with Client(
-        url,
+        server(url),
         mode=mode,
         sampling_callback=on_sampling,
         elicitation_callback=on_elicitation,

@@ -2,16 +2,20 @@
 //! HTTP to it, and describe the fake upstream of `tests/fake/fake_upstream.py`.
 //! Every test file that needs a helper says `mod support;`; the submodules
 //! are [`peers`] (real third-party MCP peers), [`scripted`] (the scriptable
-//! HTTP upstream of the supervisor tests) and [`sse`] (the one SSE reader).
+//! HTTP upstream of the supervisor tests), [`sse`] (the one SSE reader),
+//! [`inprocess`] (a gateway served in-process, driven by controls) and
+//! [`tls`] (test certificates and a TLS client).
 //!
 //! Each test binary compiles this module on its own and uses only part of
 //! it, hence one `allow(dead_code)` here (it covers the submodules too).
 #![allow(dead_code)]
 #![allow(clippy::disallowed_methods)] // test servers and readers are spawned tasks; peers are waited for in real time
 
+pub mod inprocess;
 pub mod peers;
 pub mod scripted;
 pub mod sse;
+pub mod tls;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -81,6 +85,11 @@ pub async fn request(
         .request(mcp_request(method, addr, headers, body, true))
         .await
         .expect("HTTP request");
+    reply(resp).await
+}
+
+/// Reads a whole answer into a [`Reply`].
+pub async fn reply(resp: http::Response<hyper::body::Incoming>) -> Reply {
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
     let raw =

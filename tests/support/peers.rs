@@ -7,8 +7,8 @@
 //! * upstream peers: [`spawn_fixture_http_server`] (Python SDK 1.30 FastMCP over streamable HTTP),
 //!   [`spawn_server_everything_http`] (the reference TS server, forced onto loopback); both return a
 //!   [`KillOnDrop`] guard and the port, and are reached at `http://127.0.0.1:{port}/mcp`
-//! * downstream clients: [`run_client`] (async; use it when the gateway runs in the test's own tokio runtime)
-//!   and [`run_client_blocking`]; both print-parse the scripts' single JSON object:
+//! * downstream clients: [`run_client`] (async; use it when the gateway runs in the test's own tokio runtime),
+//!   [`run_client_trusting`] (the same over https with a test CA) and [`run_client_blocking`]; both print-parse the scripts' single JSON object:
 //!   `{"protocolVersion", "serverInfo", "tools": [names], "calls": [{"name", "result"} | {"name", "error"}],
 //!   "logs": [...]}`. Calls spec: JSON list of `{"name", "arguments"?, "meta"?, "progress"?, "expect_error"?}`
 //!   (see tests/interop/client_v1.py's docstring).
@@ -287,7 +287,25 @@ fn parse_client_output(kind: ClientKind, out: Output) -> serde_json::Value {
 /// returns its JSON output; panics with the script's stderr otherwise. Async: the gateway may run on the
 /// same tokio runtime (a blocking wait would starve a current-thread runtime).
 pub async fn run_client(kind: ClientKind, url: &str, calls_json: &str) -> serde_json::Value {
-    let mut cmd = tokio::process::Command::from(client_command(kind, url, calls_json));
+    run_client_command(kind, client_command(kind, url, calls_json)).await
+}
+
+/// [`run_client`] against an `https://` `url` whose certificate is signed by
+/// the PEM CA in `ca` (the Python scripts read `CLIENT_CA_FILE`, Node's
+/// fetch `NODE_EXTRA_CA_CERTS`).
+pub async fn run_client_trusting(
+    kind: ClientKind,
+    url: &str,
+    calls_json: &str,
+    ca: &Path,
+) -> serde_json::Value {
+    let mut cmd = client_command(kind, url, calls_json);
+    cmd.env("CLIENT_CA_FILE", ca).env("NODE_EXTRA_CA_CERTS", ca);
+    run_client_command(kind, cmd).await
+}
+
+async fn run_client_command(kind: ClientKind, cmd: Command) -> serde_json::Value {
+    let mut cmd = tokio::process::Command::from(cmd);
     cmd.kill_on_drop(true);
     let child = cmd
         .spawn()
