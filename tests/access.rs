@@ -379,7 +379,7 @@ async fn clients_are_authenticated_kept_apart_and_held_to_their_policy() {
         absent_m.body["error"]["code"]
     );
     let allowed = legacy(addr, READER, &reader, "tools/call", call("fake__echo")).await;
-    assert_eq!(support::text_of(&allowed), "hi");
+    assert_eq!(support::text_of(&allowed), "fake:hi");
     let allowed_m = modern(addr, WRITER, "tools/call", call("fake__slow_echo")).await;
     assert!(allowed_m.body.get("result").is_some(), "{}", allowed_m.raw);
 
