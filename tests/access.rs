@@ -122,6 +122,9 @@ token_sha256 = "{}"
 allow = ["edge__*"]
 rate = "3/h"
 
+[audit]
+path = "{}/audit.jsonl"
+
 [[upstream]]
 name = "edge"
 transport = "builtin"
@@ -133,6 +136,7 @@ transport = "builtin"
         sha256_hex(READER),
         dir.display(),
         sha256_hex(LIMITED),
+        dir.display(),
         support::fake_block("fake", "legacy", ""),
         scripted::http_block("cap", cap_url, ""),
     )
@@ -468,4 +472,72 @@ async fn clients_are_authenticated_kept_apart_and_held_to_their_policy() {
         assert!(!metrics.contains(secret));
     }
     assert!(log.contains("401"), "refusals are logged: {log}");
+
+    // Audit: one line per call that reached the endpoint, no arguments by default.
+    let lines = audit_lines(&dir.path().join("audit.jsonl"), 8).await;
+    let outcomes: Vec<(&str, &str, &str)> = lines
+        .iter()
+        .map(|l| {
+            (
+                l["client"].as_str().unwrap(),
+                l["name"].as_str().unwrap(),
+                l["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("reader", "fake__slow_echo", "refused"),
+            // Outside the reader's allow-list, existing or not.
+            ("reader", "fake__no_such_tool", "refused"),
+            ("writer", "fake__echo", "refused"),
+            ("writer", "fake__no_such_tool", "error"),
+            ("reader", "fake__echo", "ok"),
+            ("writer", "fake__slow_echo", "ok"),
+            ("limited", "fake://fake/readme", "refused"),
+            ("reader", "cap__hello", "ok"),
+        ]
+    );
+    let ok = &lines[4];
+    assert_eq!(ok["method"], "tools/call");
+    assert_eq!(ok["upstream"], "fake");
+    assert_eq!(ok["original"], "echo");
+    assert!(
+        ok["session"].as_str().unwrap().starts_with("legacy:"),
+        "{ok}"
+    );
+    assert_eq!(lines[5]["session"], "modern");
+    assert_eq!(lines[3]["code"], -32602);
+    assert!(lines[0].get("code").is_none(), "{}", lines[0]);
+    assert_eq!(lines[6]["method"], "resources/read");
+    for l in &lines {
+        assert!(l["time"].as_str().unwrap().ends_with('Z'), "{l}");
+        assert!(
+            l["duration_ms"].is_u64() && l["request_bytes"].as_u64().unwrap() > 0,
+            "{l}"
+        );
+        assert!(l["response_bytes"].as_u64().unwrap() > 0, "{l}");
+        assert!(l.get("arguments").is_none(), "no arguments by default: {l}");
+    }
+}
+
+/// The audit file's lines once there are `n` of them (the writer is a thread).
+async fn audit_lines(path: &Path, n: usize) -> Vec<Value> {
+    for _ in 0..100 {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.lines().count() >= n {
+            let lines: Vec<Value> = text
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            assert_eq!(lines.len(), n, "{text}");
+            return lines;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "fewer than {n} audit lines: {}",
+        std::fs::read_to_string(path).unwrap_or_default()
+    );
 }

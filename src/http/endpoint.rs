@@ -203,7 +203,8 @@ where
             return reply::json(StatusCode::BAD_REQUEST, &protocol::error_response(id, &e))
         }
     };
-    match one(&app, &headers, msg, reply::accepts_sse(&headers), &who).await {
+    let accepts = reply::accepts_sse(&headers);
+    match one(&app, &headers, msg, accepts, &who, bytes.len()).await {
         Ok(Outcome::Accepted) => reply::empty(StatusCode::ACCEPTED),
         Ok(Outcome::Answer(Answer {
             response,
@@ -268,6 +269,10 @@ async fn batch(
     }
     let mut out = Vec::new();
     for item in items {
+        let size = match app.audit {
+            Some(_) => super::audited::json_len(&item),
+            None => 0,
+        };
         let answer = match protocol::classify(item) {
             Err((id, e)) => Some(protocol::error_response(id, &e)),
             Ok(Message::Request { id, method, .. }) if method == "initialize" => {
@@ -279,7 +284,7 @@ async fn batch(
                     ),
                 ))
             }
-            Ok(m) => match one(app, h, m, false, who).await {
+            Ok(m) => match one(app, h, m, false, who, size).await {
                 Ok(Outcome::Answer(a)) => Some(a.response),
                 Ok(_) => None,
                 Err((id, r)) => Some(protocol::error_response(id, &r.1)),

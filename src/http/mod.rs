@@ -10,6 +10,7 @@
 //! request carries who sent it as a [`Peer`] extension.
 
 pub mod admin;
+mod audited;
 pub mod cancel;
 pub mod checks;
 pub mod endpoint;

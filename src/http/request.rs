@@ -8,7 +8,7 @@
 //! statelessly; anything else is legacy and needs its `Mcp-Session-Id`
 //! (`../shared/spec/2025-11-25/transports.mdx` §Session Management).
 
-use super::{modern, reply, App, Body, Who};
+use super::{audited, modern, reply, App, Body, Who};
 use crate::protocol::{self, Message, ProtocolVersion, RpcError};
 use crate::session::{SessionError, SessionId};
 use http::{HeaderMap, Response, StatusCode};
@@ -204,6 +204,7 @@ pub(super) async fn one(
     msg: Message,
     stream_ok: bool,
     who: &Who,
+    request_bytes: usize,
 ) -> Result<Outcome, (Value, Refusal)> {
     match msg {
         Message::Response { id, outcome } => {
@@ -228,6 +229,7 @@ pub(super) async fn one(
                 params,
                 era,
                 who: who.clone(),
+                request_bytes,
             };
             match call.route(stream_ok) {
                 Route::Listen => call.listen(app, stream_ok).await,
@@ -288,6 +290,8 @@ struct Call {
     params: Option<Value>,
     era: ClientEra,
     who: Who,
+    /// Size of the message as received (the audit log's `request_bytes`).
+    request_bytes: usize,
 }
 
 impl Call {
@@ -400,16 +404,26 @@ impl Call {
                 params,
                 era,
                 who,
+                request_bytes,
             } = self;
             let _busy = app.in_flight.enter();
             let t0 = Instant::now();
+            let mut audit =
+                audited::Pending::start(&app, &method, params.as_ref(), era, &who, request_bytes);
             let call = app.call(&method, params, era == ClientEra::Modern, Some(relay), &who);
             let outcome = match cancel {
                 Some((_registered, cancelled)) => super::cancel::cancellable(call, cancelled).await,
                 None => call.await,
             };
             observe(&method, t0);
-            finish(id, &method, era, outcome).response
+            if let Some(a) = audit.as_mut() {
+                a.judge(&outcome);
+            }
+            let response = finish(id, &method, era, outcome).response;
+            if let Some(a) = audit {
+                a.done(&app, &response);
+            }
+            response
         };
         reply::relay_stream(rx, fut, keepalive)
     }
@@ -438,9 +452,12 @@ impl Call {
             params,
             era,
             who,
+            request_bytes,
         } = self;
         let _busy = app.in_flight.enter();
         let t0 = Instant::now();
+        let mut audit =
+            audited::Pending::start(app, &method, params.as_ref(), era, &who, request_bytes);
         let call = app.call(&method, params, era == ClientEra::Modern, None, &who);
         // A legacy request can be cancelled by its session's
         // `notifications/cancelled` ([`super::cancel`]); a modern one by
@@ -455,7 +472,14 @@ impl Call {
             ClientEra::Modern => call.await,
         };
         observe(&method, t0);
-        finish(id, &method, era, outcome)
+        if let Some(a) = audit.as_mut() {
+            a.judge(&outcome);
+        }
+        let answer = finish(id, &method, era, outcome);
+        if let Some(a) = audit {
+            a.done(app, &answer.response);
+        }
+        answer
     }
 }
 

@@ -11,6 +11,7 @@
 
 pub mod names;
 mod view;
+pub use view::Described;
 
 use crate::access::Policy;
 use crate::config::ToolNameRule;

@@ -120,4 +120,36 @@ impl Router {
                 policy: false,
             })
     }
+
+    /// Where a `tools/call`, `prompts/get` or `resources/read` would go for
+    /// a client under `policy`, found in the catalog as it is (no waiting):
+    /// for the audit log.
+    pub fn describe(&self, method: &str, params: Option<&Value>, policy: &Policy) -> Described {
+        match self.target(&self.merged(), method, params, policy) {
+            Ok(t) => Described {
+                upstream: Some(t.up.name().to_string()),
+                original: t.original.or_else(|| {
+                    let uri = params.and_then(|p| p.get("uri")).and_then(Value::as_str);
+                    uri.map(String::from)
+                }),
+                refused: false,
+            },
+            Err(miss) => Described {
+                upstream: None,
+                original: None,
+                refused: miss.policy,
+            },
+        }
+    }
+}
+
+/// What [`Router::describe`] found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Described {
+    /// The upstream's name; `None` when it does not route.
+    pub upstream: Option<String>,
+    /// The name (or URI) at the upstream.
+    pub original: Option<String>,
+    /// It exists, but the client's policy withholds it.
+    pub refused: bool,
 }

@@ -1,0 +1,117 @@
+//! The audit record of one `tools/call`, `prompts/get` or `resources/read`
+//! ([`crate::audit`]): what the request was, taken before the call
+//! consumes it, and how it ended, once the answer is framed. Nothing here
+//! runs when `[audit]` is absent.
+
+use super::request::ClientEra;
+use super::{App, Who};
+use crate::audit::{Outcome, Record};
+use crate::protocol::{self, RpcError};
+use serde_json::Value;
+use std::time::SystemTime;
+use tokio::time::Instant;
+
+/// The methods audited, as the `&'static str` the record keeps.
+fn audited(method: &str) -> Option<&'static str> {
+    ["tools/call", "prompts/get", "resources/read"]
+        .into_iter()
+        .find(|m| *m == method)
+}
+
+/// An audited call under way.
+pub(super) struct Pending {
+    record: Record,
+    t0: Instant,
+}
+
+impl Pending {
+    /// The record of `method` with `params` from `who` in `era`, when the
+    /// gateway keeps an audit log and the method is audited.
+    pub(super) fn start(
+        app: &App,
+        method: &str,
+        params: Option<&Value>,
+        era: ClientEra,
+        who: &Who,
+        request_bytes: usize,
+    ) -> Option<Pending> {
+        let audit = app.audit.as_ref()?;
+        let method = audited(method)?;
+        let key = if method == "resources/read" {
+            "uri"
+        } else {
+            "name"
+        };
+        let exposed = params.and_then(|p| p.get(key)).and_then(Value::as_str);
+        let found = app.router.describe(method, params, who.policy());
+        let record = Record {
+            time: SystemTime::now(),
+            client: who.access.required().then(|| who.name().to_owned()),
+            session: match era {
+                ClientEra::Legacy(sid, _) => Some(sid.to_header()),
+                ClientEra::Modern => None,
+            },
+            method,
+            upstream: found.upstream,
+            exposed: exposed.unwrap_or_default().to_owned(),
+            original: found.original,
+            // `refused` is kept here until the outcome is known.
+            outcome: if found.refused {
+                Outcome::Refused
+            } else {
+                Outcome::Ok
+            },
+            duration_ms: 0,
+            request_bytes: request_bytes as u64,
+            response_bytes: 0,
+            arguments: audit
+                .wants_arguments()
+                .then(|| params.and_then(|p| p.get("arguments")).cloned())
+                .flatten(),
+        };
+        Some(Pending {
+            record,
+            t0: Instant::now(),
+        })
+    }
+
+    /// Notes how the call ended (before its answer is framed).
+    pub(super) fn judge(&mut self, outcome: &Result<Value, RpcError>) {
+        let refused = self.record.outcome == Outcome::Refused;
+        self.record.outcome = match outcome {
+            Ok(r) if r.get("isError").and_then(Value::as_bool) == Some(true) => Outcome::ToolError,
+            Ok(_) => Outcome::Ok,
+            Err(_) if refused => Outcome::Refused,
+            Err(e) if e.code == protocol::UPSTREAM_TIMEOUT => Outcome::Timeout,
+            Err(e) => Outcome::Error(e.code),
+        };
+    }
+
+    /// Hands the record of the call answered with `response` to the writer
+    /// (never waits).
+    pub(super) fn done(mut self, app: &App, response: &Value) {
+        let Some(audit) = app.audit.as_ref() else {
+            return;
+        };
+        self.record.duration_ms = self.t0.elapsed().as_millis() as u64;
+        self.record.response_bytes = json_len(response) as u64;
+        audit.record(self.record);
+    }
+}
+
+/// Bytes of `v` as compact JSON, counted without building the text.
+pub(super) fn json_len(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
+}
