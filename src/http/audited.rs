@@ -3,7 +3,6 @@
 //! consumes it, and how it ended, once the answer is framed. Nothing here
 //! runs when `[audit]` is absent.
 
-use super::request::ClientEra;
 use super::{App, Who};
 use crate::audit::{Outcome, Record};
 use crate::protocol::{self, RpcError};
@@ -25,16 +24,17 @@ pub(super) struct Pending {
 }
 
 impl Pending {
-    /// The record of `method` with `params` from `who` in `era`, when the
-    /// gateway keeps an audit log and the method is audited.
+    /// The record of `method` with `params` from `who` in legacy `session`
+    /// (`None`: a modern request), when the gateway keeps an audit log and
+    /// the method is audited.
     pub(super) fn start(
         app: &App,
         method: &str,
         params: Option<&Value>,
-        era: ClientEra,
+        session: Option<String>,
         who: &Who,
         request_bytes: usize,
-    ) -> Option<Pending> {
+    ) -> Option<Box<Pending>> {
         let audit = app.audit.as_ref()?;
         let method = audited(method)?;
         let key = if method == "resources/read" {
@@ -47,10 +47,7 @@ impl Pending {
         let record = Record {
             time: SystemTime::now(),
             client: who.access.required().then(|| who.name().to_owned()),
-            session: match era {
-                ClientEra::Legacy(sid, _) => Some(sid.to_header()),
-                ClientEra::Modern => None,
-            },
+            session,
             method,
             upstream: found.upstream,
             exposed: exposed.unwrap_or_default().to_owned(),
@@ -69,10 +66,12 @@ impl Pending {
                 .then(|| params.and_then(|p| p.get("arguments")).cloned())
                 .flatten(),
         };
-        Some(Pending {
+        // Boxed: every connection's future has room for the call's state,
+        // and a record is large (`budget`'s idle connection cost).
+        Some(Box::new(Pending {
             record,
             t0: Instant::now(),
-        })
+        }))
     }
 
     /// Notes how the call ended (before its answer is framed).
@@ -89,7 +88,7 @@ impl Pending {
 
     /// Hands the record of the call answered with `response` to the writer
     /// (never waits).
-    pub(super) fn done(mut self, app: &App, response: &Value) {
+    pub(super) fn done(mut self: Box<Self>, app: &App, response: &Value) {
         let Some(audit) = app.audit.as_ref() else {
             return;
         };

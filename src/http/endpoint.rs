@@ -223,41 +223,8 @@ async fn batch(
     sse: bool,
     who: &Who,
 ) -> Response<Body> {
-    // JSON-RPC batches exist only in 2025-03-26 (removed in 2025-06-18).
-    let sid = match session_header(h) {
-        Ok(Some(id)) => id,
-        Ok(None) | Err(_) => {
-            return refuse(
-                StatusCode::BAD_REQUEST,
-                protocol::INVALID_REQUEST,
-                "Invalid Request: JSON-RPC batches are accepted only in 2025-03-26 sessions",
-            )
-            .into_response(Value::Null)
-        }
-    };
-    let version = app
-        .sessions
-        .lock()
-        .expect("sessions")
-        .touch(&sid, Instant::now());
-    match version {
-        Err(_) => {
-            return refuse(
-                StatusCode::NOT_FOUND,
-                protocol::INVALID_REQUEST,
-                "Session not found",
-            )
-            .into_response(Value::Null)
-        }
-        Ok(s) if s.version != ProtocolVersion::V2025_03_26 => {
-            return refuse(
-                StatusCode::BAD_REQUEST,
-                protocol::INVALID_REQUEST,
-                "Invalid Request: JSON-RPC batches are accepted only in 2025-03-26 sessions",
-            )
-            .into_response(Value::Null)
-        }
-        Ok(_) => {}
+    if let Err(refused) = batch_session(app, h) {
+        return refused;
     }
     if items.is_empty() {
         return refuse(
@@ -296,4 +263,31 @@ async fn batch(
         return reply::empty(StatusCode::ACCEPTED);
     }
     reply::answer(StatusCode::OK, Value::Array(out), None, sse)
+}
+
+/// A batch's session: it must exist and speak 2025-03-26, the one revision
+/// with JSON-RPC batches (removed in 2025-06-18).
+fn batch_session(app: &App, h: &HeaderMap) -> Result<(), Response<Body>> {
+    let not_here = || {
+        refuse(
+            StatusCode::BAD_REQUEST,
+            protocol::INVALID_REQUEST,
+            "Invalid Request: JSON-RPC batches are accepted only in 2025-03-26 sessions",
+        )
+        .into_response(Value::Null)
+    };
+    let Ok(Some(sid)) = session_header(h) else {
+        return Err(not_here());
+    };
+    let session = (app.sessions.lock().expect("sessions")).touch(&sid, Instant::now());
+    match session {
+        Err(_) => Err(refuse(
+            StatusCode::NOT_FOUND,
+            protocol::INVALID_REQUEST,
+            "Session not found",
+        )
+        .into_response(Value::Null)),
+        Ok(s) if s.version != ProtocolVersion::V2025_03_26 => Err(not_here()),
+        Ok(_) => Ok(()),
+    }
 }

@@ -357,15 +357,26 @@ pub async fn accept_loop(
                 };
                 return serve_connection(app, stream, peer).await;
             };
-            match tls::accept(config, stream, addr).await {
-                Ok((stream, peer)) => serve_connection(app, stream, peer).await,
-                Err(e) => {
-                    metrics::counter!(crate::metrics::REFUSED, "limit" => "tls_handshake")
-                        .increment(1);
-                    tracing::debug!("{e}");
-                }
-            }
+            // Boxed: the TLS state (handshake, rustls connection) is not
+            // part of every plain connection's task (`budget`'s idle cost).
+            Box::pin(serve_tls(app, config, stream, addr)).await;
         });
+    }
+}
+
+/// The TLS handshake of one connection, then [`serve_connection`].
+async fn serve_tls(
+    app: Arc<App>,
+    config: Arc<rustls::ServerConfig>,
+    stream: tokio::net::TcpStream,
+    addr: SocketAddr,
+) {
+    match tls::accept(config, stream, addr).await {
+        Ok((stream, peer)) => serve_connection(app, stream, peer).await,
+        Err(e) => {
+            metrics::counter!(crate::metrics::REFUSED, "limit" => "tls_handshake").increment(1);
+            tracing::debug!("{e}");
+        }
     }
 }
 

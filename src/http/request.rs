@@ -26,6 +26,16 @@ pub(super) enum ClientEra {
     Modern,
 }
 
+impl ClientEra {
+    /// The legacy session id as sent, `None` for a modern request.
+    fn session(&self) -> Option<String> {
+        match self {
+            ClientEra::Legacy(sid, _) => Some(sid.to_header()),
+            ClientEra::Modern => None,
+        }
+    }
+}
+
 /// An HTTP-level refusal: status plus JSON-RPC error (id null).
 pub(super) struct Refusal(pub(super) StatusCode, pub(super) RpcError);
 
@@ -408,8 +418,14 @@ impl Call {
             } = self;
             let _busy = app.in_flight.enter();
             let t0 = Instant::now();
-            let mut audit =
-                audited::Pending::start(&app, &method, params.as_ref(), era, &who, request_bytes);
+            let mut audit = audited::Pending::start(
+                &app,
+                &method,
+                params.as_ref(),
+                era.session(),
+                &who,
+                request_bytes,
+            );
             let call = app.call(&method, params, era == ClientEra::Modern, Some(relay), &who);
             let outcome = match cancel {
                 Some((_registered, cancelled)) => super::cancel::cancellable(call, cancelled).await,
@@ -456,8 +472,14 @@ impl Call {
         } = self;
         let _busy = app.in_flight.enter();
         let t0 = Instant::now();
-        let mut audit =
-            audited::Pending::start(app, &method, params.as_ref(), era, &who, request_bytes);
+        let mut audit = audited::Pending::start(
+            app,
+            &method,
+            params.as_ref(),
+            era.session(),
+            &who,
+            request_bytes,
+        );
         let call = app.call(&method, params, era == ClientEra::Modern, None, &who);
         // A legacy request can be cancelled by its session's
         // `notifications/cancelled` ([`super::cancel`]); a modern one by
