@@ -11,92 +11,12 @@ mod support;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::time::Duration;
+use support::binary::{admin_get, refused, sha256_hex, Running};
 use support::{free_port, post, scripted};
 
 const READER: &str = "mcpe_reader-token-0123456789abcdef";
 const WRITER: &str = "mcpe_writer-token-0123456789abcdef";
 const LIMITED: &str = "mcpe_limited-token-0123456789abcd";
-
-fn sha256_hex(token: &str) -> String {
-    let d = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
-    d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The gateway binary serving `config`, killed on drop; stderr goes to a file.
-struct Running {
-    child: std::process::Child,
-    addr: SocketAddr,
-    admin: SocketAddr,
-    log: std::path::PathBuf,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Running {
-    async fn start(dir: &Path, config: &str) -> Running {
-        let path = dir.join("config.toml");
-        std::fs::write(&path, config).unwrap();
-        let log = dir.join("stderr.log");
-        let child = support::gateway_command()
-            .args(["serve", "--config"])
-            .arg(&path)
-            .env("RUST_LOG", "debug")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("gateway binary starts");
-        let port = |key: &str| -> u16 {
-            let line = config.lines().find(|l| l.starts_with(key)).unwrap();
-            line.rsplit(':')
-                .next()
-                .unwrap()
-                .trim_matches('"')
-                .parse()
-                .unwrap()
-        };
-        let r = Running {
-            child,
-            addr: ([127, 0, 0, 1], port("listen")).into(),
-            admin: ([127, 0, 0, 1], port("admin_listen")).into(),
-            log,
-        };
-        r.wait_ready().await;
-        r
-    }
-
-    async fn wait_ready(&self) {
-        for _ in 0..300 {
-            if admin_get(self.admin, "/readyz").await.0 == 200 {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!(
-            "gateway not ready: {}",
-            std::fs::read_to_string(&self.log).unwrap_or_default()
-        );
-    }
-}
-
-async fn admin_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
-        return (0, String::new());
-    };
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let req = format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out).await;
-    let status = out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = out.split_once("\r\n\r\n").map_or("", |x| x.1).to_string();
-    (status, body)
-}
 
 fn config(dir: &Path, cap_url: &str) -> String {
     std::fs::write(dir.join("writer.token"), format!("{WRITER}\n")).unwrap();
@@ -218,14 +138,6 @@ fn names(r: &support::Reply, key: &str) -> Vec<String> {
         .iter()
         .map(|t| t[field].as_str().unwrap().to_string())
         .collect()
-}
-
-fn refused(metrics: &str, limit: &str) -> u64 {
-    let prefix = format!("mcp_edge_refused_total{{limit=\"{limit}\"}} ");
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .map_or(0, |v| v.trim().parse::<f64>().unwrap() as u64)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -466,8 +378,11 @@ async fn clients_are_authenticated_kept_apart_and_held_to_their_policy() {
         json!(["reader", "writer", "limited"])
     );
     let log = std::fs::read_to_string(&gw.log).unwrap();
+    let (valid, checked) = support::binary::check_config(&gw.config);
+    assert!(valid, "{checked}");
     for secret in [READER, WRITER, LIMITED] {
         assert!(!status.to_string().contains(secret));
+        assert!(!checked.contains(secret), "token in check-config");
         assert!(!log.contains(secret), "token in the log");
         assert!(!metrics.contains(secret));
     }

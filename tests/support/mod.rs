@@ -3,14 +3,16 @@
 //! Every test file that needs a helper says `mod support;`; the submodules
 //! are [`peers`] (real third-party MCP peers), [`scripted`] (the scriptable
 //! HTTP upstream of the supervisor tests), [`sse`] (the one SSE reader),
-//! [`inprocess`] (a gateway served in-process, driven by controls) and
-//! [`tls`] (test certificates and a TLS client).
+//! [`inprocess`] (a gateway served in-process, driven by controls),
+//! [`binary`] (the gateway binary as a black box) and [`tls`] (test
+//! certificates, TLS config files and a TLS client).
 //!
 //! Each test binary compiles this module on its own and uses only part of
 //! it, hence one `allow(dead_code)` here (it covers the submodules too).
 #![allow(dead_code)]
 #![allow(clippy::disallowed_methods)] // test servers and readers are spawned tasks; peers are waited for in real time
 
+pub mod binary;
 pub mod inprocess;
 pub mod peers;
 pub mod scripted;

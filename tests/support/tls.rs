@@ -1,18 +1,15 @@
-//! TLS for the tests: certificates made by `rcgen` ([`Ca`], [`Issued`]), a
-//! [`TlsConfig`] built from their PEM files ([`tls_config`]), and an HTTP/1.1
-//! client connection over `tokio-rustls` that trusts the test CA and shows
-//! the server's certificate ([`Conn`]).
-//!
-//! [`tls_config`] stands in for the config loader until it reads
-//! `server.tls_cert` / `tls_key` / `tls_client_ca` itself: then tests write
-//! those keys (see [`Files::toml`]) and load the config instead.
+//! TLS for the tests: certificates made by `rcgen` ([`Ca`], [`Issued`]),
+//! their PEM files and the `[server]` lines naming them ([`Files`]), configs
+//! with them loaded by the config loader ([`config`], [`start`]), and an
+//! HTTP/1.1 client connection over `tokio-rustls` that trusts the test CA
+//! and shows the server's certificate ([`Conn`]).
 
 use super::Reply;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
-use mcp_edge::config::{Config, TlsConfig};
+use mcp_edge::config::Config;
 use mcp_edge::gateway::Gateway;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use rustls::pki_types::pem::PemObject;
@@ -125,53 +122,19 @@ impl Files {
     }
 }
 
-/// `server.tls` as the config loader makes it from `files` (ring, ALPN
-/// `http/1.1`, a client certificate required when there is a client CA).
-pub fn tls_config(files: &Files) -> TlsConfig {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .unwrap();
-    let builder = match &files.client_ca {
-        Some(ca) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for c in CertificateDer::pem_file_iter(ca).unwrap() {
-                roots.add(c.unwrap()).unwrap();
-            }
-            let verifier =
-                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
-                    .build()
-                    .unwrap();
-            builder.with_client_cert_verifier(verifier)
-        }
-        None => builder.with_no_client_auth(),
-    };
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    let key = PrivateKeyDer::from_pem_file(&files.key).unwrap();
-    let mut rustls = builder.with_single_cert(chain.clone(), key).unwrap();
-    rustls.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let (_, leaf) = x509_parser::parse_x509_certificate(&chain[0]).unwrap();
-    TlsConfig {
-        cert: files.cert.clone(),
-        key: files.key.clone(),
-        client_ca: files.client_ca.clone(),
-        rustls: Arc::new(rustls),
-        digest: digest(files),
-        not_after: leaf.validity().not_after.to_string(),
-    }
+/// The config text of [`super::start`] (`[server]` on an ephemeral
+/// loopback port plus `server_extra`, then `upstreams`) with `files`'
+/// `tls_*` lines (`None`: plain HTTP).
+pub fn config_text(server_extra: &str, upstreams: &str, files: Option<&Files>) -> String {
+    let tls = files.map(Files::toml).unwrap_or_default();
+    format!("[server]\nlisten = \"127.0.0.1:0\"\n{server_extra}\n{tls}\n{upstreams}")
 }
 
-/// The config of [`super::start`] (`[server]` on an ephemeral loopback
-/// port plus `server_extra`, then `upstreams`) with `files` as its TLS
-/// (`None`: plain HTTP).
+/// [`config_text`] loaded by the config loader (which reads the PEM files
+/// and builds `server.tls`).
 pub fn config(server_extra: &str, upstreams: &str, files: Option<&Files>) -> Config {
-    let text = format!("[server]\nlisten = \"127.0.0.1:0\"\n{server_extra}\n{upstreams}");
-    let mut c = Config::from_toml_str(&text, Path::new("tls.toml")).expect("valid test config");
-    c.server.tls = files.map(tls_config);
-    c
+    let text = config_text(server_extra, upstreams, files);
+    Config::from_toml_str(&text, Path::new("tls.toml")).expect("valid test config")
 }
 
 /// [`super::start`] serving https with `files`.
@@ -181,25 +144,6 @@ pub async fn start(server_extra: &str, upstreams: &str, files: &Files) -> Gatewa
         .expect("gateway starts");
     gw.wait_upstreams(std::time::Duration::from_secs(30)).await;
     gw
-}
-
-/// Stands in for the SHA-256 of the files: equal for equal contents.
-fn digest(files: &Files) -> [u8; 32] {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    for p in [
-        Some(&files.cert),
-        Some(&files.key),
-        files.client_ca.as_ref(),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        std::fs::read(p).unwrap().hash(&mut h);
-    }
-    let mut d = [0u8; 32];
-    d[..8].copy_from_slice(&h.finish().to_be_bytes());
-    d
 }
 
 /// A client configuration trusting `ca`, presenting `client` if given.
