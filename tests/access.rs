@@ -449,7 +449,7 @@ async fn audit_lines(path: &Path, n: usize) -> Vec<Value> {
             assert_eq!(lines.len(), n, "{text}");
             return lines;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     panic!(
         "fewer than {n} audit lines: {}",
