@@ -94,3 +94,72 @@ async fn a_changed_audit_section_waits_for_a_restart() {
     );
     gw.shutdown().await;
 }
+
+/// Calls through the endpoint while the audit writer is stuck: a FIFO
+/// whose reader never reads, so the writer thread blocks once the pipe
+/// buffer is full. Every call is still answered, the records past the queue
+/// are dropped and counted, and the writer wrote nothing more meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn calls_are_answered_while_the_audit_writer_is_blocked() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("audit.fifo");
+    let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    // The reader that never reads (non-blocking open: no writer yet).
+    let _reader = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)
+        .unwrap();
+    let text = "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"off\"\n\n[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n";
+    let mut c = Config::from_toml_str(text, Path::new("test.toml")).unwrap();
+    c.audit = Some(AuditConfig {
+        sink: AuditSink::File(fifo.clone()),
+        max_bytes: 1 << 30,
+        keep: 1,
+        arguments: true,
+    });
+    let gw = Gateway::start(c).await.unwrap();
+    gw.wait_upstreams(std::time::Duration::from_secs(10)).await;
+    let audit = gw.app().audit.clone().unwrap();
+    let addr = gw.local_addr();
+    // Arguments make each line large: the 64 KiB pipe fills within the first calls.
+    let pad = "x".repeat(2048);
+    let call = |i: u64| {
+        let args = serde_json::json!({"name": "edge__uptime", "arguments": {"pad": pad}});
+        support::modern(addr, serde_json::json!(i), "tools/call", args)
+    };
+    let mut i = 0;
+    loop {
+        let before = audit.written();
+        for _ in 0..50 {
+            i += 1;
+            assert_eq!(call(i).await.status, 200);
+        }
+        // Fifty calls and not one line written while records wait: stuck.
+        if audit.written() == before && audit.queue_free() < 1024 {
+            break;
+        }
+        assert!(i < 5_000, "the writer never blocked");
+    }
+    let stuck_at = audit.written();
+    let total = 2_000;
+    for _ in 0..total {
+        i += 1;
+        let r = call(i).await;
+        assert_eq!(r.status, 200, "{}", r.raw);
+        assert!(r.body.get("result").is_some(), "{}", r.raw);
+    }
+    assert_eq!(
+        audit.written(),
+        stuck_at,
+        "the writer stayed blocked throughout"
+    );
+    assert!(
+        audit.dropped() >= total - 1024,
+        "dropped {} of {total} with a queue of 1024",
+        audit.dropped()
+    );
+}

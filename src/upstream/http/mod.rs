@@ -116,8 +116,10 @@ impl HttpConn {
         for (k, v) in headers {
             let name = HeaderName::from_bytes(k.as_bytes())
                 .map_err(|e| SetupError(format!("headers.{k}: {e}")))?;
-            let value = HeaderValue::from_str(v.expose())
+            let mut value = HeaderValue::from_str(v.expose())
                 .map_err(|e| SetupError(format!("headers.{k}: {e}")))?;
+            // Configured header values are secrets (API keys): never shown.
+            value.set_sensitive(true);
             map.insert(name, value);
         }
         if let Some(path) = bearer_token_file {
