@@ -244,6 +244,32 @@ fn admin(
 }
 
 /// `/status` as a table.
+/// Who may call, and TLS, from `/status` (names and paths only).
+fn print_access(v: &serde_json::Value) {
+    let a = &v["access"];
+    let names: Vec<&str> = (a["clients"].as_array().into_iter().flatten())
+        .filter_map(|c| c.as_str())
+        .collect();
+    let who = match (names.is_empty(), a["allow_unauthenticated"] == true) {
+        (false, _) => format!("{} client(s): {}", names.len(), names.join(", ")),
+        (true, true) => "anyone (allow_unauthenticated = true)".to_owned(),
+        (true, false) => "anyone on loopback (no [[client]])".to_owned(),
+    };
+    let tls = match v["tls"].as_object() {
+        Some(t) => format!(
+            "https, certificate valid until {}{}",
+            t["not_after"].as_str().unwrap_or("?"),
+            if t["client_ca"].is_null() {
+                ""
+            } else {
+                ", client certificates required"
+            }
+        ),
+        None => "plain http".to_owned(),
+    };
+    println!("access: {who}  ({tls})");
+}
+
 fn print_status(body: &str) {
     let v: serde_json::Value = match serde_json::from_str(body) {
         Ok(v) => v,
@@ -262,6 +288,7 @@ fn print_status(body: &str) {
     if let Some(r) = v["last_reload"].as_object() {
         println!("last reload: {}", r["message"].as_str().unwrap_or(""));
     }
+    print_access(&v);
     println!(
         "ready: {}  sessions: {}/{}  heap: {} KiB live, {} KiB peak",
         v["ready"],

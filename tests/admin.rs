@@ -120,4 +120,8 @@ async fn status_metrics_readiness_and_reconnect() {
         table.contains("edge") && table.contains("ready") && table.contains("backoff"),
         "{table}"
     );
+    assert!(
+        table.contains("access: anyone on loopback (no [[client]])  (plain http)"),
+        "{table}"
+    );
 }
