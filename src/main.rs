@@ -243,7 +243,6 @@ fn admin(
     })
 }
 
-/// `/status` as a table.
 /// Who may call, and TLS, from `/status` (names and paths only).
 fn print_access(v: &serde_json::Value) {
     let a = &v["access"];
@@ -270,6 +269,7 @@ fn print_access(v: &serde_json::Value) {
     println!("access: {who}  ({tls})");
 }
 
+/// `/status` as a table.
 fn print_status(body: &str) {
     let v: serde_json::Value = match serde_json::from_str(body) {
         Ok(v) => v,

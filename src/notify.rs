@@ -115,6 +115,7 @@ impl Watchdog {
     /// ([`watchdog_period`]); `heartbeat` is beaten by a task on the runtime.
     pub fn start(health: Arc<dyn Health>, heartbeat: Heartbeat, period: Duration) -> Watchdog {
         let (stop, stop_rx) = std::sync::mpsc::channel::<()>();
+        #[allow(clippy::disallowed_methods)] // the watchdog pinger thread, owned by Watchdog
         let thread = std::thread::Builder::new()
             .name("mcp-edge-watchdog".into())
             .spawn(move || {

@@ -315,6 +315,12 @@ impl Table {
             .then(|| self.slots[i as usize].session.expect("live slot"))
     }
 
+    /// The owner mark of a session still in its slot, expired or not.
+    pub fn owner(&self, id: &SessionId) -> Option<u64> {
+        let i = self.find(id)?;
+        self.slots[i as usize].session.map(|s| s.owner)
+    }
+
     /// Opens a GET stream on a session (a client request: touches it). At
     /// most `max` at once. Errors: [`SessionError::NotFound`], or
     /// [`SessionError::TooManyStreams`] (counted as `streams_per_session`).

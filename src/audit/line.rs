@@ -19,8 +19,12 @@ pub enum Outcome {
     Error(i64),
     /// The upstream did not answer within its `call_timeout` (`"timeout"`).
     Timeout,
-    /// Refused by the client's `allow`/`deny` or `rate` (`"refused"`).
+    /// Refused by the client's `allow`/`deny` (`"refused"`; a request over
+    /// its `rate` is refused at the door with 429 and is not audited).
     Refused,
+    /// The caller went away (closed its connection or stream) before the
+    /// answer: the call may have run upstream (`"disconnected"`).
+    Disconnected,
 }
 
 impl Outcome {
@@ -32,6 +36,7 @@ impl Outcome {
             Outcome::Error(_) => "error",
             Outcome::Timeout => "timeout",
             Outcome::Refused => "refused",
+            Outcome::Disconnected => "disconnected",
         }
     }
 

@@ -158,7 +158,12 @@ impl RotatingFile {
 }
 
 fn append(path: &Path) -> io::Result<File> {
-    OpenOptions::new().create(true).append(true).open(path)
+    use std::os::unix::fs::OpenOptionsExt;
+    // Owner and group only: lines name clients and, with `arguments`,
+    // may hold what they sent (an existing file keeps its mode).
+    (OpenOptions::new().create(true).append(true))
+        .mode(0o640)
+        .open(path)
 }
 
 fn rename_if_there(from: &Path, to: &Path) -> io::Result<()> {

@@ -88,11 +88,22 @@ fn no_arguments_or_code_key_unless_there_and_unknowns_are_marked() {
         Outcome::Error(1),
         Outcome::Timeout,
         Outcome::Refused,
+        Outcome::Disconnected,
     ]
     .iter()
     .map(|o| o.as_str())
     .collect();
-    assert_eq!(names, ["ok", "tool_error", "error", "timeout", "refused"]);
+    assert_eq!(
+        names,
+        [
+            "ok",
+            "tool_error",
+            "error",
+            "timeout",
+            "refused",
+            "disconnected"
+        ]
+    );
 }
 
 #[tokio::test]

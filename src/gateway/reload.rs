@@ -154,6 +154,30 @@ impl Gateway {
         report
     }
 
+    /// Whether `new` may be applied to the running gateway: the network
+    /// rule of config loading (a non-loopback `listen` needs a
+    /// `[[client]]` unless `allow_unauthenticated`) held against the
+    /// listener and `[server]` *running*, since changes to those wait for a
+    /// restart while the client table applies at once.
+    ///
+    /// # Errors
+    /// Why not, naming the keys.
+    pub fn admissible(&self, new: &Config) -> Result<(), String> {
+        let listen = self.app.listen_addr;
+        if new.clients.is_empty()
+            && !listen.ip().is_loopback()
+            && !self.app.server.allow_unauthenticated
+        {
+            return Err(format!(
+                "[[client]]: the running listener {listen} (server.listen) is not loopback \
+                 and serves clients by token or certificate; a reload cannot remove every \
+                 [[client]] (changes to server.listen and server.allow_unauthenticated \
+                 apply at a restart)"
+            ));
+        }
+        Ok(())
+    }
+
     /// Matches `new`'s upstreams with the running ones by name.
     fn plan(&mut self, old: &[Arc<Upstream>], new: &Config) -> Plan {
         let mut plan = Plan {

@@ -141,7 +141,10 @@ impl Gateway {
                 "reload: no config file (embedded default); nothing to do",
                 false,
             ),
-            Some(p) => match Config::load_for(p, self.board.as_ref()) {
+            Some(p) => match Config::load_for(p, self.board.as_ref())
+                .map_err(|e| e.to_string())
+                .and_then(|c| self.admissible(&c).map(|()| c))
+            {
                 Err(e) => {
                     let m = format!("reload rejected, the running config stays: {e}");
                     tracing::error!("{m}");

@@ -17,10 +17,23 @@ fn audited(method: &str) -> Option<&'static str> {
         .find(|m| *m == method)
 }
 
-/// An audited call under way.
+/// An audited call under way. Dropped before [`Pending::done`] (the
+/// caller closed its connection, so the call's future was dropped), it
+/// still records the call, as `disconnected`.
 pub(super) struct Pending {
-    record: Record,
+    record: Option<Record>,
     t0: Instant,
+    audit: crate::audit::Audit,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(mut r) = self.record.take() {
+            r.outcome = Outcome::Disconnected;
+            r.duration_ms = self.t0.elapsed().as_millis() as u64;
+            self.audit.record(r);
+        }
+    }
 }
 
 impl Pending {
@@ -69,15 +82,19 @@ impl Pending {
         // Boxed: every connection's future has room for the call's state,
         // and a record is large (`budget`'s idle connection cost).
         Some(Box::new(Pending {
-            record,
+            record: Some(record),
             t0: Instant::now(),
+            audit: audit.clone(),
         }))
     }
 
     /// Notes how the call ended (before its answer is framed).
     pub(super) fn judge(&mut self, outcome: &Result<Value, RpcError>) {
-        let refused = self.record.outcome == Outcome::Refused;
-        self.record.outcome = match outcome {
+        let Some(record) = self.record.as_mut() else {
+            return;
+        };
+        let refused = record.outcome == Outcome::Refused;
+        record.outcome = match outcome {
             Ok(r) if r.get("isError").and_then(Value::as_bool) == Some(true) => Outcome::ToolError,
             Ok(_) => Outcome::Ok,
             Err(_) if refused => Outcome::Refused,
@@ -88,13 +105,12 @@ impl Pending {
 
     /// Hands the record of the call answered with `response` to the writer
     /// (never waits).
-    pub(super) fn done(mut self: Box<Self>, app: &App, response: &Value) {
-        let Some(audit) = app.audit.as_ref() else {
-            return;
-        };
-        self.record.duration_ms = self.t0.elapsed().as_millis() as u64;
-        self.record.response_bytes = json_len(response) as u64;
-        audit.record(self.record);
+    pub(super) fn done(mut self: Box<Self>, response: &Value) {
+        if let Some(mut r) = self.record.take() {
+            r.duration_ms = self.t0.elapsed().as_millis() as u64;
+            r.response_bytes = json_len(response) as u64;
+            self.audit.record(r);
+        }
     }
 }
 

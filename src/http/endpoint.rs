@@ -25,7 +25,9 @@ where
 {
     if let Err(why) = app.origin.check(req.headers()) {
         metrics::counter!(crate::metrics::FORBIDDEN).increment(1);
-        tracing::info!("403: {why}");
+        if let Some(skipped) = app.refusal_log.allow(Instant::now()) {
+            tracing::info!(skipped, "403: {why}");
+        }
         return refuse(
             StatusCode::FORBIDDEN,
             protocol::INVALID_REQUEST,
@@ -235,34 +237,55 @@ async fn batch(
         .into_response(Value::Null);
     }
     let mut out = Vec::new();
-    for item in items {
-        let size = match app.audit {
-            Some(_) => super::audited::json_len(&item),
-            None => 0,
-        };
-        let answer = match protocol::classify(item) {
-            Err((id, e)) => Some(protocol::error_response(id, &e)),
-            Ok(Message::Request { id, method, .. }) if method == "initialize" => {
-                Some(protocol::error_response(
-                    id,
-                    &RpcError::new(
-                        protocol::INVALID_REQUEST,
-                        "Invalid Request: initialize must not be part of a batch",
-                    ),
-                ))
-            }
-            Ok(m) => match one(app, h, m, false, who, size).await {
-                Ok(Outcome::Answer(a)) => Some(a.response),
-                Ok(_) => None,
-                Err((id, r)) => Some(protocol::error_response(id, &r.1)),
-            },
-        };
-        out.extend(answer);
+    for (n, item) in items.into_iter().enumerate() {
+        // The gate charged the rate for the first message; every further
+        // one of the batch is charged too.
+        let over = (n > 0)
+            .then(|| super::gate::charge(app, who))
+            .and_then(Result::err);
+        out.extend(batch_item(app, h, item, who, over).await);
     }
     if out.is_empty() {
         return reply::empty(StatusCode::ACCEPTED);
     }
     reply::answer(StatusCode::OK, Value::Array(out), None, sse)
+}
+
+/// One message of a batch: its answer, if it gets one. `over`: the
+/// caller's rate is used up (requests get that error, the rest is dropped).
+async fn batch_item(
+    app: &Arc<App>,
+    h: &HeaderMap,
+    item: Value,
+    who: &Who,
+    over: Option<RpcError>,
+) -> Option<Value> {
+    let size = match app.audit {
+        Some(_) => super::audited::json_len(&item),
+        None => 0,
+    };
+    let m = match protocol::classify(item) {
+        Err((id, e)) => return Some(protocol::error_response(id, &e)),
+        Ok(m) => m,
+    };
+    let refusal = match (&m, over) {
+        (Message::Request { method, .. }, _) if method == "initialize" => Some(RpcError::new(
+            protocol::INVALID_REQUEST,
+            "Invalid Request: initialize must not be part of a batch",
+        )),
+        (_, over) => over,
+    };
+    if let Some(e) = refusal {
+        return match m {
+            Message::Request { id, .. } => Some(protocol::error_response(id, &e)),
+            _ => None,
+        };
+    }
+    match one(app, h, m, false, who, size).await {
+        Ok(Outcome::Answer(a)) => Some(a.response),
+        Ok(_) => None,
+        Err((id, r)) => Some(protocol::error_response(id, &r.1)),
+    }
 }
 
 /// A batch's session: it must exist and speak 2025-03-26, the one revision

@@ -33,9 +33,8 @@ pub(super) fn admit<B>(app: &App, req: &Request<B>) -> Result<Who, Response<Body
     }
     // A session presented by another caller is answered as an unknown one.
     if let Ok(Some(id)) = session_header(req.headers()) {
-        let owner = (app.sessions.lock().expect("sessions"))
-            .peek(&id, now)
-            .map(|s| s.owner);
+        // Expired but not yet swept counts too: its calls may still run.
+        let owner = app.sessions.lock().expect("sessions").owner(&id);
         if owner.is_some_and(|o| o != who.owner()) {
             let r = refuse(
                 StatusCode::NOT_FOUND,
@@ -46,6 +45,33 @@ pub(super) fn admit<B>(app: &App, req: &Request<B>) -> Result<Who, Response<Body
         }
     }
     Ok(who)
+}
+
+/// Takes one more request from `who`'s rate (each message of a batch
+/// after the first); the error to answer when it is used up, counted as
+/// `mcp_edge_refused_total{limit="rate"}`.
+pub(super) fn charge(app: &App, who: &Who) -> Result<(), RpcError> {
+    let wait = match who.access.admit(who.caller, Instant::now()) {
+        Ok(()) => return Ok(()),
+        Err(wait) => wait,
+    };
+    metrics::counter!(crate::metrics::REFUSED, "limit" => "rate").increment(1);
+    if let Some(skipped) = app.refusal_log.allow(Instant::now()) {
+        tracing::info!(client = who.name(), skipped, "batch message over its rate");
+    }
+    Err(rate_error(who, wait))
+}
+
+fn rate_error(who: &Who, wait: Duration) -> RpcError {
+    let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+    RpcError::new(
+        protocol::RATE_LIMITED,
+        format!(
+            "Too many requests: client {:?} is over its rate",
+            who.name()
+        ),
+    )
+    .with_data(json!({"retryAfterSeconds": secs}))
 }
 
 fn peer_addr(peer: Option<&Peer>) -> String {

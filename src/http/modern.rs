@@ -143,17 +143,20 @@ pub fn is_cacheable(method: &str) -> bool {
 
 /// Adds `resultType: "complete"` when absent and, on cacheable complete
 /// results, `ttlMs` and `cacheScope` when absent (an upstream's own values
-/// win): `public` for lists and discovery, `private` for `resources/read`.
-pub fn decorate(method: &str, mut result: Value) -> Value {
+/// win): `public` for lists and discovery, `private` for `resources/read`,
+/// and for everything when `per_caller` (clients are configured, so a list
+/// shows what that client's policy allows).
+pub fn decorate(method: &str, mut result: Value, per_caller: bool) -> Value {
     if let Some(o) = result.as_object_mut() {
         let rt = o.entry("resultType").or_insert_with(|| json!("complete"));
         let complete = rt.as_str() == Some("complete");
         if complete && is_cacheable(method) {
             o.entry("ttlMs")
                 .or_insert_with(|| json!(limits::DEFAULT_LIST_TTL_MS));
-            // Lists are the gateway's own merge, the same for every caller;
-            // a read may be per-user data the gateway cannot judge.
-            let scope = if method == "resources/read" {
+            // Lists are the gateway's own merge, the same for every caller
+            // unless client policies filter them; a read may be per-user
+            // data the gateway cannot judge.
+            let scope = if per_caller || method == "resources/read" {
                 "private"
             } else {
                 "public"
@@ -247,14 +250,17 @@ mod tests {
 
     #[test]
     fn decorate_adds_only_missing_fields() {
-        let r = decorate("tools/list", json!({"tools": [], "ttlMs": 5}));
+        let r = decorate("tools/list", json!({"tools": [], "ttlMs": 5}), false);
         assert_eq!(
             r,
             json!({"tools": [], "ttlMs": 5, "resultType": "complete", "cacheScope": "public"})
         );
-        let r = decorate("tools/call", json!({"content": []}));
+        let r = decorate("tools/call", json!({"content": []}), false);
         assert_eq!(r, json!({"content": [], "resultType": "complete"}));
-        let r = decorate("tools/list", json!({"resultType": "input_required"}));
+        let r = decorate("tools/list", json!({"resultType": "input_required"}), false);
         assert_eq!(r, json!({"resultType": "input_required"}));
+        // Client policies filter lists: no shared cache may keep one.
+        let r = decorate("tools/list", json!({"tools": []}), true);
+        assert_eq!(r["cacheScope"], "private");
     }
 }

@@ -160,7 +160,13 @@ fn decide_era(
 
 /// Status and framing of a finished call (-32601 on the modern path is 404:
 /// transports-streamable-http.mdx §Protocol Version Header).
-fn finish(id: Value, method: &str, era: ClientEra, outcome: Result<Value, RpcError>) -> Answer {
+fn finish(
+    id: Value,
+    method: &str,
+    era: ClientEra,
+    outcome: Result<Value, RpcError>,
+    who: &Who,
+) -> Answer {
     let label = crate::metrics::method_label(method);
     let status = match &outcome {
         Err(e) if era == ClientEra::Modern && e.code == protocol::METHOD_NOT_FOUND => {
@@ -171,7 +177,9 @@ fn finish(id: Value, method: &str, era: ClientEra, outcome: Result<Value, RpcErr
     metrics::counter!(crate::metrics::REQUESTS, "method" => label, "outcome" => if outcome.is_ok() { "ok" } else { "error" }).increment(1);
     let response = match outcome {
         Ok(r) if era == ClientEra::Modern => {
-            protocol::result_response(id, modern::decorate(method, r))
+            // With clients, what a list shows depends on who asks.
+            let per_caller = who.access.required();
+            protocol::result_response(id, modern::decorate(method, r, per_caller))
         }
         Ok(r) => protocol::result_response(id, r),
         Err(e) => protocol::error_response(id, &e),
@@ -194,12 +202,12 @@ async fn relayed_answer(app: &App, h: &HeaderMap, id: Value, outcome: Result<Val
     let Some((up, slot, generation)) = crate::upstream::relay::parse_downstream_id(&id) else {
         return; // not ours
     };
-    let session = h.get("mcp-session-id").and_then(|v| v.to_str().ok());
+    let session = live_session(app, h).map(|s| s.to_header());
     let (Some(upstream), Some(session)) = (app.router.by_id(up), session) else {
         return;
     };
     if !upstream
-        .answer_relayed(slot, generation, session, outcome)
+        .answer_relayed(slot, generation, &session, outcome)
         .await
     {
         tracing::info!(upstream = %upstream.name(), "dropped an answer to an unknown or expired relayed request");
@@ -231,7 +239,8 @@ pub(super) async fn one(
             }
             let era = decide_era(app, h, &method, params.as_ref()).map_err(|r| (id.clone(), r))?;
             if era == ClientEra::Modern {
-                modern_checks(app, h, &method, params.as_ref()).map_err(|e| (id.clone(), e))?;
+                modern_checks(app, h, &method, params.as_ref(), who.policy())
+                    .map_err(|e| (id.clone(), e))?;
             }
             let call = Call {
                 id,
@@ -252,6 +261,15 @@ pub(super) async fn one(
     }
 }
 
+/// The request's legacy session, when it is in the table and not expired
+/// (the gate has checked it is the caller's): what a cancellation or an
+/// answer to a relayed request may act for.
+fn live_session(app: &App, h: &HeaderMap) -> Option<SessionId> {
+    let sid = session_header(h).ok().flatten()?;
+    let t = app.sessions.lock().expect("sessions");
+    t.peek(&sid, Instant::now()).map(|_| sid)
+}
+
 /// `notifications/initialized` marks the session; `notifications/cancelled`
 /// drops the legacy request it names. Others are accepted and dropped.
 fn notification(app: &App, h: &HeaderMap, method: &str, params: Option<&Value>) {
@@ -263,7 +281,7 @@ fn notification(app: &App, h: &HeaderMap, method: &str, params: Option<&Value>) 
         }
         "notifications/cancelled" => {
             let request = params.and_then(|p| p.get("requestId"));
-            if let (Ok(Some(sid)), Some(request)) = (session_header(h), request) {
+            if let (Some(sid), Some(request)) = (live_session(app, h), request) {
                 app.cancels.cancel(sid, request);
             }
         }
@@ -278,9 +296,10 @@ fn modern_checks(
     h: &HeaderMap,
     method: &str,
     params: Option<&Value>,
+    policy: &crate::access::Policy,
 ) -> Result<(), Refusal> {
     modern::validate(h, method, params)
-        .and_then(|()| check_param_headers(app, h, method, params))
+        .and_then(|()| check_param_headers(app, h, method, params, policy))
         .map_err(|e| Refusal(StatusCode::BAD_REQUEST, e))
 }
 
@@ -369,7 +388,7 @@ impl Call {
                 ),
             )),
         };
-        finish(self.id, &self.method, self.era, outcome)
+        finish(self.id, &self.method, self.era, outcome, &self.who)
     }
 
     /// A legacy `resources/subscribe` / `resources/unsubscribe`, kept in
@@ -385,7 +404,7 @@ impl Call {
         let outcome =
             (app.resource_subscription(who, &self.method, self.params.as_ref(), policy)).await;
         observe(&self.method, t0);
-        finish(self.id, &self.method, self.era, outcome)
+        finish(self.id, &self.method, self.era, outcome, &self.who)
     }
 
     /// A call whose upstream may send request-scoped messages: an SSE
@@ -435,9 +454,9 @@ impl Call {
             if let Some(a) = audit.as_mut() {
                 a.judge(&outcome);
             }
-            let response = finish(id, &method, era, outcome).response;
+            let response = finish(id, &method, era, outcome, &who).response;
             if let Some(a) = audit {
-                a.done(&app, &response);
+                a.done(&response);
             }
             response
         };
@@ -497,9 +516,9 @@ impl Call {
         if let Some(a) = audit.as_mut() {
             a.judge(&outcome);
         }
-        let answer = finish(id, &method, era, outcome);
+        let answer = finish(id, &method, era, outcome, &who);
         if let Some(a) = audit {
-            a.done(app, &answer.response);
+            a.done(&answer.response);
         }
         answer
     }
@@ -508,12 +527,14 @@ impl Call {
 /// A modern `tools/call`'s `Mcp-Param-*` headers against its arguments,
 /// for a tool whose `inputSchema` annotates parameters with `x-mcp-header`
 /// (2026-07-28 transports-streamable-http.mdx §Server Validation). Errors:
-/// `-32020` naming the header.
+/// `-32020` naming the header. A tool outside the caller's `policy` has no
+/// annotations to check: the router answers it as an unknown tool.
 fn check_param_headers(
     app: &App,
     h: &HeaderMap,
     method: &str,
     params: Option<&Value>,
+    policy: &crate::access::Policy,
 ) -> Result<(), RpcError> {
     if method != "tools/call" {
         return Ok(());
@@ -521,6 +542,9 @@ fn check_param_headers(
     let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
         return Ok(());
     };
+    if !policy.allows(name) {
+        return Ok(());
+    }
     let annotated = app.router.param_headers(name);
     if annotated.is_empty() {
         return Ok(());
