@@ -26,6 +26,8 @@
 //! - with `[audit]`, the audit queue: at most
 //!   [`limits::AUDIT_QUEUE_BYTES`] of records, plus one record alone (at
 //!   most a request body);
+//! - with `server.tls_cert`, each connection's rustls state and the rustls
+//!   server session cache (256 stored sessions);
 //! - per upstream: its tables (in-flight, relayed requests), stderr ring,
 //!   and a catalog of up to `max_catalog_bytes` (kept, and merged into the
 //!   aggregated view).
@@ -48,6 +50,23 @@ pub const SUBSCRIPTION_BYTES: usize = 64;
 pub const QUEUED_MESSAGE_BYTES: usize = 2 * 1024;
 /// One idle keep-alive downstream connection (bytes).
 pub const CONNECTION_BYTES: usize = 32 * 1024;
+/// With `server.tls_cert`: what one downstream connection holds on top of
+/// [`CONNECTION_BYTES`], its rustls state (record buffers, traffic keys,
+/// the peer's certificate under mTLS) (bytes). Measured by `tests/budget.rs`
+/// like the plain connections: 64 idle keep-alive connections over TLS 1.3
+/// (rcgen ECDSA P-256 certificates), one request answered on each, the
+/// client's rustls state dropped and only its sockets kept; live heap delta
+/// / 64 was 41,896 B (mTLS, a client certificate verified: 42,608 B)
+/// against 30,984 B plain, so ≈ 11 KiB more. A connection stalled in its
+/// handshake holds less (13–15 KiB in all).
+pub const TLS_CONNECTION_BYTES: usize = 16 * 1024;
+/// With `server.tls_cert`: rustls' server session cache, shared by all
+/// connections and kept after they close (bytes): 256 stored TLS 1.3
+/// sessions (two tickets per full handshake), each with the client's
+/// certificate chain under mTLS. Measured full (160 handshakes): 51,200 B,
+/// with mTLS ≈ 236,000 B (one rcgen ECDSA P-256 client certificate; larger
+/// client chains grow each entry by their DER size).
+pub const TLS_SESSION_CACHE_BYTES: usize = 256 * 1024;
 /// Peak heap per byte of request body while it is read and parsed.
 pub const BODY_FACTOR: usize = 4;
 /// One call in flight, without its result (bytes).
@@ -154,6 +173,7 @@ impl Estimate {
                 bytes: calls * (CALL_BYTES + largest_result * RESULT_FACTOR),
             },
         ];
+        items.extend(tls_item(s));
         if cfg.audit.is_some() {
             items.push(Item {
                 what: format!(
@@ -182,6 +202,21 @@ impl Estimate {
         o.push_str(&format!("#   {:>10}  total\n", mib(self.total())));
         o
     }
+}
+
+/// With `server.tls`: each connection's rustls state on top of its plain
+/// cost, plus the server's session cache (filled by past handshakes, kept).
+fn tls_item(s: &crate::config::ServerConfig) -> Option<Item> {
+    s.tls.as_ref()?;
+    Some(Item {
+        what: format!(
+            "TLS state ({} × {} + {} session cache)",
+            s.max_connections,
+            kib(TLS_CONNECTION_BYTES),
+            kib(TLS_SESSION_CACHE_BYTES)
+        ),
+        bytes: s.max_connections * TLS_CONNECTION_BYTES + TLS_SESSION_CACHE_BYTES,
+    })
 }
 
 /// One upstream's share: its fixed cost, its catalog, one read buffer (a

@@ -10,11 +10,15 @@
 mod support;
 use mcp_edge::alloc::{live_bytes, peak_bytes, reset_peak, Counting};
 use mcp_edge::budget;
+use rcgen::DnType;
+use rustls::pki_types::ServerName;
 use serde_json::json;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
+use support::tls::{Ca, Files};
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 #[global_allocator]
@@ -22,7 +26,7 @@ static ALLOC: Counting = Counting;
 
 /// Reads one HTTP response head, then `Content-Length` bytes of body (or
 /// until EOF without one) into a stack buffer: no heap on the client side.
-async fn read_response(s: &mut TcpStream) -> (u16, usize) {
+async fn read_response<S: AsyncRead + Unpin>(s: &mut S) -> (u16, usize) {
     let mut buf = [0u8; 16 * 1024];
     let mut head = [0u8; 4096];
     let mut n = 0;
@@ -243,4 +247,130 @@ async fn per_entry_costs_stay_below_the_budget_constants() {
         factor,
         budget::CATALOG_FACTOR as f64,
     );
+
+    tls_connection_costs(per_conn).await;
+}
+
+const EDGE: &str = "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n";
+
+/// Opens `n` connections over TLS with `client`, answers one request on
+/// each, then keeps only the TCP sockets: the client's rustls state is
+/// dropped (nothing is sent), so what stays on the heap is the gateway's
+/// side alone, as with the plain connections (the server's connection is
+/// idle, waiting for the next request on its TLS stream).
+async fn idle_tls_connections(
+    addr: SocketAddr,
+    client: &Arc<rustls::ClientConfig>,
+    n: usize,
+) -> Vec<TcpStream> {
+    let connector = tokio_rustls::TlsConnector::from(client.clone());
+    let mut conns = Vec::with_capacity(n);
+    for _ in 0..n {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let name = ServerName::IpAddress(addr.ip().into());
+        let mut tls = connector.connect(name, tcp).await.unwrap();
+        tls.write_all(b"GET /nowhere HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            .await
+            .unwrap();
+        tls.flush().await.unwrap();
+        assert_eq!(read_response(&mut tls).await.0, 404);
+        conns.push(tls.into_inner().0);
+    }
+    conns
+}
+
+/// Opens `n` connections whose TLS handshake stops half-way: the client
+/// sends its hello and reads the server's whole flight, then says nothing
+/// more (its rustls state dropped, the socket kept), so the gateway holds
+/// each in its handshake, waiting for the client's certificate or Finished.
+async fn stalled_tls_handshakes(
+    addr: SocketAddr,
+    client: &Arc<rustls::ClientConfig>,
+    n: usize,
+) -> Vec<TcpStream> {
+    let mut conns = Vec::with_capacity(n);
+    let mut buf = [0u8; 16 * 1024];
+    for _ in 0..n {
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        let name = ServerName::IpAddress(addr.ip().into());
+        let mut c = rustls::ClientConnection::new(client.clone(), name).unwrap();
+        let mut hello = Vec::new();
+        c.write_tls(&mut hello).unwrap();
+        tcp.write_all(&hello).await.unwrap();
+        // The server's flight ends with its Finished; then the client has
+        // its own flight to write.
+        while !c.wants_write() {
+            let r = tcp.read(&mut buf).await.unwrap();
+            assert!(r > 0, "the gateway closed a handshake");
+            c.read_tls(&mut &buf[..r]).unwrap();
+            c.process_new_packets().unwrap();
+        }
+        conns.push(tcp);
+    }
+    conns
+}
+
+/// Idle keep-alive connections over TLS, then with mTLS (a client
+/// certificate verified), against `CONNECTION_BYTES + TLS_CONNECTION_BYTES`
+/// and, less the `plain` idle connection, against `TLS_CONNECTION_BYTES`; and
+/// connections stalled half-way through their handshake.
+/// First `CACHE_FILL` handshakes fill rustls' server session cache (256
+/// stateful TLS 1.3 tickets, two per full handshake; bounded, shared by all
+/// connections), so the measured connections only replace entries in it;
+/// what filling it cost is printed, against `TLS_SESSION_CACHE_BYTES`.
+async fn tls_connection_costs(plain: usize) {
+    const CONNS: usize = 64;
+    const CACHE_FILL: usize = 160;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("budget CA");
+    let client_ca = Ca::new("budget client CA");
+    let id = client_ca.issue(&[(DnType::CommonName, "budget-client")], &[]);
+    for mtls in [false, true] {
+        let files = Files::write(
+            dir.path(),
+            &ca.server("gateway"),
+            mtls.then_some(&client_ca),
+        );
+        let gw = support::tls::start("", EDGE, &files).await;
+        let addr = gw.local_addr();
+        let mut client = support::tls::client_config(&ca, mtls.then_some(&id));
+        client.resumption = rustls::client::Resumption::disabled();
+        let client = Arc::new(client);
+        let what = if mtls { "mTLS" } else { "TLS" };
+
+        let before = settled_live().await;
+        drop(idle_tls_connections(addr, &client, CACHE_FILL).await);
+        let cache = settled_live().await.saturating_sub(before);
+        report(
+            &format!("{what} session cache, full (bytes)"),
+            cache as f64,
+            budget::TLS_SESSION_CACHE_BYTES as f64,
+        );
+
+        let base = settled_live().await;
+        let conns = idle_tls_connections(addr, &client, CONNS).await;
+        let per_conn = (settled_live().await.saturating_sub(base)) / CONNS;
+        report(
+            &format!("idle {what} connection (bytes)"),
+            per_conn as f64,
+            (budget::CONNECTION_BYTES + budget::TLS_CONNECTION_BYTES) as f64,
+        );
+        report(
+            &format!("{what} state, over plain (bytes)"),
+            per_conn.saturating_sub(plain) as f64,
+            budget::TLS_CONNECTION_BYTES as f64,
+        );
+        drop(conns);
+
+        let base = settled_live().await;
+        let conns = stalled_tls_handshakes(addr, &client, CONNS).await;
+        let per_conn = (settled_live().await.saturating_sub(base)) / CONNS;
+        report(
+            &format!("{what} connection in handshake (bytes)"),
+            per_conn as f64,
+            (budget::CONNECTION_BYTES + budget::TLS_CONNECTION_BYTES) as f64,
+        );
+        drop(conns);
+        gw.shutdown().await;
+    }
 }

@@ -115,6 +115,46 @@ fn every_board_profile_fits_four_upstreams_in_its_heap_budget() {
     }
 }
 
+/// With `server.tls_cert`/`tls_key` the estimate has a TLS item (rustls
+/// state per connection and the session cache, `src/budget.rs`); without,
+/// none. The four upstreams still fit the smallest board over https.
+#[test]
+fn check_config_counts_tls_state_in_the_heap_estimate() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = support::tls::Ca::new("test CA");
+    let files = support::tls::Files::write(dir.path(), &ca.server("gateway"), Some(&ca));
+    let with = write(
+        &dir,
+        "tls.toml",
+        &support::tls::config_text("", FOUR_UPSTREAMS, Some(&files)),
+    );
+    let without = write(
+        &dir,
+        "plain.toml",
+        &support::tls::config_text("", FOUR_UPSTREAMS, None),
+    );
+    let item = format!(
+        "TLS state (16 × {} KiB + {} KiB session cache)",
+        mcp_edge::budget::TLS_CONNECTION_BYTES / 1024,
+        mcp_edge::budget::TLS_SESSION_CACHE_BYTES / 1024
+    );
+    for (p, tls) in [(&with, true), (&without, false)] {
+        let out = bin()
+            .args(["check-config", "--board", "rpi-zero-2w"])
+            .arg(p)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("within the heap budget"),
+            "{}{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(stdout.contains("TLS state ("), tls, "{stdout}");
+        assert_eq!(stdout.contains(&item), tls, "{stdout}");
+    }
+}
+
 #[test]
 fn board_defaults_apply_but_the_file_wins_and_the_budget_is_enforced() {
     let dir = tempfile::tempdir().unwrap();
