@@ -426,6 +426,21 @@ mod tests {
     }
 
     #[test]
+    fn the_owner_is_known_until_the_slot_is_freed_expired_or_not() {
+        let t0 = Instant::now();
+        let mut t = Table::new(2, Duration::from_secs(60), Duration::from_secs(60));
+        let a = t.insert(V, 7, t0).unwrap();
+        assert_eq!(t.owner(&a), Some(7));
+        assert!(
+            t.peek(&a, t0 + Duration::from_secs(61)).is_none(),
+            "expired"
+        );
+        assert_eq!(t.owner(&a), Some(7), "still its slot: calls may run");
+        t.expire(t0 + Duration::from_secs(61));
+        assert_eq!(t.owner(&a), None);
+    }
+
+    #[test]
     fn full_table_refuses_then_reuses_expired_slot() {
         let t0 = Instant::now();
         let mut t = Table::new(2, Duration::from_secs(60), Duration::from_secs(60));

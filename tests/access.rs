@@ -456,3 +456,118 @@ async fn audit_lines(path: &Path, n: usize) -> Vec<Value> {
         std::fs::read_to_string(path).unwrap_or_default()
     );
 }
+
+/// Review fixes: each message of a 2025-03-26 batch pays for itself, and a
+/// call whose caller hangs up is still audited (as `disconnected`).
+#[tokio::test(flavor = "multi_thread")]
+async fn batches_pay_per_message_and_abandoned_calls_are_audited() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        r#"[server]
+listen = "127.0.0.1:{}"
+admin_listen = "127.0.0.1:{}"
+
+[[client]]
+name = "batcher"
+token_sha256 = "{}"
+rate = "4/h"
+
+[[client]]
+name = "free"
+token_sha256 = "{}"
+
+[audit]
+path = "{}/audit.jsonl"
+
+{}"#,
+        free_port(),
+        free_port(),
+        sha256_hex(READER),
+        sha256_hex(WRITER),
+        dir.path().display(),
+        support::fake_block("fake", "legacy", ""),
+    );
+    let gw = Running::start(dir.path(), &text).await;
+    let addr = gw.addr;
+
+    // initialize (1 of 4), then a batch of 5: the POST pays for its first
+    // message (2), the 2nd and 3rd pay their own (3, 4), the rest are over.
+    let auth = bearer(READER);
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let r = post(addr, &[("authorization", &auth)], &init).await;
+    let sid = r.header("mcp-session-id").unwrap().to_string();
+    let batch: Vec<Value> = (1..=5)
+        .map(|i| json!({"jsonrpc": "2.0", "id": i, "method": "tools/list"}))
+        .collect();
+    let h = [
+        ("authorization", auth.as_str()),
+        ("mcp-session-id", sid.as_str()),
+    ];
+    let r = post(addr, &h, &Value::Array(batch)).await;
+    assert_eq!(r.status, 200, "{}", r.raw);
+    let answers = r.body.as_array().unwrap_or_else(|| panic!("{}", r.raw));
+    let codes: Vec<Option<i64>> = answers
+        .iter()
+        .map(|a| a["error"]["code"].as_i64())
+        .collect();
+    let limited = Some(mcp_edge::protocol::RATE_LIMITED);
+    assert_eq!(codes, [None, None, None, limited, limited], "{}", r.raw);
+
+    // A caller that hangs up in the middle of a slow call: audited anyway.
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": {"name": "fake__slow_echo", "arguments": {"text": "x", "ms": 5000},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {}}}})
+    .to_string();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {WRITER}\r\n\
+         content-type: application/json\r\naccept: application/json, text/event-stream\r\n\
+         mcp-protocol-version: 2026-07-28\r\nmcp-method: tools/call\r\nmcp-name: fake__slow_echo\r\n\
+         content-length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    use tokio::io::AsyncWriteExt;
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(body.as_bytes()).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    drop(s);
+    let lines = audit_lines(&dir.path().join("audit.jsonl"), 1).await;
+    assert_eq!(lines[0]["client"], "free");
+    assert_eq!(lines[0]["name"], "fake__slow_echo");
+    assert_eq!(lines[0]["outcome"], "disconnected", "{}", lines[0]);
+    assert!(
+        lines[0]["duration_ms"].as_u64().unwrap() < 5000,
+        "{}",
+        lines[0]
+    );
+}
+
+/// Review fix: a reload may not leave a running non-loopback listener
+/// without clients (its `listen` change would wait for a restart while
+/// the empty client table applied at once).
+#[tokio::test]
+async fn a_reload_cannot_open_a_network_listener_to_everyone() {
+    use mcp_edge::config::Config;
+    let edge = "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n";
+    let client = format!(
+        "[[client]]\nname = \"a\"\ntoken_sha256 = \"{}\"\n",
+        sha256_hex(READER)
+    );
+    let open = format!("[server]\nlisten = \"0.0.0.0:0\"\nadmin_listen = \"off\"\n{client}{edge}");
+    let config = Config::from_toml_str(&open, Path::new("t.toml")).unwrap();
+    let gw = mcp_edge::gateway::Gateway::start(config).await.unwrap();
+    // Valid on its own (loopback, no clients), not for this running gateway.
+    let closed = format!("[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"off\"\n{edge}");
+    let new = Config::from_toml_str(&closed, Path::new("t.toml")).unwrap();
+    let why = gw.admissible(&new).unwrap_err();
+    assert!(
+        why.contains("[[client]]") && why.contains("server.listen"),
+        "{why}"
+    );
+    let kept = Config::from_toml_str(&format!("{closed}{client}"), Path::new("t.toml")).unwrap();
+    assert!(gw.admissible(&kept).is_ok());
+    gw.shutdown().await;
+}

@@ -37,7 +37,10 @@
 //! ```
 //!
 //! Rules checked at load (and so at every reload, which keeps the running
-//! config when they fail):
+//! config when they fail). Under systemd, files given by `LoadCredential=`
+//! are copied when the service *starts*: a reload reads those copies
+//! again, so a new token or key given that way needs a restart.
+//!
 //!
 //! - `tls_cert` and `tls_key` come together; `tls_client_ca` needs them.
 //!   The files are read and checked: at least one certificate, a private key
