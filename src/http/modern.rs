@@ -167,6 +167,39 @@ pub fn decorate(method: &str, mut result: Value, per_caller: bool) -> Value {
     result
 }
 
+/// A modern `tools/call`'s `Mcp-Param-*` headers against its arguments,
+/// for a tool whose `inputSchema` annotates parameters with `x-mcp-header`
+/// (2026-07-28 transports-streamable-http.mdx §Server Validation). Errors:
+/// `-32020` naming the header. A tool outside the caller's `policy` has no
+/// annotations to check: the router answers it as an unknown tool.
+pub(super) fn check_param_headers(
+    app: &super::App,
+    h: &HeaderMap,
+    method: &str,
+    params: Option<&Value>,
+    policy: &crate::access::Policy,
+) -> Result<(), RpcError> {
+    if method != "tools/call" {
+        return Ok(());
+    }
+    let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+        return Ok(());
+    };
+    if !policy.allows(name) {
+        return Ok(());
+    }
+    let annotated = app.router.param_headers(name);
+    if annotated.is_empty() {
+        return Ok(());
+    }
+    let args = params.and_then(|p| p.get("arguments"));
+    crate::protocol::param_headers::check(&annotated, args, |n| {
+        h.get(format!("mcp-param-{n}").as_str())
+            .and_then(|v| v.to_str().ok())
+    })
+    .map_err(|m| RpcError::new(protocol::HEADER_MISMATCH, m))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
