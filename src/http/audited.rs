@@ -6,6 +6,7 @@
 use super::{App, Who};
 use crate::audit::{Outcome, Record};
 use crate::protocol::{self, RpcError};
+pub(super) use crate::upstream::catalog::json_len;
 use serde_json::Value;
 use std::time::SystemTime;
 use tokio::time::Instant;
@@ -112,21 +113,4 @@ impl Pending {
             self.audit.record(r);
         }
     }
-}
-
-/// Bytes of `v` as compact JSON, counted without building the text.
-pub(super) fn json_len(v: &Value) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0 += b.len();
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut c = Count(0);
-    let _ = serde_json::to_writer(&mut c, v);
-    c.0
 }
