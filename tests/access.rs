@@ -340,6 +340,21 @@ async fn clients_are_authenticated_kept_apart_and_held_to_their_policy() {
     let retry: u64 = fourth.header("retry-after").unwrap().parse().unwrap();
     assert!((1..=1200).contains(&retry), "{retry}");
     assert_eq!(fourth.error_code(), Some(mcp_edge::protocol::RATE_LIMITED));
+    assert_eq!(fourth.body["id"], 8, "the refused request's own id");
+    // Notifications are not charged: a client over its rate can still cancel.
+    let note =
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}});
+    let auth_limited = bearer(LIMITED);
+    let n = post(
+        addr,
+        &[
+            ("authorization", auth_limited.as_str()),
+            ("mcp-protocol-version", "2026-07-28"),
+        ],
+        &note,
+    )
+    .await;
+    assert_eq!(n.status, 202, "{}", n.raw);
     // Other clients are not held back by it.
     assert_eq!(
         modern(addr, WRITER, "tools/list", json!({})).await.status,

@@ -205,6 +205,11 @@ where
             return reply::json(StatusCode::BAD_REQUEST, &protocol::error_response(id, &e))
         }
     };
+    if let Message::Request { id, .. } = &msg {
+        if let Err(e) = super::gate::charge(&app, &who) {
+            return Refusal(StatusCode::TOO_MANY_REQUESTS, e).into_response(id.clone());
+        }
+    }
     let accepts = reply::accepts_sse(&headers);
     match one(&app, &headers, msg, accepts, &who, bytes.len()).await {
         Ok(Outcome::Accepted) => reply::empty(StatusCode::ACCEPTED),
@@ -237,13 +242,8 @@ async fn batch(
         .into_response(Value::Null);
     }
     let mut out = Vec::new();
-    for (n, item) in items.into_iter().enumerate() {
-        // The gate charged the rate for the first message; every further
-        // one of the batch is charged too.
-        let over = (n > 0)
-            .then(|| super::gate::charge(app, who))
-            .and_then(Result::err);
-        out.extend(batch_item(app, h, item, who, over).await);
+    for item in items {
+        out.extend(batch_item(app, h, item, who).await);
     }
     if out.is_empty() {
         return reply::empty(StatusCode::ACCEPTED);
@@ -251,15 +251,9 @@ async fn batch(
     reply::answer(StatusCode::OK, Value::Array(out), None, sse)
 }
 
-/// One message of a batch: its answer, if it gets one. `over`: the
-/// caller's rate is used up (requests get that error, the rest is dropped).
-async fn batch_item(
-    app: &Arc<App>,
-    h: &HeaderMap,
-    item: Value,
-    who: &Who,
-    over: Option<RpcError>,
-) -> Option<Value> {
+/// One message of a batch: its answer, if it gets one. Each request is
+/// charged to the caller's rate (over it: that error in its place).
+async fn batch_item(app: &Arc<App>, h: &HeaderMap, item: Value, who: &Who) -> Option<Value> {
     let size = match app.audit {
         Some(_) => super::audited::json_len(&item),
         None => 0,
@@ -268,18 +262,18 @@ async fn batch_item(
         Err((id, e)) => return Some(protocol::error_response(id, &e)),
         Ok(m) => m,
     };
-    let refusal = match (&m, over) {
-        (Message::Request { method, .. }, _) if method == "initialize" => Some(RpcError::new(
-            protocol::INVALID_REQUEST,
-            "Invalid Request: initialize must not be part of a batch",
-        )),
-        (_, over) => over,
-    };
-    if let Some(e) = refusal {
-        return match m {
-            Message::Request { id, .. } => Some(protocol::error_response(id, &e)),
-            _ => None,
+    if let Message::Request { id, method, .. } = &m {
+        let refused = if method == "initialize" {
+            Err(RpcError::new(
+                protocol::INVALID_REQUEST,
+                "Invalid Request: initialize must not be part of a batch",
+            ))
+        } else {
+            super::gate::charge(app, who)
         };
+        if let Err(e) = refused {
+            return Some(protocol::error_response(id.clone(), &e));
+        }
     }
     match one(app, h, m, false, who, size).await {
         Ok(Outcome::Answer(a)) => Some(a.response),

@@ -1,11 +1,14 @@
 //! Who may send a request on `/mcp`, before anything else is read: the
 //! caller's credentials ([`crate::access::Access::authenticate`]: 401 with
-//! `WWW-Authenticate: Bearer realm="mcp-edge"`, RFC 6750 §3), its rate
-//! (429 with `Retry-After`), and whether the legacy session it names is
-//! its own (404 as for an unknown id,
+//! `WWW-Authenticate: Bearer realm="mcp-edge"`, RFC 6750 §3) and whether
+//! the legacy session it names is its own (404 as for an unknown id,
 //! `../shared/spec/2025-11-25/basic/transports.mdx` §Session Management).
-//! Each refusal is counted in `mcp_edge_refused_total` (`auth`, `rate`)
-//! and logged with the peer address under [`crate::access::Throttle`].
+//! Then, once the message is read, each JSON-RPC *request* is charged to
+//! the client's rate ([`charge`]: 429 with `Retry-After`); notifications,
+//! answers, GET and DELETE are not, so a client over its rate can still
+//! cancel, answer and end its session. Each refusal is counted in
+//! `mcp_edge_refused_total` (`auth`, `rate`) and logged with the peer
+//! address under [`crate::access::Throttle`].
 
 use super::request::{refuse, session_header};
 use super::{App, Body, Peer, Who};
@@ -27,10 +30,6 @@ pub(super) fn admit<B>(app: &App, req: &Request<B>) -> Result<Who, Response<Body
         Err(e) => return Err(unauthorized(app, peer, e)),
     };
     let who = Who { access, caller };
-    let now = Instant::now();
-    if let Err(wait) = who.access.admit(caller, now) {
-        return Err(too_many(app, peer, &who, wait));
-    }
     // A session presented by another caller is answered as an unknown one.
     if let Ok(Some(id)) = session_header(req.headers()) {
         // Expired but not yet swept counts too: its calls may still run.
@@ -47,8 +46,9 @@ pub(super) fn admit<B>(app: &App, req: &Request<B>) -> Result<Who, Response<Body
     Ok(who)
 }
 
-/// Takes one more request from `who`'s rate (each message of a batch
-/// after the first); the error to answer when it is used up, counted as
+/// Takes one request from `who`'s rate (a single request, or each
+/// request of a batch); the error to answer when it is used up (with
+/// `data.retryAfterSeconds`, which becomes `Retry-After`), counted as
 /// `mcp_edge_refused_total{limit="rate"}`.
 pub(super) fn charge(app: &App, who: &Who) -> Result<(), RpcError> {
     let wait = match who.access.admit(who.caller, Instant::now()) {
@@ -57,7 +57,7 @@ pub(super) fn charge(app: &App, who: &Who) -> Result<(), RpcError> {
     };
     metrics::counter!(crate::metrics::REFUSED, "limit" => "rate").increment(1);
     if let Some(skipped) = app.refusal_log.allow(Instant::now()) {
-        tracing::info!(client = who.name(), skipped, "batch message over its rate");
+        tracing::info!(client = who.name(), skipped, "429: over its rate");
     }
     Err(rate_error(who, wait))
 }
@@ -94,27 +94,12 @@ fn unauthorized(app: &App, peer: Option<&Peer>, e: AuthError) -> Response<Body> 
         StatusCode::UNAUTHORIZED,
         &protocol::error_response(Value::Null, &err),
     );
-    r.headers_mut().insert(
+    let h = r.headers_mut();
+    h.insert(
         http::header::WWW_AUTHENTICATE,
         HeaderValue::from_static(challenge),
     );
+    // The body was not read: say the connection ends (RFC 9112 §9.6).
+    h.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
     r
-}
-
-fn too_many(app: &App, peer: Option<&Peer>, who: &Who, wait: Duration) -> Response<Body> {
-    metrics::counter!(crate::metrics::REFUSED, "limit" => "rate").increment(1);
-    if let Some(skipped) = app.refusal_log.allow(Instant::now()) {
-        let peer = peer_addr(peer);
-        tracing::info!(%peer, client = who.name(), skipped, "429: over its rate");
-    }
-    let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
-    let err = RpcError::new(
-        protocol::RATE_LIMITED,
-        format!(
-            "Too many requests: client {:?} is over its rate",
-            who.name()
-        ),
-    )
-    .with_data(json!({"retryAfterSeconds": secs}));
-    super::request::Refusal(StatusCode::TOO_MANY_REQUESTS, err).into_response(Value::Null)
 }
