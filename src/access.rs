@@ -35,6 +35,8 @@ pub struct Access {
 
 struct Client {
     name: String,
+    /// [`Access::owner`] of this client, computed once.
+    owner: u64,
     token: Option<[u8; 32]>,
     /// `cert_subject`, attribute names upper-cased, sorted.
     subject: Option<Vec<(String, String)>>,
@@ -154,10 +156,17 @@ impl Access {
     pub fn owner(&self, caller: Caller) -> u64 {
         match caller {
             Caller::Anonymous => 0,
-            Caller::Client(_) => {
-                let d = sha256(self.name(caller).as_bytes());
-                u64::from_le_bytes(d[..8].try_into().expect("8 bytes")) | 1
-            }
+            Caller::Client(i) => self.clients.get(i).map_or(0, |c| c.owner),
+        }
+    }
+
+    /// Whether a session or stream with owner mark `owner` still has its
+    /// client here (a reload may have removed it; anonymous ones only
+    /// while nobody is asked who they are).
+    pub fn knows(&self, owner: u64) -> bool {
+        match owner {
+            0 => !self.required(),
+            o => self.clients.iter().any(|c| c.owner == o),
         }
     }
 
@@ -182,7 +191,9 @@ impl Client {
             Credential::Token { sha256, .. } => (Some(*sha256.expose()), None),
             Credential::CertSubject(pairs) => (None, Some(normalized(pairs.iter().cloned()))),
         };
+        let d = sha256(c.name.as_bytes());
         Client {
+            owner: u64::from_le_bytes(d[..8].try_into().expect("8 bytes")) | 1,
             name: c.name.clone(),
             token,
             subject,

@@ -85,6 +85,8 @@ pub enum Removal {
     Lru,
     /// Ended by the client (HTTP DELETE).
     Deleted,
+    /// Its client is no longer in the `[[client]]` table (a reload).
+    Revoked,
 }
 
 impl Removal {
@@ -93,6 +95,7 @@ impl Removal {
             Removal::Idle => "idle",
             Removal::Lru => "lru",
             Removal::Deleted => "deleted",
+            Removal::Revoked => "revoked",
         }
     }
 }
@@ -315,6 +318,22 @@ impl Table {
             .then(|| self.slots[i as usize].session.expect("live slot"))
     }
 
+    /// Removes every session whose owner mark `keep` refuses (reason
+    /// `revoked`); returns their ids. Called at a reload, not per request.
+    pub fn revoke(&mut self, keep: impl Fn(u64) -> bool) -> Vec<SessionId> {
+        let gone: Vec<SessionId> = (self.slots.iter().enumerate())
+            .filter(|(_, s)| s.session.is_some_and(|x| !keep(x.owner)))
+            .map(|(i, s)| SessionId {
+                secret: s.secret,
+                slot: i as u16,
+            })
+            .collect();
+        for id in &gone {
+            self.release(u32::from(id.slot), Removal::Revoked);
+        }
+        gone
+    }
+
     /// The owner mark of a session still in its slot, expired or not.
     pub fn owner(&self, id: &SessionId) -> Option<u64> {
         let i = self.find(id)?;
@@ -438,6 +457,18 @@ mod tests {
         assert_eq!(t.owner(&a), Some(7), "still its slot: calls may run");
         t.expire(t0 + Duration::from_secs(61));
         assert_eq!(t.owner(&a), None);
+    }
+
+    #[test]
+    fn revoking_an_owner_frees_its_sessions_only() {
+        let t0 = Instant::now();
+        let mut t = Table::new(4, Duration::from_secs(60), Duration::from_secs(60));
+        let a = t.insert(V, 1, t0).unwrap();
+        let b = t.insert(V, 2, t0).unwrap();
+        let a2 = t.insert(V, 1, t0).unwrap();
+        let gone = t.revoke(|o| o != 1);
+        assert_eq!(gone, [a, a2]);
+        assert_eq!((t.len(), t.owner(&a), t.owner(&b)), (1, None, Some(2)));
     }
 
     #[test]

@@ -586,3 +586,77 @@ async fn a_reload_cannot_open_a_network_listener_to_everyone() {
     assert!(gw.admissible(&kept).is_ok());
     gw.shutdown().await;
 }
+
+/// Review fix: a client removed at reload loses what it held open — its
+/// legacy session and GET stream, and its `subscriptions/listen` stream —
+/// while another client's session stays.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_removed_at_reload_loses_its_sessions_and_streams() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, admin) = (free_port(), free_port());
+    let config = |with_alpha: bool| {
+        let alpha = format!(
+            "[[client]]\nname = \"alpha\"\ntoken_sha256 = \"{}\"\n",
+            sha256_hex(READER)
+        );
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\n{}\
+             [[client]]\nname = \"beta\"\ntoken_sha256 = \"{}\"\n\n[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
+            if with_alpha { alpha } else { String::new() },
+            sha256_hex(WRITER)
+        )
+    };
+    let gw = Running::start(dir.path(), &config(true)).await;
+    let addr = gw.addr;
+    let alpha = session(addr, READER).await;
+    let beta = session(addr, WRITER).await;
+    let auth = bearer(READER);
+    let get_headers = [
+        ("authorization", auth.as_str()),
+        ("mcp-session-id", alpha.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+        ("accept", "text/event-stream"),
+    ];
+    let get = support::sse::open("GET", addr, &get_headers, "").await;
+    let listen_body = json!({"jsonrpc": "2.0", "id": 5, "method": "subscriptions/listen",
+        "params": {"notifications": {"toolsListChanged": true},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let listen_headers = [
+        ("authorization", auth.as_str()),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "subscriptions/listen"),
+        ("accept", "application/json, text/event-stream"),
+    ];
+    let mut listen =
+        support::sse::open("POST", addr, &listen_headers, &listen_body.to_string()).await;
+    let ack = listen.next().await;
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    assert_eq!(gw.status().await["sessions"]["active"], 2);
+
+    std::fs::write(&gw.config, config(false)).unwrap();
+    let reload = gw.reload().await;
+    assert_eq!(reload["rejected"], false, "{reload}");
+    // Both of alpha's streams end; the listen stream with its closing answer.
+    let rest = listen.rest().await;
+    assert_eq!(rest.last().map(|m| &m["id"]), Some(&json!(5)), "{rest:?}");
+    let get_rest = tokio::time::timeout(std::time::Duration::from_secs(10), get.rest()).await;
+    assert!(get_rest.is_ok(), "alpha's GET stream did not end");
+    assert_eq!(gw.status().await["sessions"]["active"], 1);
+    assert_eq!(
+        legacy(addr, WRITER, &beta, "tools/list", json!({}))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        legacy(addr, READER, &alpha, "tools/list", json!({}))
+            .await
+            .status,
+        401
+    );
+}

@@ -139,8 +139,9 @@ pub async fn open(
     id: Value,
     params: Option<&Value>,
     sse_ok: bool,
-    policy: &crate::access::Policy,
+    caller: &super::Who,
 ) -> Result<Response<Body>, (StatusCode, RpcError)> {
+    let policy = caller.policy();
     if !sse_ok {
         return Err((
             StatusCode::NOT_ACCEPTABLE,
@@ -177,7 +178,7 @@ pub async fn open(
         super::reply::sse_headers(&mut r);
         return Ok(r);
     }
-    let state = State::new(app, id, on, first, place);
+    let state = State::new(app, id, on, first, place, caller.owner());
     let stream = futures_util::stream::unfold(state, |mut s| async move {
         let item = s.next_frame().await?;
         Some((item, s))
@@ -261,12 +262,23 @@ struct State {
     /// The closing response was sent: end.
     closed: bool,
     place: Place,
+    /// The caller's owner mark, and the reloads of the client table: the
+    /// stream ends when its client is no longer configured.
+    owner: u64,
+    access: tokio::sync::watch::Receiver<u64>,
 }
 
 impl State {
     /// A stream that sends `first` (the acknowledgment), then list changes
     /// for the kinds in `on`, resource updates and keep-alives.
-    fn new(app: &Arc<App>, id: Value, on: [bool; 3], first: Value, place: Place) -> State {
+    fn new(
+        app: &Arc<App>,
+        id: Value,
+        on: [bool; 3],
+        first: Value,
+        place: Place,
+        owner: u64,
+    ) -> State {
         let mut lists = app.catalog_gen.subscribe();
         let seen = *lists.borrow_and_update();
         let period = app.server.keepalive;
@@ -283,6 +295,8 @@ impl State {
             next: Some(first),
             closed: false,
             place,
+            owner,
+            access: app.access_gen.subscribe(),
         }
     }
 
@@ -307,6 +321,12 @@ impl State {
                 _ = self.stopping.wait_for(|s| *s) => {
                     self.closed = true;
                     return Some(frame(&closing(&self.id)));
+                }
+                Ok(()) = self.access.changed() => {
+                    if !self.app.access().knows(self.owner) {
+                        self.closed = true;
+                        return Some(frame(&closing(&self.id)));
+                    }
                 }
                 Ok(()) = self.lists.changed() => {
                     let now = *self.lists.borrow_and_update();

@@ -136,6 +136,9 @@ pub struct App {
     pub last_reload: Mutex<Option<admin::LastReload>>,
     /// The `[[client]]` table in force ([`App::set_access`] swaps it).
     access: std::sync::RwLock<Arc<Access>>,
+    /// Moved on at each [`App::set_access`]: open listen streams check
+    /// that their client is still configured.
+    pub access_gen: watch::Sender<u64>,
     /// Log budget of refused requests (401, 429).
     pub refusal_log: crate::access::Throttle,
     /// The audit log (`[audit]`), if configured: one record per
@@ -182,6 +185,7 @@ impl App {
             ),
             last_reload: Mutex::new(None),
             access: std::sync::RwLock::new(Arc::new(Access::open())),
+            access_gen: watch::Sender::new(0),
             refusal_log: crate::access::Throttle::new(tokio::time::Instant::now()),
             audit,
             tls: RwLock::new(server.tls.clone()),
@@ -257,8 +261,31 @@ impl App {
 
     /// Puts `access` in force (start, reload): requests authenticated from
     /// now on use it; requests under way keep the table they started with.
+    /// What belonged to a client no longer in it ends now: its legacy
+    /// sessions (and so their GET streams and subscriptions) and its
+    /// `subscriptions/listen` streams (told through `access_gen`).
     pub fn set_access(&self, access: Access) {
-        *self.access.write().expect("access") = Arc::new(access);
+        let access = Arc::new(access);
+        *self.access.write().expect("access") = access.clone();
+        let mut t = self.sessions.lock().expect("sessions");
+        let gone = t.revoke(|owner| access.knows(owner));
+        metrics::gauge!(crate::metrics::SESSIONS_ACTIVE).set(t.len() as f64);
+        drop(t);
+        if !gone.is_empty() {
+            tracing::info!(
+                sessions = gone.len(),
+                "ended the sessions of clients no longer configured"
+            );
+            self.sessions_changed.notify_waiters();
+        }
+        for id in gone {
+            let header = id.to_header();
+            for up in self.router.upstreams().iter() {
+                up.forget_session(&header);
+            }
+            (self.subscriptions).remove_subscriber(crate::subscriptions::Subscriber::Session(id));
+        }
+        self.access_gen.send_modify(|g| *g += 1);
     }
 
     /// Forgets the resource subscriptions of legacy sessions no longer in

@@ -346,7 +346,7 @@ impl Call {
             self.id.clone(),
             self.params.as_ref(),
             stream_ok,
-            self.who.policy(),
+            &self.who,
         )
         .await;
         metrics::counter!(crate::metrics::REQUESTS, "method" => "subscriptions/listen",
