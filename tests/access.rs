@@ -601,9 +601,11 @@ async fn a_client_removed_at_reload_loses_its_sessions_and_streams() {
         );
         format!(
             "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\n{}\
-             [[client]]\nname = \"beta\"\ntoken_sha256 = \"{}\"\n\n[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
+             [[client]]\nname = \"beta\"\ntoken_sha256 = \"{}\"\nallow = [\"edge__*\"]\n\n\
+             [[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n\n{}",
             if with_alpha { alpha } else { String::new() },
-            sha256_hex(WRITER)
+            sha256_hex(WRITER),
+            support::fake_block("fake", "legacy", ""),
         )
     };
     let gw = Running::start(dir.path(), &config(true)).await;
@@ -637,6 +639,19 @@ async fn a_client_removed_at_reload_loses_its_sessions_and_streams() {
         "{ack}"
     );
     assert_eq!(gw.status().await["sessions"]["active"], 2);
+    // beta may use edge's tools only: the instructions name no other upstream.
+    let discover = modern(addr, WRITER, "server/discover", json!({})).await;
+    let text = discover.body["result"]["instructions"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(text.contains("'edge'") && !text.contains("fake"), "{text}");
+    let discover = modern(addr, READER, "server/discover", json!({})).await;
+    let text = discover.body["result"]["instructions"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(text.contains("'edge'") && text.contains("'fake'"), "{text}");
 
     std::fs::write(&gw.config, config(false)).unwrap();
     let reload = gw.reload().await;

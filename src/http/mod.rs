@@ -232,14 +232,15 @@ impl App {
         serde_json::to_value(i).unwrap_or_else(|_| json!({"name": "mcp-edge"}))
     }
 
-    /// Instructions naming the upstreams and their tool prefixes.
-    pub fn instructions(&self) -> String {
+    /// Instructions naming the upstreams `policy` shows (see
+    /// [`Router::shows`]) and their tool prefixes.
+    pub fn instructions(&self, policy: &crate::access::Policy) -> String {
         let sep = &self.server.tool_name_separator;
         let list: Vec<String> = self
             .router
             .upstreams()
             .iter()
-            .filter(|u| u.config.enabled)
+            .filter(|u| u.config.enabled && self.router.shows(u, policy))
             .map(|u| {
                 if u.config.prefix.is_empty() {
                     format!("'{}' (unprefixed)", u.name())
@@ -314,7 +315,7 @@ impl App {
                 "supportedVersions": ProtocolVersion::supported_json(),
                 "capabilities": App::capabilities(),
                 "_meta": {protocol::META_SERVER_INFO: App::server_info()},
-                "instructions": self.instructions(),
+                "instructions": self.instructions(who.policy()),
             })),
             _ => {
                 let mut r = (self.router)

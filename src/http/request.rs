@@ -580,7 +580,7 @@ fn initialize(
         "protocolVersion": version.as_str(),
         "capabilities": App::capabilities(),
         "serverInfo": App::server_info(),
-        "instructions": app.instructions(),
+        "instructions": app.instructions(who.policy()),
     });
     Ok(Answer {
         response: protocol::result_response(id, result),

@@ -29,6 +29,13 @@ impl Router {
         names.any(|(name, (u, _))| Arc::ptr_eq(u, up) && policy.allows(name))
     }
 
+    /// Whether `policy` lets its client know of `up` at all (named in
+    /// `instructions`): the rule of [`Router::resources_visible`] on the
+    /// current catalog.
+    pub fn shows(&self, up: &Arc<Upstream>, policy: &Policy) -> bool {
+        policy.is_open() || self.resources_visible(&self.merged(), up, policy)
+    }
+
     /// The answer to a `*/list` request as `policy` lets its client see it.
     pub(super) fn list(&self, m: &Merged, method: &str, policy: &Policy) -> Value {
         let named = |items: &[Value]| -> Vec<Value> {
