@@ -292,6 +292,33 @@ mod tests {
     }
 
     #[test]
+    fn moot_or_not_yet_possible_settings_are_notes() {
+        let moot = format!(
+            "[server]\nallow_unauthenticated = true\n{}",
+            sha_client("a", HEX)
+        );
+        let notes = load(&moot).unwrap().notes;
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("allow_unauthenticated has no effect")),
+            "{notes:?}"
+        );
+        let missing = "[audit]\npath = \"/nonexistent-mcp-edge-dir/audit.jsonl\"\n";
+        let notes = load(missing).unwrap().notes;
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("/nonexistent-mcp-edge-dir does not exist")),
+            "{notes:?}"
+        );
+        assert!(load("[audit]\npath = \"/tmp/audit.jsonl\"\n")
+            .unwrap()
+            .notes
+            .is_empty());
+    }
+
+    #[test]
     fn audit_section() {
         assert_eq!(load("").unwrap().audit, None);
         let a = load("[audit]\npath = \"journal\"\n")

@@ -156,6 +156,9 @@ pub struct TlsConfig {
     pub digest: [u8; 32],
     /// The leaf certificate's `notAfter`, RFC 3339 (`/status`).
     pub not_after: String,
+    /// The leaf's validity, `notBefore` and `notAfter` as Unix seconds
+    /// (a certificate outside it is a `check-config` note and a warning).
+    pub validity: (i64, i64),
 }
 
 impl PartialEq for TlsConfig {

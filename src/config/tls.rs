@@ -72,7 +72,7 @@ fn load(ctx: &Ctx, cert: PathBuf, key: PathBuf, client_ca: Option<PathBuf>) -> R
         .map(|p| read(ctx, CLIENT_CA, p))
         .transpose()?;
     let chain = certificates(ctx, CERT, &cert, &cert_pem)?;
-    let not_after = not_after(ctx, &cert, &chain[0])?;
+    let (not_after, validity) = not_after(ctx, &cert, &chain[0])?;
     let private_key = PrivateKeyDer::from_pem_slice(&key_pem)
         .map_err(|e| ctx.err(KEY, format!("no PEM private key in {} ({e})", shown(&key))))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -98,6 +98,7 @@ fn load(ctx: &Ctx, cert: PathBuf, key: PathBuf, client_ca: Option<PathBuf>) -> R
         rustls: Arc::new(rustls),
         digest,
         not_after,
+        validity,
     })
 }
 
@@ -158,8 +159,9 @@ fn key_error(ctx: &Ctx, key: &Path, cert: &Path, e: rustls::Error) -> super::Con
     ctx.err(KEY, message)
 }
 
-/// The leaf certificate's `notAfter` as RFC 3339 (`2030-01-31T12:00:00Z`).
-fn not_after(ctx: &Ctx, path: &Path, leaf: &CertificateDer) -> Result<String> {
+/// The leaf certificate's `notAfter` as RFC 3339 (`2030-01-31T12:00:00Z`),
+/// and its validity period in Unix seconds.
+fn not_after(ctx: &Ctx, path: &Path, leaf: &CertificateDer) -> Result<(String, (i64, i64))> {
     let (_, parsed) = x509_parser::parse_x509_certificate(leaf.as_ref()).map_err(|e| {
         ctx.err(
             CERT,
@@ -169,8 +171,10 @@ fn not_after(ctx: &Ctx, path: &Path, leaf: &CertificateDer) -> Result<String> {
             ),
         )
     })?;
-    let t = parsed.validity().not_after.to_datetime();
-    Ok(format!(
+    let v = parsed.validity();
+    let validity = (v.not_before.timestamp(), v.not_after.timestamp());
+    let t = v.not_after.to_datetime();
+    let shown = format!(
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
         t.year(),
         u8::from(t.month()),
@@ -178,7 +182,29 @@ fn not_after(ctx: &Ctx, path: &Path, leaf: &CertificateDer) -> Result<String> {
         t.hour(),
         t.minute(),
         t.second()
-    ))
+    );
+    Ok((shown, validity))
+}
+
+/// A note when the leaf certificate is not valid at `now` (Unix seconds):
+/// clients will refuse it. Not an error: a board without a real-time clock
+/// can start before its clock is set.
+pub(super) fn validity_note(tls: &TlsConfig, now: i64) -> Option<String> {
+    let (from, until) = tls.validity;
+    if now > until {
+        Some(format!(
+            "server.tls_cert: the certificate expired at {}; clients will refuse it",
+            tls.not_after
+        ))
+    } else if now < from {
+        Some(
+            "server.tls_cert: the certificate is not valid yet (is the clock set?); \
+             clients will refuse it"
+                .to_owned(),
+        )
+    } else {
+        None
+    }
 }
 
 /// SHA-256 over the files' contents, each preceded by its length (so the
@@ -279,6 +305,23 @@ mod tests {
     fn key_of(server: &str) -> String {
         let e = load(server).unwrap_err();
         e.key().unwrap_or_else(|| panic!("{e}")).to_owned()
+    }
+
+    #[test]
+    fn a_certificate_outside_its_validity_is_a_note() {
+        let f = files();
+        let cfg = load(&keys(&f.cert, &f.key)).unwrap();
+        let tls = cfg.server.tls.as_ref().unwrap();
+        assert!(cfg.notes.is_empty(), "{:?}", cfg.notes);
+        let (from, until) = tls.validity;
+        assert_eq!(validity_note(tls, from), None);
+        let expired = validity_note(tls, until + 1).unwrap();
+        assert!(
+            expired.contains("expired at 2040-06-30T00:00:00Z"),
+            "{expired}"
+        );
+        let early = validity_note(tls, from - 1).unwrap();
+        assert!(early.contains("not valid yet"), "{early}");
     }
 
     #[test]

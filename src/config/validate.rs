@@ -15,7 +15,7 @@ use crate::limits;
 /// The TOML file: raw → typed.
 pub(super) fn config(ctx: &Ctx, raw: RawConfig) -> Result<Config> {
     let raw_server = raw.server.unwrap_or_default();
-    let notes = notes(&raw_server);
+    let mut notes = notes(&raw_server);
     let server = server(ctx, raw_server)?;
     let watchdog = watchdog(ctx, raw.watchdog.unwrap_or_default())?;
     check_count(ctx, "upstream", "[[upstream]] table", raw.upstream.len())?;
@@ -32,6 +32,7 @@ pub(super) fn config(ctx: &Ctx, raw: RawConfig) -> Result<Config> {
     cfg.clients = clients;
     cfg.audit = audit;
     cfg.watchdog = watchdog;
+    notes.extend(network_notes(&cfg));
     for note in &notes {
         tracing::warn!(file = %ctx.path().display(), "{note}");
     }
@@ -132,6 +133,41 @@ fn check_pair(
         ));
     }
     Ok(())
+}
+
+/// Notes on the network keys: a certificate outside its validity, an audit
+/// file whose directory is not there, and an `allow_unauthenticated` that
+/// `[[client]]` entries make moot.
+fn network_notes(cfg: &Config) -> Vec<String> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let mut notes: Vec<String> = (cfg.server.tls.as_ref())
+        .and_then(|t| super::tls::validity_note(t, now))
+        .into_iter()
+        .collect();
+    if let Some(crate::config::AuditConfig {
+        sink: crate::config::AuditSink::File(path),
+        ..
+    }) = &cfg.audit
+    {
+        let dir = path.parent().unwrap_or(std::path::Path::new("/"));
+        if !dir.is_dir() {
+            notes.push(format!(
+                "audit.path: the directory {} does not exist (yet); the gateway starts only \
+                 once it does (systemd's StateDirectory= makes /var/lib/mcp-edge)",
+                dir.display()
+            ));
+        }
+    }
+    if cfg.server.allow_unauthenticated && !cfg.clients.is_empty() {
+        notes.push(
+            "server.allow_unauthenticated has no effect: with [[client]] entries every \
+             caller must authenticate"
+                .to_owned(),
+        );
+    }
+    notes
 }
 
 #[cfg(test)]
