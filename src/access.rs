@@ -66,6 +66,10 @@ pub enum AuthError {
     /// A bearer token no `[[client]]` has.
     #[error("unknown token")]
     Unknown,
+    /// A verified client certificate whose subject is no client's
+    /// `cert_subject`, and no bearer token.
+    #[error("the client certificate's subject is no [[client]]'s cert_subject, and no bearer token was sent")]
+    UnknownCertificate,
 }
 
 impl Access {
@@ -117,7 +121,11 @@ impl Access {
                 return Ok(Caller::Client(i));
             }
         }
-        let token = bearer(authorization.ok_or(AuthError::Missing)?)?;
+        let missing = match cert_subject {
+            Some(_) => AuthError::UnknownCertificate,
+            None => AuthError::Missing,
+        };
+        let token = bearer(authorization.ok_or(missing)?)?;
         let digest = sha256(token);
         // Every client is compared, whatever matched: the time taken says
         // nothing about which digest was close.
@@ -417,7 +425,7 @@ mod tests {
         let other = subject(&[("CN", "agent")]);
         assert_eq!(
             a.authenticate(None, Some(&other)),
-            Err(AuthError::Missing),
+            Err(AuthError::UnknownCertificate),
             "a subset is not the subject"
         );
         // An unmatched certificate still lets a token speak.

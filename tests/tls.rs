@@ -457,8 +457,11 @@ async fn sighup_serves_new_certificate_files_to_new_connections_only() {
     // close it).
     let mut old = Conn::open(gw.addr, &ca, None).await.unwrap();
     assert!(old.server_cert == a.der, "the first certificate is served");
-    let denied = old.post(&[], &initialize()).await;
+    // (A 401 ends its connection: the body was not read.)
+    let mut other = Conn::open(gw.addr, &ca, None).await.unwrap();
+    let denied = other.post(&[], &initialize()).await;
     assert_eq!(denied.status, 401, "{}", denied.raw);
+    assert_eq!(denied.header("connection"), Some("close"));
     let sid = session_with(&mut old, &h).await;
     list_and_call_with(&mut old, &h, &sid, 1).await;
 

@@ -85,7 +85,7 @@ fn unauthorized(app: &App, peer: Option<&Peer>, e: AuthError) -> Response<Body> 
         tracing::warn!(%peer, skipped, "401: {e}");
     }
     let challenge = match e {
-        AuthError::Missing => r#"Bearer realm="mcp-edge""#,
+        AuthError::Missing | AuthError::UnknownCertificate => r#"Bearer realm="mcp-edge""#,
         AuthError::Malformed => r#"Bearer realm="mcp-edge", error="invalid_request""#,
         AuthError::Unknown => r#"Bearer realm="mcp-edge", error="invalid_token""#,
     };

@@ -403,7 +403,9 @@ async fn serve_tls(
         Ok((stream, peer)) => serve_connection(app, stream, peer).await,
         Err(e) => {
             metrics::counter!(crate::metrics::REFUSED, "limit" => "tls_handshake").increment(1);
-            tracing::debug!("{e}");
+            if let Some(skipped) = app.refusal_log.allow(tokio::time::Instant::now()) {
+                tracing::info!(skipped, "TLS handshake refused: {e}");
+            }
         }
     }
 }
