@@ -159,8 +159,9 @@ impl Access {
 
     /// The owner mark a legacy session created by `caller` carries
     /// ([`crate::session::Session::owner`]): 0 for anonymous, else a hash
-    /// of the client's name, so that a session stays its client's across a
-    /// reload that reorders the table.
+    /// of the client's name and credential, so that a session stays its
+    /// client's across a reload that reorders the table, and is revoked by
+    /// one that changes the client's token or certificate subject.
     pub fn owner(&self, caller: Caller) -> u64 {
         match caller {
             Caller::Anonymous => 0,
@@ -199,7 +200,19 @@ impl Client {
             Credential::Token { sha256, .. } => (Some(*sha256.expose()), None),
             Credential::CertSubject(pairs) => (None, Some(normalized(pairs.iter().cloned()))),
         };
-        let d = sha256(c.name.as_bytes());
+        // Name and credential: a client whose token or certificate subject
+        // changes at a reload loses what the old credential opened.
+        let mut mark = c.name.as_bytes().to_vec();
+        mark.push(0);
+        match &c.credential {
+            Credential::Token { sha256, .. } => mark.extend_from_slice(sha256.expose()),
+            Credential::CertSubject(pairs) => {
+                for (k, v) in normalized(pairs.iter().cloned()) {
+                    mark.extend_from_slice(format!("{k}={v}\0").as_bytes());
+                }
+            }
+        }
+        let d = sha256(&mark);
         Client {
             owner: u64::from_le_bytes(d[..8].try_into().expect("8 bytes")) | 1,
             name: c.name.clone(),

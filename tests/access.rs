@@ -505,8 +505,8 @@ path = "{}/audit.jsonl"
     let gw = Running::start(dir.path(), &text).await;
     let addr = gw.addr;
 
-    // initialize (1 of 4), then a batch of 5: the POST pays for its first
-    // message (2), the 2nd and 3rd pay their own (3, 4), the rest are over.
+    // initialize (1 of 4), then a batch of 5 requests: each pays for
+    // itself (2, 3, 4), the 4th and 5th are over the rate.
     let auth = bearer(READER);
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
         "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
@@ -594,7 +594,7 @@ async fn a_reload_cannot_open_a_network_listener_to_everyone() {
 async fn a_client_removed_at_reload_loses_its_sessions_and_streams() {
     let dir = tempfile::tempdir().unwrap();
     let (port, admin) = (free_port(), free_port());
-    let config = |with_alpha: bool| {
+    let config = |with_alpha: bool, beta_token: &str| {
         let alpha = format!(
             "[[client]]\nname = \"alpha\"\ntoken_sha256 = \"{}\"\n",
             sha256_hex(READER)
@@ -604,11 +604,11 @@ async fn a_client_removed_at_reload_loses_its_sessions_and_streams() {
              [[client]]\nname = \"beta\"\ntoken_sha256 = \"{}\"\nallow = [\"edge__*\"]\n\n\
              [[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n\n{}",
             if with_alpha { alpha } else { String::new() },
-            sha256_hex(WRITER),
+            sha256_hex(beta_token),
             support::fake_block("fake", "legacy", ""),
         )
     };
-    let gw = Running::start(dir.path(), &config(true)).await;
+    let gw = Running::start(dir.path(), &config(true, WRITER)).await;
     let addr = gw.addr;
     let alpha = session(addr, READER).await;
     let beta = session(addr, WRITER).await;
@@ -653,7 +653,7 @@ async fn a_client_removed_at_reload_loses_its_sessions_and_streams() {
         .to_owned();
     assert!(text.contains("'edge'") && text.contains("'fake'"), "{text}");
 
-    std::fs::write(&gw.config, config(false)).unwrap();
+    std::fs::write(&gw.config, config(false, WRITER)).unwrap();
     let reload = gw.reload().await;
     assert_eq!(reload["rejected"], false, "{reload}");
     // Both of alpha's streams end; the listen stream with its closing answer.
@@ -674,4 +674,19 @@ async fn a_client_removed_at_reload_loses_its_sessions_and_streams() {
             .status,
         401
     );
+
+    // A rotated token (same name) ends what the old one opened. (A second
+    // reload in the same second would look like the first in /status.)
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    std::fs::write(&gw.config, config(false, LIMITED)).unwrap();
+    let reload = gw.reload().await;
+    assert_eq!(reload["rejected"], false, "{reload}");
+    assert_eq!(gw.status().await["sessions"]["active"], 0);
+    let old_token = legacy(addr, WRITER, &beta, "tools/list", json!({})).await;
+    assert_eq!(old_token.status, 401);
+    let new_token = legacy(addr, LIMITED, &beta, "tools/list", json!({})).await;
+    assert_eq!(new_token.status, 404, "the old token's session is gone");
+    let again = session(addr, LIMITED).await;
+    let fresh = legacy(addr, LIMITED, &again, "tools/list", json!({})).await;
+    assert_eq!(fresh.status, 200);
 }

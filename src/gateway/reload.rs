@@ -113,6 +113,8 @@ struct Plan {
 
 impl Gateway {
     /// Applies `new` in place (see the module docs) and returns what changed.
+    /// The caller checks [`Gateway::admissible`] first (`serve`'s reload
+    /// path does).
     /// Stops take up to [`OWNER_STOP_GRACE`] each; new upstreams are started,
     /// not awaited (use [`Gateway::wait_upstreams`] for that).
     pub async fn reload(&mut self, new: Config) -> ReloadReport {

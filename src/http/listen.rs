@@ -280,6 +280,10 @@ impl State {
         owner: u64,
     ) -> State {
         let mut lists = app.catalog_gen.subscribe();
+        // Seen as changed, so the first wait checks the client is still
+        // configured: a reload may have come after the gate let it in.
+        let mut access = app.access_gen.subscribe();
+        access.mark_changed();
         let seen = *lists.borrow_and_update();
         let period = app.server.keepalive;
         let mut keepalive = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
@@ -296,7 +300,7 @@ impl State {
             closed: false,
             place,
             owner,
-            access: app.access_gen.subscribe(),
+            access,
         }
     }
 

@@ -139,7 +139,7 @@ pub struct App {
     /// Moved on at each [`App::set_access`]: open listen streams check
     /// that their client is still configured.
     pub access_gen: watch::Sender<u64>,
-    /// Log budget of refused requests (401, 429).
+    /// Log budget of refusals (401, 429, 403, refused TLS handshakes).
     pub refusal_log: crate::access::Throttle,
     /// The audit log (`[audit]`), if configured: one record per
     /// `tools/call`, `prompts/get`, `resources/read` ([`crate::audit`]).

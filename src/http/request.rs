@@ -261,13 +261,14 @@ pub(super) async fn one(
     }
 }
 
-/// The request's legacy session, when it is in the table and not expired
-/// (the gate has checked it is the caller's): what a cancellation or an
-/// answer to a relayed request may act for.
+/// The request's legacy session, while its slot still holds it (expired
+/// but not yet swept counts: its calls may still run; the gate has checked
+/// it is the caller's): what a cancellation or an answer to a relayed
+/// request may act for.
 fn live_session(app: &App, h: &HeaderMap) -> Option<SessionId> {
     let sid = session_header(h).ok().flatten()?;
     let t = app.sessions.lock().expect("sessions");
-    t.peek(&sid, Instant::now()).map(|_| sid)
+    t.owner(&sid).map(|_| sid)
 }
 
 /// `notifications/initialized` marks the session; `notifications/cancelled`
