@@ -21,7 +21,8 @@
 //! - **Rate.** A token bucket per client (`rate = "20/s"`: 20 a second,
 //!   burst 20), in a table fixed when the config is loaded.
 
-use crate::config::{ClientConfig, Config, Credential, Rate};
+use crate::config::{ClientConfig, Config, Credential};
+use crate::logline::Bucket;
 use std::sync::Mutex;
 use std::time::Duration;
 use subtle::ConstantTimeEq;
@@ -219,7 +220,7 @@ impl Client {
             token,
             subject,
             policy: Policy::new(c.allow.as_deref(), &c.deny),
-            bucket: c.rate.map(|r| Mutex::new(Bucket::new(r, now))),
+            bucket: c.rate.map(|r| Mutex::new(Bucket::new(r.count, r.per, now))),
         }
     }
 }
@@ -291,78 +292,33 @@ impl Policy {
     }
 }
 
-/// A log line budget (a token bucket of [`crate::limits::REFUSAL_LOG_BURST`]
-/// lines refilled at [`crate::limits::REFUSAL_LOG_PER_SECOND`]): refused
-/// requests from a scanner cannot flood the journal.
-pub struct Throttle {
-    state: Mutex<(Bucket, u64)>,
-}
+/// A log line budget (a [`crate::logline::Throttle`] of
+/// [`crate::limits::REFUSAL_LOG_BURST`] lines refilled at
+/// [`crate::limits::REFUSAL_LOG_PER_SECOND`]): refused requests from a
+/// scanner cannot flood the journal.
+pub struct Throttle(crate::logline::Throttle);
 
 impl Throttle {
     /// A full budget at `now`.
     pub fn new(now: Instant) -> Throttle {
-        let rate = Rate {
-            count: crate::limits::REFUSAL_LOG_BURST,
-            per: Duration::from_secs(1) * crate::limits::REFUSAL_LOG_BURST
-                / crate::limits::REFUSAL_LOG_PER_SECOND,
-        };
-        Throttle {
-            state: Mutex::new((Bucket::new(rate, now), 0)),
-        }
+        Throttle(crate::logline::Throttle::new(
+            crate::limits::REFUSAL_LOG_BURST,
+            crate::limits::REFUSAL_LOG_PER_SECOND,
+            now,
+        ))
     }
 
     /// `Some(n)` when a line may be logged at `now` (`n` lines were skipped
     /// since the last one); `None` when this one is skipped.
     pub fn allow(&self, now: Instant) -> Option<u64> {
-        let mut g = self.state.lock().expect("throttle");
-        match g.0.take(now) {
-            Ok(()) => Some(std::mem::take(&mut g.1)),
-            Err(_) => {
-                g.1 += 1;
-                None
-            }
-        }
-    }
-}
-
-/// A token bucket: `count` requests at once, refilled at `count / per`.
-struct Bucket {
-    tokens: f64,
-    capacity: f64,
-    per_second: f64,
-    last: Instant,
-}
-
-impl Bucket {
-    fn new(rate: Rate, now: Instant) -> Bucket {
-        let capacity = f64::from(rate.count);
-        Bucket {
-            tokens: capacity,
-            capacity,
-            per_second: capacity / rate.per.as_secs_f64(),
-            last: now,
-        }
-    }
-
-    fn take(&mut self, now: Instant) -> Result<(), Duration> {
-        let refill = now.saturating_duration_since(self.last).as_secs_f64() * self.per_second;
-        self.tokens = (self.tokens + refill).min(self.capacity);
-        self.last = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            Ok(())
-        } else {
-            Err(Duration::from_secs_f64(
-                (1.0 - self.tokens) / self.per_second,
-            ))
-        }
+        self.0.allow(now)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Secret;
+    use crate::config::{Rate, Secret};
 
     fn client(name: &str, credential: Credential) -> ClientConfig {
         ClientConfig {

@@ -14,6 +14,7 @@
 //! | [`fault`] | test-only faults (`MCP_EDGE_TEST_FAULT`, cargo feature `test-faults`) that the watchdog must catch |
 //! | [`alloc`] | the counting global allocator (live/peak heap) and RSS |
 //! | [`metrics`] | metric names, the Prometheus recorder, heap gauges |
+//! | [`logline`] | log hygiene: upstream text made printable (control bytes escaped), the token bucket behind client rates and log line budgets |
 //! | [`notify`] | sd-notify (`READY=1`, `STATUS=`, `STOPPING=1`, `RELOADING=1`) and the watchdog pinger, reading a small health view |
 //! | [`protocol`] | JSON-RPC envelope, error codes, era and version rules, SSE codec |
 //! | [`config`] | TOML and `mcpServers` JSON → validated [`config::Config`]; board profiles |
@@ -46,6 +47,7 @@ pub mod fault;
 pub mod gateway;
 pub mod http;
 pub mod limits;
+pub mod logline;
 pub mod metrics;
 pub mod notify;
 pub mod protocol;

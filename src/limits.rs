@@ -156,6 +156,13 @@ pub const STDERR_LOG_BURST: u32 = 20;
 /// stderr lines of one stdio child logged per second once the burst is
 /// spent: 5 (the rest are counted, kept in the tail, and not logged).
 pub const STDERR_LOG_PER_SECOND: u32 = 5;
+/// Per-message warnings about one stdio upstream's output (an over-long
+/// line dropped, a stdout line that is not JSON-RPC, an answer to an id
+/// not in flight) logged in a burst before the rate limit applies: 10.
+/// Each is counted in its metric whatever is logged.
+pub const UPSTREAM_WARN_LOG_BURST: u32 = 10;
+/// Such warnings logged per second once the burst is spent: 1.
+pub const UPSTREAM_WARN_LOG_PER_SECOND: u32 = 1;
 
 /// Bytes of a stdio child's stderr kept for status output (a ring).
 pub const STDERR_TAIL_BYTES: usize = 16 * 1024;

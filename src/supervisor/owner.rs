@@ -242,7 +242,7 @@ impl<'a> Monitor<'a> {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // A modern child announces list changes only to a listener.
         if let Err(e) = self.conn.listen(self.neg.era).await {
-            tracing::debug!(upstream = %name, "subscriptions/listen not sent: {e}");
+            tracing::debug!(upstream = %name, "subscriptions/listen not sent: {}", crate::logline::printable(&e.to_string()));
         }
         // An HTTP upstream's notification stream: one more arm.
         let notifications = self.conn.notifications(name, up.config.health_interval);
@@ -318,7 +318,7 @@ async fn cancel_abandoned(
         match tokio::time::timeout(up.config.probe_timeout, conn.cancel(id)).await {
             Ok(Ok(())) => tracing::debug!(upstream = %name, id, "call cancelled upstream"),
             Ok(Err(e)) => {
-                tracing::debug!(upstream = %name, id, "notifications/cancelled failed: {e}")
+                tracing::debug!(upstream = %name, id, "notifications/cancelled failed: {}", crate::logline::printable(&e.to_string()))
             }
             Err(_) => tracing::debug!(upstream = %name, id, "notifications/cancelled timed out"),
         }
@@ -462,7 +462,7 @@ impl Owner {
     /// asks, or shutdown (false).
     async fn park(&self, f: Failure, shutdown: &mut watch::Receiver<bool>) -> bool {
         let up = &self.up;
-        tracing::warn!(upstream = %up.name(), "credentials refused ({}); parked until they change", f.reason);
+        tracing::warn!(upstream = %up.name(), "credentials refused ({}); parked until they change", crate::logline::printable(&f.reason));
         up.transition(|s| s.park(Instant::now(), f.reason.clone()));
         self.save(Some(Saved {
             failures: self.failures,
@@ -492,7 +492,7 @@ impl Owner {
         let now = Instant::now();
         let until = now + delay;
         up.set_earliest_retry(now + base);
-        tracing::warn!(upstream = %up.name(), attempt = failures, retry_in = ?delay, "upstream down: {}", f.reason);
+        tracing::warn!(upstream = %up.name(), attempt = failures, retry_in = ?delay, "upstream down: {}", crate::logline::printable(&f.reason));
         up.transition(|s| s.back_off(failures, until, f.reason.clone()));
         self.save(Some(Saved {
             failures,

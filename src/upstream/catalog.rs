@@ -155,7 +155,7 @@ async fn list_all(
         let page = match up.call(method, params).await {
             Ok(p) => p,
             Err(e) => {
-                tracing::warn!(upstream = %up.name(), "{method} failed: {e}; listing again at the next health check");
+                tracing::warn!(upstream = %up.name(), "{method} failed: {}; listing again at the next health check", crate::logline::printable(&e.to_string()));
                 return None;
             }
         };

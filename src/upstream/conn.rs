@@ -161,7 +161,7 @@ impl Conn {
                     return std::future::pending().await;
                 }
                 http::NotificationsEnd::Ended(why) => {
-                    tracing::debug!(upstream = %name, "notification stream: {why}; again in {again_after:?}");
+                    tracing::debug!(upstream = %name, "notification stream: {}; again in {again_after:?}", crate::logline::printable(&why.to_string()));
                     tokio::time::sleep(again_after).await;
                 }
             }

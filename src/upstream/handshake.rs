@@ -89,7 +89,7 @@ pub async fn open(conn: &Conn, era: EraPreference) -> Result<Negotiated, Handsha
                         )));
                     }
                 }
-                tracing::debug!(error = %source, "server/discover probe failed; falling back to initialize");
+                tracing::debug!(error = %crate::logline::printable(&source.to_string()), "server/discover probe failed; falling back to initialize");
                 initialize(conn).await
             }
         },

@@ -133,10 +133,10 @@ impl Upstream {
             match tokio::time::timeout(bound, self.subscribe_locked(uri)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
-                    tracing::info!(upstream = %self.name(), %uri, "resources/subscribe failed: {e}")
+                    tracing::info!(upstream = %self.name(), uri = %crate::logline::printable(&**uri), "resources/subscribe failed: {}", crate::logline::printable(&e.to_string()))
                 }
                 Err(_) => {
-                    tracing::info!(upstream = %self.name(), %uri, "resources/subscribe: no answer within {bound:?}")
+                    tracing::info!(upstream = %self.name(), uri = %crate::logline::printable(&**uri), "resources/subscribe: no answer within {bound:?}")
                 }
             }
             self.progressed();
@@ -149,7 +149,7 @@ impl Upstream {
             let done = match tokio::time::timeout(bound, call).await {
                 Ok(Ok(_)) | Ok(Err(CallError::Rpc(_))) => true,
                 Ok(Err(e)) => {
-                    tracing::info!(upstream = %self.name(), %uri, "resources/unsubscribe failed: {e}");
+                    tracing::info!(upstream = %self.name(), uri = %crate::logline::printable(&**uri), "resources/unsubscribe failed: {}", crate::logline::printable(&e.to_string()));
                     false
                 }
                 Err(_) => false,

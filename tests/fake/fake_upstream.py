@@ -3,6 +3,8 @@
 
 Python standard library only. Usage: fake_upstream.py [--era legacy|modern] [--name N]
 [--slow-start MS] (reads nothing for MS milliseconds, like a server with a slow import)
+[--noisy N] (before serving: stdout and stderr lines with raw control bytes, N
+over-long stdout lines of 4 KiB and N of stderr, N answers to an id never sent)
 
 Tools: echo(text), slow_echo(text, ms) (answers out of order), exotic (unknown
 content type, annotations, _meta extension keys), whoami (returns the name it
@@ -203,6 +205,17 @@ def handle(msg):
         error(id, -32601, f"Method not found: {method}")
 
 
+if "--noisy" in args:
+    n = int(args[args.index("--noisy") + 1])
+    evil = "forged\r2099-01-01 ERROR fake line\x00\x1b[31m\x7f\u0085\u009b end"
+    sys.stderr.write(f"stderr: {evil}\n")
+    sys.stdout.write(f"stdout: {evil}\n")
+    for i in range(n):
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "method": "x", "params": {"pad": "\r\x1b" * 2048}}) + "\n")
+        sys.stderr.write("\x1b[2J" * 4096 + "\n")
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": 900000 + i, "result": {}}) + "\n")
+    sys.stdout.flush()
+    sys.stderr.flush()
 if "--slow-start" in args:
     time.sleep(int(args[args.index("--slow-start") + 1]) / 1000)
 for line in sys.stdin:

@@ -482,6 +482,11 @@ impl HttpConn {
                 }
                 None
             }
+            Ok(Message::Response { .. }) => {
+                // An answer to no call of this stream: counted, not logged.
+                metrics::counter!(crate::metrics::REFUSED, "limit" => "unknown_id").increment(1);
+                None
+            }
             _ => None,
         }
     }

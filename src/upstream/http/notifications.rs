@@ -122,7 +122,10 @@ impl HttpConn {
                 return Some(match outcome {
                     Ok(_) => NotificationsEnd::Ended("the listen stream was closed".into()),
                     Err(e) => {
-                        tracing::debug!("subscriptions/listen refused: {}", e.message);
+                        tracing::debug!(
+                            "subscriptions/listen refused: {}",
+                            crate::logline::printable(&e.message)
+                        );
                         NotificationsEnd::NotOffered
                     }
                 });

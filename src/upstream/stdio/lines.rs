@@ -3,6 +3,7 @@
 //! log rate limit of its stderr.
 
 use crate::limits;
+use crate::logline::{printable, Throttle};
 use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
@@ -68,53 +69,41 @@ pub(super) async fn read_line_bounded<R: AsyncBufRead + Unpin>(
     }
 }
 
-/// The log rate limit of one child's stderr (a token bucket:
+/// The log rate limit of one child's stderr (a [`Throttle`] of
 /// [`limits::STDERR_LOG_BURST`] lines at once, refilled at
 /// [`limits::STDERR_LOG_PER_SECOND`]): a child printing without pause cannot
 /// flood the journal or wear a Pi's SD card. Skipped lines are counted in
 /// `mcp_edge_upstream_stderr_skipped_total` and named in the next line logged;
-/// every line still reaches the stderr tail of `/status`.
-pub(super) struct LogBudget {
-    tokens: f64,
-    last: tokio::time::Instant,
-    skipped: u64,
-}
+/// every line still reaches the stderr tail of `/status`. Lines are logged
+/// [`printable`] (control bytes escaped).
+pub(super) struct LogBudget(Throttle);
 
 impl LogBudget {
     pub(super) fn new(now: tokio::time::Instant) -> Self {
-        LogBudget {
-            tokens: f64::from(limits::STDERR_LOG_BURST),
-            last: now,
-            skipped: 0,
-        }
+        LogBudget(Throttle::new(
+            limits::STDERR_LOG_BURST,
+            limits::STDERR_LOG_PER_SECOND,
+            now,
+        ))
     }
 
-    /// True if a line may be logged at `now` (taking a token).
-    pub(super) fn allow(&mut self, now: tokio::time::Instant) -> bool {
-        let refill = now.saturating_duration_since(self.last).as_secs_f64()
-            * f64::from(limits::STDERR_LOG_PER_SECOND);
-        self.tokens = (self.tokens + refill).min(f64::from(limits::STDERR_LOG_BURST));
-        self.last = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-
-    pub(super) fn log(&mut self, name: &str, line: &[u8]) {
-        if !self.allow(tokio::time::Instant::now()) {
-            self.skipped += 1;
+    /// Logs `line` (`cut`: only its head was kept) if the budget allows.
+    pub(super) fn log(&self, name: &str, line: &[u8], cut: bool) {
+        let Some(skipped) = self.0.allow(tokio::time::Instant::now()) else {
             metrics::counter!(crate::metrics::STDERR_SKIPPED, "upstream" => name.to_string())
                 .increment(1);
             return;
-        }
-        let text = String::from_utf8_lossy(line);
-        match std::mem::take(&mut self.skipped) {
-            0 => tracing::info!(upstream = %name, "stderr: {text}"),
+        };
+        let text = printable(line);
+        let cut = if cut {
+            " (line cut: longer than STDERR_LINE_BYTES)"
+        } else {
+            ""
+        };
+        match skipped {
+            0 => tracing::info!(upstream = %name, "stderr: {text}{cut}"),
             n => {
-                tracing::info!(upstream = %name, "stderr: {text} ({n} earlier lines not logged: rate limit)")
+                tracing::info!(upstream = %name, "stderr: {text}{cut} ({n} earlier lines not logged: rate limit)")
             }
         }
     }
@@ -128,14 +117,14 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_chatty_child_is_logged_at_the_rate_limit() {
         let t0 = tokio::time::Instant::now();
-        let mut b = LogBudget::new(t0);
-        let burst = (0..1000).filter(|_| b.allow(t0)).count();
+        let b = LogBudget::new(t0);
+        let burst = (0..1000).filter(|_| b.0.allow(t0).is_some()).count();
         assert_eq!(burst, crate::limits::STDERR_LOG_BURST as usize);
         // A simulated hour of 1,000 lines a second logs 5 a second.
         let mut logged = 0;
         for ms in 1..=3_600_000u64 {
             let now = t0 + std::time::Duration::from_millis(ms);
-            if b.allow(now) {
+            if b.0.allow(now).is_some() {
                 logged += 1;
             }
         }

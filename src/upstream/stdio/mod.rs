@@ -16,6 +16,7 @@ use super::ring::Ring;
 use super::SendError;
 use crate::config::UpstreamConfig;
 use crate::limits;
+use crate::logline::{printable, Throttle};
 use crate::protocol::{self, Message, RpcError};
 pub use lines::sniff_id;
 use lines::{read_line_bounded, LogBudget};
@@ -101,6 +102,11 @@ pub fn open(
         err_line: Vec::new(),
         stderr_open: true,
         log_budget: LogBudget::new(tokio::time::Instant::now()),
+        warnings: Throttle::new(
+            limits::UPSTREAM_WARN_LOG_BURST,
+            limits::UPSTREAM_WARN_LOG_PER_SECOND,
+            tokio::time::Instant::now(),
+        ),
         noise: 0,
     };
     Ok((
@@ -160,6 +166,9 @@ struct Pump {
     err_line: Vec<u8>,
     stderr_open: bool,
     log_budget: LogBudget,
+    /// The log budget of per-message warnings (over-long lines, noise,
+    /// answers to unknown ids).
+    warnings: Throttle,
     noise: u64,
 }
 
@@ -197,22 +206,40 @@ impl Pump {
             Ok(Ok(false)) => return Some("stdout closed".to_string()),
             Ok(Err(_)) => self.too_long(),
             Ok(Ok(true)) => {
-                let (name, line) = (&self.name, &self.line);
-                if !on_line(
-                    name,
+                let line = &self.line;
+                let kind = on_line(
                     line,
                     &self.inflight,
                     &self.stdin,
                     &self.list_changed,
                     &self.ctx,
                 )
-                .await
-                {
-                    self.noise(line.len().min(200));
+                .await;
+                match kind {
+                    Line::Handled => {}
+                    Line::Noise => self.noise(line.len().min(200)),
+                    Line::UnknownId(id) => self.unknown_id(&id),
                 }
             }
         }
         None
+    }
+
+    /// `skipped: n` when a per-message warning may be logged now (`n`
+    /// earlier ones were not), `None` when this one is not logged.
+    fn warn_allowed(&self) -> Option<u64> {
+        self.warnings.allow(tokio::time::Instant::now())
+    }
+
+    /// An answer for no call in flight (never sent, answered, or given up):
+    /// counted in `refused{limit="unknown_id"}`, logged within the budget.
+    fn unknown_id(&self, id: &Value) {
+        metrics::counter!(crate::metrics::REFUSED, "limit" => "unknown_id").increment(1);
+        if let Some(skipped) = self.warn_allowed() {
+            let id: String = id.to_string().chars().take(64).collect();
+            let id = printable(&id);
+            tracing::debug!(upstream = %self.name, %id, skipped, "answer for a request nobody waits for");
+        }
     }
 
     /// An over-long message was skipped: its caller (found by the id in
@@ -220,7 +247,9 @@ impl Pump {
     fn too_long(&self) {
         let (name, max_bytes) = (&self.name, self.max_bytes);
         metrics::counter!(crate::metrics::REFUSED, "limit" => "result_bytes").increment(1);
-        tracing::warn!(upstream = %name, limit = max_bytes, "dropped an over-long message from upstream");
+        if let Some(skipped) = self.warn_allowed() {
+            tracing::warn!(upstream = %name, limit = max_bytes, skipped, "dropped an over-long message from upstream");
+        }
         if let Some(id) = sniff_id(&self.line) {
             let e = RpcError::new(
                 protocol::UPSTREAM_RESULT_TOO_LARGE,
@@ -231,13 +260,14 @@ impl Pump {
     }
 
     /// A stdout line that is not JSON-RPC was skipped: counted, and logged
-    /// (its first `shown` bytes) rate-limited: the 1st, 10th, 100th, 1000th … line.
+    /// (its first `shown` bytes, [`printable`]) within the warning budget.
     fn noise(&mut self, shown: usize) {
         self.noise += 1;
         let (name, noise) = (&self.name, self.noise);
         metrics::counter!(crate::metrics::STDOUT_NOISE, "upstream" => name.clone()).increment(1);
-        if noise.is_power_of_two() || noise.is_multiple_of(1000) || [10, 100].contains(&noise) {
-            tracing::warn!(upstream = %name, skipped = noise, "stdout line that is not JSON-RPC skipped: {}", String::from_utf8_lossy(&self.line[..shown]));
+        if let Some(skipped) = self.warn_allowed() {
+            let text = printable(&self.line[..shown]);
+            tracing::warn!(upstream = %name, noise, skipped, "stdout line that is not JSON-RPC skipped: {text}");
         }
     }
 
@@ -245,15 +275,13 @@ impl Pump {
     fn on_stderr(&mut self, r: LineRead) {
         match r {
             Ok(Ok(true)) => self.keep_stderr_line(),
-            Ok(Err(_)) => {
-                tracing::info!(upstream = %self.name, "stderr: (line longer than {} bytes cut)", limits::STDERR_LINE_BYTES)
-            }
+            Ok(Err(_)) => self.log_budget.log(&self.name, &self.err_line, true),
             Ok(Ok(false)) | Err(_) => self.stderr_open = false,
         }
     }
 
-    fn keep_stderr_line(&mut self) {
-        self.log_budget.log(&self.name, &self.err_line);
+    fn keep_stderr_line(&self) {
+        self.log_budget.log(&self.name, &self.err_line, false);
         self.stderr_tail
             .lock()
             .expect("stderr lock")
@@ -323,25 +351,33 @@ impl Pump {
     }
 }
 
-/// Handles one stdout line; false when it is not JSON-RPC (noise).
+/// What one stdout line was.
+enum Line {
+    Handled,
+    /// Not JSON-RPC.
+    Noise,
+    /// An answer for no call in flight.
+    UnknownId(Value),
+}
+
+/// Handles one stdout line.
 async fn on_line(
-    name: &str,
     line: &[u8],
     inflight: &InFlight,
     stdin: &Mutex<Option<ChildStdin>>,
     list_changed: &Notify,
     ctx: &RelayCtx,
-) -> bool {
+) -> Line {
     if line.iter().all(u8::is_ascii_whitespace) {
-        return true;
+        return Line::Handled;
     }
     let Ok(v) = serde_json::from_slice::<Value>(line) else {
-        return false; // a banner or log line: counted as noise by the caller
+        return Line::Noise; // a banner or log line: counted as noise by the caller
     };
     match protocol::classify(v) {
         Ok(Message::Response { id, outcome }) => {
             if !inflight.complete(&id, outcome) {
-                tracing::debug!(upstream = %name, %id, "answer for a request nobody waits for");
+                return Line::UnknownId(id);
             }
         }
         Ok(Message::Notification { method, params }) => {
@@ -350,9 +386,9 @@ async fn on_line(
         Ok(Message::Request { id, method, params }) => {
             on_request(id, method, params, inflight, stdin, ctx).await
         }
-        Err(_) => return false, // JSON, but not JSON-RPC: noise too
+        Err(_) => return Line::Noise, // JSON, but not JSON-RPC: noise too
     }
-    true
+    Line::Handled
 }
 
 /// A notification from the child: list changes wake the catalog refresh,

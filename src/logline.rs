@@ -1,0 +1,138 @@
+//! Log hygiene: text that came from outside (an upstream's stderr, stdout
+//! noise, error messages) made printable before it is logged
+//! ([`printable`]: no raw control byte reaches the journal, so no forged
+//! log lines or terminal escapes), and the token bucket ([`Bucket`],
+//! [`Throttle`]) that bounds per-message log lines (and client rates).
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// `text` with every control character escaped: `\n`, `\r`, `\t`, `\0`,
+/// and `\xNN` for the rest of C0, DEL and C1 (U+0080–U+009F); invalid UTF-8
+/// becomes U+FFFD. Printable text (any script) is kept as it is and not
+/// copied.
+pub fn printable<T: AsRef<[u8]> + ?Sized>(text: &T) -> Cow<'_, str> {
+    let text = String::from_utf8_lossy(text.as_ref());
+    if !text.chars().any(char::is_control) {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\0' => out.push_str("\\0"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\x{:02X}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// A token bucket: `count` at once, refilled at `count / per`.
+pub struct Bucket {
+    tokens: f64,
+    capacity: f64,
+    per_second: f64,
+    last: Instant,
+}
+
+impl Bucket {
+    /// A full bucket of `count` tokens at `now`, refilled at `count / per`.
+    pub fn new(count: u32, per: Duration, now: Instant) -> Bucket {
+        let capacity = f64::from(count);
+        Bucket {
+            tokens: capacity,
+            capacity,
+            per_second: capacity / per.as_secs_f64(),
+            last: now,
+        }
+    }
+
+    /// Takes a token at `now`, or says how long until one is there.
+    pub fn take(&mut self, now: Instant) -> Result<(), Duration> {
+        let refill = now.saturating_duration_since(self.last).as_secs_f64() * self.per_second;
+        self.tokens = (self.tokens + refill).min(self.capacity);
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64(
+                (1.0 - self.tokens) / self.per_second,
+            ))
+        }
+    }
+}
+
+/// A log line budget: `burst` lines at once, then `per_second`; the lines
+/// skipped are counted and named by the next one logged.
+pub struct Throttle {
+    state: Mutex<(Bucket, u64)>,
+}
+
+impl Throttle {
+    /// A full budget at `now`.
+    pub fn new(burst: u32, per_second: u32, now: Instant) -> Throttle {
+        let per = Duration::from_secs(1) * burst / per_second.max(1);
+        Throttle {
+            state: Mutex::new((Bucket::new(burst, per, now), 0)),
+        }
+    }
+
+    /// `Some(n)` when a line may be logged at `now` (`n` lines were skipped
+    /// since the last one); `None` when this one is skipped.
+    pub fn allow(&self, now: Instant) -> Option<u64> {
+        let mut g = self.state.lock().expect("throttle");
+        match g.0.take(now) {
+            Ok(()) => Some(std::mem::take(&mut g.1)),
+            Err(_) => {
+                g.1 += 1;
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_bytes_are_escaped() {
+        assert_eq!(printable("a\r\nb"), "a\\r\\nb");
+        assert_eq!(printable(b"nul\0end"), "nul\\0end");
+        assert_eq!(printable("\x1b[31mred\x1b[0m"), "\\x1B[31mred\\x1B[0m");
+        assert_eq!(printable("del\x7f tab\t"), "del\\x7F tab\\t");
+        // C1 controls, in UTF-8 (NEL, CSI).
+        assert_eq!(printable("x\u{85}y\u{9b}z"), "x\\x85y\\x9Bz");
+        // Invalid UTF-8 (a lone continuation byte, a raw C1 byte).
+        assert_eq!(printable(b"a\x80b\x9bc\xff"), "a\u{FFFD}b\u{FFFD}c\u{FFFD}");
+    }
+
+    #[test]
+    fn printable_text_is_kept_and_not_copied() {
+        assert!(matches!(
+            printable("plain text, ünïcödé ✓ \\n"),
+            Cow::Borrowed(_)
+        ));
+        assert_eq!(printable("日本語 é"), "日本語 é");
+        assert_eq!(printable(""), "");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_throttle_logs_its_burst_then_its_rate_and_counts_the_rest() {
+        let t0 = Instant::now();
+        let t = Throttle::new(10, 2, t0);
+        assert_eq!((0..100).filter(|_| t.allow(t0).is_some()).count(), 10);
+        // 90 skipped, named by the next line allowed.
+        assert_eq!(t.allow(t0 + Duration::from_millis(500)), Some(90));
+        assert_eq!(t.allow(t0 + Duration::from_millis(500)), None);
+    }
+}
