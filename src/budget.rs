@@ -18,8 +18,9 @@
 //!   messages of typical size;
 //! - the resource subscription table, allocated at start, with a URI of
 //!   up to [`limits::MAX_SUBSCRIPTION_URI_BYTES`] per entry;
-//! - `max_connections` connections, each holding a request body of up to
-//!   `max_body_bytes`;
+//! - `max_connections` connections, each holding a request head of up to
+//!   [`limits::MAX_REQUEST_HEAD_BYTES`] (counted in [`CONNECTION_BYTES`])
+//!   or a request body of up to `max_body_bytes`;
 //! - calls in flight: at most one per connection (HTTP/1.1 answers one request
 //!   at a time) and at most Σ `max_in_flight`; each with a result of up to the
 //!   largest `max_result_bytes`; plus one message being read per upstream;
@@ -48,8 +49,12 @@ pub const SUBSCRIPTION_BYTES: usize = 64;
 /// One queued relayed message (progress, log, list_changed) as it sits in a
 /// stream's queue (bytes, typical).
 pub const QUEUED_MESSAGE_BYTES: usize = 2 * 1024;
-/// One idle keep-alive downstream connection (bytes).
-pub const CONNECTION_BYTES: usize = 32 * 1024;
+/// One downstream connection before its body (bytes): its worst case is a
+/// request head just under [`limits::MAX_REQUEST_HEAD_BYTES`] held
+/// unterminated, hyper's read buffer at its largest. Measured by
+/// `tests/budget.rs` with 64 such connections: 71,056 B each (an idle
+/// keep-alive connection: 31,072 B), with 32 KiB heads.
+pub const CONNECTION_BYTES: usize = 80 * 1024;
 /// With `server.tls_cert`: what one downstream connection holds on top of
 /// [`CONNECTION_BYTES`], its rustls state (record buffers, traffic keys,
 /// the peer's certificate under mTLS) (bytes). Measured by `tests/budget.rs`

@@ -29,6 +29,15 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 /// A client dripping its body byte by byte would otherwise hold one of
 /// `server.max_connections` for ever (HTTP 408 after this).
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// A body refused with 413 is still read and discarded (not kept) up to
+/// max(this, 2 × `server.max_body_bytes`) bytes before the connection closes,
+/// so clients that send their whole body before reading (Node `fetch`,
+/// Python `http.client`) can read the refusal instead of meeting a reset
+/// (nginx's lingering close): 4 MiB. A body declared longer is refused at
+/// once, as is one sent with `Expect: 100-continue`.
+pub const REFUSED_BODY_DRAIN_BYTES: usize = 4 * 1024 * 1024;
+/// Time the discarding of a refused body may take, from the refusal: 5 s.
+pub const REFUSED_BODY_DRAIN_TIME: Duration = Duration::from_secs(5);
 /// Ceiling for `server.max_body_bytes`: 64 MiB.
 pub const MAX_BODY_BYTES_CEILING: usize = 64 * 1024 * 1024;
 
@@ -174,6 +183,15 @@ pub const CHILD_STOP_GRACE: Duration = Duration::from_secs(2);
 /// Time a client has to send a complete request head (and, between requests
 /// on a kept-alive connection, the next one) before its connection is closed.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest request head (request line and headers) a client may send: 32 KiB.
+/// Both hyper's head limit (`http1::Builder::max_header_size`) and its
+/// per-connection read buffer limit (`max_buf_size`, default ≈ 408 KiB), so
+/// it also bounds what a half-sent head holds on the heap
+/// (`budget::CONNECTION_BYTES` is measured with one just under it). A
+/// longer head gets 431 from hyper and its connection is closed
+/// (`refused{limit="head_bytes"}`). Bearer tokens and MCP headers fit easily;
+/// Node's own default is 16 KiB.
+pub const MAX_REQUEST_HEAD_BYTES: usize = 32 * 1024;
 /// Time a client has to complete the TLS handshake on a `server.listen`
 /// with TLS: 10 s. The handshake runs in the connection's own task, so a
 /// slow one never stalls `accept`; past this it is closed (and counted as

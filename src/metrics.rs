@@ -8,7 +8,8 @@
 /// `streams_per_session`, `streams`, `resource_subscriptions`, `body_read_time`, `cancellations`: a legacy HTTP call's
 /// `notifications/cancelled` not sent because its queue was full; `tls_handshake`: a downstream
 /// connection whose TLS handshake failed or timed out; `unknown_id`: an upstream's
-/// response to an id not in flight (never sent, already answered, or given up), dropped).
+/// response to an id not in flight (never sent, already answered, or given up), dropped;
+/// `head_bytes`: a request head over `limits::MAX_REQUEST_HEAD_BYTES`, answered 431 by hyper).
 pub const REFUSED: &str = "mcp_edge_refused_total";
 /// Counter `{reason}`: sessions removed (`idle`, `deleted`).
 pub const SESSIONS_EVICTED: &str = "mcp_edge_sessions_evicted_total";

@@ -136,6 +136,7 @@ async fn per_entry_costs_stay_below_the_budget_constants() {
         budget::CONNECTION_BYTES as f64,
     );
     drop(conns);
+    partial_heads(addr).await;
 
     // GET streams of legacy sessions (each on its own connection).
     const STREAMS: usize = 32;
@@ -249,6 +250,32 @@ async fn per_entry_costs_stay_below_the_budget_constants() {
     );
 
     tls_connection_costs(per_conn).await;
+}
+
+/// Connections each holding an unterminated request head just under
+/// `limits::MAX_REQUEST_HEAD_BYTES` (hyper's read buffer at its largest,
+/// waiting for the rest): the worst case of a connection before its body,
+/// against `CONNECTION_BYTES`.
+async fn partial_heads(addr: SocketAddr) {
+    const CONNS: usize = 64;
+    let pad = vec![b'p'; mcp_edge::limits::MAX_REQUEST_HEAD_BYTES - 256];
+    let base = settled_live().await;
+    let mut conns = Vec::with_capacity(CONNS);
+    for _ in 0..CONNS {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: ")
+            .await
+            .unwrap();
+        s.write_all(&pad).await.unwrap();
+        conns.push(s);
+    }
+    let per_conn = (settled_live().await.saturating_sub(base)) / CONNS;
+    report(
+        "connection in a partial head (bytes)",
+        per_conn as f64,
+        budget::CONNECTION_BYTES as f64,
+    );
+    drop(conns);
 }
 
 const EDGE: &str = "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n";

@@ -2,7 +2,8 @@
 //! upstreams `@modelcontextprotocol/server-everything` over stdio and a Python
 //! `mcp` SDK server over streamable HTTP, at once, behind one mcp-edge endpoint;
 //! downstream clients Python `mcp==1.30.0`, Python `mcp==2.3.0` (modern and
-//! legacy), the TypeScript SDK and the Inspector CLI.
+//! legacy), the TypeScript SDK and the Inspector CLI; and Node `fetch` and
+//! Python `http.client` reading a 413.
 
 mod support;
 
@@ -372,4 +373,27 @@ async fn python_sdk_2_modern_over_https() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typescript_sdk_over_https() {
     check_client_over_https(ClientKind::Ts).await;
+}
+
+/// Node `fetch` and Python `http.client` write a whole 2 MiB body before
+/// they read the answer: each reads the gateway's 413 (the body is
+/// discarded up to `limits::REFUSED_BODY_DRAIN_BYTES` first) instead of
+/// failing with EPIPE or ECONNRESET.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_fetch_and_python_http_client_read_the_413_of_a_2_mib_body() {
+    let gw = support::start(
+        "",
+        "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
+    )
+    .await;
+    let url = format!("http://{}/mcp", gw.local_addr());
+    for python in [false, true] {
+        let out = peers::post_bytes(python, &url, 2 * 1024 * 1024).await;
+        assert_eq!(out["status"], 413, "python {python}: {out}");
+        assert!(
+            out["body"].as_str().unwrap().contains("max_body_bytes"),
+            "{out}"
+        );
+    }
+    gw.shutdown().await;
 }

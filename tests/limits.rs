@@ -6,6 +6,8 @@ use mcp_edge::metrics::{prometheus, read, REFUSED};
 use serde_json::json;
 use support::*;
 
+const EDGE: &str = "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n";
+
 fn refused(limit: &str) -> f64 {
     read(REFUSED, &format!("limit=\"{limit}\""))
 }
@@ -193,4 +195,118 @@ async fn an_abandoned_call_is_cancelled_upstream_and_keeps_its_slot_until_answer
     tokio::time::sleep(std::time::Duration::from_millis(1800)).await;
     let seen = fake_stats(addr, &sid, json!(3), "a").await;
     assert_eq!(seen["cancelled"].as_array().unwrap().len(), 1, "{seen}");
+}
+
+/// Reads what the gateway answers on `s` until it closes the connection
+/// (or 10 s pass): the raw response, and whether the read ended in an error
+/// (a reset) rather than a clean close.
+async fn read_to_close(s: &mut tokio::net::TcpStream) -> (String, bool) {
+    use tokio::io::AsyncReadExt;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+            Ok(Ok(0)) | Err(_) => return (String::from_utf8_lossy(&out).into(), false),
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+            Ok(Err(_)) => return (String::from_utf8_lossy(&out).into(), true),
+        }
+    }
+}
+
+/// A client that writes its whole 2 MiB body before reading (as Node
+/// `fetch` and Python `http.client` do) reads the 413: the gateway
+/// discards the body up to `limits::REFUSED_BODY_DRAIN_BYTES` before it
+/// answers and closes, so no write fails with EPIPE or ECONNRESET. Sent
+/// steadily, 64 KiB every 5 ms; with and without `Content-Length`.
+#[tokio::test]
+async fn a_2_mib_body_gets_a_readable_413() {
+    use tokio::io::AsyncWriteExt;
+    prometheus();
+    let gw = start("", EDGE).await;
+    const BODY: usize = 2 * 1024 * 1024;
+    let chunk = vec![b' '; 64 * 1024];
+    for chunked in [false, true] {
+        let before = refused("body_bytes");
+        let mut s = tokio::net::TcpStream::connect(gw.local_addr())
+            .await
+            .unwrap();
+        let framing = if chunked {
+            "Transfer-Encoding: chunked".to_string()
+        } else {
+            format!("Content-Length: {BODY}")
+        };
+        let head = format!(
+            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\n{framing}\r\n\r\n"
+        );
+        s.write_all(head.as_bytes()).await.unwrap();
+        for _ in 0..BODY / chunk.len() {
+            if chunked {
+                let size = format!("{:x}\r\n", chunk.len());
+                s.write_all(size.as_bytes())
+                    .await
+                    .expect("write, chunk size");
+            }
+            s.write_all(&chunk).await.expect("write the body");
+            if chunked {
+                s.write_all(b"\r\n").await.expect("write, chunk end");
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        if chunked {
+            s.write_all(b"0\r\n\r\n").await.expect("write, last chunk");
+        }
+        let (resp, reset) = read_to_close(&mut s).await;
+        assert!(
+            resp.starts_with("HTTP/1.1 413"),
+            "chunked {chunked}: {resp:?}"
+        );
+        assert!(
+            resp.to_ascii_lowercase().contains("connection: close"),
+            "{resp}"
+        );
+        assert!(resp.contains("max_body_bytes"), "{resp}");
+        assert!(!reset, "chunked {chunked}: the read ended in a reset");
+        assert_eq!(refused("body_bytes"), before + 1.0);
+    }
+    let list = modern(gw.local_addr(), json!(1), "tools/list", json!({})).await;
+    assert_eq!(list.status, 200);
+}
+
+/// A request head over `limits::MAX_REQUEST_HEAD_BYTES` gets hyper's 431
+/// and its connection is closed (counted as `refused{limit="head_bytes"}`);
+/// a head just under it is served, and so is the next client.
+#[tokio::test]
+async fn a_head_over_the_cap_gets_431_and_the_gateway_keeps_serving() {
+    use tokio::io::AsyncWriteExt;
+    prometheus();
+    let gw = start("", EDGE).await;
+    let cap = mcp_edge::limits::MAX_REQUEST_HEAD_BYTES;
+    let before = refused("head_bytes");
+    let mut s = tokio::net::TcpStream::connect(gw.local_addr())
+        .await
+        .unwrap();
+    let big = format!(
+        "GET /nowhere HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: {}\r\n\r\n",
+        "p".repeat(cap)
+    );
+    // The gateway may close before it has read all of it.
+    let _ = s.write_all(big.as_bytes()).await;
+    let (resp, _) = read_to_close(&mut s).await;
+    assert!(resp.starts_with("HTTP/1.1 431"), "{resp:?}");
+    assert_eq!(refused("head_bytes"), before + 1.0);
+
+    let mut s = tokio::net::TcpStream::connect(gw.local_addr())
+        .await
+        .unwrap();
+    let fits = format!(
+        "GET /nowhere HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nX-Pad: {}\r\n\r\n",
+        "p".repeat(cap - 1024)
+    );
+    s.write_all(fits.as_bytes()).await.unwrap();
+    let (resp, _) = read_to_close(&mut s).await;
+    assert!(resp.starts_with("HTTP/1.1 404"), "{resp:?}");
+    let list = modern(gw.local_addr(), json!(1), "tools/list", json!({})).await;
+    assert_eq!(list.status, 200);
 }

@@ -120,32 +120,40 @@ fn delete(app: Arc<App>, h: &HeaderMap) -> Response<Body> {
     }
 }
 
-async fn read_body<B>(app: &App, req: Request<B>) -> Result<(HeaderMap, bytes::Bytes), Refusal>
+/// The request's body, whole, within `server.max_body_bytes` and
+/// `limits::BODY_READ_TIMEOUT`. A body over the limit (declared, or found
+/// so while reading) gets 413 with `Connection: close`, after the rest of
+/// it is read and discarded within bounds ([`discard`]) so that the client
+/// can read the refusal.
+async fn read_body<B>(
+    app: &App,
+    req: Request<B>,
+) -> Result<(HeaderMap, bytes::Bytes), Response<Body>>
 where
     B: hyper::body::Body<Data = bytes::Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let limit = app.server.max_body_bytes;
-    let too_big = || {
-        metrics::counter!(crate::metrics::REFUSED, "limit" => "body_bytes").increment(1);
-        refuse(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            protocol::INVALID_REQUEST,
-            format!("Request body larger than {limit} bytes (server.max_body_bytes)"),
-        )
-    };
+    let drain = crate::limits::REFUSED_BODY_DRAIN_BYTES.max(limit.saturating_mul(2));
     let declared = req
         .headers()
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(too_big());
-    }
+    // A client that waits for `100 Continue` sends nothing unless asked:
+    // its refusal goes out at once, the body never read.
+    let waits = req.headers().contains_key(http::header::EXPECT);
     let (parts, body) = req.into_parts();
+    let mut body = std::pin::pin!(body);
+    if let Some(n) = declared.filter(|&n| n > limit as u64) {
+        if !waits && n <= drain as u64 {
+            discard(&mut body, drain).await;
+        }
+        return Err(too_large(limit));
+    }
     let collected = tokio::time::timeout(
         crate::limits::BODY_READ_TIMEOUT,
-        http_body_util::Limited::new(body, limit).collect(),
+        http_body_util::Limited::new(&mut body, limit).collect(),
     )
     .await
     .map_err(|_| {
@@ -158,21 +166,59 @@ where
                 crate::limits::BODY_READ_TIMEOUT.as_secs()
             ),
         )
+        .into_response(Value::Null)
     })?;
-    let bytes = collected
-        .map_err(|e| {
-            if e.is::<http_body_util::LengthLimitError>() {
-                too_big()
-            } else {
-                refuse(
-                    StatusCode::BAD_REQUEST,
-                    protocol::PARSE_ERROR,
-                    format!("Parse error: reading body: {e}"),
-                )
+    match collected {
+        Ok(c) => Ok((parts.headers, c.to_bytes())),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            discard(&mut body, drain - limit).await;
+            Err(too_large(limit))
+        }
+        Err(e) => Err(refuse(
+            StatusCode::BAD_REQUEST,
+            protocol::PARSE_ERROR,
+            format!("Parse error: reading body: {e}"),
+        )
+        .into_response(Value::Null)),
+    }
+}
+
+/// 413 for a body over `limit` (counted as `refused{limit="body_bytes"}`),
+/// closing the connection: what is left of the body is not read.
+fn too_large(limit: usize) -> Response<Body> {
+    metrics::counter!(crate::metrics::REFUSED, "limit" => "body_bytes").increment(1);
+    let mut resp = refuse(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        protocol::INVALID_REQUEST,
+        format!("Request body larger than {limit} bytes (server.max_body_bytes)"),
+    )
+    .into_response(Value::Null);
+    resp.headers_mut().insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
+    );
+    resp
+}
+
+/// Reads and drops up to `bound` more bytes of a refused body, within
+/// `limits::REFUSED_BODY_DRAIN_TIME` (nginx's lingering close): a client
+/// that writes its whole body before reading the answer can then read the
+/// 413 instead of meeting a reset. One frame at a time (at most hyper's
+/// read buffer), nothing kept.
+async fn discard<B>(body: &mut B, bound: usize)
+where
+    B: hyper::body::Body<Data = bytes::Bytes> + Unpin,
+{
+    let drain = async {
+        let mut seen = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            seen += frame.data_ref().map_or(0, |d| d.len());
+            if seen > bound {
+                return;
             }
-        })?
-        .to_bytes();
-    Ok((parts.headers, bytes))
+        }
+    };
+    let _ = tokio::time::timeout(crate::limits::REFUSED_BODY_DRAIN_TIME, drain).await;
 }
 
 async fn post<B>(app: Arc<App>, req: Request<B>, who: Who) -> Response<Body>
@@ -182,7 +228,7 @@ where
 {
     let (headers, bytes) = match read_body(&app, req).await {
         Ok(x) => x,
-        Err(r) => return r.into_response(Value::Null),
+        Err(refused) => return refused,
     };
     let sse = reply::wants_sse(&headers);
     let body: Value = match serde_json::from_slice(&bytes) {

@@ -422,13 +422,22 @@ where
         route(app.clone(), req)
     });
     // A client must finish each request head within HEADER_READ_TIMEOUT,
-    // so silent or half-sent connections cannot hold permits forever.
+    // so silent or half-sent connections cannot hold permits forever; and
+    // within MAX_REQUEST_HEAD_BYTES, else hyper answers 431 and closes. The
+    // read buffer is bounded by the same figure (a read may fill the spare
+    // capacity of its allocation past it), heads and body chunks alike.
+    let head = crate::limits::MAX_REQUEST_HEAD_BYTES;
     if let Err(e) = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(crate::limits::HEADER_READ_TIMEOUT)
+        .max_header_size(head)
+        .max_buf_size(head)
         .serve_connection(TokioIo::new(io), svc)
         .await
     {
+        if e.is_parse_too_large() {
+            metrics::counter!(crate::metrics::REFUSED, "limit" => "head_bytes").increment(1);
+        }
         tracing::debug!("connection: {e}");
     }
 }

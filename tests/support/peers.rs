@@ -384,3 +384,35 @@ pub fn call_text(v: &serde_json::Value, i: usize) -> String {
         .unwrap_or_else(|| panic!("call {i} has no text result: {}", v["calls"][i]))
         .to_owned()
 }
+
+/// POSTs `bytes` spaces to `url` with Node's own `fetch` (undici; `node`
+/// on PATH) or, `python` true, Python's `http.client` (the pinned
+/// [`python_v1`]) (`tests/interop/post_big.{mjs,py}`), returning the
+/// script's `{"status", "body"}` or `{"error"}`.
+pub async fn post_bytes(python: bool, url: &str, bytes: usize) -> serde_json::Value {
+    let dir = interop_dir();
+    let mut cmd = if python {
+        let mut c = tokio::process::Command::new(python_v1());
+        c.arg(dir.join("post_big.py"));
+        c
+    } else {
+        let mut c = tokio::process::Command::new("node");
+        c.arg(dir.join("post_big.mjs"));
+        c
+    };
+    cmd.arg(url)
+        .arg(bytes.to_string())
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .expect("post_big did not finish within 60 s")
+        .expect("spawn post_big");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "post_big printed invalid JSON ({e}):\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
