@@ -3,7 +3,8 @@
 #   0. tests/gates.sh              fmt --check, clippy -D warnings, cargo deny (bans licenses sources),
 #                                  tests/structure.rs (module layering, no circles, function/file length)
 #   1. tests/interop/setup.sh      install the pinned real MCP peers into tests/interop/ (fast when present)
-#   2. cargo nextest run --all-targets + cargo test --doc   (cargo test --all-targets when nextest is absent)
+#   2. cargo nextest run --all-targets + cargo test --doc   (cargo test --all-targets when nextest is absent),
+#      then tests/properties.rs with --nocapture (prints each property's case count)
 #   3. tests/interop/conformance.sh  official MCP conformance suite against the release gateway
 #   4. tests/interop/readme_smoke.sh the README's `cargo run --release` + Inspector CLI lines
 #   5. tests/arm.sh                  ARM: aarch64 test suite under qemu-user, release builds for aarch64-gnu,
@@ -31,6 +32,9 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --all-targets || failed+=("cargo test")
 fi
+# The property tests again with their output, so the log shows each
+# property's case count (nextest prints output only on failure); ~1 s.
+cargo test --test properties -- --nocapture --test-threads=1 || failed+=("properties")
 
 stage "3/6 conformance: tests/interop/conformance.sh"
 bash tests/interop/conformance.sh || failed+=("conformance")

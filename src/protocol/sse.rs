@@ -65,6 +65,13 @@ impl Decoder {
                 self.line_done(&line, out);
                 self.line = line;
                 self.line.clear();
+                // Invalid UTF-8 grows up to 3x in `from_utf8_lossy`: the
+                // line fitted, the decoded data may not.
+                if self.data.len() >= self.max {
+                    self.data.clear();
+                    self.has_data = false;
+                    return Err(SseError::TooLarge(self.max));
+                }
             } else {
                 if self.line.len() + self.data.len() >= self.max {
                     self.line.clear();
@@ -129,6 +136,21 @@ mod tests {
         d.push(&event("{\"id\":1}"), &mut |e| got.push(e)).unwrap();
         d.push(&keepalive(), &mut |e| got.push(e)).unwrap();
         assert_eq!(got, vec!["{\"id\":1}".to_string()]);
+    }
+
+    #[test]
+    fn refuses_event_that_grows_past_the_limit_when_decoded() {
+        // Found by tests/properties.rs: 8 invalid bytes fit in the line but
+        // become 24 bytes of U+FFFD.
+        let mut d = Decoder::new(16);
+        let mut got = Vec::new();
+        let r = d.push(b"data:\xff\xff\xff\xff\xff\xff\xff\xff\n\n", &mut |e| {
+            got.push(e)
+        });
+        assert_eq!(r, Err(SseError::TooLarge(16)));
+        assert!(got.is_empty());
+        d.push(b"data: ok\n\n", &mut |e| got.push(e)).unwrap();
+        assert_eq!(got, vec!["ok".to_string()]);
     }
 
     #[test]
