@@ -72,14 +72,6 @@ pub struct Who {
 }
 
 impl Who {
-    /// An anonymous caller under no `[[client]]` table (tests, benchmarks).
-    pub fn anonymous() -> Who {
-        Who {
-            access: Arc::new(Access::open()),
-            caller: Caller::Anonymous,
-        }
-    }
-
     /// What the caller may see and call.
     pub fn policy(&self) -> &crate::access::Policy {
         self.access.policy(self.caller)

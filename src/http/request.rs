@@ -191,6 +191,26 @@ fn finish(
     }
 }
 
+/// [`finish`], with the call's audit record (if one is kept) told the
+/// outcome and handed the answer.
+fn finish_audited(
+    mut audit: Option<Box<audited::Pending>>,
+    id: Value,
+    method: &str,
+    era: ClientEra,
+    outcome: Result<Value, RpcError>,
+    who: &Who,
+) -> Answer {
+    if let Some(a) = audit.as_mut() {
+        a.judge(&outcome);
+    }
+    let answer = finish(id, method, era, outcome, who);
+    if let Some(a) = audit {
+        a.done(&answer.response);
+    }
+    answer
+}
+
 /// Records the request's duration in `mcp_edge_request_duration_seconds{method}`.
 fn observe(method: &str, t0: Instant) {
     metrics::histogram!(crate::metrics::REQUEST_DURATION, "method" => crate::metrics::method_label(method))
@@ -438,7 +458,7 @@ impl Call {
             } = self;
             let _busy = app.in_flight.enter();
             let t0 = Instant::now();
-            let mut audit = audited::Pending::start(
+            let audit = audited::Pending::start(
                 &app,
                 &method,
                 params.as_ref(),
@@ -452,14 +472,7 @@ impl Call {
                 None => call.await,
             };
             observe(&method, t0);
-            if let Some(a) = audit.as_mut() {
-                a.judge(&outcome);
-            }
-            let response = finish(id, &method, era, outcome, &who).response;
-            if let Some(a) = audit {
-                a.done(&response);
-            }
-            response
+            finish_audited(audit, id, &method, era, outcome, &who).response
         };
         reply::relay_stream(rx, fut, keepalive)
     }
@@ -492,7 +505,7 @@ impl Call {
         } = self;
         let _busy = app.in_flight.enter();
         let t0 = Instant::now();
-        let mut audit = audited::Pending::start(
+        let audit = audited::Pending::start(
             app,
             &method,
             params.as_ref(),
@@ -514,14 +527,7 @@ impl Call {
             ClientEra::Modern => call.await,
         };
         observe(&method, t0);
-        if let Some(a) = audit.as_mut() {
-            a.judge(&outcome);
-        }
-        let answer = finish(id, &method, era, outcome, &who);
-        if let Some(a) = audit {
-            a.done(&answer.response);
-        }
-        answer
+        finish_audited(audit, id, &method, era, outcome, &who)
     }
 }
 
