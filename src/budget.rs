@@ -53,7 +53,9 @@ pub const QUEUED_MESSAGE_BYTES: usize = 2 * 1024;
 /// request head just under [`limits::MAX_REQUEST_HEAD_BYTES`] held
 /// unterminated, hyper's read buffer at its largest. Measured by
 /// `tests/budget.rs` with 64 such connections: 71,056 B each (an idle
-/// keep-alive connection: 31,072 B), with 32 KiB heads.
+/// keep-alive connection: 31,072 B), with 32 KiB heads. That includes its
+/// place in `http::conns` (a shared slot, ~100 B; the table's entries,
+/// 32 B per place, are allocated at start and fit in the headroom).
 pub const CONNECTION_BYTES: usize = 80 * 1024;
 /// With `server.tls_cert`: what one downstream connection holds on top of
 /// [`CONNECTION_BYTES`], its rustls state (record buffers, traffic keys,

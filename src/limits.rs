@@ -221,6 +221,12 @@ pub const RELOAD_DRAIN_GRACE: Duration = Duration::from_secs(10);
 pub const ADMIN_CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the admin listener gives one connection.
 pub const ADMIN_CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
+/// Under connection pressure, how long a connection may sit without a
+/// request before it can be closed to admit a new one (`http::conns`):
+/// time for a client to be read, or to finish a TLS handshake over a slow
+/// link, even while the table churns. It also bounds the churn: at most
+/// `max_connections` closings per grace period.
+pub const CONNECTION_YIELD_GRACE: Duration = Duration::from_millis(250);
 /// How long the accept loop pauses after a failed `accept` (e.g. EMFILE).
 pub const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// The session sweep runs every `min(session_idle_timeout / 4, this)`.

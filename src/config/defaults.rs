@@ -18,6 +18,8 @@ pub(super) fn server() -> ServerConfig {
         session_min_idle_before_evict: limits::DEFAULT_SESSION_MIN_IDLE_BEFORE_EVICT,
         keepalive: limits::DEFAULT_KEEPALIVE,
         max_connections: limits::DEFAULT_MAX_CONNECTIONS,
+        // All of them: the default listen is loopback (`max_connections_per_peer` in `server.rs`).
+        max_connections_per_peer: limits::DEFAULT_MAX_CONNECTIONS,
         sse_queue_depth: limits::RELAY_QUEUE_DEPTH,
         max_pending_server_requests: limits::PENDING_SERVER_REQUESTS,
         tool_name_separator: limits::DEFAULT_TOOL_NAME_SEPARATOR.to_owned(),

@@ -22,6 +22,7 @@
 //! session_min_idle_before_evict = "1m"          # humantime, 0s..=24h and <= session_idle_timeout
 //! keepalive = "15s"                             # humantime, 1s..=60s
 //! max_connections = 256                         # 1..=65536
+//! max_connections_per_peer = 128                # 1..=max_connections; default max_connections on a loopback listen, else max(1, max_connections / 2)
 //! sse_queue_depth = 32                          # 1..=limits::RELAY_QUEUE_DEPTH_CEILING (1024)
 //! max_pending_server_requests = 16              # 1..=limits::PENDING_SERVER_REQUESTS_CEILING (1024)
 //! tool_name_separator = "__"                    # 1..=4 chars of [A-Za-z0-9_.-]
@@ -257,6 +258,12 @@ pub struct ServerConfig {
     pub keepalive: Duration,
     /// Maximum concurrent downstream connections (`max_connections`).
     pub max_connections: usize,
+    /// Of those, at most this many from one IP address
+    /// (`max_connections_per_peer`; default all of `max_connections` on a
+    /// loopback `listen`, where every client has one address, else half):
+    /// beyond it, that address's idle connections yield to its new ones,
+    /// and a new one finding them all busy is refused (`http::conns`).
+    pub max_connections_per_peer: usize,
     /// Messages queued for one downstream SSE response before further ones
     /// are dropped and counted (`sse_queue_depth`).
     pub sse_queue_depth: usize,

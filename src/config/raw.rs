@@ -43,6 +43,7 @@ pub(super) struct RawServer {
     pub session_min_idle_before_evict: Option<RawDuration>,
     pub keepalive: Option<RawDuration>,
     pub max_connections: Option<RawInt>,
+    pub max_connections_per_peer: Option<RawInt>,
     pub sse_queue_depth: Option<RawInt>,
     pub max_pending_server_requests: Option<RawInt>,
     pub tool_name_separator: Option<String>,

@@ -62,6 +62,10 @@ fn server(o: &mut String, s: &ServerConfig) {
         ),
         ("keepalive", duration(s.keepalive)),
         ("max_connections", s.max_connections.to_string()),
+        (
+            "max_connections_per_peer",
+            s.max_connections_per_peer.to_string(),
+        ),
         ("sse_queue_depth", s.sse_queue_depth.to_string()),
         (
             "max_pending_server_requests",

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::ctx::{is_name_char, Ctx, Result};
 use super::raw::RawServer;
 use super::tls::{tls, RawTls};
-use super::values::{duration, ints};
+use super::values::{duration, int, ints};
 use super::{ServerConfig, ToolNameRule};
 use crate::limits;
 
@@ -95,7 +95,9 @@ fn sizes(ctx: &Ctx, raw: &RawServer, s: &mut ServerConfig) -> Result<()> {
     Ok(())
 }
 
-/// `max_connections`, `sse_queue_depth`, `max_pending_server_requests`.
+/// `max_connections`, `sse_queue_depth`, `max_pending_server_requests`,
+/// then `max_connections_per_peer` (its range and default follow
+/// `max_connections`: all of them on a loopback `listen`, else half).
 fn queues(ctx: &Ctx, raw: &RawServer, s: &mut ServerConfig) -> Result<()> {
     let connections = (1, limits::MAX_CONNECTIONS_CEILING);
     let sse = (1, limits::RELAY_QUEUE_DEPTH_CEILING);
@@ -123,7 +125,21 @@ fn queues(ctx: &Ctx, raw: &RawServer, s: &mut ServerConfig) -> Result<()> {
                 &mut s.max_pending_server_requests,
             ),
         ],
-    )
+    )?;
+    let per_peer = (1, s.max_connections);
+    // On loopback every client has the same address: no share by default.
+    let default = match s.listen.ip().is_loopback() {
+        true => s.max_connections,
+        false => (s.max_connections / 2).max(1),
+    };
+    s.max_connections_per_peer = int(
+        ctx,
+        "server.max_connections_per_peer",
+        raw.max_connections_per_peer,
+        per_peer,
+        default,
+    )?;
+    Ok(())
 }
 
 /// The `# note:` lines `[server]` as written calls for: the deprecated

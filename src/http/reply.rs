@@ -51,6 +51,16 @@ pub fn json(status: StatusCode, v: &Value) -> Response<Body> {
     r
 }
 
+/// `status` with a JSON `{"error": why}`, `Retry-After: 1` and
+/// `Connection: close`: the connection is being closed under the client.
+pub fn closing(status: StatusCode, why: &str) -> Response<Body> {
+    let mut r = json(status, &serde_json::json!({ "error": why }));
+    let h = r.headers_mut();
+    h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    r
+}
+
 /// An empty body with `status` (202 for notifications, 200 for DELETE).
 pub fn empty(status: StatusCode) -> Response<Body> {
     let mut r = Response::new(full(Bytes::new()));

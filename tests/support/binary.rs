@@ -75,6 +75,12 @@ impl Running {
         panic!("gateway not ready: {}", self.log_text());
     }
 
+    /// The gateway's process id (under a test runner: the runner's).
+    #[allow(dead_code)] // not every test binary that includes this module uses it
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// What it wrote to stderr so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
