@@ -16,6 +16,7 @@
 //! | [`metrics`] | metric names, the Prometheus recorder, heap gauges |
 //! | [`logline`] | log hygiene: upstream text made printable (control bytes escaped), the token bucket behind client rates and log line budgets |
 //! | [`notify`] | sd-notify (`READY=1`, `STATUS=`, `STOPPING=1`, `RELOADING=1`) and the watchdog pinger, reading a small health view |
+//! | [`reaper`] | child processes: mcp-edge as child subreaper, the stdio children tokio waits for, orphans reaped by pid, a stopped child's escaped descendants found (`/proc`, an environment marker) and stopped |
 //! | [`protocol`] | JSON-RPC envelope, error codes, era and version rules, SSE codec |
 //! | [`config`] | TOML and `mcpServers` JSON → validated [`config::Config`]; board profiles |
 //! | [`audit`] | the audit log: one JSON line per call, a bounded queue in front of one writer thread; rotated file or journal |
@@ -51,6 +52,7 @@ pub mod logline;
 pub mod metrics;
 pub mod notify;
 pub mod protocol;
+pub mod reaper;
 pub mod router;
 pub mod session;
 pub mod subscriptions;

@@ -332,6 +332,22 @@ pub const HANDSHAKE_EXIT_WAIT: Duration = Duration::from_millis(500);
 /// How long closing a legacy HTTP upstream waits for its session `DELETE`.
 pub const SESSION_DELETE_TIMEOUT: Duration = Duration::from_secs(2);
 
+// ---- child processes ([`crate::reaper`]) ----
+
+/// Stdio children whose exit status belongs to tokio, tracked at once
+/// (`reaper::spawn`): 4 × [`MAX_UPSTREAMS`]. A config has at most one live
+/// child per upstream; a reload may stop and start one each at the same
+/// time, and a child dropped unreaped keeps its entry until tokio reaps it.
+/// A spawn that finds the table full (after dropping the entries of
+/// processes gone) is refused, as a full table refuses.
+pub const MAX_TRACKED_CHILDREN: usize = 4 * MAX_UPSTREAMS;
+/// Most processes one stop collects from mcp-edge's descendants (one stdio
+/// child's tree, or everything at exit): 1,024. A larger tree is stopped
+/// in part; what is left stays mcp-edge's descendant and is stopped at exit.
+pub const MAX_DESCENDANTS: usize = 1024;
+/// How often a stop looks whether the descendants it sent SIGTERM are gone.
+pub const DESCENDANT_POLL: Duration = Duration::from_millis(20);
+
 // --- Downstream access ([`crate::access`]) ---
 
 /// Log lines about refused requests (401, 429) at once before the rate

@@ -66,6 +66,13 @@ pub const AUDIT_DROPPED: &str = "mcp_edge_audit_dropped_total";
 /// Counter: audit records the writer could not write (disk full, EIO,
 /// journal gone); the writer goes on with the next record.
 pub const AUDIT_WRITE_ERRORS: &str = "mcp_edge_audit_write_errors_total";
+/// Counter: zombies re-parented to mcp-edge (the child subreaper) and reaped
+/// by it: descendants of stdio children whose parent had exited.
+pub const ORPHANS_REAPED: &str = "mcp_edge_orphans_reaped_total";
+/// Counter `{signal}` (`TERM`, `KILL`): descendants of a stopped stdio child
+/// (or, at exit, of mcp-edge) signalled by pid; the process-group signals
+/// that go with them are not counted.
+pub const DESCENDANTS_SIGNALLED: &str = "mcp_edge_descendants_signalled_total";
 
 /// Bounds the `method` label to MCP's own method names.
 pub fn method_label(method: &str) -> &'static str {

@@ -325,7 +325,7 @@ async fn long_request_heads_cost_little_memory() {
          [[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n"
     );
     let gw = Running::start(dir.path(), &config).await;
-    let pid = gw.pid();
+    let pid = gw.pid() as u32;
     let before_kib = status_kib(pid, "VmHWM");
     let head_431 = Arc::new(AtomicUsize::new(0));
     let mut set = tokio::task::JoinSet::new();

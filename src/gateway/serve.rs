@@ -43,6 +43,11 @@ impl Controls for tokio::sync::mpsc::Receiver<Control> {
 /// everything `mcp-edge serve` does after parsing its command line.
 /// `source` is the config file a reload re-reads (`None`: the embedded
 /// default, nothing to reload).
+///
+/// The process is made a child subreaper first, with the reaper as a root
+/// task ([`crate::reaper`]); after the shutdown, every descendant left is
+/// stopped and reaped. Only here: a gateway started in-process (tests) runs
+/// in a process whose other children are not its business.
 pub async fn run(
     config: Config,
     source: Option<PathBuf>,
@@ -50,6 +55,10 @@ pub async fn run(
 ) -> Result<(), GatewayError> {
     warn_over_budget(&config);
     crate::metrics::prometheus();
+    if let Err(e) = crate::reaper::become_subreaper() {
+        tracing::warn!("cannot become a child subreaper ({e}): descendants of stdio upstreams that leave their process group and lose their parent are out of reach");
+    }
+    let reaper = OwnedTask::spawn(crate::reaper::watch_orphans());
     let scheme = if config.server.tls.is_some() {
         "https"
     } else {
@@ -64,6 +73,12 @@ pub async fn run(
         tracing::info!("admin listener on http://{a} (/metrics /healthz /readyz /status)");
     }
     gateway.serve(source.as_deref(), controls).await;
+    let left = crate::reaper::stop_tree(None, 0, crate::limits::CHILD_STOP_GRACE).await;
+    if left > 0 {
+        tracing::info!("stopped {left} process(es) the upstreams left behind");
+    }
+    drop(reaper);
+    crate::reaper::reap_orphans();
     Ok(())
 }
 

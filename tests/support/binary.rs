@@ -1,8 +1,8 @@
 //! The gateway binary as a black box ([`Running`]): started on a config
 //! file, read through its admin listener (plain HTTP on loopback:
 //! [`admin_get`], [`Running::status`], [`Running::metrics`]), signalled as
-//! systemd would ([`Running::reload`]), killed on drop (tests/access.rs,
-//! tests/tls.rs).
+//! systemd would ([`Running::reload`], [`Running::terminate`]), killed on
+//! drop (tests/access.rs, tests/tls.rs, tests/reaper.rs).
 
 use serde_json::Value;
 use std::net::SocketAddr;
@@ -75,10 +75,29 @@ impl Running {
         panic!("gateway not ready: {}", self.log_text());
     }
 
-    /// The gateway's process id (under a test runner: the runner's).
-    #[allow(dead_code)] // not every test binary that includes this module uses it
-    pub fn pid(&self) -> u32 {
-        self.child.id()
+    /// The gateway's process id.
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Whether it still runs.
+    pub fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// Sends SIGTERM (as `systemctl stop` does) and waits (up to 60 s)
+    /// for it to exit; returns its exit status.
+    pub async fn terminate(&mut self) -> std::process::ExitStatus {
+        // SAFETY: kill(2) on our own child's pid.
+        let rc = unsafe { libc::kill(self.pid(), libc::SIGTERM) };
+        assert_eq!(rc, 0, "SIGTERM: {}", std::io::Error::last_os_error());
+        for _ in 0..600 {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("no exit within 60 s of SIGTERM: {}", self.log_text());
     }
 
     /// What it wrote to stderr so far.

@@ -7,6 +7,7 @@
 //! (into the log) and ends, with a reason, when the child exits. The owner
 //! task polls the driver; no task is spawned here.
 
+mod child;
 mod lines;
 
 use super::era::{listen_params, LISTEN_ID};
@@ -18,16 +19,16 @@ use crate::config::UpstreamConfig;
 use crate::limits;
 use crate::logline::{printable, Throttle};
 use crate::protocol::{self, Message, RpcError};
+use child::Incarnation;
 pub use lines::sniff_id;
 use lines::{read_line_bounded, LogBudget};
 use serde_json::{json, Value};
 use std::future::Future;
 use std::pin::Pin;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 use tokio::sync::{mpsc, Mutex, Notify};
 
 /// A future that runs a connection's I/O and returns why it ended.
@@ -39,32 +40,11 @@ pub struct StdioConn {
     inflight: InFlight,
 }
 
-/// Kills a child's whole process group when dropped (the owner task was
-/// aborted, or the driver ended): grandchildren never outlive their upstream.
-struct GroupKill(libc::pid_t);
-
-impl Drop for GroupKill {
-    fn drop(&mut self) {
-        if self.0 > 0 {
-            // SAFETY: plain syscall on a process group we created; ESRCH is fine.
-            unsafe { libc::killpg(self.0, libc::SIGKILL) };
-        }
-    }
-}
-
-fn signal_group(pgid: libc::pid_t, sig: libc::c_int) {
-    if pgid > 0 {
-        // SAFETY: as above.
-        unsafe { libc::killpg(pgid, sig) };
-    }
-}
-
-/// Spawns the child of a stdio upstream in its own process group, with
-/// `PR_SET_PDEATHSIG` so it dies with mcp-edge even on SIGKILL, and without
-/// mcp-edge's systemd variables (`NOTIFY_SOCKET`, `WATCHDOG_*`). Its stderr
-/// goes to the log and to `stderr_tail`. Returns the connection, its
-/// driver, and the receiver of the ids of calls given up on (for
-/// [`StdioConn::cancel`]). Errors: the spawn's I/O error text.
+/// Spawns the child of a stdio upstream (`child::start`: its own process
+/// group, `PR_SET_PDEATHSIG`, a [`crate::reaper::Marker`], no systemd
+/// variables). Its stderr goes to the log and to `stderr_tail`. Returns the
+/// connection, its driver, and the receiver of the ids of calls given up on
+/// (for [`StdioConn::cancel`]). Errors: the spawn's I/O error text.
 pub fn open(
     cfg: &UpstreamConfig,
     list_changed: Arc<Notify>,
@@ -80,9 +60,7 @@ pub fn open(
     else {
         return Err("not a stdio upstream".into());
     };
-    let mut cmd = command_of(command, args, env, cwd.as_deref());
-    let mut child = cmd
-        .spawn()
+    let (mut child, incarnation) = child::start(command, args, env, cwd.as_deref())
         .map_err(|e| format!("cannot start {command:?}: {e}"))?;
     let stdin = Arc::new(Mutex::new(child.stdin.take()));
     let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
@@ -111,43 +89,9 @@ pub fn open(
     };
     Ok((
         StdioConn { stdin, inflight },
-        Box::pin(pump.drive(child)),
+        Box::pin(pump.drive(child, incarnation)),
         cancel,
     ))
-}
-
-/// The child's command: its own process group, `PR_SET_PDEATHSIG`, piped
-/// stdio, no systemd variables, killed when dropped.
-fn command_of(
-    command: &str,
-    args: &[String],
-    env: &std::collections::BTreeMap<String, String>,
-    cwd: Option<&std::path::Path>,
-) -> Command {
-    let mut cmd = Command::new(command);
-    cmd.args(args)
-        .envs(env)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .env_remove("NOTIFY_SOCKET")
-        .env_remove("WATCHDOG_USEC")
-        .env_remove("WATCHDOG_PID")
-        .process_group(0)
-        .kill_on_drop(true);
-    // SAFETY: prctl is async-signal-safe; it only sets a flag of the child.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    if let Some(dir) = cwd {
-        cmd.current_dir(dir);
-    }
-    cmd
 }
 
 /// The driver's state: the child's output pipes, their line buffers, and
@@ -178,9 +122,7 @@ type LineRead = std::io::Result<Result<bool, bool>>;
 impl Pump {
     /// Reads stdout and stderr until the child
     /// exits or its stdout ends, then stops it; returns why it ended.
-    async fn drive(mut self, mut child: Child) -> String {
-        let pgid = child.id().map(|p| p as libc::pid_t).unwrap_or(0);
-        let _group = GroupKill(pgid);
+    async fn drive(mut self, mut child: Child, incarnation: Incarnation) -> String {
         let reason = loop {
             let ended = tokio::select! {
                 r = read_line_bounded(&mut self.stdout, &mut self.line, self.max_bytes) => self.on_stdout(r).await,
@@ -196,7 +138,7 @@ impl Pump {
         };
         // Pending calls fail now (not at their timeout).
         self.inflight.fail_all();
-        self.stop(child, pgid, reason).await
+        self.stop(child, incarnation, reason).await
     }
 
     /// One read of stdout; `Some(reason)` when stdout ended.
@@ -318,9 +260,10 @@ impl Pump {
     }
 
     /// The stop sequence (transports-stdio.mdx §Shutdown): close stdin,
-    /// wait, SIGTERM the group, wait, SIGKILL the group; always reap.
-    /// Returns `reason`, with how the process ended when stdout ended first.
-    async fn stop(self, mut child: Child, pgid: libc::pid_t, mut reason: String) -> String {
+    /// then [`Incarnation::stop`] (wait, SIGTERM, wait, SIGKILL; the
+    /// child's escaped descendants too). Returns `reason`, with how the
+    /// process ended when stdout ended first.
+    async fn stop(self, mut child: Child, incarnation: Incarnation, mut reason: String) -> String {
         self.stdin.lock().await.take();
         if !reason.starts_with("process exited") {
             // stdout closed (or broke) first: say how the process ended, if it did.
@@ -333,20 +276,7 @@ impl Pump {
                 }
             }
         }
-        if tokio::time::timeout(limits::CHILD_STOP_GRACE, child.wait())
-            .await
-            .is_err()
-        {
-            signal_group(pgid, libc::SIGTERM);
-            if tokio::time::timeout(limits::CHILD_STOP_GRACE, child.wait())
-                .await
-                .is_err()
-            {
-                signal_group(pgid, libc::SIGKILL);
-                let _ = child.wait().await;
-            }
-        }
-        // The child is gone; whatever it forked goes too (GroupKill on drop).
+        incarnation.stop(&mut child).await;
         reason
     }
 }

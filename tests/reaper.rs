@@ -1,0 +1,323 @@
+//! Issue 12 part 4, "no escaped descendants", black-box against the real
+//! binary: a stdio upstream's grandchildren that call `setsid` (leaving the
+//! upstream's process group) are re-parented to mcp-edge (a child
+//! subreaper), reaped when they die, and stopped with the stdio child they
+//! came from (its exit, a reload that removes it) and at gateway exit.
+//! Processes are read from `/proc` here, independently of `mcp_edge::reaper`.
+#![allow(clippy::disallowed_methods)] // the gateway is a child process watched in real time
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use support::binary::Running;
+use support::free_port;
+
+/// What a test needs of `/proc/<pid>/stat`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Stat {
+    state: char,
+    ppid: i32,
+    sid: i32,
+    start: u64,
+}
+
+fn stat(pid: i32) -> Option<Stat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(Stat {
+        state: f[0].chars().next()?,
+        ppid: f[1].parse().ok()?,
+        sid: f[3].parse().ok()?,
+        start: f[19].parse().ok()?,
+    })
+}
+
+/// The process `pid` that started at `start` still runs (not a zombie).
+fn alive(pid: i32, start: u64) -> bool {
+    stat(pid).is_some_and(|s| s.start == start && s.state != 'Z')
+}
+
+/// Zombie children of `parent`.
+fn zombies_of(parent: i32) -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(stat)
+        .filter(|s| s.ppid == parent && s.state == 'Z')
+        .count()
+}
+
+/// The pids written to `path`, one a line (complete lines only).
+fn pids_in(path: &Path) -> Vec<i32> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let complete = text.rfind('\n').map_or("", |i| &text[..i]);
+    complete
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// A shell line that starts a grandchild in a session of its own
+/// (`setsid`, so outside the upstream's process group) that appends its pid
+/// to `pids` and sleeps; `env -i` first clears its environment.
+fn setsid_sleeper(pids: &Path, clear_env: bool) -> String {
+    let env = if clear_env { "env -i " } else { "" };
+    format!(
+        "setsid {env}sh -c 'echo $$ >> \"$1\"; exec sleep 1000' sh '{}'",
+        pids.display()
+    )
+}
+
+/// Kills, when dropped, the grandchildren named in its files that still run
+/// (`sleep 1000`), so a failing test leaves nothing behind either.
+struct Leftovers(Vec<std::path::PathBuf>);
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        for pid in self.0.iter().flat_map(|f| pids_in(f)) {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if cmdline == b"sleep\x001000\x00" {
+                // SAFETY: kill(2) on a grandchild this test started.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
+fn config(upstreams: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"127.0.0.1:{}\"\n\n{upstreams}",
+        free_port(),
+        free_port()
+    )
+}
+
+fn stdio_block(name: &str, script: &Path, extra: &str) -> String {
+    format!(
+        "[[upstream]]\nname = \"{name}\"\ntransport = \"stdio\"\ncommand = \"sh\"\nargs = [\"{}\"]\n{extra}\n",
+        script.display()
+    )
+}
+
+/// Counter `name` (no labels, or the label set in `name`) in a `/metrics` text.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}
+
+/// What watching a respawning upstream for a while saw.
+#[derive(Default)]
+struct Watch {
+    /// Grandchildren seen running, with their start time.
+    seen: BTreeMap<i32, u64>,
+    most_alive: usize,
+    most_zombies: usize,
+}
+
+impl Watch {
+    /// One look: new grandchildren (each must lead its own session, i.e.
+    /// have left the upstream's process group), how many of them run, and
+    /// the gateway's zombie children.
+    fn look(&mut self, pids: &Path, gateway: i32) {
+        for pid in pids_in(pids) {
+            if let Some(s) = stat(pid).filter(|s| s.state != 'Z') {
+                if self.seen.insert(pid, s.start).is_none() {
+                    assert_eq!(
+                        s.sid, pid,
+                        "grandchild {pid} did not leave its group: {s:?}"
+                    );
+                }
+            }
+        }
+        let running = self.seen.iter().filter(|(p, s)| alive(**p, **s)).count();
+        self.most_alive = self.most_alive.max(running);
+        self.most_zombies = self.most_zombies.max(zombies_of(gateway));
+    }
+}
+
+/// The acceptance of issue 12 part 4: a stdio upstream that spawns a
+/// `setsid` grandchild and exits, respawned for 20 s, leaves no process
+/// behind once the gateway stops; while it runs, each incarnation's
+/// grandchild goes with it and no zombies pile up.
+#[tokio::test]
+async fn setsid_grandchildren_of_a_respawning_upstream_do_not_outlive_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("grandchildren");
+    let _leftovers = Leftovers(vec![pids.clone()]);
+    let script = dir.path().join("escaper.sh");
+    let body = format!("{} &\nsleep 1\nexit 3\n", setsid_sleeper(&pids, false));
+    std::fs::write(&script, body).unwrap();
+    let backoff = "backoff_initial = \"100ms\"\nbackoff_factor = 1.0\nbackoff_cap = \"1s\"";
+    let mut gw = Running::start(
+        dir.path(),
+        &config(&stdio_block("escaper", &script, backoff)),
+    )
+    .await;
+    let gateway = gw.pid();
+
+    let mut watch = Watch::default();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(20) {
+        watch.look(&pids, gateway);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Stop while a grandchild runs, so the stop has one to end.
+    let newest = loop {
+        watch.look(&pids, gateway);
+        let last = pids_in(&pids).last().copied();
+        if let Some((pid, start)) = last.and_then(|p| Some((p, *watch.seen.get(&p)?))) {
+            if alive(pid, start) {
+                break pid;
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(40),
+            "no running grandchild"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let metrics = gw.metrics().await;
+    let status = gw.terminate().await;
+    assert!(status.success(), "{status}: {}", gw.log_text());
+
+    // The reaper never took a stdio child's exit status from tokio: each
+    // incarnation's end was read as its exit code.
+    let log = gw.log_text();
+    let exits = log.matches("process exited (exit status: 3)").count();
+    assert!(!log.contains("waiting for process"), "{log}");
+
+    let recorded = pids_in(&pids);
+    let seen = watch.seen.len();
+    eprintln!(
+        "{exits} exits of the upstream read, {} grandchildren recorded, {seen} seen running (each in its own session); at most {} running and {} zombie children at once; newest {newest}",
+        recorded.len(),
+        watch.most_alive,
+        watch.most_zombies
+    );
+    assert!(
+        seen >= 5,
+        "only {seen} grandchildren seen running: {recorded:?}"
+    );
+    assert!(exits >= 5, "only {exits} exits read: {log}");
+    let left: Vec<i32> = (watch.seen.iter())
+        .filter(|(p, s)| alive(**p, **s))
+        .map(|(p, _)| *p)
+        .collect();
+    assert!(
+        left.is_empty(),
+        "grandchildren outlived the gateway: {left:?}"
+    );
+    assert!(
+        watch.most_alive <= 2,
+        "{} grandchildren ran at once: an incarnation's were not stopped with it",
+        watch.most_alive
+    );
+    assert!(
+        watch.most_zombies <= 2,
+        "{} zombie children at once",
+        watch.most_zombies
+    );
+    let reaped = metric(&metrics, "mcp_edge_orphans_reaped_total");
+    let termed = metric(
+        &metrics,
+        "mcp_edge_descendants_signalled_total{signal=\"TERM\"}",
+    );
+    assert!(reaped >= 4.0 && termed >= 4.0, "{metrics}");
+}
+
+/// Waits (up to 10 s) until `path` names a running process whose parent is
+/// `gateway` (re-parented to the subreaper) and that leads its own session.
+async fn orphan_in(path: &Path, gateway: i32) -> (i32, u64) {
+    for _ in 0..200 {
+        if let Some(&pid) = pids_in(path).first() {
+            if let Some(s) = stat(pid) {
+                if s.ppid == gateway && s.sid == pid && s.state != 'Z' {
+                    return (pid, s.start);
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no orphan of {gateway} in {}", path.display());
+}
+
+/// A stopped stdio upstream takes its escaped grandchildren with it while
+/// the gateway keeps running; another upstream's stay, and at exit the
+/// gateway stops them all, even one that cleared its environment.
+#[tokio::test]
+async fn a_reload_that_removes_an_upstream_stops_its_escaped_grandchildren() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = support::fake_upstream();
+    let file = |name: &str| dir.path().join(name);
+    let _leftovers = Leftovers(["gone.pids", "keep.pids", "bare.pids"].map(file).to_vec());
+    let script = |name: &str, sleepers: &[(&str, bool)]| {
+        let mut body = String::new();
+        for (pids, clear) in sleepers {
+            // The subshell exits at once: the grandchild is orphaned now.
+            body += &format!("( {} & )\n", setsid_sleeper(&file(pids), *clear));
+        }
+        body += &format!(
+            "exec python3 '{}' --era legacy --name {name}\n",
+            fake.display()
+        );
+        let path = file(&format!("{name}.sh"));
+        std::fs::write(&path, body).unwrap();
+        path
+    };
+    let gone = stdio_block("gone", &script("gone", &[("gone.pids", false)]), "");
+    let keep_script = script("keep", &[("keep.pids", false), ("bare.pids", true)]);
+    let keep = stdio_block("keep", &keep_script, "");
+    let mut gw = Running::start(dir.path(), &config(&format!("{gone}\n{keep}"))).await;
+    let gateway = gw.pid();
+    let gone_orphan = orphan_in(&file("gone.pids"), gateway).await;
+    let keep_orphan = orphan_in(&file("keep.pids"), gateway).await;
+    let bare_orphan = orphan_in(&file("bare.pids"), gateway).await;
+
+    // Reload without "gone".
+    let text = std::fs::read_to_string(&gw.config).unwrap();
+    let without = text.replace(&gone, "");
+    assert_ne!(text, without);
+    std::fs::write(&gw.config, without).unwrap();
+    let note = gw.reload().await;
+    assert_eq!(note["rejected"], false, "{note}");
+    let t0 = Instant::now();
+    while alive(gone_orphan.0, gone_orphan.1) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the removed upstream's grandchild {gone_orphan:?} still runs: {}",
+            gw.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(gw.running(), "the gateway stopped: {}", gw.log_text());
+    let status = gw.status().await;
+    let names: Vec<&str> = (status["upstreams"].as_array().unwrap().iter())
+        .map(|u| u["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["keep"], "{status}");
+    assert!(
+        alive(keep_orphan.0, keep_orphan.1),
+        "another upstream's grandchild was stopped"
+    );
+    assert!(
+        alive(bare_orphan.0, bare_orphan.1),
+        "another upstream's grandchild was stopped"
+    );
+
+    let exit = gw.terminate().await;
+    assert!(exit.success(), "{exit}: {}", gw.log_text());
+    for (what, (pid, start)) in [
+        ("marked", keep_orphan),
+        ("environment cleared", bare_orphan),
+    ] {
+        assert!(
+            !alive(pid, start),
+            "{what} grandchild {pid} outlived the gateway"
+        );
+    }
+}
