@@ -46,6 +46,7 @@
 //! required = false                              # true: the systemd watchdog depends on it (see [watchdog])
 //! era = "auto"                                  # "auto" | "legacy" | "modern"
 //! prefix = "fs"                                 # default = name; "" allowed
+//! trust = "auto"                                # "auto" | "pin" (pin needs server.state_directory)
 //! call_timeout = "60s"                          # 1s..=1h
 //! max_in_flight = 64                            # 1..=limits::MAX_IN_FLIGHT_CEILING
 //! max_result_bytes = 8388608                    # 1024..=256 MiB
@@ -120,8 +121,13 @@
 //! `server.state_directory` (default: the first path of the
 //! `STATE_DIRECTORY` environment variable, which systemd's `StateDirectory=`
 //! sets; unset = none) must be absolute. The supervisor persists
-//! per-upstream backoff state in `<dir>/upstreams.json`; without a directory
-//! that state lives in memory only.
+//! per-upstream backoff state in `<dir>/upstreams.json`, and the tool pins
+//! ([`crate::pins`]) are kept in `<dir>/tool-pins.json`; without a directory
+//! both live in memory only, so `trust = "pin"` on any upstream then is an
+//! error naming `upstream[N].trust` and `server.state_directory` (pins that
+//! vanish at a restart would re-trust everything).
+//!
+//! `upstream.trust`: see [`Trust`].
 //!
 //! # `mcpServers` JSON
 //!
@@ -142,7 +148,7 @@ use std::time::Duration;
 
 // The submodules form layers; each uses only this module's items and
 // submodules of lower layers (no import cycles):
-//   1. network, defaults, render
+//   1. network, defaults, render, trust
 //   2. ctx
 //   3. raw
 //   4. values, fields, tls
@@ -165,6 +171,8 @@ mod render;
 pub use render::mask_url;
 mod server;
 mod tls;
+mod trust;
+pub use trust::Trust;
 mod upstream;
 mod validate;
 mod values;
@@ -322,6 +330,9 @@ pub struct UpstreamConfig {
     pub required: bool,
     /// `era`, default [`EraPreference::Auto`].
     pub era: EraPreference,
+    /// `trust`, default [`Trust::Auto`]: what a changed or new tool
+    /// definition gets ([`crate::pins`]).
+    pub trust: Trust,
     /// Per-call timeout (`call_timeout`), default [`crate::limits::DEFAULT_CALL_TIMEOUT`].
     pub call_timeout: Duration,
     /// In-flight table capacity (`max_in_flight`).

@@ -21,6 +21,7 @@ pub use serve::{run, Control, Controls};
 
 use crate::config::{Config, UpstreamConfig};
 use crate::http::App;
+use crate::pins::Pins;
 use crate::router::Router;
 use crate::subscriptions::Subscriptions;
 use crate::supervisor::{persist::Persist, OwnedTask, Supervisor};
@@ -87,6 +88,8 @@ pub struct Gateway {
 struct Shared {
     catalog_gen: Arc<watch::Sender<ListGens>>,
     subscriptions: Arc<Subscriptions>,
+    /// The tool pins (`<state_directory>/tool-pins.json`, or in memory).
+    pins: Arc<Pins>,
     max_pending: usize,
 }
 
@@ -98,6 +101,7 @@ impl Shared {
             self.max_pending,
             self.catalog_gen.clone(),
             self.subscriptions.clone(),
+            self.pins.clone(),
         )
     }
 }
@@ -134,6 +138,7 @@ impl Gateway {
             subscriptions: Arc::new(Subscriptions::new(
                 crate::limits::MAX_RESOURCE_SUBSCRIPTIONS,
             )),
+            pins: Arc::new(pins(&config)),
             max_pending: s.max_pending_server_requests,
         };
         let upstreams: Vec<Arc<Upstream>> = (config.upstreams.iter().enumerate())
@@ -285,6 +290,18 @@ async fn bind(
     TcpListener::bind(addr)
         .await
         .map_err(|source| error(addr, source))
+}
+
+/// The tool pins: `<state_directory>/tool-pins.json`, or in memory only
+/// (config loading refuses `trust = "pin"` without a state directory).
+fn pins(config: &Config) -> Pins {
+    let Some(dir) = config.server.state_directory.as_ref() else {
+        return Pins::in_memory();
+    };
+    let ups: Vec<_> = (config.upstreams.iter())
+        .map(|u| (u.name.as_str(), u.trust))
+        .collect();
+    Pins::open(dir, &ups)
 }
 
 /// The backoff memory (`server.state_directory`), if configured.
