@@ -111,8 +111,8 @@
 //! | `startup_timeout` | [`crate::limits::DEFAULT_STARTUP_TIMEOUT`], 30 s | 1 s ..= 10 min | budget for spawn/dial plus the era handshake (separate from `call_timeout`) |
 //!
 //! `server.admin_listen` (default [`crate::limits::DEFAULT_ADMIN_LISTEN`])
-//! is the admin API: `/metrics`, `/status`, `/healthz`, `/readyz` and
-//! `POST /upstreams/<name>/reconnect`. Its old name `metrics_listen` is still
+//! is the admin API: `/metrics`, `/status`, `/healthz`, `/readyz`,
+//! `POST /upstreams/<name>/reconnect`, `POST /tools/approve`. Its old name `metrics_listen` is still
 //! accepted as a deprecated alias (`check-config` prints a note); giving both
 //! is an error.
 //!
@@ -276,7 +276,7 @@ pub struct ServerConfig {
     /// Exposed tool name rule (`tool_names`).
     pub tool_names: ToolNameRule,
     /// Admin listener address: `/metrics`, `/healthz`, `/readyz`, `/status`,
-    /// `/upstreams/<name>/reconnect` (`admin_listen`, deprecated alias
+    /// `/upstreams/<name>/reconnect`, `/tools/approve` (`admin_listen`, deprecated alias
     /// `metrics_listen`; default [`crate::limits::DEFAULT_ADMIN_LISTEN`],
     /// with port 0 when `listen` has port 0); `None` = turned off with `"off"`.
     pub admin_listen: Option<std::net::SocketAddr>,
