@@ -389,6 +389,16 @@ async fn trust_is_checked_by_the_config_and_at_reload() {
     .unwrap();
     assert_eq!(ok.upstreams[0].trust, mcp_edge::config::Trust::Pin);
     assert!(ok.render_masked().contains("trust = \"pin\""));
+    // A state directory where pins cannot be saved fails the start.
+    let gone = format!("[server]\nlisten = \"127.0.0.1:0\"\nstate_directory = \"/nonexistent/mcp-edge\"\n{up}trust = \"pin\"\n");
+    let e = match mcp_edge::gateway::Gateway::start(load(&gone).unwrap()).await {
+        Err(e) => format!("{:#}", anyhow::Error::new(e)),
+        Ok(_) => panic!("started without a place for its pins"),
+    };
+    assert!(
+        e.contains("server.state_directory") && e.contains("/nonexistent/mcp-edge"),
+        "{e}"
+    );
     // A running gateway without a state directory refuses a reload to "pin".
     let gw = start("", up).await;
     let e = gw.admissible(&ok).unwrap_err();

@@ -56,6 +56,12 @@ pub enum GatewayError {
     /// opened for appending, or the journal is not there.
     #[error("cannot start the audit log")]
     Audit(#[from] crate::audit::AuditError),
+    /// An upstream has `trust = "pin"` and its pins cannot be saved in
+    /// `server.state_directory` (they would not survive a restart).
+    #[error(
+        "cannot keep the tool pins of the trust = \"pin\" upstreams in server.state_directory"
+    )]
+    Pins(#[from] crate::pins::PinsError),
 }
 
 /// A running gateway. Dropping it aborts its tasks; [`Gateway::shutdown`]
@@ -111,7 +117,8 @@ impl Gateway {
     /// then starts one owner task per enabled upstream, the accept loop,
     /// the session sweep, the metrics upkeep and the admin listener.
     /// Errors: [`GatewayError::Bind`], [`GatewayError::AdminBind`],
-    /// [`GatewayError::Audit`] (all before any upstream is started).
+    /// [`GatewayError::Audit`], [`GatewayError::Pins`] (all before any
+    /// upstream is started).
     pub async fn start(config: Config) -> Result<Gateway, GatewayError> {
         let s = &config.server;
         let listener = bind(s.listen, |addr, source| GatewayError::Bind { addr, source }).await?;
@@ -138,7 +145,7 @@ impl Gateway {
             subscriptions: Arc::new(Subscriptions::new(
                 crate::limits::MAX_RESOURCE_SUBSCRIPTIONS,
             )),
-            pins: Arc::new(pins(&config)),
+            pins: Arc::new(pins(&config)?),
             max_pending: s.max_pending_server_requests,
         };
         let upstreams: Vec<Arc<Upstream>> = (config.upstreams.iter().enumerate())
@@ -294,9 +301,9 @@ async fn bind(
 
 /// The tool pins: `<state_directory>/tool-pins.json`, or in memory only
 /// (config loading refuses `trust = "pin"` without a state directory).
-fn pins(config: &Config) -> Pins {
+fn pins(config: &Config) -> Result<Pins, crate::pins::PinsError> {
     let Some(dir) = config.server.state_directory.as_ref() else {
-        return Pins::in_memory();
+        return Ok(Pins::in_memory());
     };
     let ups: Vec<_> = (config.upstreams.iter())
         .map(|u| (u.name.as_str(), u.trust))

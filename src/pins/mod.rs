@@ -25,7 +25,9 @@
 //! change (a first listing, an approval, a change under `auto`), so a
 //! restart keeps them; what is withheld is not stored but recomputed from
 //! the pins and what the upstream lists. Without a directory they live in
-//! memory (config loading refuses `trust = "pin"` then). A missing file
+//! memory (config loading refuses `trust = "pin"` then); with a `pin`
+//! upstream the file is written at start, and a directory where it cannot
+//! be written fails the start ([`Pins::open`]). A missing file
 //! means nothing was pinned yet. A file that cannot be read or parsed is
 //! *not* taken as empty, which would trust every tool again: it is kept
 //! aside as `tool-pins.json.damaged`, every `pin` upstream starts with an
@@ -183,8 +185,14 @@ impl Pins {
 
     /// Opens `<dir>/tool-pins.json` for `upstreams` (name and trust of each
     /// configured upstream): pins of other upstreams are dropped; a damaged
-    /// file is handled as the module docs say.
-    pub fn open(dir: &Path, upstreams: &[(&str, Trust)]) -> Pins {
+    /// file is handled as the module docs say. With a `pin` upstream the
+    /// file is written at once, so a directory where pins cannot be saved
+    /// fails the start rather than every restart trusting on first use.
+    ///
+    /// # Errors
+    /// [`PinsError`] when a `pin` upstream is configured and the file
+    /// cannot be written (without one, a write error is only logged).
+    pub fn open(dir: &Path, upstreams: &[(&str, Trust)]) -> Result<Pins, PinsError> {
         let path = dir.join(FILE_NAME);
         let mut state = State::default();
         match file::load(&path) {
@@ -210,10 +218,18 @@ impl Pins {
         };
         let names: Vec<&str> = upstreams.iter().map(|(n, _)| *n).collect();
         pins.retain(&names);
-        if let Err(e) = pins.flush() {
-            tracing::warn!("tool pins not saved: {e}");
+        let pinning = upstreams.iter().any(|(_, t)| *t == Trust::Pin);
+        if pinning {
+            pins.state().dirty = true; // proves the file can be written
         }
-        pins
+        match pins.flush() {
+            Err(e) if pinning => Err(e),
+            Err(e) => {
+                tracing::warn!("tool pins not saved: {e}");
+                Ok(pins)
+            }
+            Ok(()) => Ok(pins),
+        }
     }
 
     /// The pins file, if any.

@@ -97,16 +97,16 @@ fn pins_of_vanished_tools_stay_until_the_capacity() {
 #[test]
 fn a_restart_keeps_the_pins_and_drops_unconfigured_upstreams() {
     let dir = tempfile::tempdir().unwrap();
-    let pins = Pins::open(dir.path(), UPS);
+    let pins = Pins::open(dir.path(), UPS).unwrap();
     pins.review("p", Trust::Pin, 8, &[tool("read", "v1")], true);
     pins.review("a", Trust::Auto, 8, &[tool("x", "v1")], true);
     pins.flush().unwrap();
-    let again = Pins::open(dir.path(), UPS);
+    let again = Pins::open(dir.path(), UPS).unwrap();
     assert_eq!(again.pinned("p"), 1);
     let w = again.review("p", Trust::Pin, 8, &[tool("read", "v2")], true);
     assert_eq!(names(&w), [("read", "changed")]);
     // An upstream no longer configured loses its pins (in the file too).
-    let only_p = Pins::open(dir.path(), &[("p", Trust::Pin)]);
+    let only_p = Pins::open(dir.path(), &[("p", Trust::Pin)]).unwrap();
     assert_eq!(only_p.pinned("a"), 0);
     let text = std::fs::read_to_string(dir.path().join(FILE_NAME)).unwrap();
     assert!(text.contains("\"p\"") && !text.contains("\"a\""), "{text}");
@@ -121,7 +121,7 @@ fn a_damaged_file_trusts_nothing_under_pin() {
         b"{\"version\": 1, \"upstreams\": {\"p\": {\"read\": \"xyz\"}}}",
     )
     .unwrap();
-    let pins = Pins::open(dir.path(), UPS);
+    let pins = Pins::open(dir.path(), UPS).unwrap();
     // The damaged file is kept aside for a look.
     assert!(dir.path().join("tool-pins.json.damaged").exists());
     let w = pins.review("p", Trust::Pin, 8, &[tool("read", "v1")], true);
@@ -133,14 +133,14 @@ fn a_damaged_file_trusts_nothing_under_pin() {
         .is_empty());
     // The rewritten file has an empty pin set for p: a restart still
     // withholds (as new) instead of trusting on first use.
-    let again = Pins::open(dir.path(), UPS);
+    let again = Pins::open(dir.path(), UPS).unwrap();
     let w = again.review("p", Trust::Pin, 8, &[tool("read", "v1")], true);
     assert_eq!(names(&w), [("read", "new")]);
     // An approval pins it.
     let listed: HashSet<&str> = ["read"].into();
     again.approve("p", &[tool("read", "v1")], 8, &listed);
     again.flush().unwrap();
-    let third = Pins::open(dir.path(), UPS);
+    let third = Pins::open(dir.path(), UPS).unwrap();
     assert!(third
         .review("p", Trust::Pin, 8, &[tool("read", "v1")], true)
         .is_empty());
@@ -159,4 +159,15 @@ fn withheld_json_names_reason_and_hashes() {
     assert_eq!(v["reason"], "changed");
     assert_eq!(v["pinned"], old.short());
     assert_eq!(v["now"], now.short());
+}
+
+#[test]
+fn a_directory_where_pins_cannot_be_saved_fails_only_a_pin_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("not-there");
+    let e = Pins::open(&missing, UPS)
+        .err()
+        .expect("pin needs a writable directory");
+    assert!(e.to_string().contains("not-there"), "{e}");
+    assert!(Pins::open(&missing, &[("a", Trust::Auto)]).is_ok());
 }

@@ -13,16 +13,18 @@ use std::sync::Arc;
 /// Why an approval ([`Upstream::approve`]) did not (wholly) happen.
 #[derive(Debug, thiserror::Error)]
 pub enum ApproveError {
-    /// The named tool is not withheld (unknown, or served already).
+    /// The named tool is not withheld (unknown, or served already); or,
+    /// with no tool named, the upstream is not connected.
     #[error(
-        "upstream {upstream:?} withholds no tool named {tool:?} ({})",
+        "upstream {upstream:?} withholds {} ({})",
+        asked(tool),
         why_not(withheld, state)
     )]
     NotWithheld {
         /// The upstream.
         upstream: String,
-        /// The tool asked for.
-        tool: String,
+        /// The tool asked for (`None`: every withheld one).
+        tool: Option<String>,
         /// What it does withhold.
         withheld: Vec<String>,
         /// Its state, when not ready (nothing is listed then).
@@ -44,6 +46,13 @@ pub enum ApproveError {
 fn names(w: &[Withheld]) -> String {
     let n: Vec<String> = w.iter().map(|w| format!("{:?}", w.tool)).collect();
     n.join(", ")
+}
+
+fn asked(tool: &Option<String>) -> String {
+    match tool {
+        Some(t) => format!("no tool named {t:?}"),
+        None => "nothing".to_owned(),
+    }
 }
 
 fn why_not(withheld: &[String], state: &Option<String>) -> String {
@@ -121,7 +130,8 @@ impl Upstream {
     /// (empty when nothing was withheld and no tool was named).
     ///
     /// # Errors
-    /// [`ApproveError::NotWithheld`] for a tool it does not withhold;
+    /// [`ApproveError::NotWithheld`] for a tool it does not withhold, or
+    /// when it is not connected (nothing is listed, so nothing reviewed);
     /// [`ApproveError::NotSaved`] when the approval holds but the file
     /// could not be written.
     pub fn approve(&self, tool: Option<&str>) -> Result<Vec<Withheld>, ApproveError> {
@@ -132,18 +142,18 @@ impl Upstream {
                 .filter(|w| tool.is_none_or(|t| w.tool == t))
                 .cloned()
                 .collect();
-            if let (Some(t), true) = (tool, chosen.is_empty()) {
-                let status = self.status();
+            let status = self.status();
+            if chosen.is_empty() && (tool.is_some() || !status.is_ready()) {
                 return Err(ApproveError::NotWithheld {
                     upstream: name.to_owned(),
-                    tool: t.to_owned(),
+                    tool: tool.map(str::to_owned),
                     withheld: cur.withheld.iter().map(|w| w.tool.clone()).collect(),
                     state: (!status.is_ready())
                         .then(|| status.describe(tokio::time::Instant::now())),
                 });
             }
             if chosen.is_empty() {
-                return Ok(chosen);
+                return Ok(chosen); // connected, and nothing is withheld
             }
             {
                 let listed: HashSet<&str> = (cur.tools.iter())
