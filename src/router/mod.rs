@@ -146,9 +146,11 @@ impl Router {
         let mut m = Merged::default();
         for (up, cat) in &snapshot {
             // A tool withheld by its pin is not served (crate::pins).
+            let mut withheld = std::collections::HashSet::with_capacity(cat.withheld.len());
             for w in &cat.withheld {
                 let exposed = names::expose(self.rule, &up.config.prefix, &self.separator, &w.tool);
                 m.withheld.insert(exposed);
+                withheld.insert(w.tool.as_str());
             }
             // A tool whose x-mcp-header annotations break the rules is left
             // out (2026-07-28 transports-streamable-http.mdx §Schema
@@ -158,7 +160,7 @@ impl Router {
                 .iter()
                 .filter(|t| {
                     let name = t.get("name").and_then(Value::as_str).unwrap_or("");
-                    !cat.is_withheld(name)
+                    !withheld.contains(name)
                 })
                 .filter(|t| match t.get("inputSchema").map(annotations) {
                     Some(Err(why)) => {

@@ -121,16 +121,13 @@ impl Catalog {
         c
     }
 
-    /// Whether the tool named `name` is withheld (not served).
-    pub fn is_withheld(&self, name: &str) -> bool {
-        self.withheld.iter().any(|w| w.tool == name)
-    }
-
     /// How many of `tools` are served.
     pub fn served_tools(&self) -> usize {
+        let withheld: std::collections::HashSet<&str> =
+            self.withheld.iter().map(|w| w.tool.as_str()).collect();
         let served = |t: &&Value| {
             let name = t.get("name").and_then(Value::as_str).unwrap_or("");
-            !self.is_withheld(name)
+            !withheld.contains(name)
         };
         self.tools.iter().filter(served).count()
     }

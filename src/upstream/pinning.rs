@@ -186,7 +186,12 @@ impl Upstream {
 /// A warning for each tool withheld now that was not withheld (as it is)
 /// before, with the command that approves it.
 fn log_newly_withheld(upstream: &str, before: &[Withheld], now: &[Withheld]) {
-    for w in now.iter().filter(|w| !before.contains(w)) {
+    let seen: HashSet<(&str, pins::Digest)> =
+        before.iter().map(|w| (w.tool.as_str(), w.now)).collect();
+    for w in now
+        .iter()
+        .filter(|w| !seen.contains(&(w.tool.as_str(), w.now)))
+    {
         let tool = printable(&w.tool);
         tracing::warn!(upstream, tool = %tool, reason = w.reason_name(),
             "tool withheld (trust = \"pin\"): {}; to serve it: mcp-edge tools approve {upstream} '{tool}'", w.detail());
