@@ -140,6 +140,9 @@ impl Gateway {
         // Pins of removed upstreams go (bounded by the config).
         let names: Vec<&str> = new.upstreams.iter().map(|u| u.name.as_str()).collect();
         self.shared.pins.retain(&names);
+        if let Err(e) = self.shared.pins.flush() {
+            tracing::warn!("reload: tool pins not saved: {e}");
+        }
         // The [[client]] table (tokens re-read from their files) applies to
         // requests from now on; rate buckets start full again.
         app.set_access(crate::access::Access::new(
