@@ -322,6 +322,15 @@ async fn a_new_tool_under_pin_is_withheld_until_approved_and_clients_hear_of_bot
     // The admin API: bad JSON, unknown upstream, a tool not withheld.
     let (code, v) = approve(admin, "{not json").await;
     assert_eq!(code, 400, "{v}");
+    let (code, v) = approve(admin, r#"{"upstream": "files", "tools": ["x"]}"#).await;
+    assert_eq!(code, 400, "unknown fields are refused: {v}");
+    let huge = format!("{{\"upstream\": \"{}\"}}", "x".repeat(70_000));
+    let (code, v) = approve(admin, &huge).await;
+    assert_eq!(code, 413, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("ADMIN_BODY_BYTES"),
+        "{v}"
+    );
     let (code, v) = approve(admin, r#"{"upstream": "nope"}"#).await;
     assert_eq!(code, 404);
     assert!(
