@@ -30,8 +30,9 @@
 //! - with `server.tls_cert`, each connection's rustls state and the rustls
 //!   server session cache (256 stored sessions);
 //! - per upstream: its tables (in-flight, relayed requests), stderr ring,
-//!   and a catalog of up to `max_catalog_bytes` (kept, and merged into the
-//!   aggregated view).
+//!   a catalog of up to `max_catalog_bytes` (kept, and merged into the
+//!   aggregated view), and up to `max_catalog_entries` tool pins, each
+//!   possibly withheld ([`crate::pins`]).
 
 use crate::config::{Config, Transport};
 use crate::limits;
@@ -83,6 +84,11 @@ pub const CALL_BYTES: usize = 4 * 1024;
 pub const RESULT_FACTOR: usize = 7;
 /// Heap per byte of catalog JSON (kept per upstream, plus the merged view).
 pub const CATALOG_FACTOR: usize = 8;
+/// One tool pin with the tool withheld: its pin, its entry in the
+/// catalog's withheld list and in the merged view's set of withheld names
+/// (bytes, names of typical length; a name's bytes are also in the
+/// catalog). Measured by `tests/budget.rs` (1,024 pins, every tool withheld).
+pub const PIN_BYTES: usize = 512;
 /// One upstream's own structures and tables, without its catalog (bytes).
 pub const UPSTREAM_BYTES: usize = 96 * 1024;
 
@@ -237,14 +243,20 @@ fn upstream_item(u: &crate::config::UpstreamConfig) -> Item {
     };
     Item {
         what: format!(
-            "upstream {} ({} + {} catalog × {CATALOG_FACTOR} + {} read buffer + {} stderr)",
+            "upstream {} ({} + {} catalog × {CATALOG_FACTOR} + {} pins × {} + {} read buffer + {} stderr)",
             u.name,
             kib(UPSTREAM_BYTES),
             kib(u.max_catalog_bytes),
+            u.max_catalog_entries,
+            kib(PIN_BYTES),
             kib(read),
             kib(stderr)
         ),
-        bytes: UPSTREAM_BYTES + u.max_catalog_bytes * CATALOG_FACTOR + read + stderr,
+        bytes: UPSTREAM_BYTES
+            + u.max_catalog_bytes * CATALOG_FACTOR
+            + u.max_catalog_entries * PIN_BYTES
+            + read
+            + stderr,
     }
 }
 
@@ -267,6 +279,9 @@ mod tests {
         assert!(Estimate::of(&more).total() > t0);
         let mut more = base.clone();
         more.upstreams[0].max_catalog_bytes *= 2;
+        assert!(Estimate::of(&more).total() > t0);
+        let mut more = base.clone();
+        more.upstreams[0].max_catalog_entries *= 2;
         assert!(Estimate::of(&more).total() > t0);
         let mut off = base.clone();
         off.upstreams[0].enabled = false;

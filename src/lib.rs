@@ -25,6 +25,7 @@
 //! | [`session`] | the fixed-capacity legacy session table (time passed in) |
 //! | [`access`] | who a downstream caller is (`[[client]]`: bearer token or TLS client certificate), what it may see and call, its rate |
 //! | [`subscriptions`] | the fixed table of downstream resource subscriptions (who wants which URI from which upstream) |
+//! | [`pins`] | tool pins: each upstream tool's definition hashed, compared with the hash pinned for it, withheld under `trust = "pin"` until approved; the pins file |
 //! | [`upstream`] | the per-upstream handle and the one connection interface over the transports (`stdio`, `http`, `builtin`); era probe, in-flight table, id remap |
 //! | [`router`] | aggregated catalog, exposed-name mapping, list merge, call routing |
 //! | [`supervisor`] | the owner task per upstream (connect, reconnect); with [`gateway`], the only spawner of long-lived tasks |
@@ -51,6 +52,7 @@ pub mod limits;
 pub mod logline;
 pub mod metrics;
 pub mod notify;
+pub mod pins;
 pub mod protocol;
 pub mod reaper;
 pub mod router;

@@ -115,6 +115,14 @@ pub const DEFAULT_MAX_CATALOG_BYTES: usize = 1024 * 1024;
 pub const MIN_CATALOG_BYTES: usize = 1024;
 /// Ceiling for `upstream.max_catalog_bytes`: 64 MiB.
 pub const MAX_CATALOG_BYTES_CEILING: usize = 64 * 1024 * 1024;
+/// Largest tool-pins file (`<state_directory>/tool-pins.json`, see
+/// `crate::pins`) read or written: 16 MiB. Each upstream keeps at most
+/// `max_catalog_entries` pins of about 70 bytes plus the tool's name, so the
+/// defaults (64 upstreams × 1,024 tools) stay near 7 MiB with 32-byte
+/// names. A larger file is treated as unreadable (under `trust = "pin"`:
+/// nothing of those upstreams is served until approved); a larger state is
+/// not written (`mcp_edge_refused_total{limit="pins_file_bytes"}`).
+pub const PINS_FILE_MAX_BYTES: usize = 16 * 1024 * 1024;
 
 /// Default `upstream.health_interval`: 30 s between liveness probes
 /// (`ping` / `server/discover`) of a Ready upstream.
@@ -227,6 +235,9 @@ pub const ADMIN_CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
 /// link, even while the table churns. It also bounds the churn: at most
 /// `max_connections` closings per grace period.
 pub const CONNECTION_YIELD_GRACE: Duration = Duration::from_millis(250);
+/// Largest request body the admin listener reads (`POST /tools/approve`):
+/// 64 KiB; larger ones get 413 (`mcp_edge_refused_total{limit="admin_body"}`).
+pub const ADMIN_BODY_BYTES: usize = 64 * 1024;
 /// How long the accept loop pauses after a failed `accept` (e.g. EMFILE).
 pub const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// The session sweep runs every `min(session_idle_timeout / 4, this)`.

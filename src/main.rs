@@ -1,5 +1,6 @@
 //! `mcp-edge` command line: `serve` (the default), `check-config`, `status`,
-//! `upstream reconnect`, `token new`, `--version`, `--help`.
+//! `upstream reconnect`, `tools approve`, `tools list`, `token new`,
+//! `--version`, `--help`.
 
 // Functions that fit a screen (tests/structure.rs holds the hard line).
 #![warn(clippy::too_many_lines)]
@@ -29,7 +30,7 @@ struct Cli {
     /// still win): rpi-zero-2w, rpi4-2gb, rpi5-8gb, generic-arm64.
     #[arg(long, global = true, env = "MCP_EDGE_BOARD")]
     board: Option<String>,
-    /// Admin URL of a running gateway for `status` and `upstream`; default:
+    /// Admin URL of a running gateway for `status`, `upstream` and `tools`; default:
     /// `server.admin_listen` of --config, else http://127.0.0.1:9737.
     #[arg(long, global = true)]
     url: Option<String>,
@@ -54,6 +55,12 @@ enum Command {
         #[command(subcommand)]
         action: UpstreamAction,
     },
+    /// Tool pins of a running gateway (`trust = "pin"` withholds a tool
+    /// whose definition changed, or that is new, until approved).
+    Tools {
+        #[command(subcommand)]
+        action: ToolsAction,
+    },
     /// Client tokens for `[[client]]` tables.
     Token {
         #[command(subcommand)]
@@ -69,6 +76,20 @@ enum TokenAction {
         /// The client's name: 1 to 32 characters of [A-Za-z0-9_-].
         name: String,
     },
+}
+
+#[derive(Subcommand)]
+enum ToolsAction {
+    /// Serve a withheld tool again: pin the definition the upstream lists
+    /// now (every withheld tool of UPSTREAM when TOOL is left out).
+    Approve {
+        /// The upstream's name.
+        upstream: String,
+        /// The tool's name at the upstream (as `tools list` shows it).
+        tool: Option<String>,
+    },
+    /// Show each upstream's trust, pins and withheld tools, with why.
+    List,
 }
 
 #[derive(Subcommand)]
@@ -97,9 +118,9 @@ fn main() -> ExitCode {
     }
     match cli.command {
         Some(Command::CheckConfig { file }) => check_config(&file, cli.board.as_deref()),
-        Some(Command::Status) => {
-            report(admin(&cli.config, cli.url, "GET", "/status").map(|body| print_status(&body)))
-        }
+        Some(Command::Status) => report(
+            admin(&cli.config, cli.url, "GET", "/status", None).map(|body| print_status(&body)),
+        ),
         Some(Command::Upstream {
             action: UpstreamAction::Reconnect { name },
         }) => report(
@@ -108,9 +129,11 @@ fn main() -> ExitCode {
                 cli.url,
                 "POST",
                 &format!("/upstreams/{name}/reconnect"),
+                None,
             )
             .map(|b| print!("{b}")),
         ),
+        Some(Command::Tools { action }) => report(tools(&cli.config, cli.url, action)),
         Some(Command::Token {
             action: TokenAction::New { name },
         }) => token_new(&name),
@@ -193,6 +216,7 @@ fn admin(
     url: Option<String>,
     method: &str,
     path: &str,
+    json: Option<serde_json::Value>,
 ) -> anyhow::Result<String> {
     use http_body_util::{BodyExt, Full};
     let base = match url {
@@ -217,10 +241,12 @@ fn admin(
         let client: hyper_util::client::legacy::Client<_, Full<bytes::Bytes>> =
             hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
                 .build_http();
+        let body = json.map(|v| v.to_string()).unwrap_or_default();
         let req = http::Request::builder()
             .method(method)
             .uri(&uri)
-            .body(Full::new(bytes::Bytes::new()))?;
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(bytes::Bytes::from(body)))?;
         let resp =
             tokio::time::timeout(mcp_edge::limits::ADMIN_CLIENT_TIMEOUT, client.request(req))
                 .await
@@ -232,13 +258,18 @@ fn admin(
                 })?
                 .with_context(|| {
                     format!(
-                        "cannot reach the admin listener at {uri} (is server.admin_listen set?)"
+                        "cannot reach the admin listener at {uri} (is the gateway running, and server.admin_listen set to that address?)"
                     )
                 })?;
         let status = resp.status();
         let body =
             String::from_utf8_lossy(&resp.into_body().collect().await?.to_bytes()).into_owned();
-        anyhow::ensure!(status.is_success(), "{uri}: HTTP {status}: {}", body.trim());
+        if !status.is_success() {
+            // A JSON answer's "error", else the text; upstream text made printable.
+            let v: Option<serde_json::Value> = serde_json::from_str(&body).ok();
+            let why = v.as_ref().and_then(|v| v["error"].as_str()).unwrap_or(body.trim());
+            anyhow::bail!("{uri}: HTTP {status}: {}", mcp_edge::logline::printable(why));
+        }
         Ok(body)
     })
 }
@@ -315,7 +346,62 @@ fn print_status(body: &str) {
             u["tools"].as_u64().unwrap_or(0),
             u["detail"].as_str().unwrap_or(""),
         );
+        let withheld = u["withheld"].as_array().map_or(0, Vec::len);
+        if withheld > 0 {
+            println!(
+                "{:<16} {withheld} tool(s) withheld by their pins: mcp-edge tools list",
+                ""
+            );
+        }
     }
+}
+
+/// `tools approve` / `tools list` against a running gateway.
+fn tools(config: &Option<PathBuf>, url: Option<String>, action: ToolsAction) -> anyhow::Result<()> {
+    use mcp_edge::logline::printable;
+    use serde_json::Value;
+    let parse = |body: &str| -> anyhow::Result<Value> {
+        serde_json::from_str(body).context("the admin listener's answer is not JSON")
+    };
+    let tool_line = |w: &Value| {
+        let tool = printable(w["tool"].as_str().unwrap_or("?")).into_owned();
+        let detail = w["detail"].as_str().or(w["reason"].as_str()).unwrap_or("?");
+        format!("{tool}: {}", printable(detail))
+    };
+    match action {
+        ToolsAction::Approve { upstream, tool } => {
+            let ask = serde_json::json!({"upstream": upstream, "tool": tool});
+            let v = parse(&admin(config, url, "POST", "/tools/approve", Some(ask))?)?;
+            let approved = v["approved"].as_array().cloned().unwrap_or_default();
+            if approved.is_empty() {
+                println!("upstream {upstream} withholds nothing: nothing to approve");
+            }
+            for w in &approved {
+                println!("approved {upstream}: {}", tool_line(w));
+            }
+            for w in v["withheld"].as_array().into_iter().flatten() {
+                println!("still withheld {upstream}: {}", tool_line(w));
+            }
+        }
+        ToolsAction::List => {
+            let v = parse(&admin(config, url, "GET", "/status", None)?)?;
+            for u in v["upstreams"].as_array().into_iter().flatten() {
+                let withheld = u["withheld"].as_array().cloned().unwrap_or_default();
+                println!(
+                    "{}  trust = {}  pinned {}  served {}  withheld {}",
+                    u["name"].as_str().unwrap_or("?"),
+                    u["trust"].as_str().unwrap_or("?"),
+                    u["pinned"],
+                    u["tools"],
+                    withheld.len()
+                );
+                for w in &withheld {
+                    println!("  {}", tool_line(w));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `check-config`: the resolved config, its worst-case heap, and the

@@ -9,7 +9,10 @@
 /// `notifications/cancelled` not sent because its queue was full; `tls_handshake`: a downstream
 /// connection whose TLS handshake failed or timed out; `unknown_id`: an upstream's
 /// response to an id not in flight (never sent, already answered, or given up), dropped;
-/// `head_bytes`: a request head over `limits::MAX_REQUEST_HEAD_BYTES`, answered 431 by hyper).
+/// `head_bytes`: a request head over `limits::MAX_REQUEST_HEAD_BYTES`, answered 431 by hyper;
+/// `withheld`: a call to a tool withheld by its pin (`trust = "pin"`), answered as an unknown tool;
+/// `pins_file_bytes`: tool pins not written because the file would pass `limits::PINS_FILE_MAX_BYTES`;
+/// `admin_body`: an admin request body over `limits::ADMIN_BODY_BYTES`, answered 413).
 pub const REFUSED: &str = "mcp_edge_refused_total";
 /// Counter `{reason}`: sessions removed (`idle`, `deleted`).
 pub const SESSIONS_EVICTED: &str = "mcp_edge_sessions_evicted_total";
@@ -63,6 +66,10 @@ pub const FORBIDDEN: &str = "mcp_edge_http_forbidden_total";
 /// ([`crate::limits::AUDIT_QUEUE_DEPTH`], [`crate::limits::AUDIT_QUEUE_BYTES`])
 /// or its writer had stopped.
 pub const AUDIT_DROPPED: &str = "mcp_edge_audit_dropped_total";
+/// Gauge `{upstream}`: tools the upstream lists that are withheld from lists
+/// and calls under `trust = "pin"` (changed since pinned, new, or
+/// unverifiable) until an operator approves them; why is in `/status`.
+pub const TOOLS_WITHHELD: &str = "mcp_edge_tools_withheld";
 /// Counter: audit records the writer could not write (disk full, EIO,
 /// journal gone); the writer goes on with the next record.
 pub const AUDIT_WRITE_ERRORS: &str = "mcp_edge_audit_write_errors_total";

@@ -249,7 +249,40 @@ async fn per_entry_costs_stay_below_the_budget_constants() {
         budget::CATALOG_FACTOR as f64,
     );
 
+    pin_costs();
     tls_connection_costs(per_conn).await;
+}
+
+/// Tool pins: 1,024 tools pinned, then every one changed and withheld —
+/// the pins, the withheld list a catalog keeps, and the set of exposed
+/// withheld names the merged view keeps — against `PIN_BYTES`.
+fn pin_costs() {
+    use mcp_edge::config::Trust;
+    use mcp_edge::pins::{digest, Pins};
+    const N: usize = 1024;
+    let listing = |desc: &str| -> Vec<(String, digest::Digest)> {
+        (0..N)
+            .map(|i| {
+                let tool = json!({"name": format!("tool_{i:04}"), "description": desc});
+                (format!("tool_{i:04}"), digest::of(&tool))
+            })
+            .collect()
+    };
+    let (v1, v2) = (listing("first"), listing("second"));
+    let base = live_bytes();
+    let pins = Pins::in_memory();
+    assert!(pins.review("u", Trust::Pin, N, &v1, true).is_empty());
+    let withheld = pins.review("u", Trust::Pin, N, &v2, true);
+    assert_eq!(withheld.len(), N);
+    let exposed: std::collections::HashSet<String> =
+        withheld.iter().map(|w| format!("u__{}", w.tool)).collect();
+    let per_pin = (live_bytes().saturating_sub(base)) / N;
+    report(
+        "tool pin, withheld (bytes)",
+        per_pin as f64,
+        budget::PIN_BYTES as f64,
+    );
+    drop((pins, withheld, exposed));
 }
 
 /// Connections each holding an unterminated request head just under

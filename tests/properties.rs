@@ -152,6 +152,10 @@ const SERVER_KEYS: Keys = &[
     ("tool_name_separator", &["\"__\"", "\".\""]),
     ("tool_names", &["\"strict\"", "\"spec\""]),
     ("allowed_origins", &["[\"https://a.example\"]", "[]"]),
+    (
+        "state_directory",
+        &["\"/var/lib/mcp-edge\"", "\"relative\""],
+    ),
 ];
 /// Keys of a stdio `[[upstream]]` (plus some of other transports).
 const UPSTREAM_KEYS: Keys = &[
@@ -165,6 +169,7 @@ const UPSTREAM_KEYS: Keys = &[
     ("env", &["{ GITHUB_TOKEN = \"s\", PATH = \"/bin\" }", "{}"]),
     ("enabled", &["true", "false"]),
     ("era", &["\"auto\"", "\"legacy\"", "\"modern\""]),
+    ("trust", &["\"auto\"", "\"pin\"", "\"yes\""]),
     ("prefix", &["\"p\"", "\"\""]),
     ("call_timeout", &["\"30s\"", "\"2m\""]),
     ("max_in_flight", &["1", "64"]),

@@ -19,7 +19,8 @@ pub enum Outcome {
     Error(i64),
     /// The upstream did not answer within its `call_timeout` (`"timeout"`).
     Timeout,
-    /// Refused by the client's `allow`/`deny` (`"refused"`; a request over
+    /// Refused by the client's `allow`/`deny`, or a tool withheld by its
+    /// pin (`"refused"`; a request over
     /// its `rate` is refused at the door with 429 and is not audited).
     Refused,
     /// The caller went away (closed its connection or stream) before the

@@ -16,7 +16,7 @@
 //! | `upstream` | the upstream's name; `null` when the call was not routed (unknown name, refused) |
 //! | `name` | the exposed tool or prompt name, or the resource URI |
 //! | `original` | the name at the upstream; `null` when not routed |
-//! | `outcome` | `ok`, `tool_error` (`isError: true`), `error` (a JSON-RPC error), `timeout`, `refused` (outside the client's `allow`/`deny`; a request over its `rate` gets 429 at the door and no line), `disconnected` (the caller went away before the answer; the call may have run) |
+//! | `outcome` | `ok`, `tool_error` (`isError: true`), `error` (a JSON-RPC error), `timeout`, `refused` (outside the client's `allow`/`deny`, or a tool withheld by its pin under `trust = "pin"`; a request over its `rate` gets 429 at the door and no line), `disconnected` (the caller went away before the answer; the call may have run) |
 //! | `code` | the JSON-RPC error code; present only with `"outcome":"error"` |
 //! | `duration_ms` | from the request's arrival to its answer |
 //! | `request_bytes`, `response_bytes` | downstream body sizes |

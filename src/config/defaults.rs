@@ -1,7 +1,7 @@
 //! The built-in default of every `[server]` and `[[upstream]]` key, all from
 //! [`crate::limits`] (a board profile's defaults are applied by `ctx`).
 
-use super::{EraPreference, ServerConfig, ToolNameRule, Transport, UpstreamConfig};
+use super::{EraPreference, ServerConfig, ToolNameRule, Transport, Trust, UpstreamConfig};
 use crate::limits;
 
 /// `[server]` with every key at its default.
@@ -50,6 +50,7 @@ pub(super) fn upstream(name: String, transport: Transport) -> UpstreamConfig {
         enabled: true,
         required: false,
         era: EraPreference::Auto,
+        trust: Trust::Auto,
         call_timeout: limits::DEFAULT_CALL_TIMEOUT,
         max_in_flight: limits::DEFAULT_MAX_IN_FLIGHT,
         max_result_bytes: limits::DEFAULT_MAX_RESULT_BYTES,

@@ -47,6 +47,7 @@
 //! required = false                              # true: the systemd watchdog depends on it (see [watchdog])
 //! era = "auto"                                  # "auto" | "legacy" | "modern"
 //! prefix = "fs"                                 # default = name; "" allowed
+//! trust = "auto"                                # "auto" | "pin" (pin needs server.state_directory)
 //! call_timeout = "60s"                          # 1s..=1h
 //! max_in_flight = 64                            # 1..=limits::MAX_IN_FLIGHT_CEILING
 //! max_result_bytes = 8388608                    # 1024..=256 MiB
@@ -111,8 +112,8 @@
 //! | `startup_timeout` | [`crate::limits::DEFAULT_STARTUP_TIMEOUT`], 30 s | 1 s ..= 10 min | budget for spawn/dial plus the era handshake (separate from `call_timeout`) |
 //!
 //! `server.admin_listen` (default [`crate::limits::DEFAULT_ADMIN_LISTEN`])
-//! is the admin API: `/metrics`, `/status`, `/healthz`, `/readyz` and
-//! `POST /upstreams/<name>/reconnect`. Its old name `metrics_listen` is still
+//! is the admin API: `/metrics`, `/status`, `/healthz`, `/readyz`,
+//! `POST /upstreams/<name>/reconnect`, `POST /tools/approve`. Its old name `metrics_listen` is still
 //! accepted as a deprecated alias (`check-config` prints a note); giving both
 //! is an error.
 //!
@@ -121,8 +122,13 @@
 //! `server.state_directory` (default: the first path of the
 //! `STATE_DIRECTORY` environment variable, which systemd's `StateDirectory=`
 //! sets; unset = none) must be absolute. The supervisor persists
-//! per-upstream backoff state in `<dir>/upstreams.json`; without a directory
-//! that state lives in memory only.
+//! per-upstream backoff state in `<dir>/upstreams.json`, and the tool pins
+//! ([`crate::pins`]) are kept in `<dir>/tool-pins.json`; without a directory
+//! both live in memory only, so `trust = "pin"` on any upstream then is an
+//! error naming `upstream[N].trust` and `server.state_directory` (pins that
+//! vanish at a restart would re-trust everything).
+//!
+//! `upstream.trust`: see [`Trust`].
 //!
 //! # `mcpServers` JSON
 //!
@@ -143,7 +149,7 @@ use std::time::Duration;
 
 // The submodules form layers; each uses only this module's items and
 // submodules of lower layers (no import cycles):
-//   1. network, defaults, render
+//   1. network, defaults, render, trust
 //   2. ctx
 //   3. raw
 //   4. values, fields, tls
@@ -166,6 +172,8 @@ mod render;
 pub use render::mask_url;
 mod server;
 mod tls;
+mod trust;
+pub use trust::Trust;
 mod upstream;
 mod validate;
 mod values;
@@ -275,7 +283,7 @@ pub struct ServerConfig {
     /// Exposed tool name rule (`tool_names`).
     pub tool_names: ToolNameRule,
     /// Admin listener address: `/metrics`, `/healthz`, `/readyz`, `/status`,
-    /// `/upstreams/<name>/reconnect` (`admin_listen`, deprecated alias
+    /// `/upstreams/<name>/reconnect`, `/tools/approve` (`admin_listen`, deprecated alias
     /// `metrics_listen`; default [`crate::limits::DEFAULT_ADMIN_LISTEN`],
     /// with port 0 when `listen` has port 0); `None` = turned off with `"off"`.
     pub admin_listen: Option<std::net::SocketAddr>,
@@ -329,6 +337,9 @@ pub struct UpstreamConfig {
     pub required: bool,
     /// `era`, default [`EraPreference::Auto`].
     pub era: EraPreference,
+    /// `trust`, default [`Trust::Auto`]: what a changed or new tool
+    /// definition gets ([`crate::pins`]).
+    pub trust: Trust,
     /// Per-call timeout (`call_timeout`), default [`crate::limits::DEFAULT_CALL_TIMEOUT`].
     pub call_timeout: Duration,
     /// In-flight table capacity (`max_in_flight`).

@@ -107,6 +107,7 @@ pub(super) struct RawUpstream {
     pub enabled: Option<bool>,
     pub required: Option<bool>,
     pub era: Option<String>,
+    pub trust: Option<String>,
     pub prefix: Option<String>,
     pub call_timeout: Option<RawDuration>,
     pub max_in_flight: Option<RawInt>,

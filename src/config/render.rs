@@ -185,6 +185,7 @@ fn upstream(o: &mut String, up: &UpstreamConfig) {
         ("enabled", up.enabled.to_string()),
         ("required", up.required.to_string()),
         ("era", quote(era)),
+        ("trust", quote(up.trust.as_str())),
         ("prefix", quote(&up.prefix)),
         ("call_timeout", duration(up.call_timeout)),
         ("max_in_flight", up.max_in_flight.to_string()),

@@ -14,7 +14,7 @@ use super::fields::{
 };
 use super::raw::RawUpstream;
 use super::values::{duration, durations, float, int, ints};
-use super::{EraPreference, Transport, UpstreamConfig};
+use super::{EraPreference, Transport, Trust, UpstreamConfig};
 use crate::limits;
 
 /// The `[[upstream]]` table `raw` at key path `base` (`upstream[1]`).
@@ -140,7 +140,8 @@ fn http(ctx: &Ctx, base: &str, raw: &mut RawUpstream) -> Result<Transport> {
     })
 }
 
-/// `prefix`, `enabled`, `required` (only of an enabled upstream), `era`.
+/// `prefix`, `enabled`, `required` (only of an enabled upstream), `era`,
+/// `trust`.
 fn identity(ctx: &Ctx, base: &str, raw: &mut RawUpstream, up: &mut UpstreamConfig) -> Result<()> {
     let k = |f: &str| format!("{base}.{f}");
     if let Some(prefix) = raw.prefix.take() {
@@ -163,6 +164,16 @@ fn identity(ctx: &Ctx, base: &str, raw: &mut RawUpstream, up: &mut UpstreamConfi
         Some("modern") => EraPreference::Modern,
         Some(_) => {
             return Err(ctx.err(k("era"), "must be \"auto\", \"legacy\" or \"modern\""));
+        }
+    };
+    up.trust = match raw.trust.as_deref() {
+        None | Some("auto") => Trust::Auto,
+        Some("pin") => Trust::Pin,
+        Some(other) => {
+            return Err(ctx.err(
+                k("trust"),
+                format!("must be \"auto\" or \"pin\" (got {other:?})"),
+            ));
         }
     };
     Ok(())

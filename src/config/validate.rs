@@ -81,6 +81,7 @@ pub(super) fn finish(
         for (other_base, other) in &upstreams[..i] {
             check_pair(ctx, (base, up), (other_base, other))?;
         }
+        check_trust(ctx, base, up, &server)?;
     }
     if upstreams.iter().all(|(_, u)| !u.enabled) {
         tracing::warn!(file = %ctx.path().display(), "every upstream is disabled");
@@ -95,6 +96,25 @@ pub(super) fn finish(
         source: Some(ctx.path().to_path_buf()),
         notes: Vec::new(),
     })
+}
+
+/// `trust = "pin"` needs somewhere to keep the pins across restarts: pins
+/// kept in memory only would vanish at a restart and every tool would be
+/// trusted again on first use, so a pin without `server.state_directory`
+/// is refused rather than silently weakened.
+fn check_trust(ctx: &Ctx, base: &str, up: &UpstreamConfig, server: &ServerConfig) -> Result<()> {
+    if up.trust == super::Trust::Pin && server.state_directory.is_none() {
+        return Err(ctx.err(
+            format!("{base}.trust"),
+            format!(
+                "\"pin\" on upstream {:?} needs server.state_directory (or $STATE_DIRECTORY, \
+                 as systemd's StateDirectory= sets it): the pins must survive a restart; \
+                 set one, or use trust = \"auto\"",
+                up.name
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// `up` (at key path `base`) against an earlier upstream `other`: distinct

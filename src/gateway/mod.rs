@@ -21,6 +21,7 @@ pub use serve::{run, Control, Controls};
 
 use crate::config::{Config, UpstreamConfig};
 use crate::http::App;
+use crate::pins::Pins;
 use crate::router::Router;
 use crate::subscriptions::Subscriptions;
 use crate::supervisor::{persist::Persist, OwnedTask, Supervisor};
@@ -55,6 +56,12 @@ pub enum GatewayError {
     /// opened for appending, or the journal is not there.
     #[error("cannot start the audit log")]
     Audit(#[from] crate::audit::AuditError),
+    /// An upstream has `trust = "pin"` and its pins cannot be saved in
+    /// `server.state_directory` (they would not survive a restart).
+    #[error(
+        "cannot keep the tool pins of the trust = \"pin\" upstreams in server.state_directory"
+    )]
+    Pins(#[from] crate::pins::PinsError),
 }
 
 /// A running gateway. Dropping it aborts its tasks; [`Gateway::shutdown`]
@@ -87,6 +94,8 @@ pub struct Gateway {
 struct Shared {
     catalog_gen: Arc<watch::Sender<ListGens>>,
     subscriptions: Arc<Subscriptions>,
+    /// The tool pins (`<state_directory>/tool-pins.json`, or in memory).
+    pins: Arc<Pins>,
     max_pending: usize,
 }
 
@@ -98,6 +107,7 @@ impl Shared {
             self.max_pending,
             self.catalog_gen.clone(),
             self.subscriptions.clone(),
+            self.pins.clone(),
         )
     }
 }
@@ -107,7 +117,8 @@ impl Gateway {
     /// then starts one owner task per enabled upstream, the accept loop,
     /// the session sweep, the metrics upkeep and the admin listener.
     /// Errors: [`GatewayError::Bind`], [`GatewayError::AdminBind`],
-    /// [`GatewayError::Audit`] (all before any upstream is started).
+    /// [`GatewayError::Audit`], [`GatewayError::Pins`] (all before any
+    /// upstream is started).
     pub async fn start(config: Config) -> Result<Gateway, GatewayError> {
         let s = &config.server;
         let listener = bind(s.listen, |addr, source| GatewayError::Bind { addr, source }).await?;
@@ -134,6 +145,7 @@ impl Gateway {
             subscriptions: Arc::new(Subscriptions::new(
                 crate::limits::MAX_RESOURCE_SUBSCRIPTIONS,
             )),
+            pins: Arc::new(pins(&config)?),
             max_pending: s.max_pending_server_requests,
         };
         let upstreams: Vec<Arc<Upstream>> = (config.upstreams.iter().enumerate())
@@ -285,6 +297,18 @@ async fn bind(
     TcpListener::bind(addr)
         .await
         .map_err(|source| error(addr, source))
+}
+
+/// The tool pins: `<state_directory>/tool-pins.json`, or in memory only
+/// (config loading refuses `trust = "pin"` without a state directory).
+fn pins(config: &Config) -> Result<Pins, crate::pins::PinsError> {
+    let Some(dir) = config.server.state_directory.as_ref() else {
+        return Ok(Pins::in_memory());
+    };
+    let ups: Vec<_> = (config.upstreams.iter())
+        .map(|u| (u.name.as_str(), u.trust))
+        .collect();
+    Pins::open(dir, &ups)
 }
 
 /// The backoff memory (`server.state_directory`), if configured.

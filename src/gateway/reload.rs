@@ -22,7 +22,7 @@
 //! restart (the listener keeps serving as it does).
 
 use super::Gateway;
-use crate::config::{Config, ServerConfig, TlsConfig};
+use crate::config::{Config, ServerConfig, TlsConfig, Trust};
 use crate::limits::{OWNER_STOP_GRACE, RELOAD_DRAIN_GRACE};
 use crate::upstream::Upstream;
 use std::fmt;
@@ -137,6 +137,12 @@ impl Gateway {
         // Route to the new set at once: a removed upstream's tools are gone,
         // a changed one answers "connecting" until its new owner is Ready.
         app.router.set_upstreams(set);
+        // Pins of removed upstreams go (bounded by the config).
+        let names: Vec<&str> = new.upstreams.iter().map(|u| u.name.as_str()).collect();
+        self.shared.pins.retain(&names);
+        if let Err(e) = self.shared.pins.flush() {
+            tracing::warn!("reload: tool pins not saved: {e}");
+        }
         // The [[client]] table (tokens re-read from their files) applies to
         // requests from now on; rate buckets start full again.
         app.set_access(crate::access::Access::new(
@@ -160,11 +166,24 @@ impl Gateway {
     /// rule of config loading (a non-loopback `listen` needs a
     /// `[[client]]` unless `allow_unauthenticated`) held against the
     /// listener and `[server]` *running*, since changes to those wait for a
-    /// restart while the client table applies at once.
+    /// restart while the client table applies at once; likewise
+    /// `trust = "pin"` against the running state directory.
     ///
     /// # Errors
     /// Why not, naming the keys.
     pub fn admissible(&self, new: &Config) -> Result<(), String> {
+        if self.shared.pins.path().is_none() {
+            // The running gateway keeps its pins in memory: a pin would not
+            // survive the next restart.
+            if let Some(u) = new.upstreams.iter().find(|u| u.trust == Trust::Pin) {
+                return Err(format!(
+                    "upstream {:?}: trust = \"pin\" needs server.state_directory, and the \
+                     running gateway started without one (server.state_directory applies at \
+                     a restart)",
+                    u.name
+                ));
+            }
+        }
         let listen = self.app.listen_addr;
         if new.clients.is_empty()
             && !listen.ip().is_loopback()

@@ -12,6 +12,18 @@
 //!   certificate new connections get, paths only, never key material).
 //! - `POST /upstreams/NAME/reconnect`: an immediate attempt (resets backoff
 //!   and parking); 404 for an unknown name.
+//! - `POST /tools/approve` with `{"upstream": NAME, "tool": TOOL}` (`tool`
+//!   optional: every tool the upstream withholds): pins the definitions
+//!   listed now ([`crate::pins`]) and serves them. 200 with
+//!   `{upstream, approved: [{tool, reason, pinned, now, detail}], withheld}`;
+//!   404 with `{error}` for an unknown upstream or a tool it does not
+//!   withhold; 400 for a body that is not that JSON; 413 past
+//!   [`crate::limits::ADMIN_BODY_BYTES`]; 500 when approved but the pins
+//!   file could not be written (`{error, approved}`).
+//!
+//! `/status` shows per upstream its `trust`, how many definitions are
+//! `pinned`, and the `withheld` tools with their reason (`new`, `changed`
+//! with the pinned and the current hash prefix, or `unverified`).
 
 use super::App;
 use crate::upstream::Status;
@@ -65,7 +77,10 @@ pub fn status(app: &App) -> Value {
                 "attempts": u.attempts(),
                 "probes_ok": ok,
                 "probes_missed": missed,
-                "tools": u.catalog().tools.len(),
+                "tools": u.catalog().served_tools(),
+                "trust": u.config.trust.as_str(),
+                "pinned": u.pinned(),
+                "withheld": u.withheld().iter().map(|w| w.to_json()).collect::<Vec<_>>(),
                 "stderr_tail": u.stderr_tail(),
             })
         })
@@ -82,6 +97,10 @@ pub fn status(app: &App) -> Value {
             "rss_bytes": crate::alloc::rss_bytes(),
         },
         "upstreams": upstreams,
+        "pins": {
+            "file": app.server.state_directory.as_ref()
+                .map(|d| d.join(crate::pins::FILE_NAME).display().to_string()),
+        },
         "pid": std::process::id(),
         "listen": app.listen_addr.to_string(),
         // Names only: no credential, digest or subject is shown.
@@ -105,8 +124,77 @@ pub fn status(app: &App) -> Value {
     })
 }
 
-async fn route<B>(app: Arc<App>, req: Request<B>) -> Response<Full<Bytes>> {
+/// A JSON answer.
+fn json_answer(status: StatusCode, v: Value) -> Response<Full<Bytes>> {
+    text(status, v.to_string(), "application/json")
+}
+
+/// `POST /tools/approve`'s body.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Approve {
+    upstream: String,
+    tool: Option<String>,
+}
+
+/// `POST /tools/approve` (see the module docs).
+async fn approve(app: &App, body: hyper::body::Incoming) -> Response<Full<Bytes>> {
+    use http_body_util::BodyExt;
+    let error = |status, message: String| json_answer(status, json!({"error": message}));
+    let limit = crate::limits::ADMIN_BODY_BYTES;
+    let bytes = match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            metrics::counter!(crate::metrics::REFUSED, "limit" => "admin_body").increment(1);
+            let m = format!("body over {limit} bytes (limits::ADMIN_BODY_BYTES)");
+            return error(StatusCode::PAYLOAD_TOO_LARGE, m);
+        }
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("cannot read the body: {e}"),
+            )
+        }
+    };
+    let ask: Approve = match serde_json::from_slice(&bytes) {
+        Ok(a) => a,
+        Err(e) => {
+            let m = format!("expected {{\"upstream\": NAME, \"tool\": TOOL}} (tool optional): {e}");
+            return error(StatusCode::BAD_REQUEST, m);
+        }
+    };
+    let ups = app.router.upstreams();
+    let Some(up) = ups.iter().find(|u| u.name() == ask.upstream) else {
+        let m = format!("no upstream named {:?}", ask.upstream);
+        return error(StatusCode::NOT_FOUND, m);
+    };
+    let listed = |ws: &[crate::pins::Withheld]| ws.iter().map(|w| w.to_json()).collect::<Vec<_>>();
+    match up.approve(ask.tool.as_deref()) {
+        Ok(approved) => json_answer(
+            StatusCode::OK,
+            json!({"upstream": up.name(), "approved": listed(&approved), "withheld": listed(&up.withheld())}),
+        ),
+        Err(e) => {
+            use crate::upstream::ApproveError::{NotSaved, NotWithheld};
+            let (status, approved) = match &e {
+                NotWithheld { .. } => (StatusCode::NOT_FOUND, None),
+                NotSaved { approved, .. } => {
+                    (StatusCode::INTERNAL_SERVER_ERROR, Some(listed(approved)))
+                }
+            };
+            json_answer(
+                status,
+                json!({"error": e.to_string(), "approved": approved}),
+            )
+        }
+    }
+}
+
+async fn route(app: Arc<App>, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_string();
+    if req.method() == Method::POST && path == "/tools/approve" {
+        return approve(&app, req.into_body()).await;
+    }
     match (req.method(), path.as_str()) {
         (&Method::GET, "/metrics") => match crate::metrics::render() {
             Some(t) => text(StatusCode::OK, t, "text/plain; version=0.0.4"),
@@ -157,7 +245,7 @@ async fn route<B>(app: Arc<App>, req: Request<B>) -> Response<Full<Bytes>> {
         }
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found: /metrics /healthz /readyz /status\n",
+            "not found: /metrics /healthz /readyz /status, POST /upstreams/NAME/reconnect, POST /tools/approve\n",
             "text/plain",
         ),
     }

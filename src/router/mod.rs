@@ -29,6 +29,9 @@ pub struct Merged {
     /// `Tool` objects with exposed names.
     pub tools: Vec<Value>,
     tool_routes: HashMap<String, (Arc<Upstream>, String)>,
+    /// Exposed names of the tools withheld by their pins (`trust = "pin"`):
+    /// not in `tools` nor routed; a call is refused as the policy refuses.
+    withheld: std::collections::HashSet<String>,
     /// `x-mcp-header` annotations of the tools that have any, by exposed name.
     tool_params: HashMap<String, Vec<crate::protocol::param_headers::ParamHeader>>,
     /// `Prompt` objects with exposed names.
@@ -142,12 +145,23 @@ impl Router {
         use crate::protocol::param_headers::annotations;
         let mut m = Merged::default();
         for (up, cat) in &snapshot {
+            // A tool withheld by its pin is not served (crate::pins).
+            let mut withheld = std::collections::HashSet::with_capacity(cat.withheld.len());
+            for w in &cat.withheld {
+                let exposed = names::expose(self.rule, &up.config.prefix, &self.separator, &w.tool);
+                m.withheld.insert(exposed);
+                withheld.insert(w.tool.as_str());
+            }
             // A tool whose x-mcp-header annotations break the rules is left
             // out (2026-07-28 transports-streamable-http.mdx §Schema
             // Extension: clients MUST exclude it).
             let valid: Vec<Value> = cat
                 .tools
                 .iter()
+                .filter(|t| {
+                    let name = t.get("name").and_then(Value::as_str).unwrap_or("");
+                    !withheld.contains(name)
+                })
                 .filter(|t| match t.get("inputSchema").map(annotations) {
                     Some(Err(why)) => {
                         metrics::counter!(crate::metrics::CATALOG_DROPPED, "reason" => "invalid_x_mcp_header")
@@ -339,11 +353,13 @@ impl Router {
         let bad = |message: &str| Miss {
             error: RpcError::new(protocol::INVALID_PARAMS, message),
             unknown: false,
-            policy: false,
+            refused: None,
         };
         let uri_target = |uri: &str| self.uri_target(m, uri, policy);
-        let name_target =
-            |kind: &str, routes: &Routes, name: &str| self.name_target(kind, routes, name, policy);
+        let name_target = |kind: &str, routes: &Routes, name: &str| {
+            let withheld = (kind == "tool").then_some(&m.withheld);
+            self.name_target(kind, routes, withheld, name, policy)
+        };
         let Some(params) = params else {
             return Err(bad(if method.starts_with("resources/") {
                 "params.uri must be a string"
@@ -390,6 +406,8 @@ impl Router {
     /// `policy` lets its client see the catalog: lists show only what it
     /// may use, and anything else gets the answer a name or URI that does
     /// not exist gets (counted as `mcp_edge_refused_total{limit="policy"}`).
+    /// Tools withheld by their pins are treated the same way for every
+    /// client (`limit="withheld"`).
     ///
     /// Lists, and names or URIs not found, first wait for upstreams still
     /// making their first connect attempt ([`Upstream::first_attempt`]): a
@@ -444,8 +462,8 @@ impl Router {
             found => found,
         }
         .map_err(|miss| {
-            if miss.policy {
-                metrics::counter!(crate::metrics::REFUSED, "limit" => "policy").increment(1);
+            if let Some(limit) = miss.refused {
+                metrics::counter!(crate::metrics::REFUSED, "limit" => limit).increment(1);
             }
             miss.error
         })?;
@@ -478,6 +496,7 @@ struct Miss {
     /// The name or URI is not (yet) in the merged catalog, as opposed to
     /// malformed params: worth another look once connecting upstreams settle.
     unknown: bool,
-    /// It exists, but the caller's policy withholds it.
-    policy: bool,
+    /// It exists, but is withheld: by the caller's policy (`"policy"`) or
+    /// by its pin (`"withheld"`); the `limit` label it is counted under.
+    refused: Option<&'static str>,
 }

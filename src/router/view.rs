@@ -6,6 +6,7 @@ use crate::access::Policy;
 use crate::protocol::{self, RpcError};
 use crate::upstream::Upstream;
 use serde_json::{json, Value};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 impl Router {
@@ -94,25 +95,34 @@ impl Router {
                 )
                 .with_data(json!({"uri": uri})),
                 unknown: !hidden,
-                policy: hidden,
+                refused: hidden.then_some("policy"),
             }),
         }
     }
 
     /// The upstream and own name of exposed `name` in `routes`, when
-    /// `policy` allows it; otherwise the answer of a name that does not exist.
+    /// `policy` allows it and it is not `withheld` by its pin; otherwise the
+    /// answer of a name that does not exist.
     pub(super) fn name_target(
         &self,
         kind: &str,
         routes: &Routes,
+        withheld: Option<&HashSet<String>>,
         name: &str,
         policy: &Policy,
     ) -> Result<Target, Miss> {
-        if !policy.allows(name) {
+        let refused = if !policy.allows(name) {
+            Some("policy")
+        } else if !routes.contains_key(name) && withheld.is_some_and(|w| w.contains(name)) {
+            Some("withheld")
+        } else {
+            None
+        };
+        if refused.is_some() {
             return Err(Miss {
                 error: RpcError::new(protocol::INVALID_PARAMS, format!("Unknown {kind}: {name}")),
                 unknown: false,
-                policy: true,
+                refused,
             });
         }
         routes
@@ -124,7 +134,7 @@ impl Router {
             .ok_or_else(|| Miss {
                 error: self.unknown(kind, name),
                 unknown: true,
-                policy: false,
+                refused: None,
             })
     }
 
@@ -144,7 +154,7 @@ impl Router {
             Err(miss) => Described {
                 upstream: None,
                 original: None,
-                refused: miss.policy,
+                refused: miss.refused.is_some(),
             },
         }
     }
@@ -157,6 +167,6 @@ pub struct Described {
     pub upstream: Option<String>,
     /// The name (or URI) at the upstream.
     pub original: Option<String>,
-    /// It exists, but the client's policy withholds it.
+    /// It exists, but the client's policy (or the tool's pin) withholds it.
     pub refused: bool,
 }

@@ -46,8 +46,12 @@ impl ListGens {
 /// The four lists of one upstream; each entry is the upstream's JSON, unchanged.
 #[derive(Debug, Default, Clone)]
 pub struct Catalog {
-    /// `Tool` objects.
+    /// `Tool` objects, as listed (withheld ones too: see `withheld`).
     pub tools: Vec<Value>,
+    /// The tools of `tools` not served: their definitions differ from their
+    /// pins under `trust = "pin"` ([`crate::pins`]). The router leaves them
+    /// out of lists and answers calls to them as to unknown tools.
+    pub withheld: Vec<crate::pins::Withheld>,
     /// `Prompt` objects.
     pub prompts: Vec<Value>,
     /// `Resource` objects.
@@ -62,10 +66,13 @@ pub struct Catalog {
 
 impl Catalog {
     /// Which list kinds (`[tools, prompts, resources]`, see [`ListGens`])
-    /// differ between `self` and `other` (entries compared as JSON).
+    /// differ between `self` and `other` (entries compared as JSON; the
+    /// served tools change when a tool is withheld or approved too).
     pub fn differs(&self, other: &Catalog) -> [bool; 3] {
+        let same_withheld = self.withheld.len() == other.withheld.len()
+            && (self.withheld.iter().zip(&other.withheld)).all(|(a, b)| a.tool == b.tool);
         [
-            self.tools != other.tools,
+            self.tools != other.tools || !same_withheld,
             self.prompts != other.prompts,
             self.resources != other.resources || self.templates != other.templates,
         ]
@@ -112,6 +119,17 @@ impl Catalog {
             c.templates = kind(got, &previous.templates);
         }
         c
+    }
+
+    /// How many of `tools` are served.
+    pub fn served_tools(&self) -> usize {
+        let withheld: std::collections::HashSet<&str> =
+            self.withheld.iter().map(|w| w.tool.as_str()).collect();
+        let served = |t: &&Value| {
+            let name = t.get("name").and_then(Value::as_str).unwrap_or("");
+            !withheld.contains(name)
+        };
+        self.tools.iter().filter(served).count()
     }
 }
 
@@ -213,6 +231,7 @@ mod tests {
                 .iter()
                 .map(|t| json!({"uriTemplate": t}))
                 .collect(),
+            withheld: Vec::new(),
             incomplete: false,
         }
     }
@@ -242,5 +261,14 @@ mod tests {
         g.bump([true, true, true]);
         assert_eq!(g.changed_since(&seen), [true, true, true]);
         assert_eq!(g.changed_since(&g), [false; 3]);
+        // Withholding a tool (or approving it) changes the served tools.
+        let mut w = a.clone();
+        w.withheld.push(crate::pins::Withheld {
+            tool: "echo".into(),
+            now: crate::pins::digest::of(&json!({"name": "echo"})),
+            reason: crate::pins::Reason::New,
+        });
+        assert_eq!(a.differs(&w), [true, false, false]);
+        assert_eq!((a.served_tools(), w.served_tools()), (1, 0));
     }
 }

@@ -30,7 +30,7 @@ impl Upstream {
     /// the catalog.
     pub(crate) fn uninstall(&self) {
         self.shared.write().expect("shared lock").link.live = None;
-        self.set_catalog(super::Catalog::default());
+        self.clear_catalog();
     }
 
     fn with_link<T>(&self, f: impl FnOnce(&Link) -> T) -> T {

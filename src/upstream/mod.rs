@@ -16,6 +16,7 @@ pub mod handshake;
 pub mod http;
 pub mod inflight;
 mod link;
+mod pinning;
 pub mod relay;
 pub mod ring;
 pub mod state;
@@ -35,6 +36,7 @@ pub use conn::{Abandoned, Conn, Driver, OpenError, Opened};
 pub use era::UpstreamEra;
 pub use error::{CallError, SendError};
 pub use handshake::Negotiated;
+pub use pinning::ApproveError;
 pub use state::Status;
 
 /// The shared face of one configured upstream (cheap to share behind `Arc`):
@@ -54,7 +56,12 @@ pub struct Upstream {
     status: watch::Sender<Status>,
     /// Everything else the owner task publishes, behind one lock.
     shared: RwLock<Shared>,
+    /// What it lists now, and which of its tools are withheld; replaced
+    /// whole, under this lock, by the owner task ([`Upstream::set_catalog`])
+    /// and by an approval ([`Upstream::approve`]).
     catalog: RwLock<Arc<Catalog>>,
+    /// The tool pins (shared by all upstreams; [`crate::pins`]).
+    pins: Arc<crate::pins::Pins>,
     /// What callers, transports and operators tell the owner task.
     pub(crate) signals: Signals,
     /// Counters of the owner task's work.
@@ -158,13 +165,15 @@ pub(crate) struct Loss {
 
 impl Upstream {
     /// A not-yet-connected upstream whose table of relayed server→client
-    /// requests holds `max_pending` entries (`server.max_pending_server_requests`).
+    /// requests holds `max_pending` entries (`server.max_pending_server_requests`),
+    /// reviewing its tools against `pins`.
     pub fn new(
         id: usize,
         config: UpstreamConfig,
         max_pending: usize,
         catalog_gen: Arc<watch::Sender<ListGens>>,
         subscriptions: Arc<crate::subscriptions::Subscriptions>,
+        pins: Arc<crate::pins::Pins>,
     ) -> Arc<Self> {
         let initial = Status::initial(config.enabled);
         let now = Instant::now();
@@ -182,6 +191,7 @@ impl Upstream {
                 first_started: None,
             }),
             catalog: RwLock::new(Arc::new(Catalog::default())),
+            pins,
             signals: Signals {
                 loss: watch::channel(None).0,
                 list_changed: Arc::new(Notify::new()),
@@ -265,23 +275,6 @@ impl Upstream {
     /// The current catalog (empty while not connected).
     pub fn catalog(&self) -> Arc<Catalog> {
         self.catalog.read().expect("catalog lock").clone()
-    }
-
-    pub(crate) fn set_catalog(&self, c: Catalog) {
-        if let Some(live) = self.shared.read().expect("shared lock").link.live.as_ref() {
-            live.conn.set_param_headers(&c.tools);
-        }
-        let changed = {
-            let mut cur = self.catalog.write().expect("catalog lock");
-            let changed = cur.differs(&c);
-            *cur = Arc::new(c);
-            changed
-        };
-        // Only the kinds that really changed are announced (a refresh that
-        // found the same lists announces nothing).
-        if changed.contains(&true) {
-            self.catalog_gen.send_modify(|g| g.bump(changed));
-        }
     }
 
     /// Calls `method` on this upstream with the caller's `params` (adapted to

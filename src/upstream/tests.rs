@@ -16,6 +16,7 @@ fn builtin_upstream() -> Arc<Upstream> {
         1,
         Arc::new(watch::channel(ListGens::default()).0),
         Arc::new(crate::subscriptions::Subscriptions::new(1)),
+        Arc::new(crate::pins::Pins::in_memory()),
     )
 }
 

@@ -11,6 +11,9 @@ content type, annotations, _meta extension keys), whoami (returns the name it
 was called by), stats (requests seen, cancellations, current resource
 subscriptions), crash (exits), big(bytes), touch(uri) (sends
 notifications/resources/updated for uri, before its answer).
+--tools-file FILE: read at every tools/list when it exists, a JSON array of tool
+objects; one named like a built-in tool replaces it, the others are added. With
+it, one more tool: announce (sends notifications/tools/list_changed, then answers).
 Also one prompt (greet) and one resource (fake://<name>/readme).
 """
 import json, sys, threading, time
@@ -21,6 +24,7 @@ name = args[args.index("--name") + 1] if "--name" in args else "fake"
 # --paged N: tools/list in pages of N; --looping: every page points to the same cursor.
 page = int(args[args.index("--paged") + 1]) if "--paged" in args else 0
 looping = "--looping" in args
+tools_file = args[args.index("--tools-file") + 1] if "--tools-file" in args else None
 # --fail-first-list: the first tools/list answers an error (a transient failure).
 fail_first_list = ["--fail-first-list" in args]
 lock = threading.Lock()
@@ -49,6 +53,21 @@ if "--tools" in args:
 waiting = {}  # id of a request we sent to the client -> [Event, response]
 
 
+def tools_now():
+    """TOOLS with the --tools-file overrides applied."""
+    if not tools_file:
+        return TOOLS
+    base = TOOLS + [{"name": "announce", "inputSchema": {"type": "object"}}]
+    try:
+        with open(tools_file) as f:
+            extra = json.load(f)
+    except FileNotFoundError:
+        return base
+    by_name = {t["name"]: t for t in extra}
+    out = [by_name.pop(t["name"], t) for t in base]
+    return out + [t for t in extra if t["name"] in by_name]
+
+
 def send(msg):
     with lock:
         sys.stdout.write(json.dumps(msg) + "\n")
@@ -74,6 +93,9 @@ def call_tool(id, params):
     a = params.get("arguments") or {}
     if tool == "echo":
         result(id, text(f"{name}:{a.get('text', '')}"))
+    elif tool == "announce":
+        send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        result(id, text("announced"))
     elif tool == "touch":
         send({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": a.get("uri", "")}})
         result(id, text(f"touched {a.get('uri', '')}"))
@@ -179,7 +201,7 @@ def handle(msg):
                 r["nextCursor"] = str(nxt)
             result(id, r)
         else:
-            result(id, {"tools": TOOLS})
+            result(id, {"tools": tools_now()})
     elif method == "tools/call":
         call_tool(id, params)
     elif method == "prompts/list":
