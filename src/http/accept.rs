@@ -1,0 +1,270 @@
+//! The accept loop of `listen`: a place in the connection table
+//! ([`super::conns`]) per connection, taken before `accept` while there is
+//! room and made by closing the connection idle longest when there is not;
+//! then each connection's task (TLS handshake, HTTP/1.1).
+
+use super::{conns, reply, route, tls, App, Peer};
+use http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+
+/// Accepts downstream connections until shutdown (a task of the
+/// composition root). While there is room, a permit of the
+/// `max_connections` semaphore is taken *before* `accept`; at capacity the
+/// loop accepts and makes room ([`make_room`]). Each accepted connection
+/// takes a place in the [`conns::Conns`] table and moves it, with its
+/// permit, into its own task, which does the TLS handshake (when `listen`
+/// is TLS) and then serves HTTP/1.1 until the client leaves or the table
+/// closes it.
+pub async fn accept_loop(
+    listener: TcpListener,
+    app: Arc<App>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let s = &app.server;
+    let permits = Arc::new(Semaphore::new(s.max_connections));
+    let now = tokio::time::Instant::now;
+    let conns = conns::Conns::new(s.max_connections, s.max_connections_per_peer, now());
+    loop {
+        let permit = permits.clone().try_acquire_owned().ok();
+        let (stream, addr) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!("accept: {e}");
+                    tokio::select! {
+                        _ = tokio::time::sleep(crate::limits::ACCEPT_RETRY) => continue,
+                        _ = shutdown.changed() => return,
+                    }
+                }
+            },
+            _ = shutdown.changed() => return,
+        };
+        let admission = match conns.admit(addr.ip(), now()) {
+            Ok(a) => {
+                if a == conns::Admission::ClosedSamePeer {
+                    metrics::counter!(crate::metrics::REFUSED, "limit" => "peer_connections")
+                        .increment(1);
+                }
+                a
+            }
+            Err(why) => {
+                refuse_connection(&app, stream, addr, why);
+                continue;
+            }
+        };
+        let permit = match (permit, admission) {
+            (Some(p), _) => p,
+            // The peer's own oldest is closing: its permit comes back.
+            (None, conns::Admission::ClosedSamePeer) => tokio::select! {
+                p = permits.clone().acquire_owned() => p.expect("semaphore never closed"),
+                _ = shutdown.changed() => return,
+            },
+            (None, conns::Admission::Free) => {
+                match make_room(&permits, &conns, &mut shutdown).await {
+                    Some(p) => p,
+                    None => return,
+                }
+            }
+        };
+        let place = conns.insert(addr.ip(), permit, now());
+        spawn_connection(&app, stream, addr, place);
+    }
+}
+
+/// A place for a connection accepted while every place was taken: the
+/// connection head-less longest is told to close once it has been so for
+/// the grace period, and its permit taken once it has; while every
+/// connection is busy, waits for one to end or become head-less. `None` at
+/// shutdown.
+async fn make_room(
+    permits: &Arc<Semaphore>,
+    conns: &conns::Conns,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    loop {
+        let headless = conns.headless_again();
+        tokio::pin!(headless);
+        headless.as_mut().enable();
+        if let Ok(p) = permits.clone().try_acquire_owned() {
+            return Some(p);
+        }
+        let (wait, closed) = match conns.close_oldest_headless(tokio::time::Instant::now()) {
+            conns::Yield::Closed => {
+                metrics::counter!(crate::metrics::REFUSED, "limit" => "idle_connections")
+                    .increment(1);
+                (None, true)
+            }
+            conns::Yield::After(d) => (Some(d), false),
+            conns::Yield::AllBusy => (None, false),
+        };
+        let of_age = async {
+            match wait {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            p = permits.clone().acquire_owned() => return Some(p.expect("semaphore never closed")),
+            _ = headless, if !closed => {}
+            _ = of_age => {}
+            _ = shutdown.changed() => return None,
+        }
+    }
+}
+
+/// Spawns the task of one accepted connection; it holds `place` (and so
+/// its permit) until it ends, and drops the socket when the table closes it.
+fn spawn_connection(
+    app: &Arc<App>,
+    stream: tokio::net::TcpStream,
+    addr: SocketAddr,
+    place: conns::Place<tokio::sync::OwnedSemaphorePermit>,
+) {
+    let _ = stream.set_nodelay(true);
+    set_user_timeout(&stream, app.server.keepalive * 2);
+    // Read once: a reload installing a new certificate meanwhile
+    // reaches the next connection, not this one.
+    let tls = app.tls_for_connection();
+    let app = app.clone();
+    // The connection's own future: lives as long as the client's socket,
+    // or until the table gives its place to a newer connection.
+    #[allow(clippy::disallowed_methods)]
+    // one task per accepted connection, bounded by its permit
+    tokio::spawn(async move {
+        let tracker = place.tracker();
+        let served = async move {
+            let Some(config) = tls else {
+                let peer = Peer {
+                    addr,
+                    tls: false,
+                    cert_subject: None,
+                };
+                return serve_connection(app, stream, peer, tracker).await;
+            };
+            // Boxed: the TLS state (handshake, rustls connection) is not
+            // part of every plain connection's task (`budget`'s idle cost).
+            Box::pin(serve_tls(app, config, stream, addr, tracker)).await;
+        };
+        tokio::select! {
+            _ = served => {}
+            _ = place.slot().closed() => tracing::debug!(%addr, "closed an idle connection to admit a new one"),
+        }
+    });
+}
+
+/// Closes a connection refused over its peer's share, with a 503 written
+/// if the socket takes it at once (it never waits for the client).
+fn refuse_connection(
+    app: &App,
+    stream: tokio::net::TcpStream,
+    addr: SocketAddr,
+    why: conns::Refusal,
+) {
+    metrics::counter!(crate::metrics::REFUSED, "limit" => "peer_connections").increment(1);
+    if let Some(skipped) = app.refusal_log.allow(tokio::time::Instant::now()) {
+        tracing::info!(skipped, %addr, "connection refused: {why} (server.max_connections_per_peer)");
+    }
+    let body = format!(
+        r#"{{"error":"{why}; server.max_connections_per_peer = {}"}}"#,
+        app.server.max_connections_per_peer
+    );
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let _ = stream.try_write(format!("{head}{body}").as_bytes());
+}
+
+/// The TLS handshake of one connection, then [`serve_connection`].
+async fn serve_tls(
+    app: Arc<App>,
+    config: Arc<rustls::ServerConfig>,
+    stream: tokio::net::TcpStream,
+    addr: SocketAddr,
+    tracker: conns::Tracker,
+) {
+    match tls::accept(config, stream, addr).await {
+        Ok((stream, peer)) => serve_connection(app, stream, peer, tracker).await,
+        Err(e) => {
+            metrics::counter!(crate::metrics::REFUSED, "limit" => "tls_handshake").increment(1);
+            if let Some(skipped) = app.refusal_log.allow(tokio::time::Instant::now()) {
+                tracing::info!(skipped, "TLS handshake refused: {e}");
+            }
+        }
+    }
+}
+
+/// Serves HTTP/1.1 on one connection (plain TCP or TLS), every request
+/// carrying `peer` as an extension and marked busy in the connection table
+/// until its response body ends.
+async fn serve_connection<S>(app: Arc<App>, io: S, peer: Peer, tracker: conns::Tracker)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let peer = Arc::new(peer);
+    let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+        req.extensions_mut().insert(Peer::clone(&peer));
+        let busy = tracker.begin();
+        let app = app.clone();
+        async move {
+            let Some(busy) = busy else {
+                return Ok::<_, Infallible>(reply::closing(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "connection closed to admit a newer one; retry",
+                ));
+            };
+            let res = route(app, req).await?;
+            // The connection stays busy until hyper drops the body, written.
+            Ok(res.map(|b| busy.hold(b).boxed_unsync()))
+        }
+    });
+    // A client must finish each request head within HEADER_READ_TIMEOUT,
+    // so silent or half-sent connections cannot hold permits forever; and
+    // within MAX_REQUEST_HEAD_BYTES, else hyper answers 431 and closes. The
+    // read buffer is bounded by the same figure (a read may fill the spare
+    // capacity of its allocation past it), heads and body chunks alike.
+    let head = crate::limits::MAX_REQUEST_HEAD_BYTES;
+    if let Err(e) = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(crate::limits::HEADER_READ_TIMEOUT)
+        .max_header_size(head)
+        .max_buf_size(head)
+        .serve_connection(TokioIo::new(io), svc)
+        .await
+    {
+        if e.is_parse_too_large() {
+            metrics::counter!(crate::metrics::REFUSED, "limit" => "head_bytes").increment(1);
+        }
+        tracing::debug!("connection: {e}");
+    }
+}
+
+/// Sets `TCP_USER_TIMEOUT` (tcp(7)): a peer that vanished without FIN or RST
+/// leaves our keep-alive comments unacknowledged, and the kernel fails the
+/// socket after `t`, ending the stream and freeing what it held.
+fn set_user_timeout(stream: &tokio::net::TcpStream, t: Duration) {
+    use std::os::fd::AsRawFd;
+    let ms: libc::c_uint = t.as_millis().try_into().unwrap_or(libc::c_uint::MAX);
+    // SAFETY: a valid socket fd and a correctly sized option value.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_USER_TIMEOUT,
+            &ms as *const libc::c_uint as *const libc::c_void,
+            std::mem::size_of::<libc::c_uint>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        tracing::debug!("TCP_USER_TIMEOUT: {}", std::io::Error::last_os_error());
+    }
+}
