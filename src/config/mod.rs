@@ -266,11 +266,8 @@ pub struct ServerConfig {
     pub keepalive: Duration,
     /// Maximum concurrent downstream connections (`max_connections`).
     pub max_connections: usize,
-    /// Of those, at most this many from one IP address
-    /// (`max_connections_per_peer`; default all of `max_connections` on a
-    /// loopback `listen`, where every client has one address, else half):
-    /// beyond it, that address's idle connections yield to its new ones,
-    /// and a new one finding them all busy is refused (`http::conns`).
+    /// Of those, at most this many from one IP address (`http::conns`;
+    /// `max_connections_per_peer`, default all on loopback, else half).
     pub max_connections_per_peer: usize,
     /// Messages queued for one downstream SSE response before further ones
     /// are dropped and counted (`sse_queue_depth`).
