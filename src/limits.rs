@@ -238,6 +238,9 @@ pub const CONNECTION_YIELD_GRACE: Duration = Duration::from_millis(250);
 /// Largest request body the admin listener reads (`POST /tools/approve`):
 /// 64 KiB; larger ones get 413 (`mcp_edge_refused_total{limit="admin_body"}`).
 pub const ADMIN_BODY_BYTES: usize = 64 * 1024;
+/// How long a connection closed to admit a new one may take to send what
+/// hyper still holds of its last response before it is dropped.
+pub const CONNECTION_CLOSE_FLUSH: Duration = Duration::from_secs(5);
 /// How long the accept loop pauses after a failed `accept` (e.g. EMFILE).
 pub const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// The session sweep runs every `min(session_idle_timeout / 4, this)`.

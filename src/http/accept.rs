@@ -47,7 +47,8 @@ pub async fn accept_loop(
             },
             _ = shutdown.changed() => return,
         };
-        let admission = match conns.admit(addr.ip(), now()) {
+        let peer = conns::peer_key(addr.ip());
+        let admission = match conns.admit(peer, now()) {
             Ok(a) => {
                 if a == conns::Admission::ClosedSamePeer {
                     metrics::counter!(crate::metrics::REFUSED, "limit" => "peer_connections")
@@ -60,52 +61,54 @@ pub async fn accept_loop(
                 continue;
             }
         };
-        let permit = match (permit, admission) {
-            (Some(p), _) => p,
-            // The peer's own oldest is closing: its permit comes back.
-            (None, conns::Admission::ClosedSamePeer) => tokio::select! {
-                p = permits.clone().acquire_owned() => p.expect("semaphore never closed"),
-                _ = shutdown.changed() => return,
+        let permit = match permit {
+            Some(p) => p,
+            None => match make_room(&permits, &conns, admission, &mut shutdown).await {
+                Some(p) => p,
+                None => return,
             },
-            (None, conns::Admission::Free) => {
-                match make_room(&permits, &conns, &mut shutdown).await {
-                    Some(p) => p,
-                    None => return,
-                }
-            }
         };
-        let place = conns.insert(addr.ip(), permit, now());
+        let place = conns.insert(peer, permit, now());
         spawn_connection(&app, stream, addr, place);
     }
 }
 
 /// A place for a connection accepted while every place was taken: the
-/// connection head-less longest is told to close once it has been so for
-/// the grace period, and its permit taken once it has; while every
-/// connection is busy, waits for one to end or become head-less. `None` at
-/// shutdown.
+/// connection idle longest is told to close once it has been so for the
+/// grace period (unless `admission` already closed one of its peer's), and
+/// its permit taken once it has finished; while every connection is busy,
+/// waits for one to end or become idle. A closing connection that takes
+/// longer than a grace period (flushing a response to a slow client) gets
+/// another one closed beside it. `None` at shutdown.
 async fn make_room(
     permits: &Arc<Semaphore>,
     conns: &conns::Conns,
+    admission: conns::Admission,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    let mut closed = admission == conns::Admission::ClosedSamePeer;
     loop {
-        let headless = conns.headless_again();
-        tokio::pin!(headless);
-        headless.as_mut().enable();
+        let idle = conns.idle_again();
+        tokio::pin!(idle);
+        idle.as_mut().enable();
         if let Ok(p) = permits.clone().try_acquire_owned() {
             return Some(p);
         }
-        let (wait, closed) = match conns.close_oldest_headless(tokio::time::Instant::now()) {
-            conns::Yield::Closed => {
-                metrics::counter!(crate::metrics::REFUSED, "limit" => "idle_connections")
-                    .increment(1);
-                (None, true)
+        let wait = if closed {
+            closed = false;
+            Some(crate::limits::CONNECTION_YIELD_GRACE)
+        } else {
+            match conns.close_oldest_idle(tokio::time::Instant::now()) {
+                conns::Yield::Closed => {
+                    metrics::counter!(crate::metrics::REFUSED, "limit" => "idle_connections")
+                        .increment(1);
+                    Some(crate::limits::CONNECTION_YIELD_GRACE)
+                }
+                conns::Yield::After(d) => Some(d),
+                conns::Yield::AllBusy => None,
             }
-            conns::Yield::After(d) => (Some(d), false),
-            conns::Yield::AllBusy => (None, false),
         };
-        let of_age = async {
+        let timer = async {
             match wait {
                 Some(d) => tokio::time::sleep(d).await,
                 None => std::future::pending().await,
@@ -113,15 +116,15 @@ async fn make_room(
         };
         tokio::select! {
             p = permits.clone().acquire_owned() => return Some(p.expect("semaphore never closed")),
-            _ = headless, if !closed => {}
-            _ = of_age => {}
+            _ = idle => {}
+            _ = timer => {}
             _ = shutdown.changed() => return None,
         }
     }
 }
 
 /// Spawns the task of one accepted connection; it holds `place` (and so
-/// its permit) until it ends, and drops the socket when the table closes it.
+/// its permit) until it ends.
 fn spawn_connection(
     app: &Arc<App>,
     stream: tokio::net::TcpStream,
@@ -139,29 +142,27 @@ fn spawn_connection(
     #[allow(clippy::disallowed_methods)]
     // one task per accepted connection, bounded by its permit
     tokio::spawn(async move {
+        let place = place; // held until the connection ends: its permit too
         let tracker = place.tracker();
-        let served = async move {
-            let Some(config) = tls else {
-                let peer = Peer {
-                    addr,
-                    tls: false,
-                    cert_subject: None,
-                };
-                return serve_connection(app, stream, peer, tracker).await;
+        let Some(config) = tls else {
+            let peer = Peer {
+                addr,
+                tls: false,
+                cert_subject: None,
             };
-            // Boxed: the TLS state (handshake, rustls connection) is not
-            // part of every plain connection's task (`budget`'s idle cost).
-            Box::pin(serve_tls(app, config, stream, addr, tracker)).await;
+            return serve_connection(app, stream, peer, tracker).await;
         };
-        tokio::select! {
-            _ = served => {}
-            _ = place.slot().closed() => tracing::debug!(%addr, "closed an idle connection to admit a new one"),
-        }
+        // Boxed: the TLS state (handshake, rustls connection) is not
+        // part of every plain connection's task (`budget`'s idle cost).
+        Box::pin(serve_tls(app, config, stream, addr, tracker)).await;
     });
 }
 
 /// Closes a connection refused over its peer's share, with a 503 written
-/// if the socket takes it at once (it never waits for the client).
+/// if the socket takes it at once (it never waits for the client; over TLS
+/// nothing is written, as no handshake was made). What the client already
+/// sent is read and dropped first, so the close is a FIN the client can
+/// read the answer before, not a reset.
 fn refuse_connection(
     app: &App,
     stream: tokio::net::TcpStream,
@@ -171,6 +172,15 @@ fn refuse_connection(
     metrics::counter!(crate::metrics::REFUSED, "limit" => "peer_connections").increment(1);
     if let Some(skipped) = app.refusal_log.allow(tokio::time::Instant::now()) {
         tracing::info!(skipped, %addr, "connection refused: {why} (server.max_connections_per_peer)");
+    }
+    let mut sink = [0u8; 4096];
+    for _ in 0..16 {
+        if !matches!(stream.try_read(&mut sink), Ok(n) if n > 0) {
+            break;
+        }
+    }
+    if app.tls_for_connection().is_some() {
+        return;
     }
     let body = format!(
         r#"{{"error":"{why}; server.max_connections_per_peer = {}"}}"#,
@@ -184,7 +194,8 @@ fn refuse_connection(
     let _ = stream.try_write(format!("{head}{body}").as_bytes());
 }
 
-/// The TLS handshake of one connection, then [`serve_connection`].
+/// The TLS handshake of one connection, then [`serve_connection`]; a close
+/// from the table during the handshake drops it.
 async fn serve_tls(
     app: Arc<App>,
     config: Arc<rustls::ServerConfig>,
@@ -192,7 +203,11 @@ async fn serve_tls(
     addr: SocketAddr,
     tracker: conns::Tracker,
 ) {
-    match tls::accept(config, stream, addr).await {
+    let shake = tokio::select! {
+        r = tls::accept(config, stream, addr) => r,
+        _ = tracker.closed() => return,
+    };
+    match shake {
         Ok((stream, peer)) => serve_connection(app, stream, peer, tracker).await,
         Err(e) => {
             metrics::counter!(crate::metrics::REFUSED, "limit" => "tls_handshake").increment(1);
@@ -204,16 +219,22 @@ async fn serve_tls(
 }
 
 /// Serves HTTP/1.1 on one connection (plain TCP or TLS), every request
-/// carrying `peer` as an extension and marked busy in the connection table
-/// until its response body ends.
+/// carrying `peer` as an extension and marked in the connection table
+/// (idle while its body arrives, busy until its response body ends). When
+/// the table closes the connection: shut down gracefully after an answer
+/// (what hyper still holds of it goes out, within
+/// `limits::CONNECTION_CLOSE_FLUSH`), else dropped (a fresh connection,
+/// half a head, or a body arriving: nothing to finish).
 async fn serve_connection<S>(app: Arc<App>, io: S, peer: Peer, tracker: conns::Tracker)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let addr = peer.addr;
     let peer = Arc::new(peer);
+    let marks = tracker.clone();
     let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         req.extensions_mut().insert(Peer::clone(&peer));
-        let busy = tracker.begin();
+        let busy = marks.begin(!hyper::body::Body::is_end_stream(req.body()));
         let app = app.clone();
         async move {
             let Some(busy) = busy else {
@@ -222,8 +243,10 @@ where
                     "connection closed to admit a newer one; retry",
                 ));
             };
+            let req = req.map(|b| conns::Receiving::new(b, Some(&busy)));
             let res = route(app, req).await?;
-            // The connection stays busy until hyper drops the body, written.
+            // Answered: busy until hyper has taken the whole response body.
+            busy.received();
             Ok(res.map(|b| busy.hold(b).boxed_unsync()))
         }
     });
@@ -233,14 +256,28 @@ where
     // read buffer is bounded by the same figure (a read may fill the spare
     // capacity of its allocation past it), heads and body chunks alike.
     let head = crate::limits::MAX_REQUEST_HEAD_BYTES;
-    if let Err(e) = hyper::server::conn::http1::Builder::new()
+    let conn = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(crate::limits::HEADER_READ_TIMEOUT)
         .max_header_size(head)
         .max_buf_size(head)
-        .serve_connection(TokioIo::new(io), svc)
-        .await
-    {
+        .serve_connection(TokioIo::new(io), svc);
+    tokio::pin!(conn);
+    let served = tokio::select! {
+        r = conn.as_mut() => r,
+        _ = tracker.closed() => {
+            tracing::debug!(%addr, "closing an idle connection to admit a new one");
+            if !tracker.closes_gracefully() {
+                return;
+            }
+            conn.as_mut().graceful_shutdown();
+            match tokio::time::timeout(crate::limits::CONNECTION_CLOSE_FLUSH, conn).await {
+                Ok(r) => r,
+                Err(_) => return,
+            }
+        }
+    };
+    if let Err(e) = served {
         if e.is_parse_too_large() {
             metrics::counter!(crate::metrics::REFUSED, "limit" => "head_bytes").increment(1);
         }

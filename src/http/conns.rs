@@ -1,120 +1,192 @@
 //! The connection table: the `max_connections` places of the downstream
 //! listener, and who yields one when they are all taken.
 //!
-//! A connection is *head-less* from its accept until a complete request
-//! head arrives, and again from the end of each response (the whole body,
-//! SSE streams included) until the next head: it is then costing a place
-//! and doing nothing. Silent sockets, half-sent heads, TLS handshakes in
-//! progress and idle keep-alive connections are all head-less; a connection
-//! answering a request (a call in flight, an open GET or listen stream) is
-//! *busy* and is never closed to make room.
+//! A connection is *idle* from its accept until a request head and its
+//! whole body have arrived, and again from the end of each response (its
+//! whole body, SSE streams included, handed to hyper) until the next head:
+//! it is then costing a place and doing nothing. Silent sockets, half-sent
+//! heads, bodies sent slowly, TLS handshakes in progress and idle
+//! keep-alive connections are all idle; a connection answering a request
+//! (a call in flight, an open GET or listen stream) is *busy* and is never
+//! closed to make room.
 //!
 //! When every place is taken, a new connection is admitted by closing the
-//! connection that has been head-less longest; when its peer address
-//! already holds `max_connections_per_peer` places, by closing that peer's
-//! longest head-less one, and if there is none, it is refused with 503. A
-//! connection head-less for less than [`CONNECTION_YIELD_GRACE`] is not
-//! closed (the accept loop waits for one to come of age, or refuses a peer
-//! over its share): a client gets that long to be read, however fast
-//! others connect. So idle or half-sent connections can delay a client by
-//! a grace period or so, never lock it out. Each closed or refused
-//! connection is counted in `mcp_edge_refused_total`
-//! (`limit="idle_connections"` for a head-less connection closed to free a
+//! connection that has been idle longest; when its peer (an IPv4 address,
+//! an IPv6 /64: [`peer_key`]) already holds `max_connections_per_peer`
+//! places, by closing that peer's longest idle one, and if there is none,
+//! it is refused with 503. A connection idle for less than
+//! [`CONNECTION_YIELD_GRACE`] is not closed (the accept loop waits for one
+//! to come of age, or refuses a peer over its share): a client gets that
+//! long to be read, however fast others connect. So idle or half-sent
+//! connections delay a client by a grace period or so, never lock it out.
+//! Each closed or refused connection is counted in `mcp_edge_refused_total`
+//! (`limit="idle_connections"` for an idle connection closed to free a
 //! place, `limit="peer_connections"` for one closed or refused over its
-//! peer's share).
+//! peer's share). What closing does to the socket is the connection task's
+//! business (`http::accept`): a body still arriving is dropped, anything
+//! else is shut down gracefully so a response hyper still holds goes out.
 //!
 //! The table never reads the clock: the accept loop passes `now` to every
-//! call and [`Conns::insert`] leaves it as the table's time, which is what
-//! a request ending in between ([`Busy`]'s drop) records. Fixed capacity,
-//! allocated at start; scans are linear in it and happen once per accept.
+//! call. A request that ends in between ([`Busy`]'s drop) marks its
+//! connection idle "since after the last look", and the next look stamps
+//! it with its `now`, so its grace starts no earlier than that. Fixed
+//! capacity, allocated at start; scans are linear in it, once per accept.
 //!
 //! [`CONNECTION_YIELD_GRACE`]: crate::limits::CONNECTION_YIELD_GRACE
 
 use crate::limits::CONNECTION_YIELD_GRACE as GRACE;
+use hyper::body::{Body, Frame, SizeHint};
 use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// A taken place: the peer's address and the connection's slot.
+/// A taken place: the peer's key and the connection's slot.
 type Entry = (IpAddr, Arc<Slot>);
 
 /// The `state` bit of a connection told to close.
 const CLOSED: u32 = 1 << 31;
+/// The `state` bit of a request whose body is still arriving.
+const RECEIVING: u32 = 1 << 30;
+/// `since` of a connection gone idle after the table's last look.
+const UNSTAMPED: u64 = u64::MAX;
 
 /// One place's shared state: read by the accept loop, written by the
 /// connection's task as requests begin and end.
 #[derive(Debug, Default)]
 pub struct Slot {
-    /// Requests being answered (low bits; HTTP/1.1: 0 or 1), or [`CLOSED`].
+    /// Requests being answered (low bits; HTTP/1.1: 0 or 1), plus
+    /// [`RECEIVING`] and [`CLOSED`].
     state: AtomicU32,
-    /// The table's time (ms since its epoch) when it last became head-less.
+    /// The table's time (ms since its epoch) since when it is idle, or
+    /// [`UNSTAMPED`].
     since: AtomicU64,
     /// Fired once when the table closes this connection.
     close: Notify,
+    /// A request was answered on it (hyper has taken a response).
+    answered: std::sync::atomic::AtomicBool,
 }
 
 impl Slot {
-    /// Resolves once the table told this connection to close (to admit a
-    /// newer one); the connection then drops its socket.
-    pub async fn closed(&self) {
-        self.close.notified().await
+    /// Whether `state` is idle: no request, or one whose body is arriving.
+    fn idle(state: u32) -> bool {
+        state == 0 || state == RECEIVING | 1
+    }
+
+    /// Clears [`RECEIVING`] unless the connection was closed meanwhile.
+    fn received(&self) {
+        let _ = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                (v & CLOSED == 0).then_some(v & !RECEIVING)
+            });
     }
 }
 
 /// A request being answered on a connection: while it lives (until the
-/// response body is dropped) the connection is busy.
+/// response body is dropped) the connection is busy — once its body has
+/// arrived ([`Receiving`], [`Busy::received`]).
 #[derive(Debug)]
 pub struct Busy {
     slot: Arc<Slot>,
     conns: Arc<Conns>,
 }
 
-impl Drop for Busy {
-    fn drop(&mut self) {
-        let now = self.conns.now.load(Ordering::Relaxed);
-        self.slot.since.store(now, Ordering::Relaxed);
-        if self.slot.state.fetch_sub(1, Ordering::AcqRel) == 1 {
-            // Head-less again: a new connection waiting for room may take it.
-            self.conns.headless.notify_waiters();
-        }
-    }
-}
-
-/// A response body that keeps its connection busy until it is dropped
-/// (written to the end, or abandoned); frames, `is_end_stream` and
-/// `size_hint` pass through untouched, so `Content-Length` stays.
-#[derive(Debug)]
-pub struct Held<B> {
-    body: B,
-    _busy: Busy,
-}
-
 impl Busy {
+    /// The request is answered whatever is left of its body: busy from now.
+    pub fn received(&self) {
+        self.slot.received()
+    }
+
     /// `body`, holding this request's mark until it is dropped.
     pub fn hold<B>(self, body: B) -> Held<B> {
         Held { body, _busy: self }
     }
 }
 
-impl<B: hyper::body::Body + Unpin> hyper::body::Body for Held<B> {
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.slot.since.store(UNSTAMPED, Ordering::Relaxed);
+        self.slot.answered.store(true, Ordering::Relaxed);
+        let was = self.slot.state.fetch_sub(1, Ordering::AcqRel);
+        if was & !RECEIVING == 1 {
+            // Idle again: a new connection waiting for room may take it.
+            self.conns.idle.notify_waiters();
+        }
+    }
+}
+
+/// A response body that keeps its connection busy until it is dropped
+/// (hyper has taken its last frame, or it was abandoned); frames,
+/// `is_end_stream` and `size_hint` pass through, so `Content-Length` stays.
+#[derive(Debug)]
+pub struct Held<B> {
+    body: B,
+    _busy: Busy,
+}
+
+impl<B: Body + Unpin> Body for Held<B> {
     type Data = B::Data;
     type Error = B::Error;
 
     fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<hyper::body::Frame<B::Data>, B::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {
         self.body.is_end_stream()
     }
 
-    fn size_hint(&self) -> hyper::body::SizeHint {
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A request body that marks its request's connection busy once it has
+/// all arrived; frames pass through untouched.
+#[derive(Debug)]
+pub struct Receiving<B> {
+    body: B,
+    slot: Option<Arc<Slot>>,
+}
+
+impl<B> Receiving<B> {
+    /// `body` of the request marked `busy` (`None`: nothing to tell).
+    pub fn new(body: B, busy: Option<&Busy>) -> Receiving<B> {
+        let slot = busy.map(|b| b.slot.clone());
+        Receiving { body, slot }
+    }
+}
+
+impl<B: Body + Unpin> Body for Receiving<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        let r = Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(r, Poll::Ready(None)) || self.body.is_end_stream() {
+            if let Some(slot) = self.slot.take() {
+                slot.received();
+            }
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
     }
 }
@@ -130,12 +202,7 @@ pub struct Place<P> {
 }
 
 impl<P> Place<P> {
-    /// The connection's shared state (for [`Slot::closed`]).
-    pub fn slot(&self) -> &Arc<Slot> {
-        &self.slot
-    }
-
-    /// What the connection's request handler marks requests with.
+    /// What the connection's task marks requests with.
     pub fn tracker(&self) -> Tracker {
         Tracker {
             slot: self.slot.clone(),
@@ -151,7 +218,8 @@ impl<P> Drop for Place<P> {
     }
 }
 
-/// Marks the requests of one connection ([`Tracker::begin`]).
+/// Marks the requests of one connection ([`Tracker::begin`]), and hears
+/// when the table closes it ([`Tracker::closed`]).
 #[derive(Debug, Clone)]
 pub struct Tracker {
     slot: Arc<Slot>,
@@ -159,26 +227,63 @@ pub struct Tracker {
 }
 
 impl Tracker {
-    /// Marks a request begun; `None` if the connection was told to close
-    /// (its place went to a newer connection just as this head arrived).
-    pub fn begin(&self) -> Option<Busy> {
+    /// Marks a request begun, its body still to come when `receiving` (the
+    /// connection stays idle until the body has arrived); `None` if the
+    /// connection was told to close just as this head arrived.
+    pub fn begin(&self, receiving: bool) -> Option<Busy> {
+        let add = if receiving { RECEIVING | 1 } else { 1 };
         let s = &self.slot.state;
         s.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-            (v & CLOSED == 0).then_some(v + 1)
+            (v & CLOSED == 0).then_some(v + add)
         })
         .ok()?;
+        if receiving {
+            self.slot.since.store(UNSTAMPED, Ordering::Relaxed);
+        }
         Some(Busy {
             slot: self.slot.clone(),
             conns: self.conns.clone(),
         })
+    }
+
+    /// Resolves once the table told this connection to close.
+    pub async fn closed(&self) {
+        self.slot.close.notified().await
+    }
+
+    /// Whether a close should shut the connection down gracefully: a
+    /// request was answered on it and no body is arriving now (what hyper
+    /// still holds of that answer then goes out first). Otherwise there is
+    /// nothing to finish, and hyper would wait for a head or body that may
+    /// never come: the connection is dropped.
+    pub fn closes_gracefully(&self) -> bool {
+        let receiving = self.slot.state.load(Ordering::Acquire) & RECEIVING != 0;
+        self.slot.answered.load(Ordering::Relaxed) && !receiving
+    }
+
+    /// Whether a request's body is arriving.
+    pub fn receiving(&self) -> bool {
+        self.slot.state.load(Ordering::Acquire) & RECEIVING != 0
+    }
+}
+
+/// The key a peer's share is counted by: an IPv4 address (IPv4-mapped
+/// IPv6 included), or an IPv6 address's /64 (one host usually holds a
+/// whole /64).
+pub fn peer_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & (u128::MAX << 64)).into()),
+        },
     }
 }
 
 /// Why a connection was not admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
-    /// Its peer holds its whole share, none of them head-less for a grace
-    /// period.
+    /// Its peer holds its whole share, none of them idle for a grace period.
     #[error("this address holds its share of connections ({0}), all in use")]
     PeerShare(usize),
 }
@@ -188,50 +293,45 @@ pub enum Refusal {
 pub enum Admission {
     /// Room without closing anything.
     Free,
-    /// The peer's longest head-less connection was told to close.
+    /// The peer's longest idle connection was told to close.
     ClosedSamePeer,
 }
 
-/// What [`Conns::close_oldest_headless`] did.
+/// What [`Conns::close_oldest_idle`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Yield {
-    /// A connection was told to close; its place frees at once.
+    /// A connection was told to close; its place frees once it has.
     Closed,
-    /// The longest head-less connection comes of age after this long.
+    /// The longest idle connection comes of age after this long.
     After(Duration),
     /// Every connection is busy.
     AllBusy,
 }
 
-/// The table: one entry per place, each the peer address and its slot.
+/// The table: one entry per place, each the peer key and its slot.
 #[derive(Debug)]
 pub struct Conns {
     table: Mutex<Vec<Option<Entry>>>,
     per_peer: usize,
     epoch: Instant,
-    /// The table's time: ms since `epoch` at the last call given `now`.
-    now: AtomicU64,
-    headless: Notify,
+    idle: Notify,
 }
 
 impl Conns {
-    /// A table of `capacity` places, at most `per_peer` for one address,
+    /// A table of `capacity` places, at most `per_peer` for one peer key,
     /// its time starting at `epoch`.
     pub fn new(capacity: usize, per_peer: usize, epoch: Instant) -> Arc<Conns> {
         Arc::new(Conns {
             table: Mutex::new(vec![None; capacity]),
             per_peer: per_peer.clamp(1, capacity.max(1)),
             epoch,
-            now: AtomicU64::new(0),
-            headless: Notify::new(),
+            idle: Notify::new(),
         })
     }
 
-    /// Moves the table's time to `now`; returns it (ms since the epoch).
-    fn tick(&self, now: Instant) -> u64 {
-        let ms = now.saturating_duration_since(self.epoch).as_millis() as u64;
-        self.now.fetch_max(ms, Ordering::Relaxed);
-        ms
+    /// `now` as the table's time (ms since its epoch).
+    fn ms(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.epoch).as_millis() as u64
     }
 
     /// Places taken now.
@@ -245,13 +345,19 @@ impl Conns {
         self.len() == 0
     }
 
-    /// Makes room for a new connection from `peer` within its share: when
-    /// the peer already holds `per_peer` places, its longest head-less one
-    /// is told to close; if it has none past the grace period, the new one
-    /// is refused. (The place itself is taken by [`Conns::insert`].)
+    /// Makes room for a new connection from `peer` (a [`peer_key`]) within
+    /// its share: when the peer already holds `per_peer` places, its longest
+    /// idle one is told to close; if it has none past the grace period, the
+    /// new one is refused. A share of the whole table is no limit. (The
+    /// place itself is taken by [`Conns::insert`].)
     pub fn admit(&self, peer: IpAddr, now: Instant) -> Result<Admission, Refusal> {
-        let now = self.tick(now);
+        let now = self.ms(now);
         let t = self.table.lock().expect("conns");
+        // A share of every place is no share: the whole table's rule applies
+        // (wait for a place rather than be refused).
+        if self.per_peer >= t.len() {
+            return Ok(Admission::Free);
+        }
         let held = t.iter().flatten().filter(|(p, _)| *p == peer).count();
         if held < self.per_peer {
             return Ok(Admission::Free);
@@ -262,28 +368,28 @@ impl Conns {
         }
     }
 
-    /// Tells the connection head-less longest, of any peer, to close if it
-    /// has been so for the grace period.
-    pub fn close_oldest_headless(&self, now: Instant) -> Yield {
-        let now = self.tick(now);
+    /// Tells the connection idle longest, of any peer, to close if it has
+    /// been so for the grace period.
+    pub fn close_oldest_idle(&self, now: Instant) -> Yield {
+        let now = self.ms(now);
         let t = self.table.lock().expect("conns");
         close_oldest(t.iter().flatten(), now)
     }
 
-    /// Resolves when a busy connection becomes head-less (then
-    /// [`Conns::close_oldest_headless`] may find one). `enable` it before
+    /// Resolves when a busy connection becomes idle (then
+    /// [`Conns::close_oldest_idle`] may find one). `enable` it before
     /// looking, so a change in between is not missed.
-    pub fn headless_again(&self) -> tokio::sync::futures::Notified<'_> {
-        self.headless.notified()
+    pub fn idle_again(&self) -> tokio::sync::futures::Notified<'_> {
+        self.idle.notified()
     }
 
-    /// Takes a free place for `peer` at `now`, holding `permit` (the
-    /// capacity semaphore's, so a place is always free when one is held).
+    /// Takes a free place for `peer` (a [`peer_key`]) at `now`, holding
+    /// `permit` (the capacity semaphore's: a place is free when one is held).
     ///
     /// # Panics
     /// If no place is free: a caller without a permit broke the protocol.
     pub fn insert<P>(self: &Arc<Self>, peer: IpAddr, permit: P, now: Instant) -> Place<P> {
-        let now = self.tick(now);
+        let now = self.ms(now);
         let mut t = self.table.lock().expect("conns");
         let index = t
             .iter()
@@ -301,27 +407,31 @@ impl Conns {
     }
 }
 
-/// Of `entries`, tells the one head-less longest to close, if that is at
-/// least the grace period (marking it, so a head arriving now finds it
-/// closed).
+/// Of `entries`, tells the one idle longest to close, if that is at least
+/// the grace period (marking it, so a head or body end arriving now finds
+/// it closed). Stamps connections gone idle since the last look.
 fn close_oldest<'a>(entries: impl Iterator<Item = &'a Entry>, now: u64) -> Yield {
+    let since = |s: &Slot| {
+        let _ = (s.since).compare_exchange(UNSTAMPED, now, Ordering::Relaxed, Ordering::Relaxed);
+        s.since.load(Ordering::Relaxed)
+    };
     let oldest = entries
-        .map(|(_, s)| s)
-        .filter(|s| s.state.load(Ordering::Acquire) == 0)
-        .min_by_key(|s| s.since.load(Ordering::Relaxed));
-    let Some(slot) = oldest else {
+        .map(|(_, s)| (s, s.state.load(Ordering::Acquire)))
+        .filter(|(_, v)| Slot::idle(*v))
+        .map(|(s, v)| (s, v, since(s)))
+        .min_by_key(|(_, _, at)| *at);
+    let Some((slot, seen, at)) = oldest else {
         return Yield::AllBusy;
     };
-    let age = Duration::from_millis(now.saturating_sub(slot.since.load(Ordering::Relaxed)));
+    let age = Duration::from_millis(now.saturating_sub(at));
     if age < GRACE {
         return Yield::After(GRACE - age);
     }
-    if slot
-        .state
-        .compare_exchange(0, CLOSED, Ordering::AcqRel, Ordering::Acquire)
+    if (slot.state)
+        .compare_exchange(seen, seen | CLOSED, Ordering::AcqRel, Ordering::Acquire)
         .is_err()
     {
-        // A head arrived between the load and now: it is busy after all.
+        // It changed between the load and now (a head, or a body's end).
         return Yield::After(Duration::ZERO);
     }
     slot.close.notify_one();
@@ -329,105 +439,4 @@ fn close_oldest<'a>(entries: impl Iterator<Item = &'a Entry>, now: u64) -> Yield
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::net::Ipv4Addr;
-
-    fn ip(n: u8) -> IpAddr {
-        IpAddr::V4(Ipv4Addr::new(10, 0, 0, n))
-    }
-
-    /// `t0 + ms`.
-    fn at(t0: Instant, ms: u64) -> Instant {
-        t0 + Duration::from_millis(ms)
-    }
-
-    #[test]
-    fn the_longest_headless_connection_yields_after_its_grace_and_busy_ones_never() {
-        let t0 = Instant::now();
-        let c = Conns::new(3, 3, t0);
-        let a = c.insert(ip(1), (), at(t0, 0));
-        let b = c.insert(ip(2), (), at(t0, 10));
-        let d = c.insert(ip(3), (), at(t0, 20));
-        let (ta, tb, td) = (a.tracker(), b.tracker(), d.tracker());
-        let busy_a = ta.begin().expect("a is open");
-        let grace = GRACE.as_millis() as u64;
-        // b is the longest head-less, but not yet for the grace period.
-        let wait = c.close_oldest_headless(at(t0, 30));
-        assert_eq!(wait, Yield::After(GRACE - Duration::from_millis(20)));
-        assert!(tb.begin().is_some(), "not closed before its grace");
-        // b went busy and head-less again (at the table's time, 30): d is
-        // now the longest head-less.
-        assert_eq!(c.close_oldest_headless(at(t0, 20 + grace)), Yield::Closed);
-        assert!(td.begin().is_none(), "a closed connection takes no request");
-        drop(d);
-        let wait = c.close_oldest_headless(at(t0, 20 + grace));
-        assert_eq!(wait, Yield::After(Duration::from_millis(10)));
-        assert_eq!(c.close_oldest_headless(at(t0, 30 + grace)), Yield::Closed);
-        assert!(tb.begin().is_none());
-        drop(b);
-        assert_eq!(c.close_oldest_headless(at(t0, 1000)), Yield::AllBusy);
-        drop(busy_a);
-        // a became head-less at the table's time (1000).
-        assert_eq!(c.close_oldest_headless(at(t0, 1000 + grace)), Yield::Closed);
-        assert_eq!(c.len(), 1);
-        drop(a);
-        assert!(c.is_empty());
-    }
-
-    #[test]
-    fn a_peer_over_its_share_yields_its_own_oldest_or_is_refused() {
-        let t0 = Instant::now();
-        let later = at(t0, GRACE.as_millis() as u64);
-        let c = Conns::new(8, 2, t0);
-        let x1 = c.insert(ip(1), (), t0);
-        let x2 = c.insert(ip(1), (), t0);
-        let other = c.insert(ip(2), (), t0);
-        assert_eq!(c.admit(ip(2), t0), Ok(Admission::Free));
-        assert_eq!(
-            c.admit(ip(1), t0),
-            Err(Refusal::PeerShare(2)),
-            "none past its grace"
-        );
-        assert_eq!(c.admit(ip(1), later), Ok(Admission::ClosedSamePeer));
-        assert!(x1.tracker().begin().is_none(), "x1 was the peer's oldest");
-        assert!(
-            other.tracker().begin().is_some(),
-            "another peer's connection is untouched"
-        );
-        drop(x1);
-        let x3 = c.insert(ip(1), (), later);
-        let _b2 = x2.tracker().begin().unwrap();
-        let _b3 = x3.tracker().begin().unwrap();
-        assert_eq!(
-            c.admit(ip(1), at(later, 10_000)),
-            Err(Refusal::PeerShare(2))
-        );
-    }
-
-    #[test]
-    fn a_busy_connection_turning_headless_wakes_a_waiter() {
-        let c = Conns::new(1, 1, Instant::now());
-        let a = c.insert(ip(1), (), Instant::now());
-        let busy = a.tracker().begin().unwrap();
-        let mut waiter = Box::pin(c.headless_again());
-        waiter.as_mut().enable();
-        let waker = futures_util::task::noop_waker();
-        let mut cx = std::task::Context::from_waker(&waker);
-        use std::future::Future;
-        assert!(waiter.as_mut().poll(&mut cx).is_pending());
-        drop(busy);
-        assert!(waiter.as_mut().poll(&mut cx).is_ready());
-    }
-
-    #[tokio::test]
-    async fn a_closed_connection_hears_it_even_if_told_before_it_listens() {
-        let t0 = Instant::now();
-        let c = Conns::new(1, 1, t0);
-        let a = c.insert(ip(1), (), t0);
-        assert_eq!(c.close_oldest_headless(t0 + GRACE), Yield::Closed);
-        tokio::time::timeout(Duration::from_secs(5), a.slot().closed())
-            .await
-            .expect("the close is not lost");
-    }
-}
+mod tests;

@@ -336,7 +336,10 @@ impl App {
     }
 }
 
-async fn route(app: Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+async fn route(
+    app: Arc<App>,
+    req: Request<conns::Receiving<Incoming>>,
+) -> Result<Response<Body>, Infallible> {
     if req.uri().path() == "/mcp" {
         Ok(endpoint::handle(app, req).await)
     } else {

@@ -1,0 +1,152 @@
+use super::*;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+fn ip(n: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 0, n))
+}
+
+/// `t0 + ms`.
+fn at(t0: Instant, ms: u64) -> Instant {
+    t0 + Duration::from_millis(ms)
+}
+
+fn grace() -> u64 {
+    GRACE.as_millis() as u64
+}
+
+#[test]
+fn the_longest_idle_connection_yields_after_its_grace_and_busy_ones_never() {
+    let t0 = Instant::now();
+    let c = Conns::new(3, 3, t0);
+    let a = c.insert(ip(1), (), at(t0, 0));
+    let b = c.insert(ip(2), (), at(t0, 10));
+    let d = c.insert(ip(3), (), at(t0, 20));
+    let (ta, tb, td) = (a.tracker(), b.tracker(), d.tracker());
+    let busy_a = ta.begin(false).expect("a is open");
+    // b is the longest idle, but not yet for the grace period.
+    let wait = c.close_oldest_idle(at(t0, 30));
+    assert_eq!(wait, Yield::After(GRACE - Duration::from_millis(20)));
+    // b answers a request: idle again after the last look, so its grace
+    // starts at the next look (stamped 40); d is now the longest idle.
+    drop(tb.begin(false).expect("not closed before its grace"));
+    assert_eq!(
+        c.close_oldest_idle(at(t0, 40)),
+        Yield::After(GRACE - Duration::from_millis(20))
+    );
+    assert_eq!(c.close_oldest_idle(at(t0, 20 + grace())), Yield::Closed);
+    assert!(
+        td.begin(false).is_none(),
+        "a closed connection takes no request"
+    );
+    drop(d);
+    let wait = c.close_oldest_idle(at(t0, 20 + grace()));
+    assert_eq!(wait, Yield::After(Duration::from_millis(20)));
+    assert_eq!(c.close_oldest_idle(at(t0, 40 + grace())), Yield::Closed);
+    assert!(tb.begin(false).is_none());
+    drop(b);
+    assert_eq!(c.close_oldest_idle(at(t0, 10_000)), Yield::AllBusy);
+    drop(busy_a);
+    // a went idle long after the last look: a full grace from the next.
+    let wait = c.close_oldest_idle(at(t0, 60_000));
+    assert_eq!(
+        wait,
+        Yield::After(GRACE),
+        "a stale time gives no head start"
+    );
+    assert_eq!(c.close_oldest_idle(at(t0, 60_000 + grace())), Yield::Closed);
+    assert_eq!(c.len(), 1);
+    drop(a);
+    assert!(c.is_empty());
+}
+
+#[test]
+fn a_body_still_arriving_is_idle_and_a_received_one_busy() {
+    let t0 = Instant::now();
+    let c = Conns::new(2, 2, t0);
+    let a = c.insert(ip(1), (), t0);
+    let b = c.insert(ip(2), (), t0);
+    let (ta, tb) = (a.tracker(), b.tracker());
+    let slow = ta.begin(true).unwrap();
+    let quick = tb.begin(true).unwrap();
+    quick.received();
+    assert_eq!(c.close_oldest_idle(at(t0, 1)), Yield::After(GRACE));
+    assert_eq!(c.close_oldest_idle(at(t0, 1 + grace())), Yield::Closed);
+    assert!(ta.receiving(), "the closing connection was mid-body");
+    slow.received();
+    assert!(
+        ta.receiving(),
+        "a body ending after the close changes nothing"
+    );
+    assert!(!tb.receiving());
+    assert_eq!(c.close_oldest_idle(at(t0, 100_000)), Yield::AllBusy);
+    drop(quick);
+    drop(slow);
+}
+
+#[test]
+fn a_peer_over_its_share_yields_its_own_oldest_or_is_refused() {
+    let t0 = Instant::now();
+    let later = at(t0, grace());
+    let c = Conns::new(8, 2, t0);
+    let x1 = c.insert(ip(1), (), t0);
+    let x2 = c.insert(ip(1), (), t0);
+    let other = c.insert(ip(2), (), t0);
+    assert_eq!(c.admit(ip(2), t0), Ok(Admission::Free));
+    let early = c.admit(ip(1), t0);
+    assert_eq!(early, Err(Refusal::PeerShare(2)), "none past its grace");
+    assert_eq!(c.admit(ip(1), later), Ok(Admission::ClosedSamePeer));
+    assert!(
+        x1.tracker().begin(false).is_none(),
+        "x1 was the peer's oldest"
+    );
+    let untouched = other.tracker().begin(false);
+    assert!(
+        untouched.is_some(),
+        "another peer's connection is untouched"
+    );
+    drop(x1);
+    let x3 = c.insert(ip(1), (), later);
+    let _b2 = x2.tracker().begin(false).unwrap();
+    let _b3 = x3.tracker().begin(false).unwrap();
+    let busy = c.admit(ip(1), at(later, 10_000));
+    assert_eq!(busy, Err(Refusal::PeerShare(2)));
+}
+
+#[test]
+fn peers_are_ipv4_addresses_and_ipv6_slash_64s() {
+    let a: Ipv6Addr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+    let b: Ipv6Addr = "2001:db8:1:2:bbbb::7".parse().unwrap();
+    let other: Ipv6Addr = "2001:db8:1:3::1".parse().unwrap();
+    assert_eq!(peer_key(a.into()), peer_key(b.into()));
+    assert_ne!(peer_key(a.into()), peer_key(other.into()));
+    let mapped: Ipv6Addr = "::ffff:192.0.2.7".parse().unwrap();
+    let v4 = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7));
+    assert_eq!(peer_key(mapped.into()), v4);
+    assert_eq!(peer_key(v4), v4);
+}
+
+#[test]
+fn a_busy_connection_turning_idle_wakes_a_waiter() {
+    let c = Conns::new(1, 1, Instant::now());
+    let a = c.insert(ip(1), (), Instant::now());
+    let busy = a.tracker().begin(false).unwrap();
+    let mut waiter = Box::pin(c.idle_again());
+    waiter.as_mut().enable();
+    let waker = futures_util::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    use std::future::Future;
+    assert!(waiter.as_mut().poll(&mut cx).is_pending());
+    drop(busy);
+    assert!(waiter.as_mut().poll(&mut cx).is_ready());
+}
+
+#[tokio::test]
+async fn a_closed_connection_hears_it_even_if_told_before_it_listens() {
+    let t0 = Instant::now();
+    let c = Conns::new(1, 1, t0);
+    let a = c.insert(ip(1), (), t0);
+    assert_eq!(c.close_oldest_idle(t0 + GRACE), Yield::Closed);
+    tokio::time::timeout(Duration::from_secs(5), a.tracker().closed())
+        .await
+        .expect("the close is not lost");
+}
