@@ -123,6 +123,18 @@ pub const MAX_CATALOG_BYTES_CEILING: usize = 64 * 1024 * 1024;
 /// nothing of those upstreams is served until approved); a larger state is
 /// not written (`mcp_edge_refused_total{limit="pins_file_bytes"}`).
 pub const PINS_FILE_MAX_BYTES: usize = 16 * 1024 * 1024;
+/// Least time between two writes of the pins file caused only by
+/// `trust = "auto"` re-pins: 10 s. An upstream flipping a tool between two
+/// definitions would otherwise cost a write, an fsync and a rename per
+/// refresh (wear on an SD card); a later write carries everything, and
+/// approvals, first listings, reloads and shutdown write at once.
+pub const PINS_WRITE_MIN_INTERVAL: Duration = Duration::from_secs(10);
+/// Log lines about changed, new or withheld tools, per upstream: this many
+/// at once, then refilled over [`PINS_LOG_PER`]; the lines skipped are
+/// counted and named by the next one logged.
+pub const PINS_LOG_BURST: u32 = 10;
+/// See [`PINS_LOG_BURST`]: one minute.
+pub const PINS_LOG_PER: Duration = Duration::from_secs(60);
 
 /// Default `upstream.health_interval`: 30 s between liveness probes
 /// (`ping` / `server/discover`) of a Ready upstream.

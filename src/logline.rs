@@ -86,6 +86,13 @@ impl Throttle {
         }
     }
 
+    /// A full budget at `now` of `burst` lines, refilled over `per`.
+    pub fn over(burst: u32, per: Duration, now: Instant) -> Throttle {
+        Throttle {
+            state: Mutex::new((Bucket::new(burst, per, now), 0)),
+        }
+    }
+
     /// `Some(n)` when a line may be logged at `now` (`n` lines were skipped
     /// since the last one); `None` when this one is skipped.
     pub fn allow(&self, now: Instant) -> Option<u64> {

@@ -70,6 +70,11 @@ pub const AUDIT_DROPPED: &str = "mcp_edge_audit_dropped_total";
 /// and calls under `trust = "pin"` (changed since pinned, new, or
 /// unverifiable) until an operator approves them; why is in `/status`.
 pub const TOOLS_WITHHELD: &str = "mcp_edge_tools_withheld";
+/// Counter: writes of the tool-pins file put off because only
+/// `trust = "auto"` re-pins changed within
+/// [`crate::limits::PINS_WRITE_MIN_INTERVAL`] of the last write (a later
+/// write carries them).
+pub const PINS_WRITES_DEFERRED: &str = "mcp_edge_pins_writes_deferred_total";
 /// Counter: audit records the writer could not write (disk full, EIO,
 /// journal gone); the writer goes on with the next record.
 pub const AUDIT_WRITE_ERRORS: &str = "mcp_edge_audit_write_errors_total";

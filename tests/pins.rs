@@ -153,10 +153,41 @@ async fn a_changed_tool_is_withheld_until_approved_and_the_pin_survives_a_restar
     );
     assert!(refused(&metrics, "withheld") >= 1);
 
-    // The operator approves it with the CLI, against the running gateway.
-    let (ok, out) = cli(&gw.config, &["tools", "approve", "files", "echo"]);
+    // The operator reviews the new definition, then approves what was
+    // reviewed (a stale digest approves nothing), with the CLI.
+    let now_hex = w["now_sha256"].as_str().unwrap().to_owned();
+    let (ok, out) = cli(&gw.config, &["tools", "show", "files", "echo"]);
+    assert!(
+        ok && out.contains("id_rsa") && out.contains(&now_hex),
+        "{out}"
+    );
+    assert!(out.contains("changed (pinned"), "{out}");
+    let stale = [
+        "tools",
+        "approve",
+        "--expect",
+        "0123456789ab",
+        "files",
+        "echo",
+    ];
+    let (ok, out) = cli(&gw.config, &stale);
+    assert!(
+        !ok && out.contains("409") && out.contains(&now_hex),
+        "{out}"
+    );
+    assert_eq!(wait_withheld(&gw, 1).await["withheld"][0]["tool"], "echo");
+    let right = [
+        "tools",
+        "approve",
+        "--expect",
+        &now_hex[..16],
+        "files",
+        "echo",
+    ];
+    let (ok, out) = cli(&gw.config, &right);
     assert!(ok, "{out}");
     assert!(out.contains("approved files: echo: changed"), "{out}");
+    assert!(out.contains(&format!("sha256 {now_hex}")), "{out}");
     let now = listed_echo(addr, &sid).await.expect("served again");
     assert!(
         now.contains("id_rsa"),
@@ -199,7 +230,7 @@ async fn a_changed_tool_is_withheld_until_approved_and_the_pin_survives_a_restar
 async fn auto_serves_a_changed_tool_logs_it_and_pins_the_new_definition() {
     let dir = tempfile::tempdir().unwrap();
     set_tools(dir.path(), &[echo("Echo text")]);
-    let gw = Running::start(dir.path(), &config(dir.path(), "")).await;
+    let mut gw = Running::start(dir.path(), &config(dir.path(), "")).await;
     let addr = gw.addr;
     let sid = legacy_session(addr, "2025-11-25").await;
     assert_eq!(wait_withheld(&gw, 0).await["trust"], "auto");
@@ -230,10 +261,6 @@ async fn auto_serves_a_changed_tool_logs_it_and_pins_the_new_definition() {
         gw.log_text()
     );
     assert_eq!(wait_withheld(&gw, 0).await["withheld"], json!([]));
-    assert_eq!(
-        pinned(&pins_file),
-        mcp_edge::pins::digest::of(&changed).hex()
-    );
     let log = gw.log_text();
     let line = log
         .lines()
@@ -245,6 +272,13 @@ async fn auto_serves_a_changed_tool_logs_it_and_pins_the_new_definition() {
     );
     assert!(line.contains(&before[..12]), "names the old hash: {line}");
     assert!(!log.contains('\u{1b}'), "upstream text is logged printable");
+    // The re-pin's write may be put off (limits::PINS_WRITE_MIN_INTERVAL
+    // after the first-use write): shutdown writes what is pending.
+    assert!(gw.terminate().await.success());
+    assert_eq!(
+        pinned(&pins_file),
+        mcp_edge::pins::digest::of(&changed).hex()
+    );
 }
 
 /// An in-process gateway with `state_directory` and an admin listener.
@@ -262,12 +296,29 @@ async fn pinned_gateway(dir: &Path, flags: &[&str]) -> mcp_edge::gateway::Gatewa
 
 /// `POST /tools/approve` with `body` on the admin listener: status and JSON.
 async fn approve(admin: std::net::SocketAddr, body: &str) -> (u16, Value) {
+    let json = [("content-type", "application/json")];
+    admin_request(admin, "POST", "/tools/approve", &json, body).await
+}
+
+/// A request to the admin listener with `headers`: status and JSON.
+async fn admin_request(
+    admin: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, Value) {
     use http_body_util::{BodyExt, Full};
     let client: hyper_util::client::legacy::Client<_, Full<bytes::Bytes>> =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .build_http();
-    let req = http::Request::post(format!("http://{admin}/tools/approve"))
-        .header("content-type", "application/json")
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(format!("http://{admin}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req
         .body(Full::new(bytes::Bytes::from(body.to_owned())))
         .unwrap();
     let resp = client.request(req).await.unwrap();
@@ -319,6 +370,49 @@ async fn a_new_tool_under_pin_is_withheld_until_approved_and_clients_hear_of_bot
     let r = call_tool(addr, &sid, json!(3), "files__wipe", Value::Null).await;
     assert_eq!(r.body["error"]["message"], "Unknown tool: files__wipe");
 
+    // What a browser or a rebound DNS name sends is refused before the body.
+    let ask = r#"{"upstream": "files"}"#;
+    let path = "/tools/approve";
+    let json = ("content-type", "application/json");
+    for (headers, want) in [
+        (vec![json, ("origin", "http://127.0.0.1:8080")], 403),
+        (vec![json, ("origin", "null")], 403),
+        (vec![json, ("host", "evil.example:80")], 403),
+        (vec![("content-type", "text/plain")], 415),
+        (
+            vec![("content-type", "application/x-www-form-urlencoded")],
+            415,
+        ),
+        (vec![], 415),
+    ] {
+        let (code, v) = admin_request(admin, "POST", path, &headers, ask).await;
+        assert_eq!(code, want, "{headers:?}: {v}");
+        assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()), "{v}");
+    }
+    assert_eq!(up.withheld().len(), 1, "nothing approved");
+    // The withheld definition can be seen, with its full digest.
+    let (code, v) = admin_request(admin, "GET", "/tools?upstream=files", &[], "").await;
+    assert_eq!(code, 200, "{v}");
+    let wipe = (v["tools"].as_array().unwrap().iter())
+        .find(|t| t["tool"] == "wipe")
+        .unwrap();
+    assert_eq!(wipe["state"], "withheld");
+    assert_eq!(wipe["definition"]["description"], "Wipes");
+    assert_eq!(wipe["now_sha256"], up.withheld()[0].now.hex());
+    assert_eq!(wipe["pinned_sha256"], Value::Null);
+    // A stale `expect` approves nothing (409, naming the digest listed now).
+    let stale = r#"{"upstream": "files", "tool": "wipe", "expect": "0123456789abcdef"}"#;
+    let (code, v) = approve(admin, stale).await;
+    assert_eq!(code, 409, "{v}");
+    assert_eq!(v["now_sha256"], up.withheld()[0].now.hex());
+    assert_eq!(up.withheld().len(), 1, "still withheld");
+    for bad in [
+        r#"{"upstream": "files", "expect": "0123456789abcdef"}"#,
+        r#"{"upstream": "files", "tool": "wipe", "expect": "0123"}"#,
+    ] {
+        assert_eq!(approve(admin, bad).await.0, 400, "{bad}");
+    }
+
     // The admin API: bad JSON, unknown upstream, a tool not withheld.
     let (code, v) = approve(admin, "{not json").await;
     assert_eq!(code, 400, "{v}");
@@ -347,10 +441,13 @@ async fn a_new_tool_under_pin_is_withheld_until_approved_and_clients_hear_of_bot
         "{v}"
     );
 
-    // Approving every withheld tool of the upstream; clients are told.
+    // Approving the definition reviewed; clients are told.
     drain(&mut get).await;
-    let (code, v) = approve(admin, r#"{"upstream": "files"}"#).await;
+    let now = up.withheld()[0].now.hex();
+    let ask = json!({"upstream": "files", "tool": "wipe", "expect": now}).to_string();
+    let (code, v) = approve(admin, &ask).await;
     assert_eq!(code, 200, "{v}");
+    assert_eq!(v["approved"][0]["now_sha256"], now.as_str());
     assert_eq!(v["approved"][0]["tool"], "wipe");
     assert_eq!(v["withheld"], json!([]));
     let change = get.next().await;
@@ -446,5 +543,48 @@ async fn a_reload_drops_the_pins_of_a_removed_upstream() {
         !text.contains("\"files\"") && text.contains("\"edge\""),
         "{text}"
     );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_upstream_withholds_nothing_in_the_metrics() {
+    mcp_edge::metrics::prometheus();
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("tools.json").display().to_string();
+    let server = format!("state_directory = \"{}\"", dir.path().display());
+    let edge = "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n";
+    let gone = fake_block_args(
+        "gone",
+        "legacy",
+        &["--tools-file", &tools],
+        "trust = \"pin\"",
+    );
+    let mut gw = start(&server, &format!("{edge}\n{gone}")).await;
+    let up = gw.app().router.upstreams()[1].clone();
+    let sid = legacy_session(gw.local_addr(), "2025-11-25").await;
+    set_tools(
+        dir.path(),
+        &[json!({"name": "wipe", "inputSchema": {"type": "object"}})],
+    );
+    call_tool(
+        gw.local_addr(),
+        &sid,
+        json!(1),
+        "gone__announce",
+        Value::Null,
+    )
+    .await;
+    let gauge = || mcp_edge::metrics::read("mcp_edge_tools_withheld", "upstream=\"gone\"");
+    for _ in 0..100 {
+        if gauge() == 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!((up.withheld().len(), gauge()), (1, 1.0));
+    let new = format!("[server]\nlisten = \"127.0.0.1:0\"\n{server}\n{edge}");
+    let new = mcp_edge::config::Config::from_toml_str(&new, Path::new("c.toml")).unwrap();
+    assert_eq!(gw.reload(new).await.stopped, ["gone"]);
+    assert_eq!(gauge(), 0.0, "not its last value");
     gw.shutdown().await;
 }

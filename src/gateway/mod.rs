@@ -273,6 +273,10 @@ impl Gateway {
         self.supervisor
             .shutdown(crate::limits::OWNER_STOP_GRACE)
             .await;
+        // Pins whose write was put off (`auto` re-pins, see `pins::Flush`).
+        if let Err(e) = self.shared.pins.flush(crate::pins::Flush::Now).await {
+            tracing::warn!("shutdown: tool pins not saved: {e}");
+        }
         // Last: the calls that ended above were recorded; write them.
         if let Some(w) = self.audit {
             if !w.close(crate::limits::AUDIT_CLOSE_GRACE).await {

@@ -140,7 +140,7 @@ impl Gateway {
         // Pins of removed upstreams go (bounded by the config).
         let names: Vec<&str> = new.upstreams.iter().map(|u| u.name.as_str()).collect();
         self.shared.pins.retain(&names);
-        if let Err(e) = self.shared.pins.flush() {
+        if let Err(e) = self.shared.pins.flush(crate::pins::Flush::Now).await {
             tracing::warn!("reload: tool pins not saved: {e}");
         }
         // The [[client]] table (tokens re-read from their files) applies to
@@ -150,6 +150,10 @@ impl Gateway {
             tokio::time::Instant::now(),
         ));
         self.stop_replaced(&old, &report).await;
+        for name in &report.stopped {
+            // A removed upstream withholds nothing: its gauge must not keep its last value.
+            metrics::gauge!(crate::metrics::TOOLS_WITHHELD, "upstream" => name.clone()).set(0.0);
+        }
         for up in fresh {
             self.supervisor.start_one(up);
         }

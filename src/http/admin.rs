@@ -12,14 +12,27 @@
 //!   certificate new connections get, paths only, never key material).
 //! - `POST /upstreams/NAME/reconnect`: an immediate attempt (resets backoff
 //!   and parking); 404 for an unknown name.
-//! - `POST /tools/approve` with `{"upstream": NAME, "tool": TOOL}` (`tool`
-//!   optional: every tool the upstream withholds): pins the definitions
+//! - `GET /tools?upstream=NAME`: every tool the upstream lists now with
+//!   its whole definition (withheld ones too, so an operator sees what an
+//!   approval would serve), `now_sha256` (its digest) and `pinned_sha256`.
+//! - `POST /tools/approve` with `{"upstream": NAME, "tool": TOOL, "expect":
+//!   DIGEST}` (`tool` optional: every tool the upstream withholds;
+//!   `expect` optional, needs `tool`: the digest, or a prefix of at least
+//!   12 hex characters, the operator reviewed): pins the definitions
 //!   listed now ([`crate::pins`]) and serves them. 200 with
-//!   `{upstream, approved: [{tool, reason, pinned, now, detail}], withheld}`;
-//!   404 with `{error}` for an unknown upstream or a tool it does not
-//!   withhold; 400 for a body that is not that JSON; 413 past
+//!   `{upstream, approved: [{tool, reason, pinned, now, now_sha256,
+//!   detail}], withheld}`; 409 with `{error, now_sha256}` when the tool
+//!   lists another definition than `expect` (nothing approved); 404 with
+//!   `{error}` for an unknown upstream or a tool it does not withhold; 400
+//!   for a body that is not that JSON; 413 past
 //!   [`crate::limits::ADMIN_BODY_BYTES`]; 500 when approved but the pins
-//!   file could not be written (`{error, approved}`).
+//!   file could not be written (`{error, approved}`). Refused before the
+//!   body is read: a request with an `Origin` header (403: browsers send
+//!   one, the CLI does not), a `Host` that is not loopback or the admin
+//!   address (403: DNS rebinding), a `Content-Type` other than
+//!   `application/json` (415: a cross-site form cannot send it without a
+//!   preflight). This keeps browsers out; it does not keep out a process
+//!   of the same machine (see "Tool pins" in `docs/architecture.md`).
 //!
 //! `/status` shows per upstream its `trust`, how many definitions are
 //! `pinned`, and the `withheld` tools with their reason (`new`, `changed`
@@ -135,6 +148,71 @@ fn json_answer(status: StatusCode, v: Value) -> Response<Full<Bytes>> {
 struct Approve {
     upstream: String,
     tool: Option<String>,
+    expect: Option<String>,
+}
+
+/// Refuses an approval a browser or a rebound DNS name could send (see the
+/// module docs): the reason, for a 403 or a 415.
+fn approve_guard(
+    headers: &http::HeaderMap,
+    local: std::net::SocketAddr,
+) -> Result<(), (StatusCode, String)> {
+    if headers.contains_key(http::header::ORIGIN) {
+        let m = "a request with an Origin header (a browser's) cannot approve tools; use mcp-edge tools approve";
+        return Err((StatusCode::FORBIDDEN, m.to_owned()));
+    }
+    super::checks::OriginPolicy::new(local, &[], &[])
+        .check(headers)
+        .map_err(|why| (StatusCode::FORBIDDEN, why))?;
+    let json = (headers.get(http::header::CONTENT_TYPE))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"));
+    if !json {
+        let m = "Content-Type must be application/json";
+        return Err((StatusCode::UNSUPPORTED_MEDIA_TYPE, m.to_owned()));
+    }
+    Ok(())
+}
+
+/// `expect` as given: 12 to 64 hex characters, lower-cased.
+fn expected(e: &str) -> Option<String> {
+    let ok = (12..=64).contains(&e.len()) && e.bytes().all(|b| b.is_ascii_hexdigit());
+    ok.then(|| e.to_ascii_lowercase())
+}
+
+/// `GET /tools?upstream=NAME` (see the module docs).
+fn tools(app: &App, query: Option<&str>) -> Response<Full<Bytes>> {
+    let error = |status, message: String| json_answer(status, json!({"error": message}));
+    let name = (query.unwrap_or("").split('&')).find_map(|kv| kv.strip_prefix("upstream="));
+    let Some(name) = name else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "expected ?upstream=NAME".to_owned(),
+        );
+    };
+    let ups = app.router.upstreams();
+    let Some(up) = ups.iter().find(|u| u.name() == name) else {
+        return error(StatusCode::NOT_FOUND, format!("no upstream named {name:?}"));
+    };
+    let catalog = up.catalog();
+    let tools: Vec<Value> = (catalog.tools.iter())
+        .filter_map(|t| {
+            let tool = t.get("name")?.as_str()?;
+            let w = catalog.withheld.iter().find(|w| w.tool == tool);
+            let pinned = up.pin_of(tool);
+            Some(json!({
+                "tool": tool,
+                "state": if w.is_some() { "withheld" } else { "served" },
+                "detail": w.map(|w| w.detail()),
+                "now_sha256": crate::pins::digest::of(t).hex(),
+                "pinned_sha256": pinned.map(|d| d.hex()),
+                "definition": t,
+            }))
+        })
+        .collect();
+    let body = json!({"upstream": up.name(), "trust": up.config.trust.as_str(), "tools": tools});
+    json_answer(StatusCode::OK, body)
 }
 
 /// `POST /tools/approve` (see the module docs).
@@ -159,9 +237,24 @@ async fn approve(app: &App, body: hyper::body::Incoming) -> Response<Full<Bytes>
     let ask: Approve = match serde_json::from_slice(&bytes) {
         Ok(a) => a,
         Err(e) => {
-            let m = format!("expected {{\"upstream\": NAME, \"tool\": TOOL}} (tool optional): {e}");
+            let m = format!("expected {{\"upstream\": NAME, \"tool\": TOOL, \"expect\": DIGEST}} (tool and expect optional): {e}");
             return error(StatusCode::BAD_REQUEST, m);
         }
+    };
+    let expect = match (&ask.expect, &ask.tool) {
+        (None, _) => None,
+        (Some(_), None) => {
+            let m = "\"expect\" needs \"tool\": one digest is for one tool".to_owned();
+            return error(StatusCode::BAD_REQUEST, m);
+        }
+        (Some(e), Some(_)) => match expected(e) {
+            Some(e) => Some(e),
+            None => {
+                let m =
+                    format!("\"expect\" {e:?} is not 12 to 64 hex characters of a SHA-256 digest");
+                return error(StatusCode::BAD_REQUEST, m);
+            }
+        },
     };
     let ups = app.router.upstreams();
     let Some(up) = ups.iter().find(|u| u.name() == ask.upstream) else {
@@ -169,31 +262,46 @@ async fn approve(app: &App, body: hyper::body::Incoming) -> Response<Full<Bytes>
         return error(StatusCode::NOT_FOUND, m);
     };
     let listed = |ws: &[crate::pins::Withheld]| ws.iter().map(|w| w.to_json()).collect::<Vec<_>>();
-    match up.approve(ask.tool.as_deref()) {
+    match up.approve(ask.tool.as_deref(), expect.as_deref()).await {
         Ok(approved) => json_answer(
             StatusCode::OK,
             json!({"upstream": up.name(), "approved": listed(&approved), "withheld": listed(&up.withheld())}),
         ),
         Err(e) => {
-            use crate::upstream::ApproveError::{NotSaved, NotWithheld};
-            let (status, approved) = match &e {
-                NotWithheld { .. } => (StatusCode::NOT_FOUND, None),
-                NotSaved { approved, .. } => {
-                    (StatusCode::INTERNAL_SERVER_ERROR, Some(listed(approved)))
-                }
+            use crate::upstream::ApproveError::{NotSaved, NotWithheld, Stale};
+            let (status, approved, now) = match &e {
+                NotWithheld { .. } => (StatusCode::NOT_FOUND, None, None),
+                Stale { now, .. } => (StatusCode::CONFLICT, None, Some(now.hex())),
+                NotSaved { approved, .. } => (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    Some(listed(approved)),
+                    None,
+                ),
             };
             json_answer(
                 status,
-                json!({"error": e.to_string(), "approved": approved}),
+                json!({"error": e.to_string(), "approved": approved, "now_sha256": now}),
             )
         }
     }
 }
 
-async fn route(app: Arc<App>, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+async fn route(
+    app: Arc<App>,
+    local: std::net::SocketAddr,
+    req: Request<hyper::body::Incoming>,
+) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_string();
     if req.method() == Method::POST && path == "/tools/approve" {
+        if let Err((status, why)) = approve_guard(req.headers(), local) {
+            metrics::counter!(crate::metrics::FORBIDDEN).increment(1);
+            tracing::debug!("admin: tool approval refused ({status}): {why}");
+            return json_answer(status, json!({"error": why}));
+        }
         return approve(&app, req.into_body()).await;
+    }
+    if req.method() == Method::GET && path == "/tools" {
+        return tools(&app, req.uri().query());
     }
     match (req.method(), path.as_str()) {
         (&Method::GET, "/metrics") => match crate::metrics::render() {
@@ -245,7 +353,7 @@ async fn route(app: Arc<App>, req: Request<hyper::body::Incoming>) -> Response<F
         }
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found: /metrics /healthz /readyz /status, POST /upstreams/NAME/reconnect, POST /tools/approve\n",
+            "not found: /metrics /healthz /readyz /status /tools?upstream=NAME, POST /upstreams/NAME/reconnect, POST /tools/approve\n",
             "text/plain",
         ),
     }
@@ -255,6 +363,9 @@ async fn route(app: Arc<App>, req: Request<hyper::body::Incoming>) -> Response<F
 /// and served one at a time inline (no task per request), each within
 /// [`crate::limits::ADMIN_CONNECTION_TIMEOUT`].
 pub async fn serve(listener: TcpListener, app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
+    let Ok(local) = listener.local_addr() else {
+        return tracing::error!("admin listener: no local address; not serving");
+    };
     loop {
         let stream = tokio::select! {
             r = listener.accept() => match r { Ok((s, _)) => s, Err(_) => continue },
@@ -263,7 +374,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, mut shutdown: watch::Re
         let a = app.clone();
         let svc = hyper::service::service_fn(move |req| {
             let a = a.clone();
-            async move { Ok::<_, std::convert::Infallible>(route(a, req).await) }
+            async move { Ok::<_, std::convert::Infallible>(route(a, local, req).await) }
         });
         let _ = tokio::time::timeout(
             crate::limits::ADMIN_CONNECTION_TIMEOUT,

@@ -1,13 +1,13 @@
 //! The hash of one tool definition: SHA-256 over a canonical JSON form of
 //! the parts a client shows or a model reads.
 //!
-//! Hashed: `name`, `title`, `description`, `inputSchema`, `outputSchema`
-//! and `annotations`, each when present (absent and `null` differ). `title`
-//! is in because hosts show it to the person approving a call ("Read file"
-//! turned "Harmless lookup" misleads as much as a changed description).
-//! Left out: `_meta` and `icons` (neither reaches a model, and servers put
-//! volatile things there), and any field the tool gains that MCP does not
-//! define. Canonical = JSON with every object's keys sorted (recursively;
+//! Hashed: the whole `Tool` object except the fields of [`EXCLUDED`]
+//! (`_meta` and `icons`: neither reaches a model, and servers put volatile
+//! things there). So `name`, `title`, `description`, `inputSchema`,
+//! `outputSchema`, `annotations`, `execution` and any field MCP may add
+//! later are pinned: a field the gateway does not know fails closed (a
+//! change to it withholds the tool under `trust = "pin"`) instead of being
+//! served unpinned. Absent and `null` differ. Canonical = JSON with every object's keys sorted (recursively;
 //! `serde_json` here keeps insertion order, so the sort is explicit),
 //! without spaces, so a re-ordered but equal schema hashes the same.
 //! Numbers keep their text (`1` and `1.0` differ).
@@ -15,15 +15,8 @@
 use serde_json::{Map, Value};
 use std::fmt;
 
-/// The parts of a `Tool` that are hashed, in the canonical (sorted) order.
-const HASHED: [&str; 6] = [
-    "annotations",
-    "description",
-    "inputSchema",
-    "name",
-    "outputSchema",
-    "title",
-];
+/// The fields of a `Tool` that are *not* hashed (every other one is).
+pub const EXCLUDED: [&str; 2] = ["_meta", "icons"];
 
 /// A SHA-256 digest of one tool definition.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -78,13 +71,16 @@ fn canonical(v: &Value) -> Value {
 
 /// The digest of `tool`'s definition (see the module docs).
 pub fn of(tool: &Value) -> Digest {
-    let mut parts = Map::new();
-    for key in HASHED {
-        if let Some(v) = tool.get(key) {
-            parts.insert(key.to_owned(), canonical(v));
-        }
-    }
-    let bytes = serde_json::to_vec(&Value::Object(parts)).unwrap_or_default();
+    let hashed = match tool {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| !EXCLUDED.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        other => other.clone(),
+    };
+    let bytes = serde_json::to_vec(&canonical(&hashed)).unwrap_or_default();
     let d = ring::digest::digest(&ring::digest::SHA256, &bytes);
     let mut out = [0u8; 32];
     out.copy_from_slice(d.as_ref());
@@ -150,6 +146,15 @@ mod tests {
         meta["_meta"] = json!({"build": 42});
         meta["icons"] = json!([{"src": "https://x/i.png"}]);
         assert_eq!(base, of(&meta), "_meta and icons are not hashed");
+        // Everything else is, known or not: unknown fields fail closed.
+        for (field, value) in [
+            ("execution", json!({"taskSupport": "required"})),
+            ("x-future", json!("anything")),
+        ] {
+            let mut more = tool("Reads a file");
+            more[field] = value;
+            assert_ne!(base, of(&more), "{field} is hashed");
+        }
         // Array order is meaningful.
         let mut req = tool("Reads a file");
         req["inputSchema"]["required"] = json!(["path", "n"]);

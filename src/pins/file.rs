@@ -30,7 +30,11 @@ pub(super) enum Loaded {
     Missing,
     /// The pins.
     Read(Table),
-    /// A file that cannot be trusted: why.
+    /// A file that is there but cannot be read (permissions, I/O error, a
+    /// directory in its place): why. Not to be replaced: its pins may be fine.
+    Unreadable(String),
+    /// A file read whole that cannot be trusted (corrupt, unknown version,
+    /// too large): why.
     Damaged(String),
 }
 
@@ -39,12 +43,12 @@ pub(super) fn load(path: &Path) -> Loaded {
     let file = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Loaded::Missing,
-        Err(e) => return Loaded::Damaged(format!("cannot read it: {e}")),
+        Err(e) => return Loaded::Unreadable(format!("cannot read it: {e}")),
     };
     let mut bytes = Vec::new();
     let cap = limits::PINS_FILE_MAX_BYTES as u64 + 1;
     if let Err(e) = file.take(cap).read_to_end(&mut bytes) {
-        return Loaded::Damaged(format!("cannot read it: {e}"));
+        return Loaded::Unreadable(format!("cannot read it: {e}"));
     }
     if bytes.len() > limits::PINS_FILE_MAX_BYTES {
         return Loaded::Damaged(format!(

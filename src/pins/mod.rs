@@ -2,8 +2,8 @@
 //! running gateway (the "rug pull" / tool-poisoning attack).
 //!
 //! Each tool an upstream lists is hashed ([`digest`]: SHA-256 over the
-//! canonical JSON of its name, title, description, input and output schema
-//! and annotations) and compared with its *pin*, the hash recorded for that
+//! canonical JSON of the whole definition but `_meta` and `icons`, so
+//! unknown fields fail closed) and compared with its *pin*, the hash recorded for that
 //! upstream and tool name. One [`Pins`] store per gateway holds every
 //! upstream's pins (one lock), shared by the upstream handles, which review
 //! each catalog they install against it (`Upstream::set_catalog`) and record
@@ -21,18 +21,24 @@
 //!   approved. A tool that returns to its pinned definition is served again.
 //!
 //! **Storage.** With `server.state_directory`, the pins live in
-//! `<dir>/tool-pins.json` ([`FILE_NAME`]), written atomically whenever they
-//! change (a first listing, an approval, a change under `auto`), so a
-//! restart keeps them; what is withheld is not stored but recomputed from
+//! `<dir>/tool-pins.json` ([`FILE_NAME`]), written atomically when they
+//! change ([`Flush`]: at once, but `auto` re-pins alone at most once per
+//! [`limits::PINS_WRITE_MIN_INTERVAL`]; shutdown writes what is pending),
+//! off the async workers, so a restart keeps them; what is withheld is not stored but recomputed from
 //! the pins and what the upstream lists. Without a directory they live in
 //! memory (config loading refuses `trust = "pin"` then); with a `pin`
 //! upstream the file is written at start, and a directory where it cannot
 //! be written fails the start ([`Pins::open`]). A missing file
 //! means nothing was pinned yet. A file that cannot be read or parsed is
-//! *not* taken as empty, which would trust every tool again: it is kept
-//! aside as `tool-pins.json.damaged`, every `pin` upstream starts with an
-//! empty pin set, so all its tools are withheld ([`Reason::Unverified`],
-//! naming the problem) until approved, and the error is logged. That keeps
+//! *not* taken as empty, which would trust every tool again: every `pin`
+//! upstream starts with an empty pin set, so all its tools are withheld
+//! ([`Reason::Unverified`], naming the problem) until approved, and the
+//! error is logged naming the path. A corrupt file is kept aside as
+//! `tool-pins.json.damaged`, then replaced (after a restart its tools show
+//! as `new`: the reason is not stored). A file that cannot be read
+//! (permissions, I/O), or whose copy aside fails, is left untouched and
+//! not written this run ([`PinsError::Frozen`]): its pins may be fine, and
+//! approvals hold in memory until a restart. That keeps
 //! the gateway (and its admin listener, through which the operator
 //! approves) running on a remote box, where refusing to start would need
 //! someone at a shell. `auto` upstreams start over.
@@ -47,17 +53,20 @@
 
 pub mod digest;
 mod file;
+mod save;
 
 pub use digest::Digest;
 pub use file::FILE_NAME;
+pub use save::Flush;
 
 use crate::config::Trust;
 use crate::limits;
-use crate::logline::printable;
+use crate::logline::{printable, Throttle};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use tokio::time::Instant;
 
 /// Why a tool is withheld.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,6 +137,7 @@ impl Withheld {
             "reason": self.reason_name(),
             "pinned": pinned,
             "now": self.now.short(),
+            "now_sha256": self.now.hex(),
             "detail": self.detail(),
         })
     }
@@ -153,6 +163,15 @@ pub enum PinsError {
         /// Its size.
         bytes: usize,
     },
+    /// The file found at start could not be read, or not kept aside: it is
+    /// left untouched and not written during this run.
+    #[error("{} is left untouched this run ({why}); pins changed since the start live in memory only", path.display())]
+    Frozen {
+        /// The pins file.
+        path: PathBuf,
+        /// Why it is not written.
+        why: Arc<str>,
+    },
 }
 
 /// Every upstream's pins, one per gateway (see the module docs).
@@ -160,8 +179,10 @@ pub struct Pins {
     /// `<state_directory>/tool-pins.json`; `None` = in memory only.
     path: Option<PathBuf>,
     state: Mutex<State>,
-    /// One file write at a time (the state lock is not held while writing).
-    writer: Mutex<()>,
+    /// One file write at a time (the state lock is not held while writing;
+    /// the guard moves into the blocking write, so a dropped caller cannot
+    /// let a second write start on the same temporary file).
+    writer: Arc<tokio::sync::Mutex<()>>,
 }
 
 #[derive(Default)]
@@ -171,6 +192,79 @@ struct State {
     unverified: BTreeMap<String, Arc<str>>,
     /// Changed since the file was last written.
     dirty: bool,
+    /// Changed by more than `auto` re-pins: the next flush writes at once.
+    urgent: bool,
+    /// When the file was last written (a coalesced flush waits
+    /// [`limits::PINS_WRITE_MIN_INTERVAL`] after it).
+    written: Option<Instant>,
+    /// The file must not be written this run: why ([`PinsError::Frozen`]).
+    frozen: Option<Arc<str>>,
+    /// Per upstream: the budget of log lines about its tools.
+    logs: BTreeMap<String, Throttle>,
+}
+
+impl State {
+    /// Marks the pins changed (`urgent`: not only by an `auto` re-pin).
+    fn touch(&mut self, urgent: bool) {
+        self.dirty = true;
+        self.urgent |= urgent;
+    }
+
+    /// `Some(n)` when a line about `upstream`'s tools may be logged now
+    /// (`n` skipped before it), per [`limits::PINS_LOG_BURST`].
+    fn log_allowed(&mut self, upstream: &str) -> Option<u64> {
+        let now = Instant::now();
+        if !self.logs.contains_key(upstream) {
+            let t = Throttle::over(limits::PINS_LOG_BURST, limits::PINS_LOG_PER, now);
+            self.logs.insert(upstream.to_owned(), t);
+        }
+        self.logs[upstream].allow(now)
+    }
+
+    /// Every `pin` upstream of `upstreams` starts with an empty pin set,
+    /// its tools withheld as unverified because of `why`.
+    fn distrust(&mut self, upstreams: &[(&str, Trust)], why: &Arc<str>) {
+        for (name, _) in upstreams.iter().filter(|(_, t)| *t == Trust::Pin) {
+            self.table.insert((*name).to_owned(), BTreeMap::new());
+            self.unverified.insert((*name).to_owned(), why.clone());
+        }
+        self.touch(true);
+    }
+}
+
+/// The state read from `path` at start (see the module docs on a file
+/// that cannot be read or is damaged).
+fn load_state(path: &Path, upstreams: &[(&str, Trust)]) -> State {
+    let mut state = State::default();
+    match file::load(path) {
+        file::Loaded::Missing => {}
+        file::Loaded::Read(table) => state.table = table,
+        file::Loaded::Unreadable(why) => {
+            tracing::error!(path = %path.display(),
+                "tool pins file cannot be read: {why}; it is left untouched and not written this run, and every tool of the trust = \"pin\" upstreams is withheld until approved (approvals hold until a restart); fix its permissions and restart");
+            let why: Arc<str> = Arc::from(format!("{}: {why}", path.display()));
+            state.distrust(upstreams, &why);
+            state.frozen = Some(why);
+        }
+        file::Loaded::Damaged(why) => {
+            let aside = path.with_extension("json.damaged");
+            let why: Arc<str> = Arc::from(format!("{}: {why}", path.display()));
+            state.distrust(upstreams, &why);
+            match std::fs::copy(path, &aside) {
+                Ok(_) => tracing::error!(path = %path.display(), kept_as = %aside.display(),
+                    "tool pins file unusable: {why}; every tool of the trust = \"pin\" upstreams is withheld until approved (mcp-edge tools approve UPSTREAM)"),
+                Err(e) => {
+                    tracing::error!(path = %path.display(),
+                        "tool pins file unusable: {why}; it cannot be kept as {}: {e}, so it is left untouched and not written this run; every tool of the trust = \"pin\" upstreams is withheld until approved (approvals hold until a restart)", aside.display());
+                    state.frozen = Some(Arc::from(format!(
+                        "cannot keep it as {}: {e}",
+                        aside.display()
+                    )));
+                }
+            }
+        }
+    }
+    state
 }
 
 impl Pins {
@@ -179,50 +273,37 @@ impl Pins {
         Pins {
             path: None,
             state: Mutex::new(State::default()),
-            writer: Mutex::new(()),
+            writer: Arc::default(),
         }
     }
 
     /// Opens `<dir>/tool-pins.json` for `upstreams` (name and trust of each
     /// configured upstream): pins of other upstreams are dropped; a damaged
-    /// file is handled as the module docs say. With a `pin` upstream the
-    /// file is written at once, so a directory where pins cannot be saved
-    /// fails the start rather than every restart trusting on first use.
+    /// or unreadable file is handled as the module docs say. With a `pin`
+    /// upstream the file is written at once (blocking: this runs at start),
+    /// so a directory where pins cannot be saved fails the start rather than
+    /// every restart trusting on first use.
     ///
     /// # Errors
     /// [`PinsError`] when a `pin` upstream is configured and the file
     /// cannot be written (without one, a write error is only logged).
     pub fn open(dir: &Path, upstreams: &[(&str, Trust)]) -> Result<Pins, PinsError> {
         let path = dir.join(FILE_NAME);
-        let mut state = State::default();
-        match file::load(&path) {
-            file::Loaded::Missing => {}
-            file::Loaded::Read(table) => state.table = table,
-            file::Loaded::Damaged(why) => {
-                let aside = path.with_extension("json.damaged");
-                let _ = std::fs::copy(&path, &aside);
-                tracing::error!(path = %path.display(), kept_as = %aside.display(),
-                    "tool pins file unusable: {why}; every tool of the trust = \"pin\" upstreams is withheld until approved (mcp-edge tools approve UPSTREAM)");
-                let why: Arc<str> = Arc::from(format!("{}: {why}", path.display()));
-                for (name, _) in upstreams.iter().filter(|(_, t)| *t == Trust::Pin) {
-                    state.table.insert((*name).to_owned(), BTreeMap::new());
-                    state.unverified.insert((*name).to_owned(), why.clone());
-                }
-                state.dirty = true;
-            }
-        }
         let pins = Pins {
+            state: Mutex::new(load_state(&path, upstreams)),
             path: Some(path),
-            state: Mutex::new(state),
-            writer: Mutex::new(()),
+            writer: Arc::default(),
         };
         let names: Vec<&str> = upstreams.iter().map(|(n, _)| *n).collect();
         pins.retain(&names);
+        if pins.state().frozen.is_some() {
+            return Ok(pins); // kept running, the original untouched (logged)
+        }
         let pinning = upstreams.iter().any(|(_, t)| *t == Trust::Pin);
         if pinning {
-            pins.state().dirty = true; // proves the file can be written
+            pins.state().touch(true); // proves the file can be written
         }
-        match pins.flush() {
+        match pins.flush_blocking() {
             Err(e) if pinning => Err(e),
             Err(e) => {
                 tracing::warn!("tool pins not saved: {e}");
@@ -241,24 +322,36 @@ impl Pins {
         self.state.lock().expect("pins lock")
     }
 
+    /// `Some(n)` when a line about `upstream`'s tools may be logged now
+    /// (`n` lines were skipped before it); `None`: skip this one.
+    pub fn log_allowed(&self, upstream: &str) -> Option<u64> {
+        self.state().log_allowed(upstream)
+    }
+
     /// Drops the pins of upstreams not in `names` (start, reload).
     pub fn retain(&self, names: &[&str]) {
         let mut st = self.state();
         let before = st.table.len();
         st.table.retain(|u, _| names.contains(&u.as_str()));
         st.unverified.retain(|u, _| names.contains(&u.as_str()));
+        st.logs.retain(|u, _| names.contains(&u.as_str()));
         if st.table.len() != before {
             tracing::info!(
                 "tool pins of {} upstream(s) no longer configured dropped",
                 before - st.table.len()
             );
-            st.dirty = true;
+            st.touch(true);
         }
     }
 
     /// Number of pins `upstream` has.
     pub fn pinned(&self, upstream: &str) -> usize {
         self.state().table.get(upstream).map_or(0, BTreeMap::len)
+    }
+
+    /// The digest pinned for `upstream`'s tool `tool`, if any.
+    pub fn pin_of(&self, upstream: &str, tool: &str) -> Option<Digest> {
+        self.state().table.get(upstream)?.get(tool).copied()
     }
 
     /// Reviews what `upstream` lists now (`listed`: name and digest of each
@@ -275,19 +368,22 @@ impl Pins {
     ) -> Vec<Withheld> {
         let mut guard = self.state();
         let st = &mut *guard;
-        let Some(pins) = st.table.get_mut(upstream) else {
+        if !st.table.contains_key(upstream) {
             return first_use(st, upstream, trust, listed, complete);
-        };
+        }
         let mut withheld = Vec::new();
         for (name, now) in listed {
-            let pinned = pins.get(name).copied();
+            let pinned = st.table.get(upstream).and_then(|p| p.get(name)).copied();
             if pinned == Some(*now) {
                 continue;
             }
             if trust == Trust::Auto {
-                log_auto(upstream, name, pinned, *now);
+                if let Some(skipped) = st.log_allowed(upstream) {
+                    log_auto(upstream, name, pinned, *now, skipped);
+                }
+                let pins = st.table.entry(upstream.to_owned()).or_default();
                 pins.insert(name.clone(), *now);
-                st.dirty = true;
+                st.touch(false);
                 continue;
             }
             let reason = match (pinned, st.unverified.get(upstream)) {
@@ -302,7 +398,10 @@ impl Pins {
             });
         }
         let names: HashSet<&str> = listed.iter().map(|(n, _)| n.as_str()).collect();
-        st.dirty |= prune(upstream, pins, &names, capacity);
+        let pins = st.table.entry(upstream.to_owned()).or_default();
+        if prune(upstream, pins, &names, capacity) {
+            st.touch(false);
+        }
         withheld
     }
 
@@ -324,40 +423,7 @@ impl Pins {
         }
         prune(upstream, pins, listed, capacity);
         st.unverified.remove(upstream);
-        st.dirty = true;
-    }
-
-    /// Writes the file if the pins changed since it was last written (a
-    /// no-op in memory). The state lock is not held while writing.
-    ///
-    /// # Errors
-    /// [`PinsError`]; the pins stay marked changed, so the next flush tries again.
-    pub fn flush(&self) -> Result<(), PinsError> {
-        let Some(path) = &self.path else {
-            return Ok(());
-        };
-        let _one = self.writer.lock().expect("pins writer lock");
-        let bytes = {
-            let mut st = self.state();
-            if !st.dirty {
-                return Ok(());
-            }
-            st.dirty = false;
-            file::encode(&st.table)
-        };
-        let failed = if bytes.len() > limits::PINS_FILE_MAX_BYTES {
-            metrics::counter!(crate::metrics::REFUSED, "limit" => "pins_file_bytes").increment(1);
-            Err(PinsError::TooLarge { bytes: bytes.len() })
-        } else {
-            file::write_atomically(path, &bytes).map_err(|source| PinsError::Write {
-                path: path.clone(),
-                source,
-            })
-        };
-        if failed.is_err() {
-            self.state().dirty = true;
-        }
-        failed
+        st.touch(true);
     }
 }
 
@@ -391,21 +457,23 @@ fn first_use(
     );
     st.table
         .insert(upstream.to_owned(), listed.iter().cloned().collect());
-    st.dirty = true;
+    st.touch(true);
     Vec::new()
 }
 
 /// `trust = "auto"`: a changed or new tool is served; say so.
-fn log_auto(upstream: &str, tool: &str, pinned: Option<Digest>, now: Digest) {
+/// (`skipped`: lines of this upstream left out before, by its log budget).
+fn log_auto(upstream: &str, tool: &str, pinned: Option<Digest>, now: Digest, skipped: u64) {
     match pinned {
         Some(p) => tracing::warn!(
             upstream,
             tool = %printable(tool),
+            skipped,
             "tool definition changed (pinned {}, now {}); serving it (trust = \"auto\") and pinning the new definition",
             p.short(),
             now.short()
         ),
-        None => tracing::info!(upstream, tool = %printable(tool), digest = %now.short(),
+        None => tracing::info!(upstream, tool = %printable(tool), digest = %now.short(), skipped,
             "new tool pinned (trust = \"auto\")"),
     }
 }

@@ -100,7 +100,7 @@ fn a_restart_keeps_the_pins_and_drops_unconfigured_upstreams() {
     let pins = Pins::open(dir.path(), UPS).unwrap();
     pins.review("p", Trust::Pin, 8, &[tool("read", "v1")], true);
     pins.review("a", Trust::Auto, 8, &[tool("x", "v1")], true);
-    pins.flush().unwrap();
+    pins.flush_blocking().unwrap();
     let again = Pins::open(dir.path(), UPS).unwrap();
     assert_eq!(again.pinned("p"), 1);
     let w = again.review("p", Trust::Pin, 8, &[tool("read", "v2")], true);
@@ -139,7 +139,7 @@ fn a_damaged_file_trusts_nothing_under_pin() {
     // An approval pins it.
     let listed: HashSet<&str> = ["read"].into();
     again.approve("p", &[tool("read", "v1")], 8, &listed);
-    again.flush().unwrap();
+    again.flush_blocking().unwrap();
     let third = Pins::open(dir.path(), UPS).unwrap();
     assert!(third
         .review("p", Trust::Pin, 8, &[tool("read", "v1")], true)
@@ -170,4 +170,86 @@ fn a_directory_where_pins_cannot_be_saved_fails_only_a_pin_config() {
         .expect("pin needs a writable directory");
     assert!(e.to_string().contains("not-there"), "{e}");
     assert!(Pins::open(&missing, &[("a", Trust::Auto)]).is_ok());
+}
+
+#[test]
+fn an_unreadable_file_is_left_untouched_and_nothing_is_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(FILE_NAME);
+    // As root a 0000 file is readable anyway: a directory in its place then.
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let original = "{\"version\": 1, \"upstreams\": {\"p\": {}}}\n";
+    if root {
+        std::fs::create_dir(&path).unwrap();
+    } else {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(&path, original).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o000)).unwrap();
+    }
+    let pins = Pins::open(dir.path(), UPS).expect("keeps running");
+    let w = pins.review("p", Trust::Pin, 8, &[tool("read", "v1")], true);
+    assert_eq!(names(&w), [("read", "unverified")]);
+    assert!(w[0].detail().contains("cannot read"), "{}", w[0].detail());
+    // An approval holds in memory; the file is not replaced.
+    let listed: HashSet<&str> = ["read"].into();
+    pins.approve("p", &[tool("read", "v1")], 8, &listed);
+    let e = pins.flush_blocking().expect_err("not written this run");
+    assert!(e.to_string().contains(&*path.to_string_lossy()), "{e}");
+    assert!(pins
+        .review("p", Trust::Pin, 8, &[tool("read", "v1")], true)
+        .is_empty());
+    assert!(!dir.path().join("tool-pins.json.damaged").exists());
+    if root {
+        assert!(path.is_dir(), "left as it was");
+    } else {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), original);
+    }
+}
+
+#[test]
+fn a_damaged_file_that_cannot_be_kept_aside_is_not_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(FILE_NAME);
+    std::fs::write(&path, b"{not json").unwrap();
+    // The copy fails: a directory holds its name.
+    std::fs::create_dir(dir.path().join("tool-pins.json.damaged")).unwrap();
+    let pins = Pins::open(dir.path(), UPS).expect("keeps running");
+    let w = pins.review("p", Trust::Pin, 8, &[tool("read", "v1")], true);
+    assert_eq!(names(&w), [("read", "unverified")]);
+    assert!(pins.flush_blocking().is_err());
+    assert_eq!(std::fs::read(&path).unwrap(), b"{not json");
+}
+
+#[tokio::test(start_paused = true)]
+async fn auto_re_pins_are_written_at_most_once_per_interval_and_the_rest_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let pins = Pins::open(dir.path(), UPS).unwrap();
+    let path = dir.path().join(FILE_NAME);
+    let has = |t: (String, Digest)| std::fs::read_to_string(&path).unwrap().contains(&t.1.hex());
+    // First use is written at once, even coalesced.
+    pins.review("a", Trust::Auto, 8, &[tool("t", "v1")], true);
+    pins.flush(Flush::Coalesced).await.unwrap();
+    assert!(has(tool("t", "v1")));
+    // An auto re-pin right after: put off.
+    pins.review("a", Trust::Auto, 8, &[tool("t", "v2")], true);
+    pins.flush(Flush::Coalesced).await.unwrap();
+    assert!(!has(tool("t", "v2")), "put off");
+    // Another change that is not an auto re-pin writes at once, carrying it.
+    pins.review("p", Trust::Pin, 8, &[tool("x", "1")], true);
+    pins.flush(Flush::Coalesced).await.unwrap();
+    assert!(has(tool("t", "v2")) && has(tool("x", "1")));
+    // Flip-flopping under auto: at most one write per interval.
+    pins.review("a", Trust::Auto, 8, &[tool("t", "v1")], true);
+    pins.flush(Flush::Coalesced).await.unwrap();
+    assert!(!has(tool("t", "v1")));
+    tokio::time::advance(limits::PINS_WRITE_MIN_INTERVAL).await;
+    pins.flush(Flush::Coalesced).await.unwrap();
+    assert!(has(tool("t", "v1")), "written once the interval passed");
+    // `Now` (approvals, reload, shutdown) does not wait.
+    pins.review("a", Trust::Auto, 8, &[tool("t", "v3")], true);
+    pins.flush(Flush::Now).await.unwrap();
+    assert!(has(tool("t", "v3")));
 }

@@ -235,7 +235,7 @@ impl<'a> Monitor<'a> {
         let (up, name) = (self.up, self.up.name());
         let c = Catalog::fetch(up, self.neg).await;
         tracing::info!(upstream = %name, tools = c.tools.len(), prompts = c.prompts.len(), resources = c.resources.len(), "catalog loaded");
-        up.set_catalog(c);
+        up.set_catalog(c).await;
         up.transition(|s| s.ready(self.neg.era, since));
         let every = up.config.health_interval;
         let mut tick = tokio::time::interval_at(Instant::now() + every, every);
@@ -295,7 +295,9 @@ impl<'a> Monitor<'a> {
 
     /// Lists the catalog again.
     async fn refresh(&self) {
-        self.up.set_catalog(Catalog::fetch(self.up, self.neg).await);
+        (self.up)
+            .set_catalog(Catalog::fetch(self.up, self.neg).await)
+            .await;
         self.up.progressed();
     }
 }

