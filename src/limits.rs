@@ -367,10 +367,18 @@ pub const SESSION_DELETE_TIMEOUT: Duration = Duration::from_secs(2);
 /// A spawn that finds the table full (after dropping the entries of
 /// processes gone) is refused, as a full table refuses.
 pub const MAX_TRACKED_CHILDREN: usize = 4 * MAX_UPSTREAMS;
-/// Most processes one stop collects from mcp-edge's descendants (one stdio
-/// child's tree, or everything at exit): 1,024. A larger tree is stopped
-/// in part; what is left stays mcp-edge's descendant and is stopped at exit.
+/// Most processes one stop collects (one stdio child's marked tree, or
+/// every descendant at exit): 1,024. Only the processes being stopped
+/// count, not other upstreams' descendants. A larger tree is stopped in
+/// part (`refused{limit="descendants"}` counts the processes left out, with
+/// a throttled warning); what is left stays mcp-edge's descendant and is
+/// stopped at exit.
 pub const MAX_DESCENDANTS: usize = 1024;
+/// Most parent links (`pid`, `ppid`: 8 bytes each) one walk of the process
+/// tree reads from `/proc`: 65,536 (512 KiB), above the 32,768 pids of a
+/// default 32-bit `pid_max`. Past it the walk sees part of the tree (counted
+/// like [`MAX_DESCENDANTS`]).
+pub const MAX_PROCESSES_LISTED: usize = 65_536;
 /// How often a stop looks whether the descendants it sent SIGTERM are gone.
 pub const DESCENDANT_POLL: Duration = Duration::from_millis(20);
 

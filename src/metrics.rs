@@ -12,7 +12,9 @@
 /// `head_bytes`: a request head over `limits::MAX_REQUEST_HEAD_BYTES`, answered 431 by hyper;
 /// `withheld`: a call to a tool withheld by its pin (`trust = "pin"`), answered as an unknown tool;
 /// `pins_file_bytes`: tool pins not written because the file would pass `limits::PINS_FILE_MAX_BYTES`;
-/// `admin_body`: an admin request body over `limits::ADMIN_BODY_BYTES`, answered 413).
+/// `admin_body`: an admin request body over `limits::ADMIN_BODY_BYTES`, answered 413;
+/// `tracked_children`: a stdio child not started, `limits::MAX_TRACKED_CHILDREN` full;
+/// `descendants`: processes a stop left out past `limits::MAX_DESCENDANTS`).
 pub const REFUSED: &str = "mcp_edge_refused_total";
 /// Counter `{reason}`: sessions removed (`idle`, `deleted`).
 pub const SESSIONS_EVICTED: &str = "mcp_edge_sessions_evicted_total";

@@ -45,7 +45,8 @@ impl Controls for tokio::sync::mpsc::Receiver<Control> {
 /// default, nothing to reload).
 ///
 /// The process is made a child subreaper first, with the reaper as a root
-/// task ([`crate::reaper`]); after the shutdown, every descendant left is
+/// task ([`crate::reaper::Reaper`]; not if `/proc` or SIGCHLD is unusable,
+/// with a warning, since orphans would pile up unreaped); after the shutdown, every descendant left is
 /// stopped and reaped. Only here: a gateway started in-process (tests) runs
 /// in a process whose other children are not its business.
 pub async fn run(
@@ -55,10 +56,13 @@ pub async fn run(
 ) -> Result<(), GatewayError> {
     warn_over_budget(&config);
     crate::metrics::prometheus();
-    if let Err(e) = crate::reaper::become_subreaper() {
-        tracing::warn!("cannot become a child subreaper ({e}): descendants of stdio upstreams that leave their process group and lose their parent are out of reach");
-    }
-    let reaper = OwnedTask::spawn(crate::reaper::watch_orphans());
+    let reaper = match crate::reaper::Reaper::start() {
+        Ok(r) => Some(OwnedTask::spawn(r.watch())),
+        Err(e) => {
+            tracing::warn!("not a child subreaper: {e}; descendants of stdio upstreams that leave their process group and lose their parent are out of reach");
+            None
+        }
+    };
     let scheme = if config.server.tls.is_some() {
         "https"
     } else {
@@ -73,12 +77,13 @@ pub async fn run(
         tracing::info!("admin listener on http://{a} (/metrics /healthz /readyz /status)");
     }
     gateway.serve(source.as_deref(), controls).await;
-    let left = crate::reaper::stop_tree(None, 0, crate::limits::CHILD_STOP_GRACE).await;
+    let grace = crate::limits::CHILD_STOP_GRACE;
+    let left = crate::reaper::stop_tree(None, crate::reaper::Group::NONE, grace).await;
     if left > 0 {
         tracing::info!("stopped {left} process(es) the upstreams left behind");
     }
     drop(reaper);
-    crate::reaper::reap_orphans();
+    crate::reaper::reap().await;
     Ok(())
 }
 

@@ -31,8 +31,8 @@
 //! environment unreadable because it made itself not dumpable) cannot be
 //! told apart: it is stopped only when mcp-edge exits, when every
 //! descendant is ([`stop_tree`] with no marker). systemd's
-//! `KillMode=control-group` catches what escaped even that (see
-//! `systemd/mcp-edge.service`).
+//! `KillMode=mixed` catches what escaped even that once mcp-edge has
+//! exited (see `systemd/mcp-edge.service`).
 //!
 //! **Reaping next to tokio.** tokio waits for its own children by pid (a
 //! pidfd, or SIGCHLD and `waitpid(pid)`, plus a queue for children dropped
@@ -40,25 +40,32 @@
 //! break `Child::wait`. So mcp-edge never waits for "any child": every
 //! stdio child is started through [`spawn`], which records its pid and
 //! start time in a fixed table ([`crate::limits::MAX_TRACKED_CHILDREN`])
-//! under the lock the reaper holds while it works, so a child cannot be
-//! reaped between fork and record. On each SIGCHLD the reaper
-//! ([`watch_orphans`], a task of the composition root) lists mcp-edge's
-//! zombie children in `/proc` and reaps, by pid, those not in the table
-//! ([`reap_orphans`]). An entry goes when its process is gone (tokio reaped
-//! it); the start time keeps a reused pid from passing for a tracked child.
+//! under a lock taken before the fork. On each SIGCHLD the reaper
+//! ([`Reaper::watch`], a task of the composition root) lists mcp-edge's
+//! zombie children in `/proc` and, for each, under that lock, reads it
+//! again and reaps it by pid unless the table holds it ([`reap_orphans`]):
+//! a stdio child that is already a zombie was recorded before the reaper
+//! could take the lock. An entry goes only when `/proc` says its process is
+//! gone (tokio reaped it; a read that fails otherwise, such as `EMFILE`,
+//! keeps it: [`procfs::Lookup`]); the start time keeps a reused pid from
+//! passing for a tracked child, and an entry whose start time could not be
+//! read (0) covers its pid whatever the start.
 //!
 //! Linux only (`/proc`, `prctl`). Signals are sent by pid after checking
-//! the pid still names the process that was collected (same start time);
-//! the window between the check and the signal is the usual one of
-//! `kill(2)`.
+//! the pid still names the process that was collected (same start time),
+//! and to a process group only while its id is surely the child's
+//! ([`Group`]); the window between the check and the signal is the usual
+//! one of `kill(2)`. The `/proc` walks run on tokio's blocking pool
+//! ([`scan`] is called through `off_runtime`).
 
 pub mod procfs;
+mod tree;
 
 use crate::limits;
-use procfs::Proc;
+use procfs::{Lookup, Proc};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
+pub use tree::{kill_tree, scan, signal, signal_tree, stop_tree, Group};
 
 /// The environment variable that marks a stdio child and its descendants.
 pub const MARKER_VAR: &str = "MCP_EDGE_CHILD";
@@ -90,45 +97,115 @@ impl Marker {
     }
 }
 
-/// Makes mcp-edge the subreaper of its descendants (`PR_SET_CHILD_SUBREAPER`):
-/// an orphan is re-parented to it rather than to init.
-pub fn become_subreaper() -> std::io::Result<()> {
-    // SAFETY: prctl(2) sets a flag of this process; no memory is passed.
-    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+/// Why mcp-edge is not made a subreaper ([`Reaper::start`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ReaperError {
+    /// `/proc` cannot be listed or read: orphans could not be found.
+    #[error("/proc is unusable ({0})")]
+    Proc(std::io::Error),
+    /// No SIGCHLD stream: orphans would never be reaped.
+    #[error("cannot watch SIGCHLD ({0})")]
+    Sigchld(std::io::Error),
+    /// `prctl(PR_SET_CHILD_SUBREAPER)` failed.
+    #[error("prctl(PR_SET_CHILD_SUBREAPER) failed ({0})")]
+    Prctl(std::io::Error),
 }
 
-/// The children tokio waits for: `(pid, start time)`, `(0, 0)` when free.
+/// Why a stdio child was not started ([`spawn`]).
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    /// The table of children tokio waits for is full.
+    #[error(
+        "{} child processes tracked already (limits::MAX_TRACKED_CHILDREN)",
+        limits::MAX_TRACKED_CHILDREN
+    )]
+    Full,
+    /// The spawn itself failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// mcp-edge as a child subreaper that reaps its orphans: made by
+/// [`Reaper::start`], run by [`Reaper::watch`].
+pub struct Reaper {
+    sigchld: tokio::signal::unix::Signal,
+}
+
+impl Reaper {
+    /// Checks that `/proc` is usable and SIGCHLD can be watched, then makes
+    /// mcp-edge the subreaper of its descendants (`PR_SET_CHILD_SUBREAPER`):
+    /// an orphan is re-parented to it rather than to init. Without either,
+    /// it stays no subreaper: orphans it could not reap would pile up as
+    /// zombies. Inside a runtime.
+    pub fn start() -> Result<Reaper, ReaperError> {
+        use tokio::signal::unix::{signal, SignalKind};
+        procfs::usable().map_err(ReaperError::Proc)?;
+        let sigchld = signal(SignalKind::child()).map_err(ReaperError::Sigchld)?;
+        // SAFETY: prctl(2) sets a flag of this process; no memory is passed.
+        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+            return Err(ReaperError::Prctl(std::io::Error::last_os_error()));
+        }
+        Ok(Reaper { sigchld })
+    }
+
+    /// The reaper: [`reap_orphans`] (off the runtime) now and at every
+    /// SIGCHLD. A task of the composition root; its handle's drop ends it.
+    pub async fn watch(mut self) {
+        loop {
+            reap().await;
+            if self.sigchld.recv().await.is_none() {
+                return;
+            }
+        }
+    }
+}
+
+/// The children tokio waits for: `(pid, start time)`, [`FREE`] when free;
+/// start time 0 when it could not be read.
 type Table = [(i32, u64); limits::MAX_TRACKED_CHILDREN];
 
-static TRACKED: Mutex<Table> = Mutex::new([(0, 0); limits::MAX_TRACKED_CHILDREN]);
+const FREE: (i32, u64) = (0, 0);
+
+static TRACKED: Mutex<Table> = Mutex::new([FREE; limits::MAX_TRACKED_CHILDREN]);
 
 fn tracked() -> MutexGuard<'static, Table> {
     TRACKED.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Frees the entries of processes that are gone (reaped by tokio).
-fn purge(table: &mut Table) {
-    for e in table.iter_mut().filter(|e| e.0 != 0) {
-        if !procfs::exists(e.0, e.1) {
-            *e = (0, 0);
+/// Frees the entries (those `which` picks) of processes `look` says are
+/// surely gone (reaped by tokio); an unknown read keeps the entry.
+fn purge(table: &mut Table, which: impl Fn(&(i32, u64)) -> bool, look: impl Fn(i32) -> Lookup) {
+    for e in table.iter_mut().filter(|e| e.0 != 0 && which(e)) {
+        if look(e.0).gone(e.1) {
+            *e = FREE;
         }
     }
+}
+
+/// Whether `p` is a tracked child: its pid is in the table with its start
+/// time, or with start time 0 (not known: any process with the pid).
+fn holds(table: &Table, p: &Proc) -> bool {
+    (table.iter()).any(|&(pid, start)| pid == p.pid && (start == p.start || start == 0))
 }
 
 /// A stdio child in the table: its entry is freed once the child is gone.
 #[derive(Debug)]
 pub struct Tracked((i32, u64));
 
+impl Tracked {
+    /// The child's process group (it leads one: `process_group(0)`).
+    pub fn group(&self) -> Group {
+        Group::led_by(self.0 .0, self.0 .1)
+    }
+}
+
 impl Drop for Tracked {
     fn drop(&mut self) {
         let (pid, start) = self.0;
-        if !procfs::exists(pid, start) {
+        if Proc::lookup(pid).gone(start) {
             let mut table = tracked();
             if let Some(e) = table.iter_mut().find(|e| **e == (pid, start)) {
-                *e = (0, 0);
+                *e = FREE;
             }
         }
     }
@@ -136,39 +213,53 @@ impl Drop for Tracked {
 
 /// Spawns `cmd` (a stdio child, which tokio will wait for) and records it,
 /// so the reaper leaves its exit status to tokio. Errors: the spawn's, or
-/// the table is full ([`limits::MAX_TRACKED_CHILDREN`]).
+/// the table is full ([`limits::MAX_TRACKED_CHILDREN`], counted as
+/// `refused{limit="tracked_children"}`).
+///
+/// The table's lock is held across the fork (`cmd.spawn()`): the reaper
+/// checks the table under it just before each `waitpid`, so a child that
+/// exits at once cannot be reaped between fork and record. Nothing else is
+/// done under it but one `/proc` read (and, only when the table is full, a
+/// purge): the section is a fork/exec long.
 pub fn spawn(
     cmd: &mut tokio::process::Command,
-) -> std::io::Result<(tokio::process::Child, Tracked)> {
+) -> Result<(tokio::process::Child, Tracked), SpawnError> {
     let mut table = tracked();
     let mut free = table.iter().position(|e| e.0 == 0);
     if free.is_none() {
-        purge(&mut table);
+        purge(&mut table, |_| true, Proc::lookup);
         free = table.iter().position(|e| e.0 == 0);
     }
     let Some(slot) = free else {
-        return Err(std::io::Error::other(format!(
-            "{} child processes tracked already (limits::MAX_TRACKED_CHILDREN)",
-            limits::MAX_TRACKED_CHILDREN
-        )));
+        metrics::counter!(crate::metrics::REFUSED, "limit" => "tracked_children").increment(1);
+        return Err(SpawnError::Full);
     };
     let child = cmd.spawn()?;
     let pid = child.id().map_or(0, |p| p as i32);
-    // Not reaped yet (tokio reaps only when polled), so still readable.
-    let start = Proc::read(pid).map_or(0, |p| p.start);
+    // Not reaped yet (tokio reaps only when polled), so still readable; if
+    // the read fails all the same, 0 makes the entry cover the pid.
+    let start = Proc::lookup(pid).found().map_or(0, |p| p.start);
     table[slot] = (pid, start);
     Ok((child, Tracked((pid, start))))
 }
 
 /// Reaps, by pid, mcp-edge's zombie children that tokio does not wait for
-/// (orphans re-parented to the subreaper); returns how many.
+/// (orphans re-parented to the subreaper); returns how many. Blocking
+/// (`/proc`): from async code, [`reap`]. The listing is read without the
+/// lock; each zombie is read again and reaped under it.
 pub fn reap_orphans() -> usize {
     let me = std::process::id() as i32;
-    let mut table = tracked();
-    purge(&mut table);
+    // Entries whose start time is not known cover their pid: free the stale ones.
+    purge(&mut tracked(), |e| e.1 == 0, Proc::lookup);
     let mut reaped = 0;
-    for p in procfs::all().filter(|p| p.ppid == me && p.state == b'Z') {
-        if table.contains(&(p.pid, p.start)) {
+    for z in procfs::all().filter(|p| p.ppid == me && p.state == b'Z') {
+        let table = tracked();
+        // Under the lock no stdio child is being started: a zombie with
+        // this pid now is either in the table or an orphan.
+        let Some(p) = Proc::read(z.pid).filter(|p| p.ppid == me && p.state == b'Z') else {
+            continue;
+        };
+        if holds(&table, &p) {
             continue;
         }
         let mut status = 0;
@@ -177,115 +268,15 @@ pub fn reap_orphans() -> usize {
             reaped += 1;
         }
     }
-    drop(table);
     if reaped > 0 {
         metrics::counter!(crate::metrics::ORPHANS_REAPED).increment(reaped as u64);
     }
     reaped
 }
 
-/// The reaper: [`reap_orphans`] now and at every SIGCHLD. A task of the
-/// composition root (after [`become_subreaper`]); its handle's drop ends it.
-pub async fn watch_orphans() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut sigchld = match signal(SignalKind::child()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!("cannot watch SIGCHLD ({e}): orphans are reaped only at exit");
-            return;
-        }
-    };
-    loop {
-        reap_orphans();
-        if sigchld.recv().await.is_none() {
-            return;
-        }
-    }
-}
-
-/// mcp-edge's living descendants that carry `marker`, with their own
-/// descendants; every living descendant with `None`. At most
-/// [`limits::MAX_DESCENDANTS`]. Parent links are followed from mcp-edge down
-/// (a pass over `/proc` per level, so the set stays bounded).
-pub fn tree(marker: Option<&Marker>) -> Vec<Proc> {
-    let me = std::process::id() as i32;
-    // Each descendant found, and whether it is kept.
-    let mut found: Vec<(Proc, bool)> = Vec::new();
-    loop {
-        let before = found.len();
-        for p in procfs::all().filter(|p| !p.exited()) {
-            if found.len() >= limits::MAX_DESCENDANTS {
-                break;
-            }
-            if found.iter().any(|(f, _)| f.pid == p.pid) {
-                continue;
-            }
-            let parent_kept = if p.ppid == me {
-                Some(false)
-            } else {
-                found.iter().find(|(f, _)| f.pid == p.ppid).map(|f| f.1)
-            };
-            if let Some(parent_kept) = parent_kept {
-                let kept = parent_kept || marker.is_none_or(|m| m.carried_by(p.pid));
-                found.push((p, kept));
-            }
-        }
-        if found.len() == before {
-            break;
-        }
-    }
-    found
-        .into_iter()
-        .filter_map(|(p, k)| k.then_some(p))
-        .collect()
-}
-
-/// Sends `sig` to process group `pgid` (if > 0) and to each of `procs` that
-/// still runs; returns how many of `procs` were signalled.
-pub fn signal(procs: &[Proc], pgid: i32, sig: libc::c_int) -> usize {
-    if pgid > 0 {
-        // SAFETY: kill(2) on a process group we created; ESRCH is fine.
-        unsafe { libc::killpg(pgid, sig) };
-    }
-    let mut sent = 0;
-    for p in procs.iter().filter(|p| p.alive()) {
-        // SAFETY: kill(2) on a descendant of ours, just checked to be it.
-        if unsafe { libc::kill(p.pid, sig) } == 0 {
-            sent += 1;
-        }
-    }
-    let name = if sig == libc::SIGKILL { "KILL" } else { "TERM" };
-    if sent > 0 {
-        metrics::counter!(crate::metrics::DESCENDANTS_SIGNALLED, "signal" => name)
-            .increment(sent as u64);
-    }
-    sent
-}
-
-/// Stops what a stdio child left behind (`marker`, its process group
-/// `pgid`), or with `None` every descendant of mcp-edge: SIGTERM, up to
-/// `grace` for them to go, then SIGKILL to the group and to whatever
-/// carries the marker then. Returns how many processes it found.
-pub async fn stop_tree(marker: Option<&Marker>, pgid: i32, grace: Duration) -> usize {
-    let procs = tree(marker);
-    signal(&procs, pgid, libc::SIGTERM);
-    let deadline = tokio::time::Instant::now() + grace;
-    while procs.iter().any(Proc::alive) && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(limits::DESCENDANT_POLL).await;
-    }
-    let left = if procs.iter().any(Proc::alive) {
-        tree(marker)
-    } else {
-        Vec::new()
-    };
-    signal(&left, pgid, libc::SIGKILL);
-    procs.len()
-}
-
-/// At once and without waiting: SIGKILL to process group `pgid` and to
-/// everything carrying `marker` (a stdio child's owner task was aborted).
-pub fn kill_tree(marker: &Marker, pgid: i32) {
-    signal(&tree(Some(marker)), pgid, libc::SIGKILL);
+/// [`reap_orphans`] on tokio's blocking pool.
+pub async fn reap() -> usize {
+    tree::off_runtime(reap_orphans).await
 }
 
 #[cfg(test)]
@@ -295,7 +286,7 @@ mod tests {
     /// Waits until child `pid` has exited (a zombie: nobody waited yet).
     async fn zombie(pid: i32) {
         while Proc::read(pid).is_some_and(|p| p.state != b'Z') {
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
     }
 
@@ -314,6 +305,55 @@ mod tests {
         assert_eq!(tracked.wait().await.unwrap().code(), Some(7));
         // The untracked one was reaped here: tokio finds no child to wait for.
         assert!(untracked.wait().await.is_err());
+    }
+
+    /// A table holding `entries`, the rest free.
+    fn table(entries: &[(i32, u64)]) -> Table {
+        let mut t = [FREE; limits::MAX_TRACKED_CHILDREN];
+        t[..entries.len()].copy_from_slice(entries);
+        t
+    }
+
+    fn zombie_proc(pid: i32, start: u64) -> Proc {
+        let (ppid, pgrp, sid, state) = (1, pid, pid, b'Z');
+        Proc {
+            pid,
+            ppid,
+            pgrp,
+            sid,
+            state,
+            start,
+        }
+    }
+
+    /// A failed `/proc` read (EMFILE under a connection flood) never frees
+    /// an entry: only "no such process" or another start time does.
+    #[test]
+    fn an_unknown_read_keeps_a_tracked_entry() {
+        let entries = [(10, 100), (11, 0), (12, 120), (13, 130)];
+        let mut t = table(&entries);
+        purge(&mut t, |_| true, |_| Lookup::Unknown);
+        assert_eq!(&t[..4], &entries);
+        let look = |pid| match pid {
+            10 => Lookup::Gone,
+            11 => Lookup::Found(zombie_proc(11, 555)),
+            12 => Lookup::Found(zombie_proc(12, 999)),
+            _ => Lookup::Unknown,
+        };
+        purge(&mut t, |_| true, look);
+        // 10 gone; 11's start is not known (kept); 12's pid names another process.
+        assert_eq!(&t[..4], &[FREE, (11, 0), FREE, (13, 130)]);
+    }
+
+    /// An entry whose start time was not read covers its pid whatever the
+    /// zombie's start time; a known start must match.
+    #[test]
+    fn an_entry_without_start_time_covers_its_pid() {
+        let t = table(&[(11, 0), (12, 120)]);
+        assert!(holds(&t, &zombie_proc(11, 777)));
+        assert!(holds(&t, &zombie_proc(12, 120)));
+        assert!(!holds(&t, &zombie_proc(12, 121)));
+        assert!(!holds(&t, &zombie_proc(13, 0)));
     }
 
     #[test]

@@ -2,6 +2,11 @@
 //! `stat` line, the listing of every process, and whether a process's
 //! environment holds an entry. Reads use stack buffers; a process that
 //! vanishes while it is read is skipped.
+//!
+//! A read that fails for another reason than "no such process" (`EMFILE`
+//! under a connection flood, `ENOMEM`, …) says nothing about the process:
+//! it is [`Lookup::Unknown`], never taken for [`Lookup::Gone`], since the
+//! reaper frees a tracked child's entry only once the child is gone.
 
 use std::io::Read;
 
@@ -12,6 +17,8 @@ pub struct Proc {
     pub pid: i32,
     /// Parent's process id (a subreaper's once the parent exited).
     pub ppid: i32,
+    /// Process group id.
+    pub pgrp: i32,
     /// Session id (a process that called `setsid` leads its own).
     pub sid: i32,
     /// `R`, `S`, `D`, `Z` (zombie), …
@@ -21,15 +28,63 @@ pub struct Proc {
     pub start: u64,
 }
 
+/// What reading one process's `/proc/<pid>/stat` told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// The process (running or a zombie).
+    Found(Proc),
+    /// There is no such process (`ENOENT`, `ESRCH`).
+    Gone,
+    /// The read failed otherwise (`EMFILE`, `ENOMEM`, an unparsable line):
+    /// the process may well exist.
+    Unknown,
+}
+
+impl Lookup {
+    /// The process, if it was read.
+    pub fn found(self) -> Option<Proc> {
+        match self {
+            Lookup::Found(p) => Some(p),
+            Lookup::Gone | Lookup::Unknown => None,
+        }
+    }
+
+    /// Whether this says for sure that process `pid` started at `start` is
+    /// gone (reaped): no such pid, or the pid names another process now.
+    /// `start` 0 (not known) matches any process with the pid.
+    pub fn gone(self, start: u64) -> bool {
+        match self {
+            Lookup::Gone => true,
+            Lookup::Found(p) => start != 0 && p.start != start,
+            Lookup::Unknown => false,
+        }
+    }
+}
+
+/// `ENOENT` or `ESRCH`: the process does not exist (any more).
+fn no_such_process(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESRCH))
+}
+
 impl Proc {
-    /// `/proc/<pid>/stat`, or `None` when there is no such process.
+    /// `/proc/<pid>/stat`, or `None` when it cannot be read (see [`Proc::lookup`]).
     pub fn read(pid: i32) -> Option<Proc> {
+        Proc::lookup(pid).found()
+    }
+
+    /// `/proc/<pid>/stat`: the process, [`Lookup::Gone`] when there is no
+    /// such process, [`Lookup::Unknown`] when the read failed otherwise.
+    pub fn lookup(pid: i32) -> Lookup {
         // Fields 1 to 22 fit: 7 digits, a 16-byte name in parentheses and
         // 20 numbers of at most 20 digits.
         let mut buf = [0u8; 512];
-        let mut f = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
-        let n = f.read(&mut buf).ok()?;
-        Proc::parse(&buf[..n])
+        let read =
+            std::fs::File::open(format!("/proc/{pid}/stat")).and_then(|mut f| f.read(&mut buf));
+        match read {
+            Ok(n) => Proc::parse(&buf[..n]).map_or(Lookup::Unknown, Lookup::Found),
+            Err(e) if no_such_process(&e) => Lookup::Gone,
+            Err(_) => Lookup::Unknown,
+        }
     }
 
     /// Parses a `stat` line (proc(5)): `pid (comm) state ppid pgrp session
@@ -43,13 +98,14 @@ impl Proc {
         fields.next(); // the space after `)`
         let state = *fields.next()?.first()?;
         let ppid = number(fields.next()?)?;
-        let _pgrp = fields.next()?;
+        let pgrp = number(fields.next()?)?;
         let sid = number(fields.next()?)?;
         // Fields 7 to 21 (tty_nr … itrealvalue), then starttime (22).
         let start = number(fields.nth(15)?)?;
         Some(Proc {
             pid: i32::try_from(pid).ok()?,
             ppid: i32::try_from(ppid).ok()?,
+            pgrp: i32::try_from(pgrp).ok()?,
             sid: i32::try_from(sid).ok()?,
             state,
             start,
@@ -67,11 +123,6 @@ impl Proc {
     }
 }
 
-/// Whether process `pid` started at `start` still exists, running or a zombie.
-pub fn exists(pid: i32, start: u64) -> bool {
-    Proc::read(pid).is_some_and(|p| p.start == start)
-}
-
 fn number(digits: &[u8]) -> Option<u64> {
     std::str::from_utf8(digits).ok()?.parse().ok()
 }
@@ -85,6 +136,29 @@ pub fn all() -> impl Iterator<Item = Proc> {
             let pid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
             Proc::read(pid)
         })
+}
+
+/// The parent links `(pid, ppid)` of the processes that run (zombies left
+/// out), at most `cap` of them; and whether `/proc` listed more. Eight bytes
+/// a process: a tree is walked in memory from one pass over `/proc`.
+pub fn links(cap: usize) -> (Vec<(i32, i32)>, bool) {
+    let mut links = Vec::new();
+    for p in all().filter(|p| !p.exited()) {
+        if links.len() >= cap {
+            return (links, true);
+        }
+        links.push((p.pid, p.ppid));
+    }
+    (links, false)
+}
+
+/// Whether `/proc` can be listed and read (this process's `stat`).
+pub fn usable() -> std::io::Result<()> {
+    std::fs::read_dir("/proc")?;
+    match Proc::lookup(std::process::id() as i32) {
+        Lookup::Found(_) => Ok(()),
+        Lookup::Gone | Lookup::Unknown => Err(std::io::Error::other("/proc/self/stat unreadable")),
+    }
 }
 
 /// Whether the environment `pid` was started with (`/proc/<pid>/environ`)
@@ -159,8 +233,8 @@ mod tests {
         let line = b"4242 (a) b (c) S 17 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 100\n";
         let p = Proc::parse(line).unwrap();
         assert_eq!(
-            (p.pid, p.ppid, p.sid, p.state, p.start),
-            (4242, 17, 4242, b'S', 987654)
+            (p.pid, p.ppid, p.pgrp, p.sid, p.state, p.start),
+            (4242, 17, 4242, 4242, b'S', 987654)
         );
         assert_eq!(Proc::parse(b"12 (x"), None);
     }
@@ -168,8 +242,23 @@ mod tests {
     #[test]
     fn this_process_reads_as_itself() {
         let me = Proc::read(std::process::id() as i32).unwrap();
-        assert!(me.alive() && exists(me.pid, me.start));
-        assert!(all().any(|p| p == me));
+        assert!(me.alive() && !Proc::lookup(me.pid).gone(me.start));
+        assert!(!Proc::lookup(me.pid).gone(0));
+        assert!(Proc::lookup(me.pid).gone(me.start + 1));
+        assert!(all().any(|p| p.pid == me.pid && p.start == me.start));
+    }
+
+    #[test]
+    fn a_missing_process_is_gone_and_an_unknown_one_is_not() {
+        // pid_max is at most 2^22: this pid never exists.
+        assert_eq!(Proc::lookup(i32::MAX), Lookup::Gone);
+        assert!(Lookup::Gone.gone(0) && Lookup::Gone.gone(7));
+        assert!(!Lookup::Unknown.gone(0) && !Lookup::Unknown.gone(7));
+        let emfile = std::io::Error::from_raw_os_error(libc::EMFILE);
+        assert!(!no_such_process(&emfile));
+        assert!(no_such_process(&std::io::Error::from_raw_os_error(
+            libc::ESRCH
+        )));
     }
 
     #[test]

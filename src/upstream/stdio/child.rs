@@ -5,15 +5,16 @@
 //! descendants that left its process group).
 
 use crate::limits;
-use crate::reaper::{self, Marker, Tracked};
+use crate::reaper::{self, Group, Marker, Tracked};
 use std::process::Stdio;
 use tokio::process::{Child, Command};
 
 /// One started child: what its stop needs. Dropped before its stop ran (the
-/// owner task was aborted), it kills the child's process group and every
-/// process carrying its marker at once.
+/// owner task was aborted), it kills the child's process group (while it
+/// is surely the child's: [`Group`]) and every process carrying its marker
+/// at once.
 pub(super) struct Incarnation {
-    pgid: libc::pid_t,
+    group: Group,
     marker: Marker,
     _tracked: Tracked,
     stopped: bool,
@@ -22,7 +23,7 @@ pub(super) struct Incarnation {
 impl Drop for Incarnation {
     fn drop(&mut self) {
         if !self.stopped {
-            reaper::kill_tree(&self.marker, self.pgid);
+            reaper::kill_tree(self.marker.clone(), self.group);
         }
     }
 }
@@ -36,7 +37,7 @@ pub(super) fn start(
     args: &[String],
     env: &std::collections::BTreeMap<String, String>,
     cwd: Option<&std::path::Path>,
-) -> std::io::Result<(Child, Incarnation)> {
+) -> Result<(Child, Incarnation), reaper::SpawnError> {
     let marker = Marker::next();
     let mut cmd = Command::new(command);
     cmd.args(args)
@@ -63,11 +64,10 @@ pub(super) fn start(
         cmd.current_dir(dir);
     }
     let (child, tracked) = reaper::spawn(&mut cmd)?;
-    let pgid = child.id().map_or(0, |p| p as libc::pid_t);
     Ok((
         child,
         Incarnation {
-            pgid,
+            group: tracked.group(),
             marker,
             _tracked: tracked,
             stopped: false,
@@ -83,14 +83,17 @@ impl Incarnation {
     /// group, re-parented to mcp-edge) gets the same SIGTERM, grace, SIGKILL.
     pub(super) async fn stop(mut self, child: &mut Child) {
         let grace = limits::CHILD_STOP_GRACE;
+        let (marker, group) = (Some(self.marker.clone()), self.group);
         if tokio::time::timeout(grace, child.wait()).await.is_err() {
-            reaper::signal(&reaper::tree(Some(&self.marker)), self.pgid, libc::SIGTERM);
+            reaper::signal_tree(marker.clone(), group, libc::SIGTERM).await;
             if tokio::time::timeout(grace, child.wait()).await.is_err() {
-                reaper::signal(&reaper::tree(Some(&self.marker)), self.pgid, libc::SIGKILL);
+                reaper::signal_tree(marker.clone(), group, libc::SIGKILL).await;
                 let _ = child.wait().await;
             }
         }
-        reaper::stop_tree(Some(&self.marker), self.pgid, grace).await;
+        // The child is reaped: its group is signalled only if one of the
+        // processes stopped now is still in it.
+        reaper::stop_tree(marker, group, grace).await;
         self.stopped = true;
     }
 }
