@@ -66,12 +66,7 @@ fn hold_connections(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_and_half_sent_connections_cannot_lock_a_client_out() {
     let dir = tempfile::tempdir().unwrap();
-    let (port, admin) = (free_port(), free_port());
-    let config = format!(
-        "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\
-         [[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n"
-    );
-    let gw = Running::start(dir.path(), &config).await;
+    let gw = default_gateway(dir.path()).await;
     let opened = Arc::new(AtomicUsize::new(0));
     let mut attack = hold_connections(gw.addr, 1000, opened.clone());
     // Every held connection open at least once (its connect completed:
@@ -355,13 +350,8 @@ fn status_kib(pid: u32, field: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_request_heads_cost_little_memory() {
     let dir = tempfile::tempdir().unwrap();
-    let (port, admin) = (free_port(), free_port());
-    let config = format!(
-        "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\
-         [[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n"
-    );
-    let gw = Running::start(dir.path(), &config).await;
-    let pid = gw.pid() as u32;
+    let gw = default_gateway(dir.path()).await;
+    let (pid, addr) = (gw.pid() as u32, gw.addr);
     let before_kib = status_kib(pid, "VmHWM");
     let head_431 = Arc::new(AtomicUsize::new(0));
     let mut set = tokio::task::JoinSet::new();
@@ -370,7 +360,7 @@ async fn long_request_heads_cost_little_memory() {
         // From eight addresses: 32 each, within one address's share.
         let source = [127, 0, 0, 20 + (i % 8) as u8];
         set.spawn(async move {
-            let mut s = connect_from(source, gw_addr(port)).await;
+            let mut s = connect_from(source, addr).await;
             let mut head = b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: ".to_vec();
             head.resize(390 * 1024, b'a');
             // The gateway stops reading at its cap: the rest may not go out.
@@ -405,6 +395,12 @@ async fn long_request_heads_cost_little_memory() {
     }
 }
 
-fn gw_addr(port: u16) -> SocketAddr {
-    ([127, 0, 0, 1], port).into()
+/// The gateway binary on the default limits: only `listen`,
+/// `admin_listen` (free loopback ports) and the built-in upstream set.
+async fn default_gateway(dir: &std::path::Path) -> Running {
+    let (port, admin) = (free_port(), free_port());
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n{EDGE_BLOCK}"
+    );
+    Running::start(dir, &config).await
 }

@@ -243,7 +243,7 @@ where
                     "connection closed to admit a newer one; retry",
                 ));
             };
-            let req = req.map(|b| conns::Receiving::new(b, Some(&busy)));
+            let req = req.map(|b| conns::Marked::receiving(b, &busy));
             let res = route(app, req).await?;
             // Answered: busy until hyper has taken the whole response body.
             busy.received();

@@ -89,7 +89,7 @@ impl Slot {
 
 /// A request being answered on a connection: while it lives (until the
 /// response body is dropped) the connection is busy — once its body has
-/// arrived ([`Receiving`], [`Busy::received`]).
+/// arrived ([`Marked::receiving`], [`Busy::received`]).
 #[derive(Debug)]
 pub struct Busy {
     slot: Arc<Slot>,
@@ -103,8 +103,12 @@ impl Busy {
     }
 
     /// `body`, holding this request's mark until it is dropped.
-    pub fn hold<B>(self, body: B) -> Held<B> {
-        Held { body, _busy: self }
+    pub fn hold<B>(self, body: B) -> Marked<B> {
+        Marked {
+            body,
+            arrived: None,
+            _busy: Some(self),
+        }
     }
 }
 
@@ -120,52 +124,33 @@ impl Drop for Busy {
     }
 }
 
-/// A response body that keeps its connection busy until it is dropped
-/// (hyper has taken its last frame, or it was abandoned); frames,
-/// `is_end_stream` and `size_hint` pass through, so `Content-Length` stays.
+/// A body marked in the connection table, frames passing through (with
+/// `is_end_stream` and `size_hint`, so `Content-Length` stays): a request
+/// body that marks its connection busy once it has all arrived
+/// ([`Marked::receiving`]), or a response body that keeps its connection
+/// busy until hyper has taken it to the end or abandoned it ([`Busy::hold`]).
 #[derive(Debug)]
-pub struct Held<B> {
+pub struct Marked<B> {
     body: B,
-    _busy: Busy,
+    /// Told when a request body has arrived.
+    arrived: Option<Arc<Slot>>,
+    /// Held while a response body lives.
+    _busy: Option<Busy>,
 }
 
-impl<B: Body + Unpin> Body for Held<B> {
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+impl<B> Marked<B> {
+    /// `body` of the request marked `busy`.
+    pub fn receiving(body: B, busy: &Busy) -> Marked<B> {
+        let arrived = Some(busy.slot.clone());
+        Marked {
+            body,
+            arrived,
+            _busy: None,
+        }
     }
 }
 
-/// A request body that marks its request's connection busy once it has
-/// all arrived; frames pass through untouched.
-#[derive(Debug)]
-pub struct Receiving<B> {
-    body: B,
-    slot: Option<Arc<Slot>>,
-}
-
-impl<B> Receiving<B> {
-    /// `body` of the request marked `busy` (`None`: nothing to tell).
-    pub fn new(body: B, busy: Option<&Busy>) -> Receiving<B> {
-        let slot = busy.map(|b| b.slot.clone());
-        Receiving { body, slot }
-    }
-}
-
-impl<B: Body + Unpin> Body for Receiving<B> {
+impl<B: Body + Unpin> Body for Marked<B> {
     type Data = B::Data;
     type Error = B::Error;
 
@@ -175,7 +160,7 @@ impl<B: Body + Unpin> Body for Receiving<B> {
     ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
         let r = Pin::new(&mut self.body).poll_frame(cx);
         if matches!(r, Poll::Ready(None)) || self.body.is_end_stream() {
-            if let Some(slot) = self.slot.take() {
+            if let Some(slot) = self.arrived.take() {
                 slot.received();
             }
         }

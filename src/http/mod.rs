@@ -338,7 +338,7 @@ impl App {
 
 async fn route(
     app: Arc<App>,
-    req: Request<conns::Receiving<Incoming>>,
+    req: Request<conns::Marked<Incoming>>,
 ) -> Result<Response<Body>, Infallible> {
     if req.uri().path() == "/mcp" {
         Ok(endpoint::handle(app, req).await)
