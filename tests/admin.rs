@@ -125,3 +125,48 @@ async fn status_metrics_readiness_and_reconnect() {
         "{table}"
     );
 }
+
+/// Raw HTTP/1.1 `method path` with `extra` header lines; the status code.
+async fn raw_status(addr: std::net::SocketAddr, method: &str, path: &str, extra: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out[9..12].parse().unwrap()
+}
+
+/// A web page can reach a loopback port: every admin route refuses what a
+/// browser sends (an `Origin`), and a `Host` other than loopback or the
+/// admin address (DNS rebinding), so a page can neither read `/status` nor
+/// force reconnects; the same requests without those headers are served.
+#[tokio::test]
+async fn browsers_are_refused_on_every_admin_route() {
+    mcp_edge::metrics::prometheus();
+    let gw = start(
+        "admin_listen = \"127.0.0.1:0\"",
+        "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
+    )
+    .await;
+    let admin = gw.admin_addr().expect("admin listener bound");
+    let local = format!("Host: {admin}\r\n");
+    let origin = format!("{local}Origin: http://attacker.example\r\n");
+    let rebound = "Host: attacker.example:9737\r\n";
+    for (method, path) in [("GET", "/status"), ("POST", "/upstreams/edge/reconnect")] {
+        assert_eq!(
+            raw_status(admin, method, path, &origin).await,
+            403,
+            "{method} {path}"
+        );
+        assert_eq!(
+            raw_status(admin, method, path, rebound).await,
+            403,
+            "{method} {path}"
+        );
+        let served = raw_status(admin, method, path, &local).await;
+        assert!(served == 200 || served == 202, "{method} {path}: {served}");
+    }
+}

@@ -34,6 +34,11 @@
 //!   preflight). This keeps browsers out; it does not keep out a process
 //!   of the same machine (see "Tool pins" in `docs/architecture.md`).
 //!
+//! Every route, not only the approval, refuses a request with an `Origin`
+//! header or a `Host` that is not loopback or the admin address (403): a
+//! web page (cross-site, or by DNS rebinding) can neither read `/status`
+//! nor force reconnects.
+//!
 //! `/status` shows per upstream its `trust`, how many definitions are
 //! `pinned`, and the `withheld` tools with their reason (`new`, `changed`
 //! with the pinned and the current hash prefix, or `unverified`).
@@ -151,19 +156,23 @@ struct Approve {
     expect: Option<String>,
 }
 
-/// Refuses an approval a browser or a rebound DNS name could send (see the
-/// module docs): the reason, for a 403 or a 415.
-fn approve_guard(
+/// Refuses what a browser or a rebound DNS name could send to any admin
+/// route (see the module docs): the reason, for a 403.
+fn browser_guard(
     headers: &http::HeaderMap,
     local: std::net::SocketAddr,
 ) -> Result<(), (StatusCode, String)> {
     if headers.contains_key(http::header::ORIGIN) {
-        let m = "a request with an Origin header (a browser's) cannot approve tools; use mcp-edge tools approve";
+        let m = "a request with an Origin header (a browser's) is not served here; use the mcp-edge command";
         return Err((StatusCode::FORBIDDEN, m.to_owned()));
     }
     super::checks::OriginPolicy::new(local, &[], &[])
         .check(headers)
-        .map_err(|why| (StatusCode::FORBIDDEN, why))?;
+        .map_err(|why| (StatusCode::FORBIDDEN, why))
+}
+
+/// Refuses an approval that is not JSON (a cross-site form's): for a 415.
+fn approve_guard(headers: &http::HeaderMap) -> Result<(), (StatusCode, String)> {
     let json = (headers.get(http::header::CONTENT_TYPE))
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
@@ -292,12 +301,17 @@ async fn route(
     req: Request<hyper::body::Incoming>,
 ) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_string();
-    if req.method() == Method::POST && path == "/tools/approve" {
-        if let Err((status, why)) = approve_guard(req.headers(), local) {
-            metrics::counter!(crate::metrics::FORBIDDEN).increment(1);
-            tracing::debug!("admin: tool approval refused ({status}): {why}");
-            return json_answer(status, json!({"error": why}));
-        }
+    let approving = req.method() == Method::POST && path == "/tools/approve";
+    let guard = browser_guard(req.headers(), local).and_then(|()| match approving {
+        true => approve_guard(req.headers()),
+        false => Ok(()),
+    });
+    if let Err((status, why)) = guard {
+        metrics::counter!(crate::metrics::FORBIDDEN).increment(1);
+        tracing::debug!("admin: {} {path} refused ({status}): {why}", req.method());
+        return json_answer(status, json!({"error": why}));
+    }
+    if approving {
         return approve(&app, req.into_body()).await;
     }
     if req.method() == Method::GET && path == "/tools" {
