@@ -238,12 +238,23 @@ pub fn gateway_command() -> std::process::Command {
 }
 
 /// A port that was free on 127.0.0.1 a moment ago.
+/// Never the same port twice in one test binary: the kernel may hand a
+/// just-released port out again, and two calls in a row (`listen` and
+/// `admin_listen`) then collide.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind(("127.0.0.1", 0))
-        .expect("bind 127.0.0.1:0")
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let port = std::net::TcpListener::bind(("127.0.0.1", 0))
+            .expect("bind 127.0.0.1:0")
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut given = GIVEN.lock().unwrap();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 pub fn fake_upstream() -> PathBuf {
