@@ -200,6 +200,22 @@ pub(super) fn check_param_headers(
     .map_err(|m| RpcError::new(protocol::HEADER_MISMATCH, m))
 }
 
+/// The HTTP status of a modern caller's JSON-RPC error, whoever raised it,
+/// mcp-edge or an upstream: 404 for -32601, 400 for -32020/-32021/-32022,
+/// else 200 (`../shared/spec/2026-07-28/transports-streamable-http.mdx`
+/// §Protocol Version Header, §Server Validation; `index.mdx`: -32021 on
+/// HTTP is 400).
+pub fn error_status(e: &crate::protocol::RpcError) -> http::StatusCode {
+    use crate::protocol as p;
+    match e.code {
+        p::METHOD_NOT_FOUND => http::StatusCode::NOT_FOUND,
+        p::HEADER_MISMATCH | p::MISSING_CLIENT_CAPABILITY | p::UNSUPPORTED_PROTOCOL_VERSION => {
+            http::StatusCode::BAD_REQUEST
+        }
+        _ => http::StatusCode::OK,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -158,8 +158,8 @@ fn decide_era(
     }
 }
 
-/// Status and framing of a finished call (-32601 on the modern path is 404:
-/// transports-streamable-http.mdx §Protocol Version Header).
+/// Status and framing of a finished call ([`modern::error_status`] for a
+/// modern caller's error).
 fn finish(
     id: Value,
     method: &str,
@@ -169,9 +169,7 @@ fn finish(
 ) -> Answer {
     let label = crate::metrics::method_label(method);
     let status = match &outcome {
-        Err(e) if era == ClientEra::Modern && e.code == protocol::METHOD_NOT_FOUND => {
-            StatusCode::NOT_FOUND
-        }
+        Err(e) if era == ClientEra::Modern => modern::error_status(e),
         _ => StatusCode::OK,
     };
     metrics::counter!(crate::metrics::REQUESTS, "method" => label, "outcome" => if outcome.is_ok() { "ok" } else { "error" }).increment(1);

@@ -61,6 +61,15 @@ pub enum CallError {
     /// The upstream answered with a JSON-RPC error: forwarded unchanged.
     #[error("{0}")]
     Rpc(RpcError),
+    /// The upstream refused this one request with an HTTP 4xx and no
+    /// JSON-RPC error: the caller's error, not the upstream's health.
+    #[error("upstream '{name}' refused the request (HTTP {status})")]
+    Refused {
+        /// Upstream name.
+        name: String,
+        /// The 4xx status.
+        status: u16,
+    },
 }
 
 impl CallError {
@@ -84,6 +93,10 @@ impl CallError {
                 let secs = retry_in.as_secs_f64().ceil() as u64;
                 return RpcError::new(protocol::UPSTREAM_UNAVAILABLE, self.to_string())
                     .with_data(serde_json::json!({"upstream": name, "retryAfterSeconds": secs}));
+            }
+            CallError::Refused { name, status } => {
+                return RpcError::new(protocol::INTERNAL_ERROR, self.to_string())
+                    .with_data(serde_json::json!({"upstream": name, "httpStatus": status}));
             }
             CallError::Transport { .. } => protocol::UPSTREAM_UNAVAILABLE,
             CallError::Timeout { .. } => protocol::UPSTREAM_TIMEOUT,

@@ -383,7 +383,15 @@ impl Upstream {
     fn name_send_error(&self, e: SendError, generation: u64) -> CallError {
         let name = self.config.name.clone();
         match e {
-            SendError::Rpc(r) => CallError::Rpc(r),
+            // An HTTP answer carrying a JSON-RPC error, whatever its status,
+            // is this caller's error: code, message and data kept.
+            SendError::Rpc(r) | SendError::Http { rpc: Some(r), .. } => CallError::Rpc(r),
+            // A 4xx without one refuses this request only (401/403 are
+            // `Auth`, an expired session `SessionExpired`: both below).
+            SendError::Http {
+                status: status @ 400..=499,
+                rpc: None,
+            } => CallError::Refused { name, status },
             SendError::Timeout => CallError::Timeout {
                 name,
                 after: self.config.call_timeout,

@@ -141,8 +141,23 @@ async fn answer(
         "ping" => ok(json!({})),
         "tools/list" => ok(
             json!({"tools": [{"name": "hello", "inputSchema": {"type": "object"}},
-                {"name": "hang", "inputSchema": {"type": "object"}}]}),
+                {"name": "hang", "inputSchema": {"type": "object"}},
+                {"name": "needs_sampling", "inputSchema": {"type": "object"}},
+                {"name": "bad_request", "inputSchema": {"type": "object"}}]}),
         ),
+        // One request's errors: a JSON-RPC error on an HTTP 400, and a
+        // plain-text 400.
+        "tools/call" if body["params"]["name"] == "needs_sampling" => resp(
+            400,
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32021,
+                "message": "Missing required client capability",
+                "data": {"requiredCapabilities": {"sampling": {}}}}}),
+        ),
+        "tools/call" if body["params"]["name"] == "bad_request" => {
+            let mut r = http::Response::new(Full::new(Bytes::from("bad request")));
+            *r.status_mut() = http::StatusCode::BAD_REQUEST;
+            r
+        }
         "tools/call" => {
             u.calls.lock().unwrap().push(id.clone());
             ok(

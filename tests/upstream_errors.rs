@@ -1,0 +1,48 @@
+//! Per-request errors stay per-request (issue 13, part 1): an upstream's
+//! HTTP answer that refuses one request — a JSON-RPC error on any status,
+//! or a 4xx without one — is that caller's error, with code, message and
+//! `data` kept, and it neither marks the upstream down nor reconnects it.
+
+mod support;
+use serde_json::json;
+use support::scripted::{http_block, scripted, Mode};
+use support::*;
+
+#[tokio::test]
+async fn an_upstreams_refusal_of_one_request_is_that_callers_error_only() {
+    mcp_edge::metrics::prometheus();
+    let (up, url) = scripted(Mode::Legacy).await;
+    let gw = start("", &http_block("remote", &url, "")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let r = call_tool(addr, &sid, json!(1), "remote__needs_sampling", json!({})).await;
+    assert_eq!(r.error_code(), Some(-32021), "{}", r.raw);
+    let e = &r.body["error"];
+    assert_eq!(e["message"], "Missing required client capability");
+    assert_eq!(e["data"]["requiredCapabilities"], json!({"sampling": {}}));
+    let plain = call_tool(addr, &sid, json!(2), "remote__bad_request", json!({})).await;
+    assert_eq!(plain.error_code(), Some(-32603), "{}", plain.raw);
+    assert_eq!(plain.body["error"]["data"]["httpStatus"], 400);
+    // The upstream stayed up: the same upstream session answers next.
+    let ok = call_tool(addr, &sid, json!(3), "remote__hello", json!({})).await;
+    assert_eq!(text_of(&ok), "hello from s0", "{}", ok.raw);
+    let initializes = (up.requests.lock().unwrap().iter())
+        .filter(|(_, m)| m == "initialize")
+        .count();
+    assert_eq!(initializes, 1, "no reconnect");
+    // A modern caller answered in JSON gets the spec's HTTP status: 400
+    // (index.mdx: -32021 on HTTP is 400).
+    let params = json!({"name": "remote__needs_sampling", "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}}});
+    let headers = [
+        ("accept", "application/json"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "remote__needs_sampling"),
+    ];
+    let body = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": params});
+    let m = post(addr, &headers, &body).await;
+    assert_eq!((m.status, m.error_code()), (400, Some(-32021)), "{}", m.raw);
+}
