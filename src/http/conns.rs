@@ -247,7 +247,8 @@ impl Tracker {
     }
 
     /// Whether a request's body is arriving.
-    pub fn receiving(&self) -> bool {
+    #[cfg(test)]
+    fn receiving(&self) -> bool {
         self.slot.state.load(Ordering::Acquire) & RECEIVING != 0
     }
 }
@@ -320,13 +321,15 @@ impl Conns {
     }
 
     /// Places taken now.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         let t = self.table.lock().expect("conns");
         t.iter().filter(|e| e.is_some()).count()
     }
 
     /// Whether no place is taken.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
