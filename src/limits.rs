@@ -97,6 +97,12 @@ pub const RELAY_QUEUE_DEPTH: usize = 32;
 /// Server→client requests (sampling, elicitation, roots) awaiting a downstream
 /// client's answer, per upstream. Entries older than the call timeout are reclaimed.
 pub const PENDING_SERVER_REQUESTS: usize = 16;
+/// `InputRequiredResult`s of a modern upstream mcp-edge answers for one
+/// legacy caller's call (2026-07-28 patterns-mrtr.mdx; `upstream::mrtr`):
+/// one more ends the call with an error, counted as `mrtr_rounds`. The
+/// whole exchange is also bounded by the upstream's `call_timeout`
+/// (`mrtr_time`), as a legacy upstream's call that asks the client is.
+pub const MRTR_MAX_ROUNDS: usize = 8;
 
 /// Default `server.session_min_idle_before_evict`: 60 s. When the legacy
 /// session table is full, a new `initialize` evicts the least-recently-used

@@ -14,7 +14,9 @@
 /// `pins_file_bytes`: tool pins not written because the file would pass `limits::PINS_FILE_MAX_BYTES`;
 /// `admin_body`: an admin request body over `limits::ADMIN_BODY_BYTES`, answered 413;
 /// `tracked_children`: a stdio child not started, `limits::MAX_TRACKED_CHILDREN` full;
-/// `descendants`: processes a stop left out past `limits::MAX_DESCENDANTS`).
+/// `descendants`: processes a stop left out past `limits::MAX_DESCENDANTS`;
+/// `mrtr_rounds`: a legacy caller's call a modern upstream asked for input more than
+/// `limits::MRTR_MAX_ROUNDS` times; `mrtr_time`: one whose input exchange outlasted `call_timeout`).
 pub const REFUSED: &str = "mcp_edge_refused_total";
 /// Counter `{reason}`: sessions removed (`idle`, `deleted`).
 pub const SESSIONS_EVICTED: &str = "mcp_edge_sessions_evicted_total";

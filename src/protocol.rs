@@ -322,5 +322,8 @@ pub fn routed_name<'a>(method: &str, params: Option<&'a Value>) -> Option<&'a st
     params?.get(key)?.as_str()
 }
 
+pub mod caps;
 pub mod param_headers;
 pub mod sse;
+
+pub use caps::ClientCaps;

@@ -10,7 +10,7 @@
 //! slot index: lookup is O(1) (parse the slot, compare the secret in constant
 //! time), and the id stays unguessable (128 random bits).
 
-use crate::protocol::ProtocolVersion;
+use crate::protocol::{ClientCaps, ProtocolVersion};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -63,6 +63,9 @@ pub struct Session {
     /// Who created it (`crate::access::Access::owner`; 0 = anonymous):
     /// another client presenting its id is answered as for an unknown id.
     pub owner: u64,
+    /// What the client declared at `initialize` of elicitation, sampling
+    /// and roots ([`ClientCaps`]): asked of a modern upstream for it.
+    pub caps: ClientCaps,
 }
 
 const NIL: u32 = u32::MAX;
@@ -236,7 +239,7 @@ impl Table {
     }
 
     /// Creates a session for an `initialize` that negotiated `version`, owned
-    /// by `owner` ([`Session::owner`]). When
+    /// by `owner` ([`Session::owner`]) with the client's declared `caps`. When
     /// full, the least recently used session is evicted if it has been idle
     /// for `min_idle_before_evict` (reason `lru`, or `idle` if it had expired).
     /// Errors: [`SessionError::Full`] (counted as `session_capacity`), [`SessionError::Random`].
@@ -244,6 +247,7 @@ impl Table {
         &mut self,
         version: ProtocolVersion,
         owner: u64,
+        caps: ClientCaps,
         now: Instant,
     ) -> Result<SessionId, SessionError> {
         if self.free == NIL {
@@ -275,6 +279,7 @@ impl Table {
             log_floor: 0,
             streams: 0,
             owner,
+            caps,
         });
         self.push_tail(i);
         self.live += 1;
@@ -433,7 +438,7 @@ mod tests {
     #[test]
     fn id_round_trips_and_rejects_garbage() {
         let mut t = Table::new(4, Duration::from_secs(60), Duration::from_secs(60));
-        let id = t.insert(V, 0, Instant::now()).unwrap();
+        let id = t.insert(V, 0, ClientCaps::NONE, Instant::now()).unwrap();
         let h = id.to_header();
         assert_eq!(h.len(), 36);
         assert_eq!(SessionId::parse(&h), Some(id));
@@ -448,7 +453,7 @@ mod tests {
     fn the_owner_is_known_until_the_slot_is_freed_expired_or_not() {
         let t0 = Instant::now();
         let mut t = Table::new(2, Duration::from_secs(60), Duration::from_secs(60));
-        let a = t.insert(V, 7, t0).unwrap();
+        let a = t.insert(V, 7, ClientCaps::NONE, t0).unwrap();
         assert_eq!(t.owner(&a), Some(7));
         assert!(
             t.peek(&a, t0 + Duration::from_secs(61)).is_none(),
@@ -463,9 +468,9 @@ mod tests {
     fn revoking_an_owner_frees_its_sessions_only() {
         let t0 = Instant::now();
         let mut t = Table::new(4, Duration::from_secs(60), Duration::from_secs(60));
-        let a = t.insert(V, 1, t0).unwrap();
-        let b = t.insert(V, 2, t0).unwrap();
-        let a2 = t.insert(V, 1, t0).unwrap();
+        let a = t.insert(V, 1, ClientCaps::NONE, t0).unwrap();
+        let b = t.insert(V, 2, ClientCaps::NONE, t0).unwrap();
+        let a2 = t.insert(V, 1, ClientCaps::NONE, t0).unwrap();
         let gone = t.revoke(|o| o != 1);
         assert_eq!(gone, [a, a2]);
         assert_eq!((t.len(), t.owner(&a), t.owner(&b)), (1, None, Some(2)));
@@ -475,17 +480,21 @@ mod tests {
     fn full_table_refuses_then_reuses_expired_slot() {
         let t0 = Instant::now();
         let mut t = Table::new(2, Duration::from_secs(60), Duration::from_secs(60));
-        let a = t.insert(V, 0, t0).unwrap();
-        let _b = t.insert(V, 0, t0 + Duration::from_secs(1)).unwrap();
+        let a = t.insert(V, 0, ClientCaps::NONE, t0).unwrap();
+        let _b = t
+            .insert(V, 0, ClientCaps::NONE, t0 + Duration::from_secs(1))
+            .unwrap();
         assert_eq!(
-            t.insert(V, 0, t0 + Duration::from_secs(2)),
+            t.insert(V, 0, ClientCaps::NONE, t0 + Duration::from_secs(2)),
             Err(SessionError::Full {
                 capacity: 2,
                 retry_after: Duration::from_secs(58)
             })
         );
         // After a's idle timeout its slot is taken over; a is gone.
-        let c = t.insert(V, 0, t0 + Duration::from_secs(60)).unwrap();
+        let c = t
+            .insert(V, 0, ClientCaps::NONE, t0 + Duration::from_secs(60))
+            .unwrap();
         assert_eq!(t.len(), 2);
         assert_eq!(
             t.touch(&a, t0 + Duration::from_secs(60)),
@@ -499,20 +508,20 @@ mod tests {
         let t0 = Instant::now();
         let s = Duration::from_secs;
         let mut t = Table::new(3, s(3600), s(30));
-        let a = t.insert(V, 0, t0).unwrap();
-        let b = t.insert(V, 0, t0).unwrap();
-        let c = t.insert(V, 0, t0).unwrap();
+        let a = t.insert(V, 0, ClientCaps::NONE, t0).unwrap();
+        let b = t.insert(V, 0, ClientCaps::NONE, t0).unwrap();
+        let c = t.insert(V, 0, ClientCaps::NONE, t0).unwrap();
         // a is used again later, so b is now the least recently used.
         t.touch(&a, t0 + s(20)).unwrap();
         // Nobody idle 30 s yet at t0+25: refused, retry when b qualifies.
         assert_eq!(
-            t.insert(V, 0, t0 + s(25)),
+            t.insert(V, 0, ClientCaps::NONE, t0 + s(25)),
             Err(SessionError::Full {
                 capacity: 3,
                 retry_after: s(5)
             })
         );
-        let d = t.insert(V, 0, t0 + s(31)).unwrap();
+        let d = t.insert(V, 0, ClientCaps::NONE, t0 + s(31)).unwrap();
         assert_eq!(
             t.touch(&b, t0 + s(31)),
             Err(SessionError::NotFound),
@@ -533,7 +542,7 @@ mod tests {
             let now = t0 + Duration::from_millis(n * 20);
             // 20 ms apart: the 64-slot table is always full of sessions < 1.3 s
             // idle, so about every other insert evicts the LRU one.
-            let _ = t.insert(V, 0, now);
+            let _ = t.insert(V, 0, ClientCaps::NONE, now);
             assert!(t.len() <= 64);
         }
         assert_eq!(t.footprint_bytes(), bytes);
@@ -544,11 +553,11 @@ mod tests {
     fn delete_frees_at_once_and_id_is_dead() {
         let now = Instant::now();
         let mut t = Table::new(1, Duration::from_secs(60), Duration::from_secs(60));
-        let a = t.insert(V, 0, now).unwrap();
+        let a = t.insert(V, 0, ClientCaps::NONE, now).unwrap();
         assert!(t.remove(&a));
         assert!(!t.remove(&a));
         assert_eq!(t.touch(&a, now), Err(SessionError::NotFound));
-        let b = t.insert(V, 0, now).unwrap();
+        let b = t.insert(V, 0, ClientCaps::NONE, now).unwrap();
         assert_ne!(a, b, "a reused slot gets a fresh secret");
         assert_eq!(t.touch(&a, now), Err(SessionError::NotFound));
     }
@@ -557,8 +566,8 @@ mod tests {
     fn touch_keeps_alive_and_expire_sweeps() {
         let t0 = Instant::now();
         let mut t = Table::new(8, Duration::from_secs(10), Duration::from_secs(10));
-        let a = t.insert(V, 0, t0).unwrap();
-        let b = t.insert(V, 0, t0).unwrap();
+        let a = t.insert(V, 0, ClientCaps::NONE, t0).unwrap();
+        let b = t.insert(V, 0, ClientCaps::NONE, t0).unwrap();
         assert!(t.touch(&a, t0 + Duration::from_secs(9)).is_ok());
         assert_eq!(t.expire(t0 + Duration::from_secs(12)), 1);
         assert_eq!(t.len(), 1);

@@ -20,6 +20,7 @@ pub mod checks;
 pub mod conns;
 pub mod endpoint;
 mod gate;
+mod legacy_input;
 pub mod listen;
 pub mod modern;
 pub mod reply;

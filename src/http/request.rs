@@ -9,7 +9,7 @@
 //! (`../shared/spec/2025-11-25/transports.mdx` §Session Management).
 
 use super::{audited, modern, reply, App, Body, Who};
-use crate::protocol::{self, Message, ProtocolVersion, RpcError};
+use crate::protocol::{self, ClientCaps, Message, ProtocolVersion, RpcError};
 use crate::session::{SessionError, SessionId};
 use http::{HeaderMap, Response, StatusCode};
 use serde_json::{json, Value};
@@ -259,6 +259,10 @@ pub(super) async fn one(
             if era == ClientEra::Modern {
                 modern_checks(app, h, &method, params.as_ref(), who.policy())
                     .map_err(|e| (id.clone(), e))?;
+            }
+            let mut params = params;
+            if let ClientEra::Legacy(sid, _) = &era {
+                params = super::legacy_input::declare_caps(app, sid, &method, params);
             }
             let call = Call {
                 id,
@@ -520,7 +524,7 @@ impl Call {
         let outcome = match era {
             ClientEra::Legacy(sid, _) => {
                 let (_registered, cancelled) = app.cancels.register(sid, &id);
-                super::cancel::cancellable(call, cancelled).await
+                super::legacy_input::no_stream(super::cancel::cancellable(call, cancelled).await)
             }
             ClientEra::Modern => call.await,
         };
@@ -557,8 +561,9 @@ fn initialize(
         Some(v) if v.is_legacy() => v,
         _ => ProtocolVersion::LATEST_LEGACY,
     };
+    let caps = ClientCaps::parse(params.and_then(|p| p.get("capabilities")));
     let mut table = app.sessions.lock().expect("sessions");
-    let sid = match table.insert(version, who.owner(), Instant::now()) {
+    let sid = match table.insert(version, who.owner(), caps, Instant::now()) {
         Ok(s) => s,
         Err(e @ SessionError::Full { retry_after, .. }) => {
             let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;

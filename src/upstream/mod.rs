@@ -16,6 +16,7 @@ pub mod handshake;
 pub mod http;
 pub mod inflight;
 mod link;
+mod mrtr;
 mod pinning;
 pub mod relay;
 pub mod ring;
@@ -36,6 +37,7 @@ pub use conn::{Abandoned, Conn, Driver, OpenError, Opened};
 pub use era::UpstreamEra;
 pub use error::{CallError, SendError};
 pub use handshake::Negotiated;
+pub use mrtr::input_required;
 pub use pinning::ApproveError;
 pub use state::Status;
 
@@ -286,7 +288,9 @@ impl Upstream {
     }
 
     /// [`Upstream::call`] whose request-scoped notifications and server→client
-    /// requests are relayed to the caller through `relay` ([`relay`]).
+    /// requests are relayed to the caller through `relay` ([`relay`]); a
+    /// modern upstream's `InputRequiredResult` for a legacy session's call
+    /// is answered by asking that caller ([`mrtr`]).
     pub async fn call_relayed(
         &self,
         method: &str,
@@ -301,22 +305,55 @@ impl Upstream {
         }
         let (conn, neg, generation) = self.current().ok_or_else(|| self.unavailable())?;
         let _active = self.calls.enter();
+        let t0 = Instant::now();
         let params = era::adapt_params(neg.era, params);
+        // Kept only when the bridge may need them (no copy otherwise).
+        let bridge = mrtr::may_bridge(neg.era, method, relay.as_ref())
+            .then(|| (params.clone(), relay.clone()));
+        let first = self
+            .send_once(&conn, neg.era, generation, method, params, relay)
+            .await?;
+        match bridge {
+            Some((params, Some(relay))) if mrtr::input_required(&first) => {
+                let call = mrtr::Bridged {
+                    conn,
+                    generation,
+                    method,
+                    params,
+                    relay,
+                    deadline: t0 + self.config.call_timeout,
+                };
+                self.bridge(call, first).await
+            }
+            _ => Ok(first),
+        }
+    }
+
+    /// One request on `conn`; a legacy HTTP session that ended upstream
+    /// gets one re-initialize and one retry (2025-11-25 transports.mdx
+    /// §Session Management, item 4).
+    async fn send_once(
+        &self,
+        conn: &Conn,
+        era: UpstreamEra,
+        generation: u64,
+        method: &str,
+        params: Option<Value>,
+        relay: Option<relay::Relay>,
+    ) -> Result<Value, CallError> {
         let timeout = self.config.call_timeout;
         let first = conn
-            .send(method, params.clone(), neg.era, timeout, relay.clone())
+            .send(method, params.clone(), era, timeout, relay.clone())
             .await;
         let outcome = match first {
             Err(SendError::SessionExpired) => {
-                // Legacy HTTP session ended upstream: one re-initialize, one retry
-                // (2025-11-25 transports.mdx §Session Management, item 4).
                 let _g = self.reinit.lock().await;
-                conn.reinitialize(neg.era)
+                conn.reinitialize(era)
                     .await
                     .map_err(|e| self.name_send_error(e, generation))?;
                 // The new upstream session has no resource subscriptions.
                 self.forget_subscribed();
-                conn.send(method, params, neg.era, timeout, relay).await
+                conn.send(method, params, era, timeout, relay).await
             }
             other => other,
         };
@@ -333,8 +370,10 @@ impl Upstream {
         session: &str,
         outcome: Result<Value, crate::protocol::RpcError>,
     ) -> bool {
-        let Some(upstream_id) = self.pending.take(slot, generation, session) else {
-            return false;
+        let upstream_id = match self.pending.take(slot, generation, session) {
+            None => return false,
+            Some(relay::Target::Waiter(w)) => return w.send(outcome).is_ok(),
+            Some(relay::Target::Upstream(id)) => id,
         };
         let Some((conn, _, _)) = self.current() else {
             return false;

@@ -99,8 +99,27 @@ impl Relay {
     }
 }
 
+/// Who gets the client's answer to a relayed request.
+#[derive(Debug)]
+pub enum Target {
+    /// The upstream that sent it, under this id (a legacy upstream's
+    /// server→client request).
+    Upstream(Value),
+    /// A call of mcp-edge's own waiting for it (an input request of a
+    /// modern upstream's `InputRequiredResult`, asked of a legacy caller by
+    /// `upstream::mrtr`).
+    Waiter(Waiter),
+}
+
+/// Completes a [`Target::Waiter`] with the client's answer.
+pub type Waiter = tokio::sync::oneshot::Sender<Result<Value, crate::protocol::RpcError>>;
+
+/// Receives the client's answer to a [`Target::Waiter`]; closed when the
+/// entry is dropped unanswered (expired, or its session ended).
+pub type Answer = tokio::sync::oneshot::Receiver<Result<Value, crate::protocol::RpcError>>;
+
 struct Entry {
-    upstream_id: Value,
+    target: Target,
     session: String,
     created: Instant,
 }
@@ -110,7 +129,9 @@ struct Slot {
     entry: Option<Entry>,
 }
 
-/// Fixed table of server→client requests awaiting the client's answer.
+/// Fixed table of server→client requests awaiting the client's answer:
+/// a legacy upstream's, or an input request of a modern upstream asked by
+/// mcp-edge ([`Target`]). One capacity, expiry and refusal count for both.
 pub struct Pending {
     slots: Mutex<Box<[Slot]>>,
 }
@@ -157,6 +178,29 @@ impl Pending {
         now: Instant,
         max_age: Duration,
     ) -> Option<(usize, u32)> {
+        self.insert_target(Target::Upstream(upstream_id), session, now, max_age)
+    }
+
+    /// [`Pending::insert`] of a request mcp-edge itself asks `session`:
+    /// the answer goes to the returned [`Answer`].
+    pub fn insert_waiter(
+        &self,
+        session: String,
+        now: Instant,
+        max_age: Duration,
+    ) -> Option<(usize, u32, Answer)> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (slot, generation) = self.insert_target(Target::Waiter(tx), session, now, max_age)?;
+        Some((slot, generation, rx))
+    }
+
+    fn insert_target(
+        &self,
+        target: Target,
+        session: String,
+        now: Instant,
+        max_age: Duration,
+    ) -> Option<(usize, u32)> {
         let mut g = self.slots.lock().expect("pending lock");
         for s in g.iter_mut() {
             if s.entry
@@ -169,7 +213,7 @@ impl Pending {
         }
         let (i, s) = g.iter_mut().enumerate().find(|(_, s)| s.entry.is_none())?;
         s.entry = Some(Entry {
-            upstream_id,
+            target,
             session,
             created: now,
         });
@@ -193,14 +237,24 @@ impl Pending {
 
     /// Takes the entry for an answer from `session`; `None` if unknown, already
     /// answered, reclaimed, or owned by another session.
-    pub fn take(&self, slot: usize, generation: u32, session: &str) -> Option<Value> {
+    pub fn take(&self, slot: usize, generation: u32, session: &str) -> Option<Target> {
         let mut g = self.slots.lock().expect("pending lock");
         let s = g.get_mut(slot)?;
         if s.generation != generation || s.entry.as_ref()?.session != session {
             return None;
         }
         s.generation = s.generation.wrapping_add(1);
-        s.entry.take().map(|e| e.upstream_id)
+        s.entry.take().map(|e| e.target)
+    }
+
+    /// Frees an entry whose answer is no longer wanted (its call ended);
+    /// a later answer finds nothing.
+    pub fn release(&self, slot: usize, generation: u32) {
+        let mut g = self.slots.lock().expect("pending lock");
+        if let Some(s) = g.get_mut(slot).filter(|s| s.generation == generation) {
+            s.entry = None;
+            s.generation = s.generation.wrapping_add(1);
+        }
     }
 }
 
@@ -280,9 +334,9 @@ mod tests {
                 .is_none(),
             "full"
         );
-        assert_eq!(p.take(slot, g, "s2"), None);
-        assert_eq!(p.take(slot, g, "s1"), Some(json!(41)));
-        assert_eq!(p.take(slot, g, "s1"), None);
+        assert!(p.take(slot, g, "s2").is_none());
+        assert!(matches!(p.take(slot, g, "s1"), Some(Target::Upstream(v)) if v == json!(41)));
+        assert!(p.take(slot, g, "s1").is_none());
     }
 
     fn refused(limit: &str) -> f64 {
@@ -340,6 +394,31 @@ mod tests {
     }
 
     #[test]
+    fn a_waiter_gets_its_sessions_answer_and_is_freed_otherwise() {
+        let p = Pending::new(2);
+        let (now, age) = (Instant::now(), Duration::from_secs(10));
+        let (slot, g, mut rx) = p.insert_waiter("s".into(), now, age).unwrap();
+        assert!(p.take(slot, g, "other").is_none());
+        let Some(Target::Waiter(w)) = p.take(slot, g, "s") else {
+            panic!("a waiter")
+        };
+        w.send(Ok(json!({"action": "decline"}))).unwrap();
+        assert_eq!(rx.try_recv().unwrap(), Ok(json!({"action": "decline"})));
+        // Released (its call ended): the slot is free, a late answer finds nothing.
+        let (slot, g, mut released) = p.insert_waiter("s".into(), now, age).unwrap();
+        p.release(slot, g);
+        assert!(released.try_recv().is_err(), "closed");
+        assert!(p.take(slot, g, "s").is_none());
+        // Its session ended, or it expired: the waiting call sees the channel closed.
+        let (_, _, mut gone) = p.insert_waiter("s".into(), now, age).unwrap();
+        assert_eq!(p.forget_session("s"), 1);
+        assert!(gone.try_recv().is_err());
+        let (_, _, mut old) = p.insert_waiter("s".into(), now, age).unwrap();
+        assert!(p.insert_waiter("s".into(), now + age, age).is_some());
+        assert!(old.try_recv().is_err(), "reclaimed at expiry");
+    }
+
+    #[test]
     fn stale_entries_are_reclaimed() {
         let p = Pending::new(1);
         let t0 = Instant::now();
@@ -353,6 +432,6 @@ mod tests {
             Duration::from_secs(10),
         );
         assert!(again.is_some());
-        assert_eq!(p.take(slot, g, "s"), None, "the old generation is dead");
+        assert!(p.take(slot, g, "s").is_none(), "the old generation is dead");
     }
 }
