@@ -189,34 +189,40 @@ impl Upstream {
         self.collect(&mut asked, call.deadline).await
     }
 
-    /// Waits for every answer of the round (until `deadline`).
+    /// Waits for every answer of the round (until `deadline`), taking them
+    /// as they come: the first error answer ends the round at once.
     async fn collect(
         &self,
         asked: &mut Asked<'_>,
         deadline: Instant,
     ) -> Result<Map<String, Value>, CallError> {
+        use futures_util::stream::{FuturesUnordered, StreamExt};
+        let mut waiting: FuturesUnordered<_> = (asked.waits.iter_mut())
+            .filter_map(|(key, method, _, _, answer)| {
+                let answer = answer.take()?;
+                Some(async move { (&*key, &*method, answer.await) })
+            })
+            .collect();
         let mut answers = Map::new();
-        for (key, method, _, _, answer) in &mut asked.waits {
-            let Some(answer) = answer.take() else {
-                continue;
-            };
-            let outcome = match tokio::time::timeout_at(deadline, answer).await {
-                Err(_) => return Err(self.out_of_time()),
-                Ok(Err(_)) => {
+        loop {
+            let (key, method, outcome) =
+                match tokio::time::timeout_at(deadline, waiting.next()).await {
+                    Err(_) => return Err(self.out_of_time()),
+                    Ok(None) => return Ok(answers),
+                    Ok(Some(next)) => next,
+                };
+            match outcome {
+                Ok(Ok(result)) => answers.insert(key.to_owned(), result),
+                Ok(Err(e)) => return Err(CallError::Rpc(client_error(key, method, e))),
+                Err(_) => {
                     let msg = format!(
                         "the client's session ended before it answered {method} of upstream '{}'",
                         self.name()
                     );
                     return Err(CallError::Rpc(RpcError::new(protocol::INTERNAL_ERROR, msg)));
                 }
-                Ok(Ok(outcome)) => outcome,
-            };
-            match outcome {
-                Ok(result) => answers.insert(key.clone(), result),
-                Err(e) => return Err(CallError::Rpc(client_error(key, method, e))),
             };
         }
-        Ok(answers)
     }
 
     /// -32021 when an input request needs a capability the caller did not

@@ -15,6 +15,13 @@ notifications/resources/updated for uri, before its answer).
 objects; one named like a built-in tool replaces it, the others are added. With
 it, one more tool: announce (sends notifications/tools/list_changed, then answers).
 Also one prompt (greet) and one resource (fake://<name>/readme).
+Modern era only (MRTR, 2026-07-28 patterns-mrtr.mdx): mrtr(ignore_caps) asks in
+round 1 for elicitation/create ("who", a name) and roots/list ("where"), in round 2
+for sampling/createMessage ("llm", about that name), then answers a text naming
+what it got; each retry must echo the last requestState exactly, with a fresh
+JSON-RPC id, or the call fails. It checks _meta clientCapabilities first and
+answers -32021 for what is missing, unless ignore_caps. mrtr_forever answers
+InputRequiredResult (requestState only) to every try.
 """
 import json, sys, threading, time
 
@@ -44,6 +51,8 @@ TOOLS = [
     {"name": "ask", "inputSchema": {"type": "object", "properties": {"question": {"type": "string"}}}},
     {"name": "fat", "description": "A tool whose definition alone is over 2 KiB. " + "x" * 2048, "inputSchema": {"type": "object"}},
     {"name": "touch", "inputSchema": {"type": "object", "properties": {"uri": {"type": "string"}}}},
+    {"name": "mrtr", "inputSchema": {"type": "object", "properties": {"ignore_caps": {"type": "boolean"}}}},
+    {"name": "mrtr_forever", "inputSchema": {"type": "object"}},
 ]
 # --tools N: N more tools of about 1 KiB each (catalog memory measurements).
 if "--tools" in args:
@@ -51,6 +60,7 @@ if "--tools" in args:
         TOOLS.append({"name": f"gen_{i}", "description": f"Generated tool {i}. " + "d" * 900,
                       "inputSchema": {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}}})
 waiting = {}  # id of a request we sent to the client -> [Event, response]
+issued = {}  # requestState handed out (MRTR) -> ids of the requests of that call so far
 
 
 def tools_now():
@@ -88,10 +98,56 @@ def text(t):
     return {"content": [{"type": "text", "text": t}]}
 
 
+def input_required(id, requests, state, ids):
+    issued[state] = ids + [id]
+    r = {"resultType": "input_required", "requestState": state}
+    if requests:
+        r["inputRequests"] = requests
+    send({"jsonrpc": "2.0", "id": id, "result": r})
+
+
+def mrtr(id, params, a):
+    """Three rounds: elicitation + roots, then sampling, then the result."""
+    caps = (params.get("_meta") or {}).get("io.modelcontextprotocol/clientCapabilities") or {}
+    state = params.get("requestState")
+    got = params.get("inputResponses") or {}
+    if state is not None and state not in issued:
+        return error(id, -32602, f"requestState not echoed exactly: {state!r}")
+    ids = issued.pop(state, []) if state is not None else []
+    if id in ids:
+        return error(id, -32600, f"retry reused the JSON-RPC id {id!r}")
+    if state is None:
+        missing = {k: {} for k in ("elicitation", "roots", "sampling") if k not in caps}
+        if missing and not a.get("ignore_caps"):
+            return send({"jsonrpc": "2.0", "id": id, "error": {"code": -32021,
+                         "message": "Missing required client capability", "data": {"requiredCapabilities": missing}}})
+        who = {"method": "elicitation/create", "params": {"mode": "form", "message": "Your name?",
+               "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}}}
+        return input_required(id, {"who": who, "where": {"method": "roots/list", "params": {}}}, f"s1-{id}", ids)
+    if state.startswith("s1-"):
+        who, where = got.get("who") or {}, got.get("where") or {}
+        if who.get("action") != "accept":
+            return result(id, text(f"elicitation {who.get('action')}"))
+        name = who["content"]["name"]
+        roots = ",".join(r["uri"] for r in where.get("roots", []))
+        ask = {"method": "sampling/createMessage", "params": {"maxTokens": 20, "messages": [
+            {"role": "user", "content": {"type": "text", "text": f"greet {name}"}}]}}
+        return input_required(id, {"llm": ask}, f"s2-{id}|{name}|{roots}", ids)
+    _, name, roots = state.split("|")
+    llm = (got.get("llm") or {}).get("content", {}).get("text")
+    result(id, text(f"name={name} roots={roots} llm={llm} rounds={len(ids) + 1} ids_distinct={len(set(ids + [id])) == len(ids) + 1}"))
+
+
 def call_tool(id, params):
     tool = params.get("name")
     a = params.get("arguments") or {}
-    if tool == "echo":
+    if tool == "mrtr" and era == "modern":
+        mrtr(id, params, a)
+    elif tool == "mrtr_forever" and era == "modern":
+        state = params.get("requestState")
+        ids = issued.pop(state, []) if state is not None else []
+        input_required(id, None, f"f{len(ids)}-{id}", ids)
+    elif tool == "echo":
         result(id, text(f"{name}:{a.get('text', '')}"))
     elif tool == "announce":
         send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
