@@ -17,13 +17,16 @@
 // A CallToolResult with isError=true is a result, not a failure.
 // Note: the SDK's zod schemas keep unknown top-level result keys but strip unknown keys inside
 // content blocks, so check faithful forwarding of unknown fields with client_v1.py instead.
-// Sampling and elicitation are declared and answered with the same canned values as the Python clients.
+// Sampling, elicitation and roots are declared and answered with the same canned values as
+// client_v1.py (sampling: the canned text plus " (asked: <last message text>)"; roots: file:///interop/root),
+// and each such request is recorded in the output's "asked": [{"method", "text"}] as there.
 import { readFileSync } from "node:fs";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import {
   CreateMessageRequestSchema,
   ElicitRequestSchema,
+  ListRootsRequestSchema,
   LoggingMessageNotificationSchema,
   McpError,
 } from "@modelcontextprotocol/sdk/types.js";
@@ -49,17 +52,28 @@ function placeholder(schema) {
 async function run(url, calls) {
   const version = sdkVersion();
   const logs = [];
+  const asked = [];
   const client = new Client(
     { name: "mcp-edge-interop-client-ts", version },
-    { capabilities: { sampling: {}, elicitation: {} } },
+    { capabilities: { sampling: {}, elicitation: {}, roots: {} } },
   );
-  client.setRequestHandler(CreateMessageRequestSchema, async () => ({
-    role: "assistant",
-    content: { type: "text", text: SAMPLING_REPLY },
-    model: "mcp-edge-interop-canned",
-    stopReason: "endTurn",
-  }));
+  client.setRequestHandler(CreateMessageRequestSchema, async (req) => {
+    const messages = req.params?.messages ?? [];
+    const prompt = messages.length ? (messages[messages.length - 1].content?.text ?? "") : "";
+    asked.push({ method: "sampling/createMessage", text: prompt });
+    return {
+      role: "assistant",
+      content: { type: "text", text: `${SAMPLING_REPLY} (asked: ${prompt})` },
+      model: "mcp-edge-interop-canned",
+      stopReason: "endTurn",
+    };
+  });
+  client.setRequestHandler(ListRootsRequestSchema, async () => {
+    asked.push({ method: "roots/list", text: "" });
+    return { roots: [{ uri: "file:///interop/root", name: "interop" }] };
+  });
   client.setRequestHandler(ElicitRequestSchema, async (req) => {
+    asked.push({ method: "elicitation/create", text: req.params?.message ?? "" });
     const props = req.params?.requestedSchema?.properties ?? {};
     return { action: "accept", content: Object.fromEntries(Object.entries(props).map(([k, v]) => [k, placeholder(v)])) };
   });
@@ -104,6 +118,7 @@ async function run(url, calls) {
     await client.close();
   }
   out.logs = logs;
+  out.asked = asked;
   return out;
 }
 

@@ -19,9 +19,11 @@ Exits non-zero on any failure (connection, handshake, listing, an unexpected JSO
 an expected error that did not happen, timeout: CLIENT_TIMEOUT seconds, default 60); the reason
 goes to stderr. A CallToolResult with isError=true is a result, not a failure.
 
-The client declares sampling and elicitation and answers them with canned values
-(sampling: text "canned sampling reply from mcp-edge interop client"; elicitation: accept,
-with each field's default, first enum value, or a placeholder), so tools that call back work.
+The client declares sampling, elicitation and roots and answers them with canned values
+(sampling: text "canned sampling reply from mcp-edge interop client (asked: <last message text>)";
+elicitation: accept, with each field's default, first enum value, or a placeholder; roots: one,
+file:///interop/root), so tools that call back work. Every such request is recorded in the
+output's "asked": [{"method", "text"}] (text: the elicitation message or the sampling prompt).
 """
 
 from __future__ import annotations
@@ -54,18 +56,31 @@ def placeholder(schema: dict[str, Any]) -> Any:
     return {"string": "test", "integer": 1, "number": 1.0, "boolean": True, "array": []}.get(schema.get("type"), "test")
 
 
-async def on_sampling(_ctx, _params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+ASKED: list[dict[str, Any]] = []
+ROOT = "file:///interop/root"
+
+
+async def on_sampling(_ctx, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+    last = params.messages[-1].content if params.messages else None
+    prompt = getattr(last, "text", "")
+    ASKED.append({"method": "sampling/createMessage", "text": prompt})
     return types.CreateMessageResult(
         role="assistant",
-        content=types.TextContent(type="text", text=SAMPLING_REPLY),
+        content=types.TextContent(type="text", text=f"{SAMPLING_REPLY} (asked: {prompt})"),
         model="mcp-edge-interop-canned",
         stopReason="endTurn",
     )
 
 
 async def on_elicitation(_ctx, params: types.ElicitRequestParams) -> types.ElicitResult:
+    ASKED.append({"method": "elicitation/create", "text": params.message})
     props = (getattr(params, "requestedSchema", None) or {}).get("properties", {})
     return types.ElicitResult(action="accept", content={k: placeholder(v) for k, v in props.items()})
+
+
+async def on_list_roots(_ctx) -> types.ListRootsResult:
+    ASKED.append({"method": "roots/list", "text": ""})
+    return types.ListRootsResult(roots=[types.Root(uri=ROOT, name="interop")])
 
 
 def http_client_factory(
@@ -106,6 +121,7 @@ async def run(url: str, calls: list[dict[str, Any]]) -> dict[str, Any]:
             write,
             sampling_callback=on_sampling,
             elicitation_callback=on_elicitation,
+            list_roots_callback=on_list_roots,
             logging_callback=on_log,
             client_info=types.Implementation(name="mcp-edge-interop-client-v1", version="1.30.0"),
         ) as session:
@@ -143,6 +159,7 @@ async def run(url: str, calls: list[dict[str, Any]]) -> dict[str, Any]:
                 results.append(entry)
             out["calls"] = results
     out["logs"] = logs
+    out["asked"] = ASKED
     return out
 
 

@@ -10,6 +10,11 @@ Tools:
   grow()         -> adds a tool grown_<n> and publishes a tools list-changed event, which the SDK
                     delivers only on `subscriptions/listen` streams: a client that does not listen
                     never hears of it. Text "grew grown_<n>".
+  meet()         -> asks the client through the SDK's resolvers (`Resolve` with `Elicit`,
+                    `ListRoots`, `Sample`), which in the 2026-07-28 era become InputRequiredResult
+                    rounds: round 1 elicits a name (form {name}) and lists roots, round 2 samples
+                    "Say hello to <name>" (it depends on the name). Text
+                    "name=<name> roots=<uri,...> llm=<sampled text>".
 """
 
 from __future__ import annotations
@@ -17,8 +22,26 @@ from __future__ import annotations
 import sys
 from typing import Annotated
 
-from mcp.server.mcpserver import Context, MCPServer
-from pydantic import Field
+from mcp.server.mcpserver import Context, Elicit, ListRoots, MCPServer, Resolve, Sample
+from mcp_types import CreateMessageResult, ListRootsResult, SamplingMessage, TextContent
+from pydantic import BaseModel, Field
+
+
+class Name(BaseModel):
+    name: str
+
+
+def ask_name() -> Elicit[Name]:
+    return Elicit("What is your name?", Name)
+
+
+def ask_roots() -> ListRoots:
+    return ListRoots()
+
+
+def ask_llm(who: Annotated[Name, Resolve(ask_name)]) -> Sample:
+    hello = SamplingMessage(role="user", content=TextContent(type="text", text=f"Say hello to {who.name}"))
+    return Sample([hello], max_tokens=50)
 
 
 def build() -> MCPServer:
@@ -48,6 +71,16 @@ def build() -> MCPServer:
         mcp.add_tool(grown_tool, name=f"grown_{n}", description=f"added by grow call {n}")
         await ctx.notify_tools_changed()
         return f"grew grown_{n}"
+
+    @mcp.tool()
+    def meet(
+        who: Annotated[Name, Resolve(ask_name)],
+        roots: Annotated[ListRootsResult, Resolve(ask_roots)],
+        llm: Annotated[CreateMessageResult, Resolve(ask_llm)],
+    ) -> str:
+        """Meet the client: its user's name, its roots, and what its LLM says."""
+        uris = ",".join(str(r.uri) for r in roots.roots)
+        return f"name={who.name} roots={uris} llm={llm.content.text}"
 
     return mcp
 
