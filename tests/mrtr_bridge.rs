@@ -217,4 +217,15 @@ async fn the_rounds_and_time_bounds_end_the_call_and_are_counted() {
         .unwrap()
         .contains("call_timeout"));
     assert_eq!(refused(&gw.metrics().await, "mrtr_time"), 1);
+    // The session ends (DELETE) while it is being asked: the call ends too.
+    let mut s = call_streaming(gw.addr, &sid, "m__mrtr", json!({})).await;
+    requests(&mut s, 2).await;
+    let h = [("mcp-session-id", sid.as_str())];
+    assert_eq!(request("DELETE", gw.addr, &h, "").await.status, 200);
+    let fin = s.next().await;
+    assert_eq!(fin["error"]["code"], -32603, "{fin}");
+    assert!(fin["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("session ended"));
 }
