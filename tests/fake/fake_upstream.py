@@ -15,7 +15,7 @@ notifications/resources/updated for uri, before its answer).
 objects; one named like a built-in tool replaces it, the others are added. With
 it, one more tool: announce (sends notifications/tools/list_changed, then answers).
 Also one prompt (greet) and one resource (fake://<name>/readme).
-Modern era only (MRTR, 2026-07-28 patterns-mrtr.mdx): mrtr(ignore_caps) asks in
+Modern era only (listed there only; MRTR, 2026-07-28 patterns-mrtr.mdx): mrtr(ignore_caps) asks in
 round 1 for elicitation/create ("who", a name) and roots/list ("where"), in round 2
 for sampling/createMessage ("llm", about that name), then answers a text naming
 what it got; each retry must echo the last requestState exactly, with a fresh
@@ -51,9 +51,10 @@ TOOLS = [
     {"name": "ask", "inputSchema": {"type": "object", "properties": {"question": {"type": "string"}}}},
     {"name": "fat", "description": "A tool whose definition alone is over 2 KiB. " + "x" * 2048, "inputSchema": {"type": "object"}},
     {"name": "touch", "inputSchema": {"type": "object", "properties": {"uri": {"type": "string"}}}},
-    {"name": "mrtr", "inputSchema": {"type": "object", "properties": {"ignore_caps": {"type": "boolean"}}}},
-    {"name": "mrtr_forever", "inputSchema": {"type": "object"}},
 ]
+if era == "modern":
+    TOOLS += [{"name": "mrtr", "inputSchema": {"type": "object", "properties": {"ignore_caps": {"type": "boolean"}}}},
+              {"name": "mrtr_forever", "inputSchema": {"type": "object"}}]
 # --tools N: N more tools of about 1 KiB each (catalog memory measurements).
 if "--tools" in args:
     for i in range(int(args[args.index("--tools") + 1])):
