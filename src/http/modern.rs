@@ -200,6 +200,35 @@ pub(super) fn check_param_headers(
     .map_err(|m| RpcError::new(protocol::HEADER_MISMATCH, m))
 }
 
+/// Requests 2026-07-28 removed (`../shared/spec/2026-07-28/changelog.mdx`
+/// §Major changes 2, 4, 5: the handshake, `ping`, `logging/setLevel`,
+/// `resources/subscribe`/`unsubscribe`; and the tasks extension's dropped
+/// `tasks/result`/`tasks/list`, item 6). A modern request for one is
+/// answered 404 with -32601 (`transports-streamable-http.mdx` §Protocol
+/// Version Header: a method the server does not implement), never served
+/// as if the era were legacy.
+const REMOVED: [&str; 7] = [
+    "initialize",
+    "ping",
+    "logging/setLevel",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "tasks/result",
+    "tasks/list",
+];
+
+/// -32601 for a request 2026-07-28 removed ([`REMOVED`]); its HTTP status
+/// is 404 ([`error_status`]).
+pub fn removed(method: &str) -> Result<(), RpcError> {
+    if REMOVED.contains(&method) {
+        return Err(RpcError::new(
+            protocol::METHOD_NOT_FOUND,
+            format!("Method not found: {method} does not exist in protocol version 2026-07-28 (removed; see server/discover)"),
+        ));
+    }
+    Ok(())
+}
+
 /// The HTTP status of a modern caller's JSON-RPC error, whoever raised it,
 /// mcp-edge or an upstream: 404 for -32601, 400 for -32020/-32021/-32022,
 /// else 200 (`../shared/spec/2026-07-28/transports-streamable-http.mdx`
