@@ -55,6 +55,10 @@ fn finish(
     who: &Who,
 ) -> Answer {
     let label = crate::metrics::method_label(method);
+    let outcome = match outcome {
+        Err(e) if era == ClientEra::Modern => Err(modern::modernize_error(e)),
+        other => other,
+    };
     let status = match &outcome {
         Err(e) if era == ClientEra::Modern => modern::error_status(e),
         _ => StatusCode::OK,
