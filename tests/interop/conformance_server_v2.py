@@ -347,8 +347,17 @@ async def _capabilities(ctx: Ctx, p: t.CallToolRequestParams) -> t.CallToolResul
     if not qs:
         raise MCPError(t.MISSING_REQUIRED_CLIENT_CAPABILITY, "Client declared none of sampling, elicitation, roots",
                        {"requiredCapabilities": {"sampling": {}}})
-    a = await gather(ctx, p, qs, state="caps-asked")
-    return done(text("Answered: " + ", ".join(sorted(a))))
+    if modern(ctx):
+        a = await gather(ctx, p, qs, state="caps-asked")
+        return done(text("Answered: " + ", ".join(sorted(a))))
+    answered = []  # legacy: one request at a time; one the client (or a gateway) refuses is skipped
+    for key, q in qs.items():
+        try:
+            await gather(ctx, p, {key: q})
+            answered.append(key)
+        except MCPError:
+            pass
+    return done(text("Answered: " + ", ".join(sorted(answered))))
 
 
 async def plain_tool(ctx: Ctx, p: t.CallToolRequestParams) -> t.CallToolResult | None:

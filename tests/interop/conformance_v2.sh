@@ -23,8 +23,9 @@
 # run, gateway-<era>.log, fixture-<target>.log, summary.json.
 # Env: MCP_EDGE_BIN (use this binary, skip the cargo build), CONFORMANCE_V2_SETS (default
 #      "2025-11-25 2026-07-28"), CONFORMANCE_V2_TARGETS (default "direct legacy modern"),
-#      CONFORMANCE_V2_TIMEOUT (seconds per suite run, default 600),
-#      CONFORMANCE_V2_SCENARIO_TIMEOUT (ms per scenario, the suite's --timeout, default 30000).
+#      CONFORMANCE_V2_TIMEOUT (seconds per suite run, default 180: with 4 gateway runs the stage is
+#      bounded near 13 min even if the gateway hangs every call; it takes ~45 s when nothing hangs),
+#      CONFORMANCE_V2_SCENARIO_TIMEOUT (ms per scenario, the suite's --timeout, default 15000).
 set -euo pipefail
 
 I="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -32,8 +33,8 @@ ROOT="$(cd "$I/../.." && pwd)"
 OUT="$I/out/conformance_v2"
 SETS="${CONFORMANCE_V2_SETS:-2025-11-25 2026-07-28}"
 TARGETS="${CONFORMANCE_V2_TARGETS:-direct legacy modern}"
-RUN_TIMEOUT="${CONFORMANCE_V2_TIMEOUT:-600}"
-SCEN_TIMEOUT="${CONFORMANCE_V2_SCENARIO_TIMEOUT:-30000}"
+RUN_TIMEOUT="${CONFORMANCE_V2_TIMEOUT:-180}"
+SCEN_TIMEOUT="${CONFORMANCE_V2_SCENARIO_TIMEOUT:-15000}"
 PY="$I/.venv2/bin/python"
 CONF="$I/.conf2/node_modules/.bin/conformance"
 T0=$(date +%s)
