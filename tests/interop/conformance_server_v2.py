@@ -39,7 +39,8 @@ Scenario -> fixture content:
   caching                          ttlMs/cacheScope on every cacheable result (Server cache_hints)
   server-stateless                 test_missing_capability (-32021 unless sampling is declared),
                                    test_streaming_elicitation, test_logging_tool,
-                                   test_trigger_tool_change / test_trigger_prompt_change (listen streams)
+                                   test_trigger_tool_change / test_trigger_prompt_change (each adds a tool
+                                   test_grown_tool_<n> / prompt test_grown_prompt_<n> and announces it)
   input-required-result-*          test_input_required_result_{elicitation,sampling,list_roots,
                                    request_state,multiple_inputs,multi_round,tampered_state,capabilities}
                                    and the prompt test_input_required_result_prompt
@@ -393,6 +394,8 @@ async def plain_tool(ctx: Ctx, p: t.CallToolRequestParams) -> t.CallToolResult |
         return done(text(f"json_schema_2020_12_tool called with {json.dumps(args, sort_keys=True)}"))
     if name == "test_header_param":
         return done(text(f"region={args.get('region')}"))
+    if name.startswith("test_grown_tool_"):
+        return done(text(f"{name} called"))
     if name == "test_reconnection":
         await anyio.sleep(0.3)
         return done(text("Reconnection test completed successfully"))
@@ -406,6 +409,8 @@ async def plain_tool(ctx: Ctx, p: t.CallToolRequestParams) -> t.CallToolResult |
         return done(text("Logging evaluated"))
     if name in ("test_trigger_tool_change", "test_trigger_prompt_change"):
         tools = name == "test_trigger_tool_change"
+        # A real change (not just the announcement): a proxy may re-list and notify only on a difference.
+        GROWN.append(("tool" if tools else "prompt", len(GROWN) + 1))
         if modern(ctx):
             await BUS.publish(ToolsListChanged() if tools else PromptsListChanged())
         elif tools:
@@ -451,9 +456,13 @@ async def call_tool(ctx: Ctx, p: t.CallToolRequestParams) -> t.CallToolResult | 
     raise MCPError(t.INVALID_PARAMS, f"Unknown tool: {p.name}")
 
 
+GROWN: list[tuple[str, int]] = []  # ("tool" | "prompt", n): added by test_trigger_*_change
+
+
 async def list_tools(ctx: Ctx, p: Any) -> t.ListToolsResult:
+    grown = [(f"test_grown_tool_{n}", "Added by test_trigger_tool_change", NO_ARGS) for k, n in GROWN if k == "tool"]
     return t.ListToolsResult.model_validate(
-        {"tools": [{"name": n, "description": d, "inputSchema": s} for n, d, s in TOOLS]}
+        {"tools": [{"name": n, "description": d, "inputSchema": s} for n, d, s in TOOLS + grown]}
     )
 
 
@@ -522,7 +531,8 @@ PROMPTS = [
 
 
 async def list_prompts(ctx: Ctx, p: Any) -> t.ListPromptsResult:
-    return t.ListPromptsResult.model_validate({"prompts": PROMPTS})
+    grown = [{"name": f"test_grown_prompt_{n}", "description": "Added by test_trigger_prompt_change"} for k, n in GROWN if k == "prompt"]
+    return t.ListPromptsResult.model_validate({"prompts": PROMPTS + grown})
 
 
 def _user(content: dict[str, Any]) -> dict[str, Any]:
@@ -541,6 +551,8 @@ async def get_prompt(ctx: Ctx, p: t.GetPromptRequestParams) -> t.GetPromptResult
         msgs = [_user({"type": "resource", "resource": res}), _user(text("Please process the embedded resource above."))]
     elif name == "test_prompt_with_image":
         msgs = [_user(image()), _user(text("Please analyze the image above."))]
+    elif name.startswith("test_grown_prompt_"):
+        msgs = [_user(text(f"{name} rendered"))]
     elif name == "test_input_required_result_prompt":
         q = elicit_q("What context should the prompt use?", _obj({"context": {"type": "string"}}, ["context"]))
         try:
