@@ -19,6 +19,7 @@ pub mod cancel;
 pub mod checks;
 pub mod conns;
 pub mod endpoint;
+mod era;
 mod gate;
 mod legacy_input;
 pub mod listen;
