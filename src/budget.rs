@@ -47,6 +47,10 @@ pub const STREAM_BYTES: usize = 4 * 1024;
 /// One slot of the resource subscription table ([`crate::subscriptions`]),
 /// without its URI: 64 B (checked against `size_of` by a unit test).
 pub const SUBSCRIPTION_BYTES: usize = 64;
+/// One slot of the task table ([`crate::tasks`]) with its free-list index,
+/// without the upstream's task id: 112 B (checked against `size_of` by a
+/// unit test there).
+pub const TASK_SLOT_BYTES: usize = 112;
 /// One queued relayed message (progress, log, list_changed) as it sits in a
 /// stream's queue (bytes, typical).
 pub const QUEUED_MESSAGE_BYTES: usize = 2 * 1024;
@@ -166,6 +170,15 @@ impl Estimate {
                 ),
                 bytes: limits::MAX_RESOURCE_SUBSCRIPTIONS
                     * (SUBSCRIPTION_BYTES + limits::MAX_SUBSCRIPTION_URI_BYTES),
+            },
+            Item {
+                what: format!(
+                    "tasks ({} × ({} B + up to {} B upstream task id))",
+                    limits::TASKS_CAPACITY,
+                    TASK_SLOT_BYTES,
+                    limits::MAX_TASK_ID_BYTES
+                ),
+                bytes: limits::TASKS_CAPACITY * (TASK_SLOT_BYTES + limits::MAX_TASK_ID_BYTES),
             },
             Item {
                 what: format!(

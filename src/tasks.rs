@@ -460,6 +460,12 @@ mod tests {
     }
 
     #[test]
+    fn a_slot_costs_what_the_budget_says() {
+        let slot = std::mem::size_of::<Slot>() + std::mem::size_of::<u16>();
+        assert!(slot <= crate::budget::TASK_SLOT_BYTES, "{slot} B");
+    }
+
+    #[test]
     fn wire_helpers() {
         let mut p = Some(json!({"name": "x", "_meta": {"k": 1}}));
         assert!(!declared(p.as_ref()));
