@@ -171,15 +171,7 @@ impl Estimate {
                 bytes: limits::MAX_RESOURCE_SUBSCRIPTIONS
                     * (SUBSCRIPTION_BYTES + limits::MAX_SUBSCRIPTION_URI_BYTES),
             },
-            Item {
-                what: format!(
-                    "tasks ({} × ({} B + up to {} B upstream task id))",
-                    limits::TASKS_CAPACITY,
-                    TASK_SLOT_BYTES,
-                    limits::MAX_TASK_ID_BYTES
-                ),
-                bytes: limits::TASKS_CAPACITY * (TASK_SLOT_BYTES + limits::MAX_TASK_ID_BYTES),
-            },
+            tasks_item(),
             Item {
                 what: format!(
                     "connections ({} × ({} + {} body × {BODY_FACTOR}))",
@@ -248,6 +240,19 @@ fn tls_item(s: &crate::config::ServerConfig) -> Option<Item> {
 /// One upstream's share: its fixed cost, its catalog, one read buffer (a
 /// transport reads one upstream message at a time) and, for stdio, the
 /// stderr ring.
+/// The task table ([`crate::tasks`]): its slots and the longest upstream ids.
+fn tasks_item() -> Item {
+    Item {
+        what: format!(
+            "tasks ({} × ({} B + up to {} B upstream task id))",
+            limits::TASKS_CAPACITY,
+            TASK_SLOT_BYTES,
+            limits::MAX_TASK_ID_BYTES
+        ),
+        bytes: limits::TASKS_CAPACITY * (TASK_SLOT_BYTES + limits::MAX_TASK_ID_BYTES),
+    }
+}
+
 fn upstream_item(u: &crate::config::UpstreamConfig) -> Item {
     let (read, stderr) = match u.transport {
         Transport::Stdio { .. } => (u.max_result_bytes, limits::STDERR_TAIL_BYTES),

@@ -277,7 +277,7 @@ impl Router {
         relay: Option<Relay>,
         caller: TaskCaller,
     ) -> Result<Value, RpcError> {
-        if method == "tools/call" && offers_tasks(&up) {
+        if method == "tools/call" {
             return self.call_with_tasks(up, params, relay, caller).await;
         }
         up.call_relayed(method, params, relay)

@@ -80,8 +80,9 @@ impl Router {
         self.upstreams().iter().any(|u| offers_tasks(u))
     }
 
-    /// Sends `tools/call` to `up` (which offers tasks), declaring the
-    /// extension, and adopts a task it answers with.
+    /// Sends `tools/call` to `up` — declaring the extension when `up`
+    /// offers it — and adopts a task it answers with (also one it was not
+    /// asked for: an upstream's task id never reaches a caller).
     pub(super) async fn call_with_tasks(
         &self,
         up: Arc<Upstream>,
@@ -90,7 +91,7 @@ impl Router {
         caller: TaskCaller,
     ) -> Result<Value, RpcError> {
         let t0 = Instant::now();
-        if !caller.declared {
+        if !caller.declared && offers_tasks(&up) {
             tasks::declare(&mut params);
         }
         let result =
