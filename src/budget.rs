@@ -47,6 +47,10 @@ pub const STREAM_BYTES: usize = 4 * 1024;
 /// One slot of the resource subscription table ([`crate::subscriptions`]),
 /// without its URI: 64 B (checked against `size_of` by a unit test).
 pub const SUBSCRIPTION_BYTES: usize = 64;
+/// One slot of the task table ([`crate::tasks`]) with its free-list index,
+/// without the upstream's task id: 112 B (checked against `size_of` by a
+/// unit test there).
+pub const TASK_SLOT_BYTES: usize = 112;
 /// One queued relayed message (progress, log, list_changed) as it sits in a
 /// stream's queue (bytes, typical).
 pub const QUEUED_MESSAGE_BYTES: usize = 2 * 1024;
@@ -167,6 +171,7 @@ impl Estimate {
                 bytes: limits::MAX_RESOURCE_SUBSCRIPTIONS
                     * (SUBSCRIPTION_BYTES + limits::MAX_SUBSCRIPTION_URI_BYTES),
             },
+            tasks_item(),
             Item {
                 what: format!(
                     "connections ({} × ({} + {} body × {BODY_FACTOR}))",
@@ -235,6 +240,19 @@ fn tls_item(s: &crate::config::ServerConfig) -> Option<Item> {
 /// One upstream's share: its fixed cost, its catalog, one read buffer (a
 /// transport reads one upstream message at a time) and, for stdio, the
 /// stderr ring.
+/// The task table ([`crate::tasks`]): its slots and the longest upstream ids.
+fn tasks_item() -> Item {
+    Item {
+        what: format!(
+            "tasks ({} × ({} B + up to {} B upstream task id))",
+            limits::TASKS_CAPACITY,
+            TASK_SLOT_BYTES,
+            limits::MAX_TASK_ID_BYTES
+        ),
+        bytes: limits::TASKS_CAPACITY * (TASK_SLOT_BYTES + limits::MAX_TASK_ID_BYTES),
+    }
+}
+
 fn upstream_item(u: &crate::config::UpstreamConfig) -> Item {
     let (read, stderr) = match u.transport {
         Transport::Stdio { .. } => (u.max_result_bytes, limits::STDERR_TAIL_BYTES),

@@ -185,6 +185,31 @@ pub const MAX_SUBSCRIPTION_URI_BYTES: usize = 2048;
 /// is taken (`-31005`, HTTP 503): 5 s.
 pub const LISTEN_RETRY_AFTER: Duration = Duration::from_secs(5);
 
+/// Entries of the task table ([`crate::tasks`]: one per upstream task handed
+/// to a caller under a gateway task id), allocated at start: 256. A task
+/// created upstream while it is full is cancelled there and the call refused
+/// (`refused{limit="tasks"}`).
+pub const TASKS_CAPACITY: usize = 256;
+/// How long the gateway keeps a task whose upstream gave no `ttlMs`
+/// (`null`, unlimited): 1 h.
+pub const TASK_TTL_DEFAULT: Duration = Duration::from_secs(3600);
+/// The longest the gateway keeps a task, whatever its upstream's `ttlMs`: 6 h.
+pub const TASK_TTL_MAX: Duration = Duration::from_secs(6 * 3600);
+/// Longest upstream task id the gateway keeps, in bytes: 256 (longer:
+/// refused as the table refuses, `refused{limit="tasks"}`).
+pub const MAX_TASK_ID_BYTES: usize = 256;
+/// Bounds of the interval at which the gateway polls an upstream's
+/// `tasks/get` (its `pollIntervalMs`, clamped): 50 ms … 5 s; 500 ms when
+/// it suggests none.
+pub const TASK_POLL_MIN: Duration = Duration::from_millis(50);
+/// See [`TASK_POLL_MIN`].
+pub const TASK_POLL_MAX: Duration = Duration::from_secs(5);
+/// See [`TASK_POLL_MIN`].
+pub const TASK_POLL_DEFAULT: Duration = Duration::from_millis(500);
+/// Task ids one `subscriptions/listen` stream follows (`taskIds`; the rest
+/// are left out of its acknowledgment): 16.
+pub const MAX_TASKS_PER_LISTEN: usize = 16;
+
 /// stderr lines of one stdio child logged in a burst before the rate
 /// limit applies: 20.
 pub const STDERR_LOG_BURST: u32 = 20;

@@ -50,6 +50,10 @@ pub const UNAUTHORIZED: i64 = -31007;
 /// Gateway-local error: the client's `rate` is used up (HTTP 429 with
 /// `Retry-After`).
 pub const RATE_LIMITED: i64 = -31008;
+/// Gateway-local error: the task table is full (or the upstream's task id
+/// unusable), so a task an upstream created cannot be handed to the caller
+/// (it is cancelled upstream).
+pub const TASKS_FULL: i64 = -31010;
 /// JSON-RPC code of the answer to a request the client cancelled (the code
 /// LSP uses; MCP defines none, and the client ignores the answer anyway).
 pub const REQUEST_CANCELLED: i64 = -32800;
@@ -312,11 +316,14 @@ pub fn params_meta(params: Option<&Value>) -> Option<&Map<String, Value>> {
 }
 
 /// The `params.name` (tools/call, prompts/get) or `params.uri` (resources/read)
-/// that the `Mcp-Name` header mirrors (transports-streamable-http.mdx §Standard Request Headers).
+/// that the `Mcp-Name` header mirrors (transports-streamable-http.mdx §Standard Request Headers),
+/// or the `params.taskId` of the tasks extension's requests (ext-tasks
+/// tasks.md §Streamable HTTP: Routing Headers).
 pub fn routed_name<'a>(method: &str, params: Option<&'a Value>) -> Option<&'a str> {
     let key = match method {
         "tools/call" | "prompts/get" => "name",
         "resources/read" => "uri",
+        "tasks/get" | "tasks/update" | "tasks/cancel" => "taskId",
         _ => return None,
     };
     params?.get(key)?.as_str()

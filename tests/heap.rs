@@ -180,3 +180,49 @@ fn modern_requests_retain_nothing() {
         assert!(gw.app().sessions.lock().unwrap().is_empty());
     });
 }
+
+/// The task table (issue 13 part 5) holds its capacity when filled —
+/// one more is refused and counted — and drains to empty once its tasks
+/// expire, its heap back to the baseline (the upstream ids are the only
+/// per-entry heap; the slots are allocated with the table).
+#[test]
+fn the_task_table_holds_its_capacity_and_drains_after_expiry() {
+    use mcp_edge::tasks::{Status, Tasks, TasksError};
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    runtime().block_on(async {
+        mcp_edge::metrics::prometheus();
+        let capacity = mcp_edge::limits::TASKS_CAPACITY;
+        let tasks = Tasks::new(capacity);
+        let keep = Duration::from_secs(60);
+        let id = |i: usize| format!("{:08}-upstream-task-id-of-some-typical-length", i);
+        // Warm-up: the refusal counter's first use allocates once.
+        let warm = Tasks::new(1);
+        let now = tokio::time::Instant::now();
+        warm.insert(0, "w", 0, Status::Working, keep, now).unwrap();
+        let _ = warm.insert(0, "w", 0, Status::Working, keep, now);
+        drop(warm);
+        let baseline = live_bytes();
+        for round in 0..3 {
+            let now = tokio::time::Instant::now();
+            for i in 0..capacity {
+                tasks
+                    .insert(1, &id(i), 7, Status::Working, keep, now)
+                    .unwrap();
+            }
+            let full = live_bytes() as i64 - baseline as i64;
+            assert_eq!(tasks.len(), capacity);
+            assert_eq!(
+                tasks.insert(1, "one-more", 7, Status::Working, keep, now),
+                Err(TasksError::Full { capacity })
+            );
+            assert_eq!(tasks.len(), capacity, "holds its capacity");
+            tokio::time::sleep(keep).await;
+            assert_eq!(tasks.expire(tokio::time::Instant::now()), capacity);
+            assert!(tasks.is_empty());
+            let residue = live_bytes() as i64 - baseline as i64;
+            println!("round {round}: full +{full} bytes, after expiry {residue} bytes");
+            assert!(full > 0 && full <= (capacity * 64) as i64, "{full}");
+            assert_eq!(residue, 0, "heap back to the baseline");
+        }
+    });
+}

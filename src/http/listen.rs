@@ -152,6 +152,7 @@ pub async fn open(
         ));
     }
     let (on, uris) = asked(params).map_err(|e| (StatusCode::OK, e))?;
+    let task_ids = super::tasks::asked(params).map_err(|e| (super::modern::error_status(&e), e))?;
     let stream_place = app.streams.take()?;
     let who = Subscriber::Listen(NEXT_STREAM.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     // From here on, dropping the place forgets this stream's subscriptions.
@@ -161,8 +162,12 @@ pub async fn open(
         _place: stream_place,
     };
     let honoured_uris = subscribe_all(app, who, uris, policy).await;
-    let watching = !honoured_uris.is_empty();
-    let ack = acknowledged(on, honoured_uris);
+    let followed = super::tasks::Followed::new(app, task_ids, caller.owner());
+    let watching = !honoured_uris.is_empty() || !followed.is_empty();
+    let mut ack = acknowledged(on, honoured_uris);
+    if !followed.is_empty() {
+        ack["taskIds"] = Value::Array(followed.ids());
+    }
     let first = stamped(
         "notifications/subscriptions/acknowledged",
         &id,
@@ -178,7 +183,8 @@ pub async fn open(
         super::reply::sse_headers(&mut r);
         return Ok(r);
     }
-    let state = State::new(app, id, on, first, place, caller.owner());
+    let mut state = State::new(app, id, on, first, place, caller.owner());
+    state.tasks = followed;
     let stream = futures_util::stream::unfold(state, |mut s| async move {
         let item = s.next_frame().await?;
         Some((item, s))
@@ -266,6 +272,8 @@ struct State {
     /// stream ends when its client is no longer configured.
     owner: u64,
     access: tokio::sync::watch::Receiver<u64>,
+    /// The tasks it follows (`taskIds`, [`super::tasks`]).
+    tasks: super::tasks::Followed,
 }
 
 impl State {
@@ -299,6 +307,7 @@ impl State {
             next: Some(first),
             closed: false,
             place,
+            tasks: super::tasks::Followed::new(app, Vec::new(), owner),
             owner,
             access,
         }
@@ -320,7 +329,9 @@ impl State {
             {
                 return Some(Ok(Frame::data(events)));
             }
-            tokio::select! {
+            // True when a followed task is due (polled after the select:
+            // a branch may not await while another's guard is alive).
+            let tasks_due = tokio::select! {
                 biased;
                 _ = self.stopping.wait_for(|s| *s) => {
                     self.closed = true;
@@ -331,6 +342,7 @@ impl State {
                         self.closed = true;
                         return Some(frame(&closing(&self.id)));
                     }
+                    false
                 }
                 Ok(()) = self.lists.changed() => {
                     let now = *self.lists.borrow_and_update();
@@ -339,9 +351,16 @@ impl State {
                     if let Some(events) = super::reply::list_changed(changed, self.on, Some(&self.id)) {
                         return Some(Ok(Frame::data(events)));
                     }
+                    false
                 }
-                _ = updated => {}
+                _ = updated => false,
+                _ = self.tasks.due() => true,
                 _ = self.keepalive.tick() => return Some(Ok(Frame::data(sse::keepalive()))),
+            };
+            if tasks_due {
+                if let Some(events) = self.tasks.poll(&self.app, &self.id).await {
+                    return Some(Ok(Frame::data(events)));
+                }
             }
         }
     }

@@ -28,6 +28,7 @@ pub mod reply;
 mod request;
 pub mod streams;
 mod subscriptions;
+mod tasks;
 pub mod tls;
 
 pub use accept::accept_loop;
@@ -311,13 +312,14 @@ impl App {
             "ping" => Ok(json!({})),
             "server/discover" if modern => Ok(json!({
                 "supportedVersions": ProtocolVersion::supported_json(),
-                "capabilities": App::capabilities(),
+                "capabilities": tasks::capabilities(self, params.as_ref()),
                 "_meta": {protocol::META_SERVER_INFO: App::server_info()},
                 "instructions": self.instructions(who.policy()),
             })),
             _ => {
+                let caller = tasks::caller(who, params.as_ref(), modern);
                 let mut r = (self.router)
-                    .dispatch(method, params, relay, who.policy())
+                    .dispatch_as(method, params, relay, who.policy(), caller)
                     .await;
                 // A list missing a connected upstream's part must not be
                 // cached as complete: ttlMs 0 (2026-07-28 caching hints).
@@ -370,7 +372,8 @@ pub async fn sweep_sessions(app: Arc<App>, mut shutdown: watch::Receiver<bool>) 
             app.sessions_changed.notify_waiters();
         }
         // Subscriptions of sessions that expired, or were evicted for a new
-        // one since the last sweep, go too.
+        // one since the last sweep, go too; and expired tasks.
         app.forget_gone_sessions();
+        app.router.tasks().expire(tokio::time::Instant::now());
     }
 }

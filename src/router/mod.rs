@@ -10,7 +10,9 @@
 //! routed just before the swap still reaches the upstream it was routed to.
 
 pub mod names;
+mod tasks;
 mod view;
+pub use tasks::{offers_tasks, TaskCaller};
 pub use view::Described;
 
 use crate::access::Policy;
@@ -55,6 +57,8 @@ pub struct Router {
     merged: Mutex<Arc<Merged>>,
     /// Set by [`Router::stop_holding`].
     stopping: tokio::sync::watch::Sender<bool>,
+    /// Tasks handed to callers under gateway ids ([`crate::tasks`]).
+    tasks: Arc<crate::tasks::Tasks>,
 }
 
 fn renamed(item: &Value, key: &str, exposed: &str) -> Value {
@@ -74,6 +78,7 @@ impl Router {
             separator,
             merged: Mutex::new(Arc::new(Merged::default())),
             stopping: tokio::sync::watch::Sender::new(false),
+            tasks: Arc::new(crate::tasks::Tasks::new(crate::limits::TASKS_CAPACITY)),
         }
     }
 
@@ -270,7 +275,11 @@ impl Router {
         method: &str,
         params: Option<Value>,
         relay: Option<Relay>,
+        caller: TaskCaller,
     ) -> Result<Value, RpcError> {
+        if method == "tools/call" {
+            return self.call_with_tasks(up, params, relay, caller).await;
+        }
         up.call_relayed(method, params, relay)
             .await
             .map_err(|e| e.to_rpc())
@@ -423,6 +432,20 @@ impl Router {
         relay: Option<Relay>,
         policy: &Policy,
     ) -> Result<Value, RpcError> {
+        (self.dispatch_as(method, params, relay, policy, TaskCaller::NONE)).await
+    }
+
+    /// [`Router::dispatch`] for a `caller` of the tasks extension
+    /// ([`tasks`]): `tasks/*` routed by gateway task id, task results of
+    /// `tools/call` adopted.
+    pub async fn dispatch_as(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        relay: Option<Relay>,
+        policy: &Policy,
+        caller: TaskCaller,
+    ) -> Result<Value, RpcError> {
         let cursor = params.as_ref().and_then(|p| p.get("cursor"));
         if method.ends_with("/list") && cursor.is_some_and(|c| !c.is_null()) {
             return Err(RpcError::new(
@@ -435,6 +458,9 @@ impl Router {
             "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => {
                 self.first_attempts().await;
                 return Ok(self.list(&self.merged(), method, policy));
+            }
+            "tasks/get" | "tasks/update" | "tasks/cancel" => {
+                return self.task_request(method, params, caller).await
             }
             "tools/call"
             | "prompts/get"
@@ -475,7 +501,7 @@ impl Router {
                 p["name"] = Value::String(original);
             }
         }
-        self.forward(target.up, method, params, relay).await
+        self.forward(target.up, method, params, relay, caller).await
     }
 }
 

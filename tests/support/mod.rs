@@ -15,6 +15,7 @@
 pub mod binary;
 pub mod inprocess;
 pub mod peers;
+pub mod rmcp_tasks;
 pub mod scripted;
 pub mod sse;
 pub mod tls;

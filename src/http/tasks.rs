@@ -1,0 +1,168 @@
+//! The downstream side of the tasks extension (`io.modelcontextprotocol/tasks`,
+//! ext-tasks `specification/draft/tasks.md`): who counts as a caller of it,
+//! what `server/discover` advertises, and the `taskIds` of a
+//! `subscriptions/listen` stream (§Task Status Notifications). Routing and
+//! the table are [`crate::router`]'s and [`crate::tasks`]'.
+
+use super::{App, Who};
+use crate::router::TaskCaller;
+use serde_json::{json, Value};
+
+/// The tasks-extension view of a request of `who`: a modern request
+/// declaring the extension in its `_meta` is a caller of it; legacy
+/// requests never are (their task-backed calls are followed).
+pub(super) fn caller(who: &Who, params: Option<&Value>, modern: bool) -> TaskCaller {
+    TaskCaller {
+        owner: who.owner(),
+        modern,
+        declared: modern && crate::tasks::declared(params),
+    }
+}
+
+/// The capabilities of a `server/discover` answer: [`App::capabilities`],
+/// plus the extension when the request declared it and an upstream
+/// offers it now (§Capability Negotiation; 2026-07-28 versioning.mdx
+/// §Extension Negotiation).
+pub(super) fn capabilities(app: &App, params: Option<&Value>) -> Value {
+    let mut caps = App::capabilities();
+    if crate::tasks::declared(params) && app.router.tasks_offered() {
+        caps["extensions"] = json!({ crate::tasks::EXTENSION: {} });
+    }
+    caps
+}
+
+/// The `notifications.taskIds` of a listen request (§Task Status
+/// Notifications): -32602 when not an array of strings, -32021 when the
+/// request asks for some without declaring the extension.
+pub(super) fn asked(params: Option<&Value>) -> Result<Vec<&str>, crate::protocol::RpcError> {
+    use crate::protocol::{RpcError, INVALID_PARAMS};
+    let ids = match params
+        .and_then(|p| p.get("notifications"))
+        .and_then(|n| n.get("taskIds"))
+    {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(a)) if a.iter().all(Value::is_string) => {
+            a.iter().filter_map(Value::as_str).collect::<Vec<_>>()
+        }
+        Some(_) => {
+            return Err(RpcError::new(
+                INVALID_PARAMS,
+                "params.notifications.taskIds must be an array of task id strings",
+            ))
+        }
+    };
+    if !ids.is_empty() && !crate::tasks::declared(params) {
+        return Err(crate::tasks::missing_capability());
+    }
+    Ok(ids)
+}
+
+/// One task a listen stream follows.
+struct Item {
+    wire: String,
+    /// Status and `lastUpdatedAt` of the state last sent.
+    seen: Option<String>,
+    due: tokio::time::Instant,
+}
+
+/// The tasks a listen stream follows: each is polled upstream
+/// (`tasks/get` through the router, at its `pollIntervalMs`, clamped), and
+/// every change of status or `lastUpdatedAt` becomes a `notifications/tasks`
+/// carrying the whole task as `tasks/get` shows it, under the gateway id
+/// (§Task Status Notifications). The first state is sent at once; a task
+/// that ends, expires or is forgotten is no longer followed. Nothing is
+/// queued: a stream that is not read is not polled.
+pub(super) struct Followed {
+    owner: u64,
+    items: Vec<Item>,
+}
+
+impl Followed {
+    /// The ids among `asked` that name live tasks of `owner` (distinct, at
+    /// most [`crate::limits::MAX_TASKS_PER_LISTEN`]).
+    pub(super) fn new(app: &App, asked: Vec<&str>, owner: u64) -> Followed {
+        let now = tokio::time::Instant::now();
+        let mut items: Vec<Item> = Vec::new();
+        for wire in asked {
+            if items.len() == crate::limits::MAX_TASKS_PER_LISTEN {
+                break;
+            }
+            if items.iter().all(|i| i.wire != wire) && app.router.task_known(wire, owner) {
+                let (wire, seen, due) = (wire.to_string(), None, now);
+                items.push(Item { wire, seen, due });
+            }
+        }
+        Followed { owner, items }
+    }
+
+    /// The honoured ids, for the acknowledgment.
+    pub(super) fn ids(&self) -> Vec<Value> {
+        (self.items.iter())
+            .map(|i| Value::String(i.wire.clone()))
+            .collect()
+    }
+
+    /// True when it follows nothing.
+    pub(super) fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Resolves when the next task is due for a poll (never when none is followed).
+    pub(super) async fn due(&self) {
+        match self.items.iter().map(|i| i.due).min() {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Polls the tasks that are due; the SSE events of those that changed.
+    pub(super) async fn poll(&mut self, app: &App, subscription: &Value) -> Option<bytes::Bytes> {
+        let now = tokio::time::Instant::now();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < self.items.len() {
+            if self.items[i].due > now {
+                i += 1;
+                continue;
+            }
+            let item = &mut self.items[i];
+            match app.router.task_state(&item.wire, self.owner).await {
+                Ok(state) => {
+                    let status = crate::tasks::Status::of(&state);
+                    let next = crate::tasks::poll_interval(&state);
+                    let key = format!("{}|{}", state["status"], state["lastUpdatedAt"]);
+                    if item.seen.as_deref() != Some(key.as_str()) {
+                        item.seen = Some(key);
+                        out.extend_from_slice(&notification(state, subscription));
+                    }
+                    item.due = tokio::time::Instant::now() + next;
+                    if status.is_some_and(crate::tasks::Status::is_terminal) {
+                        self.items.swap_remove(i);
+                        continue;
+                    }
+                }
+                Err(e) if e.code == crate::protocol::INVALID_PARAMS => {
+                    self.items.swap_remove(i);
+                    continue;
+                }
+                Err(_) => item.due = tokio::time::Instant::now() + crate::limits::TASK_POLL_MAX,
+            }
+            i += 1;
+        }
+        (!out.is_empty()).then(|| bytes::Bytes::from(out))
+    }
+}
+
+/// `notifications/tasks` of one task state (a `tasks/get` result without
+/// its `resultType` and `_meta`), stamped with the subscription id.
+fn notification(mut state: Value, subscription: &Value) -> bytes::Bytes {
+    if let Some(o) = state.as_object_mut() {
+        o.remove("resultType");
+        o.insert(
+            "_meta".into(),
+            json!({ super::streams::META_SUBSCRIPTION_ID: subscription }),
+        );
+    }
+    let n = crate::protocol::notification("notifications/tasks", Some(state));
+    crate::protocol::sse::event(&n.to_string())
+}
