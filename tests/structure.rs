@@ -26,6 +26,7 @@ const CLOCK_FREE: &[&str] = &[
     "src/session.rs",
     "src/subscriptions.rs",
     "src/http/conns.rs",
+    "src/http/parked.rs",
 ];
 
 type ModPath = Vec<String>;
