@@ -82,4 +82,3 @@ pub(super) fn observe(method: &str, t0: Instant) {
     metrics::histogram!(crate::metrics::REQUEST_DURATION, "method" => crate::metrics::method_label(method))
         .record(t0.elapsed().as_secs_f64());
 }
-

@@ -150,10 +150,12 @@ impl Round {
             .and_then(|m| m.get("io.modelcontextprotocol/logLevel"))
             .and_then(Value::as_str)
             .and_then(crate::upstream::relay::log_rank);
-        let (relay, rx) = crate::upstream::relay::Relay::new(key.clone(), self.app.server.sse_queue_depth);
+        let (relay, rx) =
+            crate::upstream::relay::Relay::new(key.clone(), self.app.server.sse_queue_depth);
         let relay = relay.with_log_floor(floor);
         let (app, who, method) = (self.app.clone(), self.who.clone(), self.method.clone());
-        let call = Box::pin(async move { app.call(&method, params, true, Some(relay), &who).await });
+        let call =
+            Box::pin(async move { app.call(&method, params, true, Some(relay), &who).await });
         self.running = Some(Running {
             call,
             rx,
@@ -227,11 +229,13 @@ impl Round {
     /// caller; `Some(Err)` when the caller did not declare the capability it
     /// needs (the upstream is refused, the call ends); `None` when answered
     /// here (`ping`, or a request no modern caller can be asked).
+    /// (Takes `&mut self`: a shared borrow would need `Round: Sync`, which
+    /// its call is not.)
     async fn asked(&mut self, m: Value) -> Option<Result<Asked, RpcError>> {
         let id = m.get("id").cloned().unwrap_or(Value::Null);
         let method = m.get("method").and_then(Value::as_str).unwrap_or("");
         let params = m.get("params").cloned();
-        let key = self.running.as_ref().and_then(|r| r.key.clone());
+        let key = self.running.as_mut().and_then(|r| r.key.clone());
         let Some(cap) = capability(method) else {
             let reply = match method {
                 "ping" => Ok(json!({})),
@@ -280,7 +284,13 @@ impl Round {
         if let Err(NotParked { parked, full: true }) = tried {
             // Expired calls the sweep has not reached yet make room.
             expire(&self.app, Instant::now()).await;
-            tried = table.park(parked.running, parked.asked, owner, self.identity, Instant::now());
+            tried = table.park(
+                parked.running,
+                parked.asked,
+                owner,
+                self.identity,
+                Instant::now(),
+            );
         }
         match tried {
             Ok(state) => {
@@ -309,7 +319,14 @@ impl Round {
     fn end(&mut self, outcome: Result<Value, RpcError>) -> Answer {
         observe(&self.method, self.t0);
         let id = std::mem::take(&mut self.id);
-        finish_audited(self.audit.take(), id, &self.method, true, outcome, &self.who)
+        finish_audited(
+            self.audit.take(),
+            id,
+            &self.method,
+            true,
+            outcome,
+            &self.who,
+        )
     }
 
     /// The rest of the round as an SSE stream: `first`, the call's further
@@ -349,7 +366,9 @@ fn input_responses(params: Option<&Value>) -> Result<Map<String, Value>, RpcErro
     match params.and_then(|p| p.get("inputResponses")) {
         None | Some(Value::Null) => Ok(Map::new()),
         Some(Value::Object(o)) => match o.iter().find(|(_, v)| !v.is_object()) {
-            Some((k, _)) => Err(bad(&format!("inputResponses[\"{k}\"] must be a result object"))),
+            Some((k, _)) => Err(bad(&format!(
+                "inputResponses[\"{k}\"] must be a result object"
+            ))),
             None => Ok(o.clone()),
         },
         Some(_) => Err(bad("inputResponses must be an object")),
@@ -373,23 +392,33 @@ fn missing_capability(caps: &Value, cap: &str, params: Option<&Value>) -> Option
     let ok = match (declared, sub) {
         (None, _) => false,
         (Some(_), None) => true,
-        (Some(d), Some("form")) => d.as_object().is_some_and(|o| o.is_empty() || o.contains_key("form")),
+        (Some(d), Some("form")) => d
+            .as_object()
+            .is_some_and(|o| o.is_empty() || o.contains_key("form")),
         (Some(d), Some(s)) => d.get(s).is_some(),
     };
     if ok {
         return None;
     }
+    // `{}` declares form elicitation: the least a caller must add.
     Some(match sub {
-        Some(s) => json!({ cap: { s: {} } }),
-        None => json!({ cap: {} }),
+        Some(s) if s != "form" => json!({ cap: { s: {} } }),
+        _ => json!({ cap: {} }),
     })
 }
 
 /// Answers the upstream's request `id` (minted by the relay) for the call
 /// whose requests wait under `key`. Bounded in time: a stuck upstream does
 /// not hold the round or the sweep.
-async fn answer_upstream(app: &App, id: &Value, key: Option<&str>, outcome: Result<Value, RpcError>) {
-    let (Some((up, slot, generation)), Some(key)) = (crate::upstream::relay::parse_downstream_id(id), key) else {
+async fn answer_upstream(
+    app: &App,
+    id: &Value,
+    key: Option<&str>,
+    outcome: Result<Value, RpcError>,
+) {
+    let (Some((up, slot, generation)), Some(key)) =
+        (crate::upstream::relay::parse_downstream_id(id), key)
+    else {
         return;
     };
     let Some(upstream) = app.router.by_id(up) else {
@@ -398,7 +427,9 @@ async fn answer_upstream(app: &App, id: &Value, key: Option<&str>, outcome: Resu
     let answered = upstream.answer_relayed(slot, generation, key, outcome);
     match tokio::time::timeout(crate::limits::PARKED_ANSWER_TIMEOUT, answered).await {
         Ok(true) => {}
-        _ => tracing::info!(upstream = %upstream.name(), "an answer to a parked call's request did not reach its upstream"),
+        _ => {
+            tracing::info!(upstream = %upstream.name(), "an answer to a parked call's request did not reach its upstream")
+        }
     }
 }
 

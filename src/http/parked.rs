@@ -288,7 +288,11 @@ impl ParkedCalls {
         let key = self.key.as_ref().ok_or(StateError::NoKey)?;
         let raw = state
             .strip_prefix(STATE_PREFIX)
-            .and_then(|b| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(b).ok())
+            .and_then(|b| {
+                base64::engine::general_purpose::URL_SAFE_NO_PAD
+                    .decode(b)
+                    .ok()
+            })
             .filter(|r| r.len() == BODY_LEN + TAG_LEN)
             .ok_or(StateError::Malformed)?;
         let (body, tag) = raw.split_at(BODY_LEN);
