@@ -98,6 +98,9 @@ pub const RELAY_QUEUE_DEPTH: usize = 32;
 /// client's answer, per upstream. Entries older than the call timeout are reclaimed.
 pub const PENDING_SERVER_REQUESTS: usize = 16;
 
+/// Idle keep-alive connections kept per HTTP upstream after a burst of
+/// concurrent calls (more are closed as they go idle).
+pub const UPSTREAM_IDLE_CONNECTIONS: usize = 4;
 /// Calls of modern callers parked while a legacy upstream waits for their
 /// answer to its server→client request (`http::parked`; 2026-07-28
 /// patterns-mrtr.mdx): the whole gateway's table, allocated at start. A

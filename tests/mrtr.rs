@@ -392,3 +392,19 @@ fn sha256_hex(token: &str) -> String {
         .map(|b| format!("{b:02x}"))
         .collect()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_http_upstream_asks_over_its_sse_answer_round_after_round() {
+    use support::scripted::{http_block, scripted, Mode};
+    let (up, url) = scripted(Mode::Legacy).await;
+    let gw = start("", &http_block("remote", &url, "")).await;
+    let addr = gw.local_addr();
+    let fin = interview(addr, "remote__interview", &[]).await;
+    assert_eq!(final_answers(&fin), json!([elicited(), sampled(), roots()]));
+    let calls = (up.requests.lock().unwrap().iter())
+        .filter(|(_, m)| m == "tools/call")
+        .count();
+    assert_eq!(calls, 1, "one upstream call for all the rounds");
+    assert_eq!(up.abandoned.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert!(gw.app().parked.is_empty());
+}
