@@ -63,6 +63,11 @@ pub struct Session {
     /// Who created it (`crate::access::Access::owner`; 0 = anonymous):
     /// another client presenting its id is answered as for an unknown id.
     pub owner: u64,
+    /// Its requests being served now ([`Table::begin_request`]). A session
+    /// with one in flight is not idle: it is out of the recency list, so
+    /// neither expiry nor LRU eviction can take it, and its idle clock
+    /// starts again when the last one ends.
+    pub busy: u32,
 }
 
 const NIL: u32 = u32::MAX;
@@ -133,6 +138,9 @@ pub enum SessionError {
 /// array itself, so the table allocates once and never again. Because `touch`
 /// moves a slot to the tail with `last_seen = now`, the head is always the
 /// session idle the longest: expiry and LRU eviction look only at the head.
+/// A session with a request in flight is taken out of the list until its
+/// last request ends ([`Table::begin_request`], [`Table::end_request`]), so
+/// it can be neither expired nor evicted while it works.
 #[derive(Debug)]
 pub struct Table {
     slots: Box<[Slot]>,
@@ -219,7 +227,9 @@ impl Table {
 
     /// Frees live slot `i`, counting `why`.
     fn release(&mut self, i: u32, why: Removal) {
-        self.unlink(i);
+        if self.in_list(i) {
+            self.unlink(i);
+        }
         let s = &mut self.slots[i as usize];
         s.session = None;
         s.secret = [0; 16];
@@ -230,8 +240,18 @@ impl Table {
         metrics::counter!(crate::metrics::SESSIONS_EVICTED, "reason" => why.label()).increment(1);
     }
 
+    /// Whether live slot `i` is in the recency list (not busy).
+    fn in_list(&self, i: u32) -> bool {
+        self.slots[i as usize].session.is_some_and(|s| s.busy == 0)
+    }
+
+    /// How long live slot `i` has been idle: zero while a request of it is
+    /// in flight.
     fn idle_for(&self, i: u32, now: Instant) -> Duration {
         let s = self.slots[i as usize].session.as_ref().expect("live slot");
+        if s.busy > 0 {
+            return Duration::ZERO;
+        }
         now.saturating_duration_since(s.last_seen)
     }
 
@@ -248,7 +268,11 @@ impl Table {
     ) -> Result<SessionId, SessionError> {
         if self.free == NIL {
             let lru = self.head;
-            let idle = self.idle_for(lru, now);
+            // Every session busy: none may go.
+            let idle = match lru {
+                NIL => Duration::ZERO,
+                _ => self.idle_for(lru, now),
+            };
             if idle >= self.idle_timeout {
                 self.release(lru, Removal::Idle);
             } else if idle >= self.min_idle_before_evict {
@@ -275,6 +299,7 @@ impl Table {
             log_floor: 0,
             streams: 0,
             owner,
+            busy: 0,
         });
         self.push_tail(i);
         self.live += 1;
@@ -303,11 +328,47 @@ impl Table {
             self.release(i, Removal::Idle);
             return Err(SessionError::NotFound);
         }
-        self.unlink(i);
-        self.push_tail(i);
+        if self.in_list(i) {
+            self.unlink(i);
+            self.push_tail(i);
+        }
         let s = self.slots[i as usize].session.as_mut().expect("live slot");
         s.last_seen = now;
         Ok(*s)
+    }
+
+    /// A request of the session is being served (the caller has just
+    /// [`Table::touch`]ed it): while any is, the session is not idle
+    /// (issue 13 part 6). False if the id is unknown. Pair with
+    /// [`Table::end_request`].
+    pub fn begin_request(&mut self, id: &SessionId) -> bool {
+        let Some(i) = self.find(id) else {
+            return false;
+        };
+        if self.in_list(i) {
+            self.unlink(i);
+        }
+        let s = self.slots[i as usize].session.as_mut().expect("live slot");
+        s.busy = s.busy.saturating_add(1);
+        true
+    }
+
+    /// A request begun by [`Table::begin_request`] ended at `now`: when it
+    /// was the last, the idle clock starts again from `now`. No-op if the
+    /// session is gone (deleted or revoked meanwhile).
+    pub fn end_request(&mut self, id: &SessionId, now: Instant) {
+        let Some(i) = self.find(id) else {
+            return;
+        };
+        let s = self.slots[i as usize].session.as_mut().expect("live slot");
+        if s.busy == 0 {
+            return;
+        }
+        s.busy -= 1;
+        s.last_seen = now;
+        if s.busy == 0 {
+            self.push_tail(i);
+        }
     }
 
     /// Looks up a session without touching its idle clock (GET streams use
@@ -425,151 +486,4 @@ impl Table {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const V: ProtocolVersion = ProtocolVersion::V2025_11_25;
-
-    #[test]
-    fn id_round_trips_and_rejects_garbage() {
-        let mut t = Table::new(4, Duration::from_secs(60), Duration::from_secs(60));
-        let id = t.insert(V, 0, Instant::now()).unwrap();
-        let h = id.to_header();
-        assert_eq!(h.len(), 36);
-        assert_eq!(SessionId::parse(&h), Some(id));
-        assert_eq!(SessionId::parse("nope"), None);
-        assert_eq!(
-            SessionId::parse(&h.replace(|c: char| c.is_ascii_digit(), "g")),
-            None
-        );
-    }
-
-    #[test]
-    fn the_owner_is_known_until_the_slot_is_freed_expired_or_not() {
-        let t0 = Instant::now();
-        let mut t = Table::new(2, Duration::from_secs(60), Duration::from_secs(60));
-        let a = t.insert(V, 7, t0).unwrap();
-        assert_eq!(t.owner(&a), Some(7));
-        assert!(
-            t.peek(&a, t0 + Duration::from_secs(61)).is_none(),
-            "expired"
-        );
-        assert_eq!(t.owner(&a), Some(7), "still its slot: calls may run");
-        t.expire(t0 + Duration::from_secs(61));
-        assert_eq!(t.owner(&a), None);
-    }
-
-    #[test]
-    fn revoking_an_owner_frees_its_sessions_only() {
-        let t0 = Instant::now();
-        let mut t = Table::new(4, Duration::from_secs(60), Duration::from_secs(60));
-        let a = t.insert(V, 1, t0).unwrap();
-        let b = t.insert(V, 2, t0).unwrap();
-        let a2 = t.insert(V, 1, t0).unwrap();
-        let gone = t.revoke(|o| o != 1);
-        assert_eq!(gone, [a, a2]);
-        assert_eq!((t.len(), t.owner(&a), t.owner(&b)), (1, None, Some(2)));
-    }
-
-    #[test]
-    fn full_table_refuses_then_reuses_expired_slot() {
-        let t0 = Instant::now();
-        let mut t = Table::new(2, Duration::from_secs(60), Duration::from_secs(60));
-        let a = t.insert(V, 0, t0).unwrap();
-        let _b = t.insert(V, 0, t0 + Duration::from_secs(1)).unwrap();
-        assert_eq!(
-            t.insert(V, 0, t0 + Duration::from_secs(2)),
-            Err(SessionError::Full {
-                capacity: 2,
-                retry_after: Duration::from_secs(58)
-            })
-        );
-        // After a's idle timeout its slot is taken over; a is gone.
-        let c = t.insert(V, 0, t0 + Duration::from_secs(60)).unwrap();
-        assert_eq!(t.len(), 2);
-        assert_eq!(
-            t.touch(&a, t0 + Duration::from_secs(60)),
-            Err(SessionError::NotFound)
-        );
-        assert!(t.touch(&c, t0 + Duration::from_secs(61)).is_ok());
-    }
-
-    #[test]
-    fn full_table_evicts_the_least_recently_used_idle_session() {
-        let t0 = Instant::now();
-        let s = Duration::from_secs;
-        let mut t = Table::new(3, s(3600), s(30));
-        let a = t.insert(V, 0, t0).unwrap();
-        let b = t.insert(V, 0, t0).unwrap();
-        let c = t.insert(V, 0, t0).unwrap();
-        // a is used again later, so b is now the least recently used.
-        t.touch(&a, t0 + s(20)).unwrap();
-        // Nobody idle 30 s yet at t0+25: refused, retry when b qualifies.
-        assert_eq!(
-            t.insert(V, 0, t0 + s(25)),
-            Err(SessionError::Full {
-                capacity: 3,
-                retry_after: s(5)
-            })
-        );
-        let d = t.insert(V, 0, t0 + s(31)).unwrap();
-        assert_eq!(
-            t.touch(&b, t0 + s(31)),
-            Err(SessionError::NotFound),
-            "b (LRU) evicted"
-        );
-        for id in [a, c, d] {
-            assert!(t.touch(&id, t0 + s(32)).is_ok());
-        }
-        assert_eq!(t.len(), 3);
-    }
-
-    #[test]
-    fn a_million_inserts_never_grow_the_table() {
-        let mut t = Table::new(64, Duration::from_secs(60), Duration::from_secs(1));
-        let bytes = t.footprint_bytes();
-        let t0 = Instant::now();
-        for n in 0..1_000_000u64 {
-            let now = t0 + Duration::from_millis(n * 20);
-            // 20 ms apart: the 64-slot table is always full of sessions < 1.3 s
-            // idle, so about every other insert evicts the LRU one.
-            let _ = t.insert(V, 0, now);
-            assert!(t.len() <= 64);
-        }
-        assert_eq!(t.footprint_bytes(), bytes);
-        assert_eq!(t.len(), 64);
-    }
-
-    #[test]
-    fn delete_frees_at_once_and_id_is_dead() {
-        let now = Instant::now();
-        let mut t = Table::new(1, Duration::from_secs(60), Duration::from_secs(60));
-        let a = t.insert(V, 0, now).unwrap();
-        assert!(t.remove(&a));
-        assert!(!t.remove(&a));
-        assert_eq!(t.touch(&a, now), Err(SessionError::NotFound));
-        let b = t.insert(V, 0, now).unwrap();
-        assert_ne!(a, b, "a reused slot gets a fresh secret");
-        assert_eq!(t.touch(&a, now), Err(SessionError::NotFound));
-    }
-
-    #[test]
-    fn touch_keeps_alive_and_expire_sweeps() {
-        let t0 = Instant::now();
-        let mut t = Table::new(8, Duration::from_secs(10), Duration::from_secs(10));
-        let a = t.insert(V, 0, t0).unwrap();
-        let b = t.insert(V, 0, t0).unwrap();
-        assert!(t.touch(&a, t0 + Duration::from_secs(9)).is_ok());
-        assert_eq!(t.expire(t0 + Duration::from_secs(12)), 1);
-        assert_eq!(t.len(), 1);
-        assert_eq!(
-            t.touch(&b, t0 + Duration::from_secs(12)),
-            Err(SessionError::NotFound)
-        );
-        assert_eq!(
-            t.touch(&a, t0 + Duration::from_secs(19)),
-            Err(SessionError::NotFound)
-        );
-        assert!(t.is_empty());
-    }
-}
+mod tests;

@@ -521,3 +521,36 @@ async fn shutdown_lets_calls_in_flight_finish() {
     let r = slow.await.unwrap();
     assert_eq!(text_of(&r), "a:finished", "{}", r.raw);
 }
+
+/// Issue 13 part 6: a legacy session is not idle while one of its requests
+/// is in flight. A 12 s call on a session whose idle timeout is 10 s (the
+/// sweep runs every 2.5 s meanwhile) leaves the session usable; before,
+/// the call succeeded and the session was gone (404) right after.
+#[tokio::test]
+async fn a_long_call_keeps_its_session() {
+    let gw = start(
+        "session_idle_timeout = \"10s\"",
+        &fake_block("a", "legacy", "call_timeout = \"30s\""),
+    )
+    .await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let r = call_tool(
+        addr,
+        &sid,
+        json!(1),
+        "a__slow_echo",
+        json!({"text": "late", "ms": 12_000}),
+    )
+    .await;
+    assert_eq!(text_of(&r), "a:late", "{}", r.raw);
+    let after = call(addr, &sid, json!(2), "tools/list", json!({})).await;
+    assert_eq!(
+        after.status, 200,
+        "session gone after a long call: {}",
+        after.raw
+    );
+    // Idle again from the call's end: it still expires when idle.
+    assert!(gw.app().sessions.lock().unwrap().len() == 1);
+    gw.shutdown().await;
+}

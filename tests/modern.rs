@@ -123,3 +123,50 @@ async fn a_partial_list_is_not_cached() {
     assert!(l.body["result"]["ttlMs"].as_u64().unwrap() > 0, "{}", l.raw);
     gw.shutdown().await;
 }
+
+/// Methods 2026-07-28 removed, sent as modern requests, are 404 with
+/// -32601 (transports-streamable-http.mdx §Protocol Version Header), while
+/// a legacy `initialize` still opens a session (versioning.mdx §Backward
+/// Compatibility) and a legacy `ping` is still answered.
+#[tokio::test]
+async fn removed_methods_are_not_found_in_the_modern_era() {
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let removed = [
+        (
+            "initialize",
+            json!({"protocolVersion": "2026-07-28", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}),
+        ),
+        ("ping", json!({})),
+        ("logging/setLevel", json!({"level": "debug"})),
+        ("resources/subscribe", json!({"uri": "test://x"})),
+        ("resources/unsubscribe", json!({"uri": "test://x"})),
+    ];
+    for (i, (method, params)) in removed.into_iter().enumerate() {
+        let r = modern(addr, json!(i), method, params).await;
+        assert_eq!(
+            (r.status, r.error_code()),
+            (404, Some(-32601)),
+            "{method}: {}",
+            r.raw
+        );
+        assert!(r.header("mcp-session-id").is_none(), "{method}");
+        let msg = r.body["error"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(method), "{method}: {msg}");
+    }
+    // The legacy forms still work.
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let p = call(addr, &sid, json!(10), "ping", json!({})).await;
+    assert_eq!(p.status, 200, "{}", p.raw);
+    assert_eq!(p.body["result"], json!({}));
+    let s = call(
+        addr,
+        &sid,
+        json!(11),
+        "logging/setLevel",
+        json!({"level": "info"}),
+    )
+    .await;
+    assert!(s.body["result"].is_object(), "{}", s.raw);
+}

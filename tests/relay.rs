@@ -252,3 +252,36 @@ async fn a_clients_cancellation_reaches_the_upstream() {
     }
     assert_eq!(seen["cancelled"].as_array().unwrap().len(), 1, "{seen}");
 }
+
+/// A legacy session's calls to a modern upstream carry its log level as
+/// `io.modelcontextprotocol/logLevel` (a modern server sends no log
+/// messages without it): every level by default, its `logging/setLevel`
+/// floor once set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_session_gets_a_modern_upstreams_log_messages() {
+    let gw = start("", &fake_block("m", "modern", "")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let logs = |id: i64| {
+        let sid = sid.clone();
+        async move {
+            let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": "m__progress", "arguments": {"steps": 2, "ms": 10, "tag": "l"}}});
+            let events = post_streaming(addr, &sid, body).await.rest().await;
+            (events.iter())
+                .filter(|e| e["method"] == "notifications/message")
+                .count()
+        }
+    };
+    assert_eq!(logs(1).await, 2, "every level by default");
+    let r = call(
+        addr,
+        &sid,
+        json!(2),
+        "logging/setLevel",
+        json!({"level": "error"}),
+    )
+    .await;
+    assert_eq!(r.body["result"], json!({}), "{}", r.raw);
+    assert_eq!(logs(3).await, 0, "the upstream was asked for error and up");
+}

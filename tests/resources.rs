@@ -214,7 +214,7 @@ async fn refusals_are_clear_and_counted() {
     let r = sub("nowhere://x".into()).await;
     assert_eq!(r.error_code(), Some(-32602), "{}", r.raw);
     assert!(r.raw.contains("Resource not found"), "{}", r.raw);
-    // Routed to a modern upstream: not relayed yet, and it says so.
+    // Routed to a modern upstream that does not declare resources.subscribe.
     let r = sub("fake://m/readme".into()).await;
     assert_eq!(r.error_code(), Some(-32602), "{}", r.raw);
     assert!(
@@ -340,5 +340,69 @@ async fn a_listen_stream_reports_the_resources_it_was_allowed() {
     }
     assert!(left.is_empty(), "{left:?}");
     assert!(gw.app().subscriptions.is_empty());
+    gw.shutdown().await;
+}
+
+/// Issue 13 part 3: legacy sessions' subscriptions to a modern upstream's
+/// resource travel on one upstream `subscriptions/listen` whose
+/// `resourceSubscriptions` follow the wanted set (2026-07-28
+/// patterns-subscriptions.mdx): updates reach exactly the subscribers, and
+/// when the last one leaves the listen is replaced by one without the URI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_reach_a_modern_upstream_through_its_listen_stream() {
+    const M: &str = "fake://m/readme";
+    let gw = start(
+        "keepalive = \"60s\"",
+        &fake_block_args("m", "modern", &["--subscribe"], ""),
+    )
+    .await;
+    let addr = gw.local_addr();
+    let stats = |sid: String| async move { fake_stats(addr, &sid, json!("s"), "m").await };
+    let (s1, s2) = (
+        legacy_session(addr, "2025-11-25").await,
+        legacy_session(addr, "2025-11-25").await,
+    );
+    let (mut g1, mut g2) = (get_stream(addr, &s1).await, get_stream(addr, &s2).await);
+    let r = call(
+        addr,
+        &s1,
+        json!(1),
+        "resources/subscribe",
+        json!({"uri": M}),
+    )
+    .await;
+    assert_eq!(r.body["result"], json!({}), "{}", r.raw);
+    assert_eq!(stats(s2.clone()).await["subscribed"], json!([M]));
+    let t = call_tool(addr, &s2, json!(2), "m__touch", json!({"uri": M})).await;
+    assert_eq!(text_of(&t), format!("touched {M}"));
+    let u = next_update(&mut g1, Duration::from_secs(10)).await;
+    assert_eq!(u.expect("the subscriber is told")["params"]["uri"], M);
+    assert!(
+        next_update(&mut g2, Duration::from_millis(300))
+            .await
+            .is_none(),
+        "s2 did not subscribe"
+    );
+    // The last subscriber leaves: the upstream's listen no longer names it.
+    let r = call(
+        addr,
+        &s1,
+        json!(3),
+        "resources/unsubscribe",
+        json!({"uri": M}),
+    )
+    .await;
+    assert_eq!(r.body["result"], json!({}));
+    let mut seen = json!(null);
+    for _ in 0..100 {
+        seen = stats(s2.clone()).await;
+        if seen["subscribed"] == json!([]) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(seen["subscribed"], json!([]), "{seen}");
+    // One listen after the handshake, one with the URI, one without.
+    assert_eq!(seen["listens"], 3, "{seen}");
     gw.shutdown().await;
 }

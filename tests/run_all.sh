@@ -5,7 +5,10 @@
 #   1. tests/interop/setup.sh      install the pinned real MCP peers into tests/interop/ (fast when present)
 #   2. cargo nextest run --all-targets + cargo test --doc   (cargo test --all-targets when nextest is absent),
 #      then tests/properties.rs with --nocapture (prints each property's case count)
-#   3. tests/interop/conformance.sh  official MCP conformance suite against the release gateway
+#   3. tests/interop/conformance.sh  official MCP conformance suite (0.1.16) against the release gateway
+#      tests/interop/conformance_v2.sh  conformance 0.2.0-alpha.12, --requirements 2025-11-25 and 2026-07-28
+#                                    (incl. the tasks scenarios), fixture direct vs through mcp-edge with the
+#                                    fixture as legacy and as modern upstream; fails on any gateway regression
 #   4. tests/interop/readme_smoke.sh the README's `cargo run --release` + Inspector CLI lines
 #   5. tests/arm.sh                  ARM: aarch64 test suite under qemu-user, release builds for aarch64-gnu,
 #                                    armv7 and aarch64-musl (glibc <= 2.31, musl static), each run under qemu
@@ -36,8 +39,9 @@ fi
 # property's case count (nextest prints output only on failure); ~1 s.
 cargo test --test properties -- --nocapture --test-threads=1 || failed+=("properties")
 
-stage "3/6 conformance: tests/interop/conformance.sh"
+stage "3/6 conformance: tests/interop/conformance.sh, tests/interop/conformance_v2.sh"
 bash tests/interop/conformance.sh || failed+=("conformance")
+bash tests/interop/conformance_v2.sh || failed+=("conformance v2")
 
 stage "4/6 README run command: tests/interop/readme_smoke.sh"
 bash tests/interop/readme_smoke.sh || failed+=("readme smoke")

@@ -47,6 +47,63 @@ async fn an_upstreams_refusal_of_one_request_is_that_callers_error_only() {
     assert_eq!((m.status, m.error_code()), (400, Some(-32021)), "{}", m.raw);
 }
 
+/// The acceptance of issue 13 part 1: while one client's calls draw
+/// -32021, -32020 and -32602 from a modern HTTP upstream, another client's
+/// calls to the same upstream keep succeeding, and the upstream is never
+/// reconnected (its connect counter and its handshakes unchanged).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_clients_refusals_never_take_the_upstream_from_another() {
+    mcp_edge::metrics::prometheus();
+    let (up, url) = scripted(Mode::Modern).await;
+    let gw = start("", &http_block("shared", &url, "")).await;
+    let addr = gw.local_addr();
+    let connects = || {
+        mcp_edge::metrics::read(
+            mcp_edge::metrics::UPSTREAM_CONNECTS,
+            "upstream=\"shared\",outcome=\"ok\"",
+        )
+    };
+    let discovers = || {
+        (up.requests.lock().unwrap().iter())
+            .filter(|(_, m)| m == "server/discover")
+            .count()
+    };
+    let (connects0, discovers0) = (connects(), discovers());
+    assert_eq!(connects0, 1.0);
+    let bad = legacy_session(addr, "2025-11-25").await;
+    let refused = async {
+        let expect = [
+            ("shared__needs_sampling", -32021),
+            ("shared__header_mismatch", -32020),
+            ("shared__bad_params", -32602),
+        ];
+        for i in 0..20 {
+            let (tool, code) = expect[i % 3];
+            let r = call_tool(addr, &bad, json!(i), tool, json!({})).await;
+            assert_eq!(r.error_code(), Some(code), "{tool}: {}", r.raw);
+        }
+        let r = call_tool(addr, &bad, json!(99), "shared__bad_params", json!({})).await;
+        assert_eq!(r.body["error"]["data"], json!({"field": "x"}), "data kept");
+    };
+    let served = async {
+        for i in 0..20 {
+            let r = modern(
+                addr,
+                json!(i),
+                "tools/call",
+                json!({"name": "shared__hello"}),
+            )
+            .await;
+            assert_eq!(r.status, 200, "{}", r.raw);
+            assert!(text_of(&r).starts_with("hello from"), "{}", r.raw);
+        }
+    };
+    tokio::join!(refused, served);
+    assert_eq!(connects(), connects0, "no reconnect");
+    assert_eq!(discovers(), discovers0, "no new handshake");
+    gw.shutdown().await;
+}
+
 /// A modern caller that takes SSE gets the same: the response head waits
 /// for the outcome, so an upstream's -32021 is HTTP 400 JSON, never an
 /// event inside a 200 stream (2026-07-28 transports-streamable-http.mdx;

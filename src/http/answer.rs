@@ -36,6 +36,10 @@ pub(super) fn finish(
     who: &Who,
 ) -> Answer {
     let label = crate::metrics::method_label(method);
+    let outcome = match outcome {
+        Err(e) if modern => Err(modern::modernize_error(e)),
+        other => other,
+    };
     let status = match &outcome {
         Err(e) if modern => modern::error_status(e),
         _ => StatusCode::OK,

@@ -2,7 +2,9 @@
 //! within its limits, batches, and the framing of what one message
 //! produced. Each message is served by [`super::request`].
 
-use super::request::{one, refuse, session_header, Answer, Outcome, Refusal};
+use super::era::session_header;
+use super::reply::{refuse, Refusal};
+use super::request::{one, Answer, Outcome};
 use super::{reply, App, Body, Who};
 use crate::protocol::{self, Message, ProtocolVersion, RpcError};
 use crate::session::SessionError;

@@ -10,7 +10,8 @@
 //! `mcp_edge_refused_total` (`auth`, `rate`) and logged with the peer
 //! address under [`crate::access::Throttle`].
 
-use super::request::{refuse, session_header};
+use super::era::session_header;
+use super::reply::refuse;
 use super::{App, Body, Peer, Who};
 use crate::access::AuthError;
 use crate::protocol::{self, RpcError};

@@ -20,6 +20,7 @@ pub mod cancel;
 pub mod checks;
 pub mod conns;
 pub mod endpoint;
+mod era;
 mod gate;
 pub mod listen;
 pub mod modern;

@@ -200,6 +200,46 @@ pub(super) fn check_param_headers(
     .map_err(|m| RpcError::new(protocol::HEADER_MISMATCH, m))
 }
 
+/// Requests 2026-07-28 removed (`../shared/spec/2026-07-28/changelog.mdx`
+/// §Major changes 2, 4, 5: the handshake, `ping`, `logging/setLevel`,
+/// `resources/subscribe`/`unsubscribe`; and the tasks extension's dropped
+/// `tasks/result`/`tasks/list`, item 6). A modern request for one is
+/// answered 404 with -32601 (`transports-streamable-http.mdx` §Protocol
+/// Version Header: a method the server does not implement), never served
+/// as if the era were legacy.
+const REMOVED: [&str; 7] = [
+    "initialize",
+    "ping",
+    "logging/setLevel",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "tasks/result",
+    "tasks/list",
+];
+
+/// -32601 for a request 2026-07-28 removed ([`REMOVED`]); its HTTP status
+/// is 404 ([`error_status`]).
+pub fn removed(method: &str) -> Result<(), RpcError> {
+    if REMOVED.contains(&method) {
+        return Err(RpcError::new(
+            protocol::METHOD_NOT_FOUND,
+            format!("Method not found: {method} does not exist in protocol version 2026-07-28 (removed; see server/discover)"),
+        ));
+    }
+    Ok(())
+}
+
+/// A legacy upstream's error in the form a modern caller expects: the
+/// 2025-era "resource not found" `-32002` is `-32602` in 2026-07-28
+/// (changelog.mdx §Minor changes 6), message and data kept.
+pub fn modernize_error(mut e: RpcError) -> RpcError {
+    const LEGACY_RESOURCE_NOT_FOUND: i64 = -32002;
+    if e.code == LEGACY_RESOURCE_NOT_FOUND {
+        e.code = protocol::INVALID_PARAMS;
+    }
+    e
+}
+
 /// The HTTP status of a modern caller's JSON-RPC error, whoever raised it,
 /// mcp-edge or an upstream: 404 for -32601, 400 for -32020/-32021/-32022,
 /// else 200 (`../shared/spec/2026-07-28/transports-streamable-http.mdx`
@@ -219,6 +259,15 @@ pub fn error_status(e: &crate::protocol::RpcError) -> http::StatusCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_legacy_resource_not_found_is_invalid_params_for_a_modern_caller() {
+        let e = RpcError::new(-32002, "Resource not found").with_data(json!({"uri": "x://y"}));
+        let m = modernize_error(e);
+        assert_eq!((m.code, m.message.as_str()), (-32602, "Resource not found"));
+        assert_eq!(m.data, Some(json!({"uri": "x://y"})));
+        assert_eq!(modernize_error(RpcError::new(-32021, "m")).code, -32021);
+    }
 
     fn hm(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut m = HeaderMap::new();

@@ -4,7 +4,7 @@
 //! §Listening for Messages from the Server).
 
 use super::{App, Body};
-use crate::protocol::sse;
+use crate::protocol::{self, sse, RpcError};
 use crate::session::SessionId;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
@@ -375,4 +375,30 @@ where
     let mut r = Response::new(BodyExt::boxed_unsync(StreamBody::new(stream)));
     sse_headers(&mut r);
     r
+}
+
+/// An HTTP-level refusal: status plus JSON-RPC error (id null).
+pub(super) struct Refusal(pub(super) StatusCode, pub(super) RpcError);
+
+pub(super) fn refuse(status: StatusCode, code: i64, msg: impl Into<String>) -> Refusal {
+    Refusal(status, RpcError::new(code, msg))
+}
+
+impl Refusal {
+    /// The HTTP answer; an error whose `data.retryAfterSeconds` is set also
+    /// gets a `Retry-After` header (RFC 9110 §10.2.3).
+    pub(super) fn into_response(self, id: Value) -> Response<Body> {
+        let retry = self
+            .1
+            .data
+            .as_ref()
+            .and_then(|d| d.get("retryAfterSeconds"))
+            .and_then(Value::as_u64);
+        let mut r = json(self.0, &protocol::error_response(id, &self.1));
+        if let Some(secs) = retry {
+            r.headers_mut()
+                .insert(http::header::RETRY_AFTER, secs.into());
+        }
+        r
+    }
 }

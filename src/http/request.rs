@@ -10,6 +10,8 @@
 
 use super::answer::{finish, finish_audited, observe};
 pub(super) use super::answer::{Answer, Outcome};
+use super::era::{decide_era, has_modern_meta, session_header, ClientEra, SessionBusy};
+use super::reply::{refuse, Refusal};
 use super::{audited, modern, reply, App, Body, Who};
 use crate::protocol::{self, Message, ProtocolVersion, RpcError};
 use crate::session::{SessionError, SessionId};
@@ -18,70 +20,6 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use tokio::time::Instant;
 
-/// The era a downstream client speaks, per message (the upstream face has
-/// [`crate::upstream::UpstreamEra`]; config has its own preference).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) enum ClientEra {
-    /// In a legacy session with this negotiated version.
-    Legacy(SessionId, ProtocolVersion),
-    /// Modern, stateless.
-    Modern,
-}
-
-impl ClientEra {
-    /// The legacy session id as sent, `None` for a modern request.
-    fn session(&self) -> Option<String> {
-        match self {
-            ClientEra::Legacy(sid, _) => Some(sid.to_header()),
-            ClientEra::Modern => None,
-        }
-    }
-}
-
-/// An HTTP-level refusal: status plus JSON-RPC error (id null).
-pub(super) struct Refusal(pub(super) StatusCode, pub(super) RpcError);
-
-pub(super) fn refuse(status: StatusCode, code: i64, msg: impl Into<String>) -> Refusal {
-    Refusal(status, RpcError::new(code, msg))
-}
-
-impl Refusal {
-    /// The HTTP answer; an error whose `data.retryAfterSeconds` is set also
-    /// gets a `Retry-After` header (RFC 9110 §10.2.3).
-    pub(super) fn into_response(self, id: Value) -> Response<Body> {
-        let retry = self
-            .1
-            .data
-            .as_ref()
-            .and_then(|d| d.get("retryAfterSeconds"))
-            .and_then(Value::as_u64);
-        let mut r = reply::json(self.0, &protocol::error_response(id, &self.1));
-        if let Some(secs) = retry {
-            r.headers_mut()
-                .insert(http::header::RETRY_AFTER, secs.into());
-        }
-        r
-    }
-}
-
-pub(super) fn session_header(h: &HeaderMap) -> Result<Option<SessionId>, Refusal> {
-    match h.get("mcp-session-id") {
-        None => Ok(None),
-        Some(v) => v
-            .to_str()
-            .ok()
-            .and_then(SessionId::parse)
-            .map(Some)
-            .ok_or_else(|| {
-                refuse(
-                    StatusCode::NOT_FOUND,
-                    protocol::INVALID_REQUEST,
-                    "Session not found",
-                )
-            }),
-    }
-}
-
 /// Methods whose upstream may send request-scoped notifications or
 /// server→client requests while working.
 fn relayable(method: &str) -> bool {
@@ -89,57 +27,6 @@ fn relayable(method: &str) -> bool {
         method,
         "tools/call" | "prompts/get" | "resources/read" | "completion/complete"
     )
-}
-
-fn decide_era(
-    app: &App,
-    h: &HeaderMap,
-    method: &str,
-    params: Option<&Value>,
-) -> Result<ClientEra, Refusal> {
-    let header_version = h.get("mcp-protocol-version").and_then(|v| v.to_str().ok());
-    let meta_version =
-        protocol::params_meta(params).and_then(|m| m.get(protocol::META_PROTOCOL_VERSION));
-    let legacy_header = header_version
-        .and_then(ProtocolVersion::parse)
-        .is_some_and(|v| v.is_legacy());
-    // A modern request ignores any Mcp-Session-Id (2026-07-28 is
-    // stateless), well-formed or not.
-    let has_session = h.contains_key("mcp-session-id");
-    if meta_version.is_some() || (header_version.is_some() && !legacy_header && !has_session) {
-        return Ok(ClientEra::Modern);
-    }
-    let session = session_header(h)?;
-    let Some(id) = session else {
-        return Err(refuse(
-            StatusCode::BAD_REQUEST,
-            protocol::INVALID_REQUEST,
-            format!("Bad Request: {method} needs an Mcp-Session-Id (send initialize first) or modern _meta"),
-        ));
-    };
-    // 2025-11-25 transports.mdx §Protocol Version Header: absent → 2025-03-26; unsupported → 400.
-    if let Some(hv) = header_version {
-        if !legacy_header {
-            return Err(refuse(
-                StatusCode::BAD_REQUEST,
-                protocol::INVALID_REQUEST,
-                format!("Bad Request: unsupported MCP-Protocol-Version {hv:?} in a legacy session"),
-            ));
-        }
-    }
-    match app
-        .sessions
-        .lock()
-        .expect("sessions")
-        .touch(&id, Instant::now())
-    {
-        Ok(s) => Ok(ClientEra::Legacy(id, s.version)),
-        Err(_) => Err(refuse(
-            StatusCode::NOT_FOUND,
-            protocol::INVALID_REQUEST,
-            "Session not found",
-        )),
-    }
 }
 
 /// A client's answer to a request relayed from an upstream: back to that upstream.
@@ -179,10 +66,11 @@ pub(super) async fn one(
             Ok(Outcome::Accepted)
         }
         Message::Request { id, method, params } => {
-            if method == "initialize" {
+            if method == "initialize" && !has_modern_meta(params.as_ref()) {
                 return initialize(app, id, params.as_ref(), who).map(Outcome::Answer);
             }
-            let era = decide_era(app, h, &method, params.as_ref()).map_err(|r| (id.clone(), r))?;
+            let (era, busy) =
+                decide_era(app, h, &method, params.as_ref()).map_err(|r| (id.clone(), r))?;
             if era == ClientEra::Modern {
                 modern_checks(app, h, &method, params.as_ref(), who.policy())
                     .map_err(|e| (id.clone(), e))?;
@@ -194,6 +82,7 @@ pub(super) async fn one(
                 era,
                 who: who.clone(),
                 request_bytes,
+                _busy: busy,
             };
             match call.route(stream_ok) {
                 Route::Listen => call.listen(app, stream_ok).await,
@@ -245,8 +134,9 @@ fn notification(app: &App, h: &HeaderMap, method: &str, params: Option<&Value>) 
     }
 }
 
-/// A modern request's own checks: its `_meta` and headers
-/// ([`modern::validate`]) and its `Mcp-Param-*` headers.
+/// A modern request's own checks: a method 2026-07-28 removed (404,
+/// [`modern::removed`]), then its `_meta` and headers
+/// ([`modern::validate`]) and its `Mcp-Param-*` headers (400).
 fn modern_checks(
     app: &App,
     h: &HeaderMap,
@@ -254,6 +144,7 @@ fn modern_checks(
     params: Option<&Value>,
     policy: &crate::access::Policy,
 ) -> Result<(), Refusal> {
+    modern::removed(method).map_err(|e| Refusal(StatusCode::NOT_FOUND, e))?;
     modern::validate(h, method, params)
         .and_then(|()| modern::check_param_headers(app, h, method, params, policy))
         .map_err(|e| Refusal(StatusCode::BAD_REQUEST, e))
@@ -278,6 +169,8 @@ struct Call {
     who: Who,
     /// Size of the message as received (the audit log's `request_bytes`).
     request_bytes: usize,
+    /// A legacy session's hold on its idle clock, for as long as the call.
+    _busy: Option<SessionBusy>,
 }
 
 impl Call {
@@ -394,6 +287,7 @@ impl Call {
                 era,
                 who,
                 request_bytes,
+                _busy,
             } = self;
             let _busy = app.in_flight.enter();
             let t0 = Instant::now();
@@ -441,6 +335,7 @@ impl Call {
             era,
             who,
             request_bytes,
+            _busy,
         } = self;
         let _busy = app.in_flight.enter();
         let t0 = Instant::now();

@@ -141,8 +141,23 @@ impl Conn {
     /// list changes come on [`Conn::notifications`]).
     pub async fn listen(&self, era: UpstreamEra) -> Result<(), SendError> {
         match (self, era) {
-            (Conn::Stdio(c), UpstreamEra::Modern) => c.listen().await,
+            (Conn::Stdio(c), UpstreamEra::Modern) => c.listen(&[]).await,
             _ => Ok(()),
+        }
+    }
+
+    /// A modern upstream is to report updates of `resources` (and list
+    /// changes) from now on: a stdio child gets a new `subscriptions/listen`
+    /// replacing the last, an HTTP server's listen stream is reopened with
+    /// the new filter. A no-op for the built-in upstream.
+    pub async fn relisten(&self, resources: Vec<Box<str>>) -> Result<(), SendError> {
+        match self {
+            Conn::Stdio(c) => c.listen(&resources).await,
+            Conn::Http(c) => {
+                c.relisten(resources);
+                Ok(())
+            }
+            Conn::Builtin => Ok(()),
         }
     }
 
@@ -160,6 +175,7 @@ impl Conn {
                     tracing::debug!(upstream = %name, "no notification stream offered");
                     return std::future::pending().await;
                 }
+                http::NotificationsEnd::Reopen => {}
                 http::NotificationsEnd::Ended(why) => {
                     tracing::debug!(upstream = %name, "notification stream: {}; again in {again_after:?}", crate::logline::printable(&why.to_string()));
                     tokio::time::sleep(again_after).await;

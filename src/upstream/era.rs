@@ -74,17 +74,39 @@ pub fn adapt_params(era: UpstreamEra, params: Option<Value>) -> Option<Value> {
     }
 }
 
+/// Asks a modern upstream for log messages from `floor` (a rank of
+/// [`crate::upstream::relay::LOG_LEVELS`]) up, unless the caller asked
+/// itself (`params._meta` made by [`adapt_params`]).
+pub fn ask_log_level(params: &mut Option<Value>, floor: usize) {
+    let Some(level) = crate::upstream::relay::LOG_LEVELS.get(floor) else {
+        return;
+    };
+    if let Some(meta) = params
+        .as_mut()
+        .and_then(|p| p.get_mut("_meta"))
+        .and_then(Value::as_object_mut)
+    {
+        meta.entry("io.modelcontextprotocol/logLevel")
+            .or_insert_with(|| json!(level));
+    }
+}
+
 /// The JSON-RPC id of mcp-edge's own `subscriptions/listen` upstream (a
 /// string: call ids are numbers, so it never collides with one).
 pub const LISTEN_ID: &str = "mcp-edge/listen";
 
 /// The params of mcp-edge's `subscriptions/listen` (2026-07-28
-/// patterns-subscriptions.mdx): the three list kinds, with the modern
-/// per-request `_meta`.
-pub fn listen_params() -> Option<Value> {
+/// patterns-subscriptions.mdx §Notification Filter): the three list kinds
+/// and, when clients subscribed to some of the upstream's resources, their
+/// URIs as `resourceSubscriptions`; with the modern per-request `_meta`.
+pub fn listen_params(resources: &[Box<str>]) -> Option<Value> {
+    let mut filter = json!({"toolsListChanged": true,
+        "promptsListChanged": true, "resourcesListChanged": true});
+    if !resources.is_empty() {
+        filter["resourceSubscriptions"] = json!(resources);
+    }
     adapt_params(
         UpstreamEra::Modern,
-        Some(json!({"notifications": {"toolsListChanged": true,
-            "promptsListChanged": true, "resourcesListChanged": true}})),
+        Some(json!({ "notifications": filter })),
     )
 }

@@ -301,7 +301,10 @@ impl Upstream {
         }
         let (conn, neg, generation) = self.current().ok_or_else(|| self.unavailable())?;
         let _active = self.calls.enter();
-        let params = era::adapt_params(neg.era, params);
+        let mut params = era::adapt_params(neg.era, params);
+        if let (UpstreamEra::Modern, Some(floor)) = (neg.era, legacy_log_floor(relay.as_ref())) {
+            era::ask_log_level(&mut params, floor);
+        }
         let timeout = self.config.call_timeout;
         let first = conn
             .send(method, params.clone(), neg.era, timeout, relay.clone())
@@ -428,6 +431,16 @@ impl Upstream {
             }
         }
     }
+}
+
+/// The log floor of a legacy caller's relayed call: a modern upstream
+/// must be told it (`io.modelcontextprotocol/logLevel`), or it sends no log
+/// messages at all (2026-07-28 changelog.mdx §Major changes 5), where a
+/// legacy session gets every one from its `logging/setLevel` floor up.
+fn legacy_log_floor(relay: Option<&relay::Relay>) -> Option<usize> {
+    let relay = relay?;
+    relay.session.as_ref()?;
+    relay.log_floor
 }
 
 #[cfg(test)]

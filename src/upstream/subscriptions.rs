@@ -13,11 +13,14 @@
 //! ([`Upstream::reconcile_subscriptions`]), on every table change and every
 //! health tick.
 //!
-//! Only legacy (2025-era) upstreams that declare `resources.subscribe` are
-//! asked; a modern one (2026-07-28) reports updates only on a
-//! `subscriptions/listen` stream, which mcp-edge does not yet open with
-//! `resourceSubscriptions`, so a subscription routed to one is refused with
-//! a clear error.
+//! Only upstreams that declare `resources.subscribe` are asked. A legacy
+//! (2025-era) one gets `resources/subscribe` and `resources/unsubscribe`
+//! per URI; a modern one (2026-07-28) has no such methods and reports
+//! updates only on a `subscriptions/listen` stream, so mcp-edge's own
+//! listen to it carries the wanted URIs as `resourceSubscriptions` and is
+//! opened anew whenever that set changes ([`Upstream::relisten`]; 2026-07-28
+//! patterns-subscriptions.mdx). Its `notifications/resources/updated` mark
+//! the subscription table as a legacy upstream's do.
 
 use super::era::UpstreamEra;
 use super::{CallError, Upstream};
@@ -41,11 +44,6 @@ impl Upstream {
         let Some(neg) = self.negotiated() else {
             return refuse("it is not connected");
         };
-        if neg.era == UpstreamEra::Modern {
-            return refuse(
-                "it speaks 2026-07-28, whose resource subscriptions mcp-edge does not relay yet",
-            );
-        }
         let subscribe = neg
             .capabilities
             .get("resources")
@@ -65,7 +63,37 @@ impl Upstream {
     /// Errors: the upstream's own, or the call's (timeout, not connected).
     pub async fn ensure_subscribed(&self, uri: &str) -> Result<(), CallError> {
         let _one_at_a_time = self.subs_lock.lock().await;
+        if self.is_modern() {
+            return self.relisten().await;
+        }
         self.subscribe_locked(uri).await
+    }
+
+    fn is_modern(&self) -> bool {
+        self.negotiated()
+            .is_some_and(|n| n.era == UpstreamEra::Modern)
+    }
+
+    /// A modern upstream: when the wanted URIs differ from what its listen
+    /// asked for, a listen with the new set replaces it. Called under
+    /// `subs_lock`.
+    async fn relisten(&self) -> Result<(), CallError> {
+        let wanted = self.subscriptions.uris_of(self.id);
+        let same = {
+            let asked = self.subscribed.lock().expect("subscribed lock");
+            asked.len() == wanted.len() && wanted.iter().all(|u| asked.contains(u))
+        };
+        if same {
+            return Ok(());
+        }
+        let (conn, _, generation) = self.current().ok_or_else(|| self.unavailable())?;
+        if let Err(e) = conn.relisten(wanted.clone()).await {
+            return Err(self.name_send_error(e, generation));
+        }
+        if self.live_generation() == Some(generation) {
+            *self.subscribed.lock().expect("subscribed lock") = wanted.into_iter().collect();
+        }
+        Ok(())
     }
 
     async fn subscribe_locked(&self, uri: &str) -> Result<(), CallError> {
@@ -120,6 +148,13 @@ impl Upstream {
         else {
             return;
         };
+        if self.is_modern() {
+            if let Err(e) = self.relisten().await {
+                tracing::info!(upstream = %self.name(), "subscriptions/listen with new resources failed: {}", crate::logline::printable(&e.to_string()));
+            }
+            self.progressed();
+            return;
+        }
         let bound = self.config.probe_timeout;
         let wanted = self.subscriptions.uris_of(self.id);
         let asked: Vec<Box<str>> = self

@@ -31,7 +31,11 @@ tools_file = args[args.index("--tools-file") + 1] if "--tools-file" in args else
 # --fail-first-list: the first tools/list answers an error (a transient failure).
 fail_first_list = ["--fail-first-list" in args]
 lock = threading.Lock()
-seen = {"requests": 0, "methods": [], "cancelled": [], "subscribed": [], "refused": []}
+seen = {"requests": 0, "methods": [], "cancelled": [], "subscribed": [], "listens": 0, "refused": []}
+# Modern era: open subscriptions/listen requests, id -> the URIs of their resourceSubscriptions.
+listens = {}
+# --subscribe: a modern fake declares resources.subscribe (updates on its listen streams).
+modern_subscribe = "--subscribe" in args
 initialized = False
 LONG = "a_really_long_tool_name_that_goes_on_and_on_past_the_sixty_four_char_limit"
 TOOLS = [
@@ -101,8 +105,16 @@ def call_tool(id, params):
         send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         result(id, text("announced"))
     elif tool == "touch":
-        send({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": a.get("uri", "")}})
-        result(id, text(f"touched {a.get('uri', '')}"))
+        uri = a.get("uri", "")
+        if era == "modern":
+            # Only on the listen streams that asked for this URI (patterns-subscriptions.mdx).
+            for lid, uris in list(listens.items()):
+                if uri in uris:
+                    send({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                          "params": {"uri": uri, "_meta": {"io.modelcontextprotocol/subscriptionId": lid}}})
+        else:
+            send({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}})
+        result(id, text(f"touched {uri}"))
     elif tool == "slow_echo":
         def later():
             time.sleep(a.get("ms", 100) / 1000)
@@ -124,13 +136,19 @@ def call_tool(id, params):
         sys.exit(3)
     elif tool == "progress":
         token = (params.get("_meta") or {}).get("progressToken")
+        # Modern era: log messages only from the request's logLevel up, none without it
+        # (2026-07-28 changelog §Major changes 5).
+        asked = (params.get("_meta") or {}).get("io.modelcontextprotocol/logLevel")
+        levels = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
+        logs = era != "modern" or (asked in levels and levels.index(asked) <= levels.index("info"))
         def run():
             for i in range(a.get("steps", 3)):
                 if token is not None:
                     send({"jsonrpc": "2.0", "method": "notifications/progress",
                           "params": {"progressToken": token, "progress": i + 1, "total": a.get("steps", 3)}})
-                send({"jsonrpc": "2.0", "method": "notifications/message",
-                      "params": {"level": "info", "data": f"step {i + 1} of {a.get('tag', '')}"}})
+                if logs:
+                    send({"jsonrpc": "2.0", "method": "notifications/message",
+                          "params": {"level": "info", "data": f"step {i + 1} of {a.get('tag', '')}"}})
                 time.sleep(a.get("ms", 20) / 1000)
             result(id, {"content": [{"type": "text", "text": f"done; upstream saw token {json.dumps(token)}"}]})
         threading.Thread(target=run, daemon=True).start()
@@ -196,6 +214,8 @@ def handle(msg):
             initialized = True
         elif method == "notifications/cancelled":
             seen["cancelled"].append(params.get("requestId"))
+            if listens.pop(params.get("requestId"), None) is not None:
+                seen["subscribed"] = sorted(set().union(*listens.values()))
         return
     seen["requests"] += 1
     seen["methods"].append(method)
@@ -206,7 +226,7 @@ def handle(msg):
         if meta.get("io.modelcontextprotocol/protocolVersion") != "2026-07-28":
             return error(id, -32022, "Unsupported protocol version")
         if method == "server/discover":
-            return result(id, {"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}, "prompts": {}, "resources": {}},
+            return result(id, {"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}, "prompts": {}, "resources": {"subscribe": modern_subscribe}},
                                "_meta": {"io.modelcontextprotocol/serverInfo": {"name": name, "version": "1"}}})
     else:
         if method == "initialize":
@@ -245,6 +265,17 @@ def handle(msg):
         result(id, {"resources": [{"uri": f"fake://{name}/readme", "name": "readme"}]})
     elif method == "resources/templates/list":
         result(id, {"resourceTemplates": []})
+    elif method == "subscriptions/listen" and era == "modern":
+        filt = params.get("notifications") or {}
+        uris = set(filt.get("resourceSubscriptions") or []) if modern_subscribe else set()
+        listens[id] = uris
+        seen["listens"] += 1
+        seen["subscribed"] = sorted(set().union(*listens.values()))
+        ack = {k: v for k, v in filt.items() if k != "resourceSubscriptions"}
+        if modern_subscribe:
+            ack["resourceSubscriptions"] = sorted(uris)
+        send({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+              "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": id}, "notifications": ack}})
     elif method == "resources/subscribe":
         if params.get("uri") not in seen["subscribed"]:
             seen["subscribed"].append(params.get("uri"))

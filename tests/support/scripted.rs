@@ -26,6 +26,9 @@ pub enum Mode {
     /// [`Mode::Legacy`] that also offers a GET stream, which sends one
     /// `notifications/tools/list_changed` and ends.
     LegacyGet,
+    /// A modern (2026-07-28) server: `server/discover`, no sessions, no
+    /// listen stream (404 + -32601).
+    Modern,
 }
 
 pub struct Upstream {
@@ -226,6 +229,13 @@ async fn answer(
     let id = body["id"].clone();
     let ok = |result: Value| resp(200, json!({"jsonrpc": "2.0", "id": id, "result": result}));
     Ok(match method.as_str() {
+        "server/discover" if u.mode == Mode::Modern => ok(json!({
+            "supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
+            "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "scripted", "version": "1"}}})),
+        "subscriptions/listen" if u.mode == Mode::Modern => resp(
+            404,
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "Method not found"}}),
+        ),
         "server/discover" => resp(
             400,
             json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "Method not found"}}),
@@ -240,7 +250,9 @@ async fn answer(
                 .insert("mcp-session-id", sid.parse().unwrap());
             r
         }
-        _ if sid_in.as_deref() != Some(u.session.lock().unwrap().as_str()) => {
+        _ if u.mode != Mode::Modern
+            && sid_in.as_deref() != Some(u.session.lock().unwrap().as_str()) =>
+        {
             resp(404, json!({"error": "unknown session"}))
         }
         "" => resp(202, Value::Null),
@@ -263,7 +275,19 @@ async fn answer(
                 {"name": "hang", "inputSchema": {"type": "object"}},
                 {"name": "needs_sampling", "inputSchema": {"type": "object"}},
                 {"name": "bad_request", "inputSchema": {"type": "object"}},
+                {"name": "header_mismatch", "inputSchema": {"type": "object"}},
+                {"name": "bad_params", "inputSchema": {"type": "object"}},
                 {"name": "interview", "inputSchema": {"type": "object"}}]}),
+        ),
+        "tools/call" if body["params"]["name"] == "header_mismatch" => resp(
+            400,
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32020,
+                "message": "Header mismatch: Mcp-Name does not match params.name"}}),
+        ),
+        "tools/call" if body["params"]["name"] == "bad_params" => resp(
+            200,
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32602,
+                "message": "Invalid params: x must be a number", "data": {"field": "x"}}}),
         ),
         // One request's errors: a JSON-RPC error on an HTTP 400, and a
         // plain-text 400.

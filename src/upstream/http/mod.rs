@@ -57,6 +57,13 @@ pub struct HttpConn {
     /// §Custom Headers from Tool Parameters).
     param_headers:
         RwLock<std::collections::HashMap<String, Vec<crate::protocol::param_headers::ParamHeader>>>,
+    /// The resource URIs a modern server's `subscriptions/listen` asks
+    /// updates of ([`HttpConn::relisten`]); at most the subscription
+    /// table's entries for this upstream.
+    listen_uris: std::sync::Mutex<Vec<Box<str>>>,
+    /// Rung when `listen_uris` changed: the open listen stream ends and is
+    /// opened again at once with the new filter.
+    relisten: Notify,
 }
 
 /// Queues a legacy call's id for `notifications/cancelled` unless disarmed:
@@ -143,6 +150,8 @@ impl HttpConn {
         let conn = HttpConn {
             abandoned,
             param_headers: RwLock::new(Default::default()),
+            listen_uris: std::sync::Mutex::new(Vec::new()),
+            relisten: Notify::new(),
             client: https_client()?,
             url,
             shown_url,

@@ -38,6 +38,8 @@ pub enum NotificationsEnd {
     NotOffered,
     /// It ended or failed (the reason): ask again later.
     Ended(String),
+    /// Its filter changed ([`HttpConn::relisten`]): open it again now.
+    Reopen,
 }
 
 impl HttpConn {
@@ -82,11 +84,25 @@ impl HttpConn {
         Ok(resp.into_body())
     }
 
+    /// A modern server's listen stream is to ask for updates of
+    /// `resources` from now on: the open stream (if any) ends and is opened
+    /// again with the new filter (a stream's filter is fixed when it opens,
+    /// 2026-07-28 patterns-subscriptions.mdx §Opening a Stream).
+    pub fn relisten(&self, resources: Vec<Box<str>>) {
+        *self.listen_uris.lock().expect("listen uris") = resources;
+        self.relisten.notify_one();
+    }
+
     /// Reads the stream's events until it ends (each handled by
-    /// [`HttpConn::on_stream_event`]).
+    /// [`HttpConn::on_stream_event`]) or its filter changes.
     async fn read_stream(&self, mut body: Incoming) -> NotificationsEnd {
         let mut dec = sse::Decoder::new(self.max_bytes);
-        while let Some(frame) = body.frame().await {
+        loop {
+            let frame = tokio::select! {
+                f = body.frame() => f,
+                _ = self.relisten.notified() => return NotificationsEnd::Reopen,
+            };
+            let Some(frame) = frame else { break };
             let frame = match frame {
                 Ok(f) => f,
                 Err(e) => return NotificationsEnd::Ended(format!("GET stream: {e}")),
@@ -139,7 +155,8 @@ impl HttpConn {
 
     /// The `subscriptions/listen` request of a modern server's stream.
     fn listen_request(&self) -> Result<Request<Full<Bytes>>, String> {
-        let params = listen_params();
+        let resources = self.listen_uris.lock().expect("listen uris").clone();
+        let params = listen_params(&resources);
         let msg = protocol::request(json!(LISTEN_ID), "subscriptions/listen", params);
         self.build(
             "subscriptions/listen",

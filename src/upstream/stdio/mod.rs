@@ -38,6 +38,9 @@ pub type Driver = Pin<Box<dyn Future<Output = String> + Send>>;
 pub struct StdioConn {
     stdin: Arc<Mutex<Option<ChildStdin>>>,
     inflight: InFlight,
+    /// Number of mcp-edge's current `subscriptions/listen` on this child
+    /// (its id is `mcp-edge/listen/<n>`; a new filter is a new listen).
+    listens: std::sync::atomic::AtomicU64,
 }
 
 /// Spawns the child of a stdio upstream (`child::start`: its own process
@@ -88,7 +91,11 @@ pub fn open(
         noise: 0,
     };
     Ok((
-        StdioConn { stdin, inflight },
+        StdioConn {
+            stdin,
+            inflight,
+            listens: std::sync::atomic::AtomicU64::new(0),
+        },
         Box::pin(pump.drive(child, incarnation)),
         cancel,
     ))
@@ -443,14 +450,30 @@ impl StdioConn {
         write_line(&self.stdin, msg).await
     }
 
-    /// Asks a modern (2026-07-28) child for its list changes: one
-    /// `subscriptions/listen` request (id [`LISTEN_ID`]) for the
-    /// three list kinds (2026-07-28 patterns-subscriptions.mdx). Its stream
-    /// is the child's stdout: the acknowledgment is skipped, list_changed
-    /// wakes the catalog refresh like a legacy child's, and its final
-    /// response (or a refusal) is an answer nobody waits for.
-    pub async fn listen(&self) -> Result<(), SendError> {
-        let msg = protocol::request(json!(LISTEN_ID), "subscriptions/listen", listen_params());
+    /// Asks a modern (2026-07-28) child for its list changes and for
+    /// updates of `resources`: one `subscriptions/listen` request (id
+    /// `mcp-edge/listen/<n>`, [`LISTEN_ID`]) for the three list kinds and
+    /// those URIs (2026-07-28 patterns-subscriptions.mdx). Its stream is the
+    /// child's stdout: the acknowledgment is skipped, list_changed wakes the
+    /// catalog refresh like a legacy child's, `notifications/resources/updated`
+    /// marks the subscription table, and its final response (or a refusal)
+    /// is an answer nobody waits for. A listen sent before is cancelled
+    /// first (§Cancellation: `notifications/cancelled` naming its id), so
+    /// a new set of URIs replaces the old one.
+    pub async fn listen(&self, resources: &[Box<str>]) -> Result<(), SendError> {
+        use std::sync::atomic::Ordering;
+        let n = self.listens.fetch_add(1, Ordering::Relaxed);
+        if n > 0 {
+            let old = format!("{LISTEN_ID}/{}", n - 1);
+            let reason = "mcp-edge replaces this subscription with a new filter";
+            self.notify(
+                "notifications/cancelled",
+                Some(json!({"requestId": old, "reason": reason})),
+            )
+            .await?;
+        }
+        let id = format!("{LISTEN_ID}/{n}");
+        let msg = protocol::request(json!(id), "subscriptions/listen", listen_params(resources));
         write_line(&self.stdin, &msg).await
     }
 

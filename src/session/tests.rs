@@ -1,0 +1,183 @@
+//! Unit tests of the session table.
+use super::*;
+
+const V: ProtocolVersion = ProtocolVersion::V2025_11_25;
+
+/// Issue 13 part 6: a request in flight keeps its session; the idle
+/// clock starts when the last one ends.
+#[test]
+fn a_session_with_a_request_in_flight_is_not_idle() {
+    let s = Duration::from_secs;
+    let t0 = Instant::now();
+    let mut t = Table::new(2, s(10), s(5));
+    let a = t.insert(V, 0, t0).unwrap();
+    let b = t.insert(V, 0, t0).unwrap();
+    assert!(t.begin_request(&a));
+    assert!(t.begin_request(&a), "two at once");
+    // 15 s later: b expired, a did not.
+    assert_eq!(t.expire(t0 + s(15)), 1);
+    assert!(t.peek(&b, t0 + s(15)).is_none());
+    assert!(t.touch(&a, t0 + s(15)).is_ok());
+    // Full of busy sessions: refused, not evicted (and no panic).
+    let c = t.insert(V, 0, t0 + s(15)).unwrap();
+    assert!(t.begin_request(&c));
+    assert!(matches!(
+        t.insert(V, 0, t0 + s(30)),
+        Err(SessionError::Full { .. })
+    ));
+    t.end_request(&a, t0 + s(20));
+    assert_eq!(t.expire(t0 + s(29)), 0, "one request of a still runs");
+    t.end_request(&a, t0 + s(30));
+    assert_eq!(t.expire(t0 + s(39)), 0, "idle since 30 s only");
+    assert_eq!(t.expire(t0 + s(40)), 1);
+    assert!(t.peek(&a, t0 + s(40)).is_none());
+    // A busy session is still deleted at once; its end is a no-op.
+    assert!(t.remove(&c));
+    t.end_request(&c, t0 + s(41));
+    assert!(t.is_empty());
+    let d = t.insert(V, 0, t0 + s(41)).unwrap();
+    assert_eq!(t.expire(t0 + s(51)), 1, "{d:?} expires normally");
+}
+
+#[test]
+fn id_round_trips_and_rejects_garbage() {
+    let mut t = Table::new(4, Duration::from_secs(60), Duration::from_secs(60));
+    let id = t.insert(V, 0, Instant::now()).unwrap();
+    let h = id.to_header();
+    assert_eq!(h.len(), 36);
+    assert_eq!(SessionId::parse(&h), Some(id));
+    assert_eq!(SessionId::parse("nope"), None);
+    assert_eq!(
+        SessionId::parse(&h.replace(|c: char| c.is_ascii_digit(), "g")),
+        None
+    );
+}
+
+#[test]
+fn the_owner_is_known_until_the_slot_is_freed_expired_or_not() {
+    let t0 = Instant::now();
+    let mut t = Table::new(2, Duration::from_secs(60), Duration::from_secs(60));
+    let a = t.insert(V, 7, t0).unwrap();
+    assert_eq!(t.owner(&a), Some(7));
+    assert!(
+        t.peek(&a, t0 + Duration::from_secs(61)).is_none(),
+        "expired"
+    );
+    assert_eq!(t.owner(&a), Some(7), "still its slot: calls may run");
+    t.expire(t0 + Duration::from_secs(61));
+    assert_eq!(t.owner(&a), None);
+}
+
+#[test]
+fn revoking_an_owner_frees_its_sessions_only() {
+    let t0 = Instant::now();
+    let mut t = Table::new(4, Duration::from_secs(60), Duration::from_secs(60));
+    let a = t.insert(V, 1, t0).unwrap();
+    let b = t.insert(V, 2, t0).unwrap();
+    let a2 = t.insert(V, 1, t0).unwrap();
+    let gone = t.revoke(|o| o != 1);
+    assert_eq!(gone, [a, a2]);
+    assert_eq!((t.len(), t.owner(&a), t.owner(&b)), (1, None, Some(2)));
+}
+
+#[test]
+fn full_table_refuses_then_reuses_expired_slot() {
+    let t0 = Instant::now();
+    let mut t = Table::new(2, Duration::from_secs(60), Duration::from_secs(60));
+    let a = t.insert(V, 0, t0).unwrap();
+    let _b = t.insert(V, 0, t0 + Duration::from_secs(1)).unwrap();
+    assert_eq!(
+        t.insert(V, 0, t0 + Duration::from_secs(2)),
+        Err(SessionError::Full {
+            capacity: 2,
+            retry_after: Duration::from_secs(58)
+        })
+    );
+    // After a's idle timeout its slot is taken over; a is gone.
+    let c = t.insert(V, 0, t0 + Duration::from_secs(60)).unwrap();
+    assert_eq!(t.len(), 2);
+    assert_eq!(
+        t.touch(&a, t0 + Duration::from_secs(60)),
+        Err(SessionError::NotFound)
+    );
+    assert!(t.touch(&c, t0 + Duration::from_secs(61)).is_ok());
+}
+
+#[test]
+fn full_table_evicts_the_least_recently_used_idle_session() {
+    let t0 = Instant::now();
+    let s = Duration::from_secs;
+    let mut t = Table::new(3, s(3600), s(30));
+    let a = t.insert(V, 0, t0).unwrap();
+    let b = t.insert(V, 0, t0).unwrap();
+    let c = t.insert(V, 0, t0).unwrap();
+    // a is used again later, so b is now the least recently used.
+    t.touch(&a, t0 + s(20)).unwrap();
+    // Nobody idle 30 s yet at t0+25: refused, retry when b qualifies.
+    assert_eq!(
+        t.insert(V, 0, t0 + s(25)),
+        Err(SessionError::Full {
+            capacity: 3,
+            retry_after: s(5)
+        })
+    );
+    let d = t.insert(V, 0, t0 + s(31)).unwrap();
+    assert_eq!(
+        t.touch(&b, t0 + s(31)),
+        Err(SessionError::NotFound),
+        "b (LRU) evicted"
+    );
+    for id in [a, c, d] {
+        assert!(t.touch(&id, t0 + s(32)).is_ok());
+    }
+    assert_eq!(t.len(), 3);
+}
+
+#[test]
+fn a_million_inserts_never_grow_the_table() {
+    let mut t = Table::new(64, Duration::from_secs(60), Duration::from_secs(1));
+    let bytes = t.footprint_bytes();
+    let t0 = Instant::now();
+    for n in 0..1_000_000u64 {
+        let now = t0 + Duration::from_millis(n * 20);
+        // 20 ms apart: the 64-slot table is always full of sessions < 1.3 s
+        // idle, so about every other insert evicts the LRU one.
+        let _ = t.insert(V, 0, now);
+        assert!(t.len() <= 64);
+    }
+    assert_eq!(t.footprint_bytes(), bytes);
+    assert_eq!(t.len(), 64);
+}
+
+#[test]
+fn delete_frees_at_once_and_id_is_dead() {
+    let now = Instant::now();
+    let mut t = Table::new(1, Duration::from_secs(60), Duration::from_secs(60));
+    let a = t.insert(V, 0, now).unwrap();
+    assert!(t.remove(&a));
+    assert!(!t.remove(&a));
+    assert_eq!(t.touch(&a, now), Err(SessionError::NotFound));
+    let b = t.insert(V, 0, now).unwrap();
+    assert_ne!(a, b, "a reused slot gets a fresh secret");
+    assert_eq!(t.touch(&a, now), Err(SessionError::NotFound));
+}
+
+#[test]
+fn touch_keeps_alive_and_expire_sweeps() {
+    let t0 = Instant::now();
+    let mut t = Table::new(8, Duration::from_secs(10), Duration::from_secs(10));
+    let a = t.insert(V, 0, t0).unwrap();
+    let b = t.insert(V, 0, t0).unwrap();
+    assert!(t.touch(&a, t0 + Duration::from_secs(9)).is_ok());
+    assert_eq!(t.expire(t0 + Duration::from_secs(12)), 1);
+    assert_eq!(t.len(), 1);
+    assert_eq!(
+        t.touch(&b, t0 + Duration::from_secs(12)),
+        Err(SessionError::NotFound)
+    );
+    assert_eq!(
+        t.touch(&a, t0 + Duration::from_secs(19)),
+        Err(SessionError::NotFound)
+    );
+    assert!(t.is_empty());
+}
