@@ -104,6 +104,26 @@ pub const PENDING_SERVER_REQUESTS: usize = 16;
 /// (`mrtr_time`), as a legacy upstream's call that asks the client is.
 pub const MRTR_MAX_ROUNDS: usize = 8;
 
+/// Idle keep-alive connections kept per HTTP upstream after a burst of
+/// concurrent calls (more are closed as they go idle).
+pub const UPSTREAM_IDLE_CONNECTIONS: usize = 4;
+/// Calls of modern callers parked while a legacy upstream waits for their
+/// answer to its server→client request (`http::parked`; 2026-07-28
+/// patterns-mrtr.mdx): the whole gateway's table, allocated at start. A
+/// full table refuses the call that needs a place
+/// (`mcp_edge_refused_total{limit="parked_calls"}`).
+pub const PARKED_CALLS: usize = 64;
+/// How long a parked call waits for its caller's retry before the upstream's
+/// request is answered with an error and the call is dropped (cancelled
+/// upstream). The upstream's `call_timeout` keeps running while parked.
+pub const PARKED_CALL_TTL: Duration = Duration::from_secs(120);
+/// The sweep of expired parked calls runs at least this often (with the
+/// session sweep).
+pub const PARKED_SWEEP_PERIOD: Duration = Duration::from_secs(10);
+/// How long answering an upstream's server→client request on behalf of a
+/// parked call (the caller's answer, or a refusal at expiry) may take.
+pub const PARKED_ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Default `server.session_min_idle_before_evict`: 60 s. When the legacy
 /// session table is full, a new `initialize` evicts the least-recently-used
 /// session idle at least this long; if none is, the client gets 503.

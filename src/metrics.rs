@@ -61,6 +61,9 @@ pub const REQUESTS_HELD: &str = "mcp_edge_requests_held_total";
 pub const STREAMS: &str = "mcp_edge_streams";
 /// Gauge: places in the long-lived stream pool.
 pub const STREAMS_CAPACITY: &str = "mcp_edge_streams_capacity";
+/// Gauge: modern callers' calls parked while a legacy upstream waits for
+/// their `inputResponses` (`http::parked`).
+pub const PARKED_CALLS: &str = "mcp_edge_parked_calls";
 /// Counter `{upstream}`: stderr lines of a stdio upstream not logged because
 /// of the log rate limit (still kept in the stderr tail).
 pub const STDERR_SKIPPED: &str = "mcp_edge_upstream_stderr_skipped_total";

@@ -50,6 +50,9 @@ pub const UNAUTHORIZED: i64 = -31007;
 /// Gateway-local error: the client's `rate` is used up (HTTP 429 with
 /// `Retry-After`).
 pub const RATE_LIMITED: i64 = -31008;
+/// Gateway-local error: the table of parked calls (a modern caller's call
+/// waiting for its `inputResponses`) is full.
+pub const PARKED_CALLS_FULL: i64 = -31009;
 /// Gateway-local error: the task table is full (or the upstream's task id
 /// unusable), so a task an upstream created cannot be handed to the caller
 /// (it is cancelled upstream).

@@ -455,7 +455,7 @@ async fn upstream_pagination_is_followed_and_a_looping_cursor_cannot_hang_it() {
     let sid = legacy_session(addr, "2025-11-25").await;
     let names = tool_names(&call(addr, &sid, json!(1), "tools/list", json!({})).await);
     let paged: Vec<&String> = names.iter().filter(|n| n.starts_with("paged__")).collect();
-    assert_eq!(paged.len(), 12, "all pages of 3 followed: {paged:?}");
+    assert_eq!(paged.len(), 13, "all pages of 3 followed: {paged:?}");
     assert_eq!(paged[0], "paged__echo");
     // The looping upstream repeats its cursor: its first page is kept, then the listing stops.
     let looped: Vec<&String> = names.iter().filter(|n| n.starts_with("loop__")).collect();

@@ -397,3 +397,44 @@ async fn node_fetch_and_python_http_client_read_the_413_of_a_2_mib_body() {
     }
     gw.shutdown().await;
 }
+
+/// Issue 13 acceptance (modern caller ↔ legacy upstream): the Python SDK 2.3.0
+/// client in modern mode calls, through mcp-edge, a tool of a Python SDK
+/// 1.30.0 stdio server that asks during the call — `ctx.elicit(...)`, then
+/// sampling, then roots. mcp-edge turns each request into an
+/// `InputRequiredResult` round; the SDK client's callbacks answer and it
+/// retries; the server receives every value and the result comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_2_modern_client_answers_a_legacy_python_servers_requests() {
+    let upstream = format!(
+        "[[upstream]]\nname = \"v1\"\ntransport = \"stdio\"\ncommand = \"{}\"\nargs = [\"{}\"]\n",
+        peers::python_v1().display(),
+        peers::interop_dir().join("mrtr_server_v1.py").display()
+    );
+    let gw = support::start("", &upstream).await;
+    assert_eq!(gw.ready_upstreams(), 1);
+    let url = format!("http://{}/mcp", gw.local_addr());
+    let calls = r#"[{"name": "v1__interview", "arguments": {"question": "Who are you?"}}]"#;
+    let roots = r#"["file:///srv/edge", "file:///home/pi"]"#;
+    let out = peers::run_client_with_env(
+        ClientKind::V2Modern,
+        &url,
+        calls,
+        &[("CLIENT_ROOTS", roots)],
+    )
+    .await;
+    assert_eq!(out["protocolVersion"], "2026-07-28", "{out}");
+    let got: serde_json::Value = serde_json::from_str(&peers::call_text(&out, 0))
+        .unwrap_or_else(|e| panic!("{e}: {}", out["calls"][0]));
+    assert_eq!(
+        got,
+        json!({
+            "elicited": {"action": "accept", "name": "test"},
+            "sampled": "canned sampling reply from mcp-edge interop client",
+            "model": "mcp-edge-interop-canned",
+            "roots": ["file:///srv/edge", "file:///home/pi"],
+        })
+    );
+    assert!(gw.app().parked.is_empty(), "every round resumed");
+    gw.shutdown().await;
+}

@@ -27,6 +27,7 @@ const CLOCK_FREE: &[&str] = &[
     "src/subscriptions.rs",
     "src/tasks.rs",
     "src/http/conns.rs",
+    "src/http/parked.rs",
 ];
 
 type ModPath = Vec<String>;

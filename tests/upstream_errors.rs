@@ -103,3 +103,45 @@ async fn one_clients_refusals_never_take_the_upstream_from_another() {
     assert_eq!(discovers(), discovers0, "no new handshake");
     gw.shutdown().await;
 }
+
+/// A modern caller that takes SSE gets the same: the response head waits
+/// for the outcome, so an upstream's -32021 is HTTP 400 JSON, never an
+/// event inside a 200 stream (2026-07-28 transports-streamable-http.mdx;
+/// index.mdx). A successful call is still answered.
+#[tokio::test]
+async fn a_modern_sse_caller_gets_an_upstream_error_with_its_own_status() {
+    let (_up, url) = scripted(Mode::Legacy).await;
+    let gw = start("", &http_block("remote", &url, "")).await;
+    let addr = gw.local_addr();
+    for accept in ["application/json, text/event-stream", "text/event-stream"] {
+        for (tool, status, code) in [
+            ("remote__needs_sampling", 400, Some(-32021)),
+            ("remote__hello", 200, None),
+        ] {
+            let params = json!({"name": tool, "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {}}});
+            let headers = [
+                ("accept", accept),
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/call"),
+                ("mcp-name", tool),
+            ];
+            let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params});
+            let r = post(addr, &headers, &body).await;
+            assert_eq!(
+                (r.status, r.error_code()),
+                (status, code),
+                "{accept}: {}",
+                r.raw
+            );
+            if status != 200 {
+                assert_eq!(r.header("content-type"), Some("application/json"));
+                assert_eq!(
+                    r.body["error"]["data"]["requiredCapabilities"],
+                    json!({"sampling": {}})
+                );
+            }
+        }
+    }
+}

@@ -14,6 +14,7 @@
 
 mod accept;
 pub mod admin;
+mod answer;
 mod audited;
 pub mod cancel;
 pub mod checks;
@@ -24,6 +25,8 @@ mod gate;
 mod legacy_input;
 pub mod listen;
 pub mod modern;
+pub mod mrtr;
+pub mod parked;
 pub mod reply;
 mod request;
 pub mod streams;
@@ -131,6 +134,9 @@ pub struct App {
     pub cancels: Arc<cancel::Cancels>,
     /// Downstream resource subscriptions (fixed table, [`crate::subscriptions`]).
     pub subscriptions: Arc<crate::subscriptions::Subscriptions>,
+    /// Modern callers' calls parked for their `inputResponses` (fixed
+    /// table, [`parked`]; [`mrtr`]).
+    pub parked: parked::ParkedCalls,
     /// The outcome of the last reload, if any (`STATUS=`, `/status`).
     pub last_reload: Mutex<Option<admin::LastReload>>,
     /// The `[[client]]` table in force ([`App::set_access`] swaps it).
@@ -183,6 +189,11 @@ impl App {
                 &server.allowed_origins,
             ),
             last_reload: Mutex::new(None),
+            parked: parked::ParkedCalls::new(
+                crate::limits::PARKED_CALLS,
+                crate::limits::PARKED_CALL_TTL,
+                tokio::time::Instant::now(),
+            ),
             access: std::sync::RwLock::new(Arc::new(Access::open())),
             access_gen: watch::Sender::new(0),
             refusal_log: crate::access::Throttle::new(tokio::time::Instant::now()),
@@ -355,19 +366,24 @@ async fn route(
 }
 
 /// One timer for the whole table: removes idle sessions every
-/// `min(idle_timeout / 4, 60 s)` (lookups also expire lazily). A task of the
+/// `min(idle_timeout / 4, 60 s, 10 s)` (lookups also expire lazily), and
+/// parked calls whose time is up ([`mrtr::expire`]). A task of the
 /// composition root.
 pub async fn sweep_sessions(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
-    let period = (app.server.session_idle_timeout / 4).min(crate::limits::SESSION_SWEEP_MAX_PERIOD);
+    let period = (app.server.session_idle_timeout / 4)
+        .min(crate::limits::SESSION_SWEEP_MAX_PERIOD)
+        .min(crate::limits::PARKED_SWEEP_PERIOD);
     loop {
         tokio::select! {
             _ = tokio::time::sleep(period) => {}
             _ = shutdown.changed() => return,
         }
-        let mut t = app.sessions.lock().expect("sessions");
-        let expired = t.expire(tokio::time::Instant::now());
-        metrics::gauge!(crate::metrics::SESSIONS_ACTIVE).set(t.len() as f64);
-        drop(t);
+        let expired = {
+            let mut t = app.sessions.lock().expect("sessions");
+            let expired = t.expire(tokio::time::Instant::now());
+            metrics::gauge!(crate::metrics::SESSIONS_ACTIVE).set(t.len() as f64);
+            expired
+        };
         if expired > 0 {
             app.sessions_changed.notify_waiters();
         }
@@ -375,5 +391,6 @@ pub async fn sweep_sessions(app: Arc<App>, mut shutdown: watch::Receiver<bool>) 
         // one since the last sweep, go too; and expired tasks.
         app.forget_gone_sessions();
         app.router.tasks().expire(tokio::time::Instant::now());
+        mrtr::expire(&app, tokio::time::Instant::now()).await;
     }
 }

@@ -8,6 +8,8 @@
 //! statelessly; anything else is legacy and needs its `Mcp-Session-Id`
 //! (`../shared/spec/2025-11-25/transports.mdx` §Session Management).
 
+use super::answer::{finish, finish_audited, observe};
+pub(super) use super::answer::{Answer, Outcome};
 use super::era::{decide_era, has_modern_meta, session_header, ClientEra, SessionBusy};
 use super::reply::{refuse, Refusal};
 use super::{audited, modern, reply, App, Body, Who};
@@ -18,16 +20,6 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use tokio::time::Instant;
 
-/// What one POSTed message produced.
-pub(super) enum Outcome {
-    /// A notification or response: 202 without body.
-    Accepted,
-    /// A complete JSON-RPC response.
-    Answer(Answer),
-    /// An SSE stream relaying the upstream's messages, then the response.
-    Stream(Response<Body>),
-}
-
 /// Methods whose upstream may send request-scoped notifications or
 /// server→client requests while working.
 fn relayable(method: &str) -> bool {
@@ -35,75 +27,6 @@ fn relayable(method: &str) -> bool {
         method,
         "tools/call" | "prompts/get" | "resources/read" | "completion/complete"
     )
-}
-
-/// What one request produced: the JSON-RPC response, the HTTP status and, for
-/// `initialize`, the new session id.
-pub(super) struct Answer {
-    pub(super) response: Value,
-    pub(super) status: StatusCode,
-    pub(super) session: Option<SessionId>,
-}
-
-/// Status and framing of a finished call ([`modern::error_status`] for a
-/// modern caller's error).
-fn finish(
-    id: Value,
-    method: &str,
-    era: ClientEra,
-    outcome: Result<Value, RpcError>,
-    who: &Who,
-) -> Answer {
-    let label = crate::metrics::method_label(method);
-    let outcome = match outcome {
-        Err(e) if era == ClientEra::Modern => Err(modern::modernize_error(e)),
-        other => other,
-    };
-    let status = match &outcome {
-        Err(e) if era == ClientEra::Modern => modern::error_status(e),
-        _ => StatusCode::OK,
-    };
-    metrics::counter!(crate::metrics::REQUESTS, "method" => label, "outcome" => if outcome.is_ok() { "ok" } else { "error" }).increment(1);
-    let response = match outcome {
-        Ok(r) if era == ClientEra::Modern => {
-            // With clients, what a list shows depends on who asks.
-            let per_caller = who.access.required();
-            protocol::result_response(id, modern::decorate(method, r, per_caller))
-        }
-        Ok(r) => protocol::result_response(id, r),
-        Err(e) => protocol::error_response(id, &e),
-    };
-    Answer {
-        response,
-        status,
-        session: None,
-    }
-}
-
-/// [`finish`], with the call's audit record (if one is kept) told the
-/// outcome and handed the answer.
-fn finish_audited(
-    mut audit: Option<Box<audited::Pending>>,
-    id: Value,
-    method: &str,
-    era: ClientEra,
-    outcome: Result<Value, RpcError>,
-    who: &Who,
-) -> Answer {
-    if let Some(a) = audit.as_mut() {
-        a.judge(&outcome);
-    }
-    let answer = finish(id, method, era, outcome, who);
-    if let Some(a) = audit {
-        a.done(&answer.response);
-    }
-    answer
-}
-
-/// Records the request's duration in `mcp_edge_request_duration_seconds{method}`.
-fn observe(method: &str, t0: Instant) {
-    metrics::histogram!(crate::metrics::REQUEST_DURATION, "method" => crate::metrics::method_label(method))
-        .record(t0.elapsed().as_secs_f64());
 }
 
 /// A client's answer to a request relayed from an upstream: back to that upstream.
@@ -170,6 +93,16 @@ pub(super) async fn one(
                 Route::SetLevel => Ok(Outcome::Answer(call.set_level(app))),
                 Route::Subscription => Ok(Outcome::Answer(call.subscription(app).await)),
                 Route::Relayed => Ok(Outcome::Stream(call.relayed(app))),
+                Route::Modern => {
+                    let req = super::mrtr::Request {
+                        id: call.id,
+                        method: call.method,
+                        params: call.params,
+                        who: call.who,
+                        request_bytes: call.request_bytes,
+                    };
+                    Ok(super::mrtr::serve(app, req, stream_ok).await)
+                }
                 Route::Plain => Ok(Outcome::Answer(call.plain(app).await)),
             }
         }
@@ -227,6 +160,7 @@ enum Route {
     SetLevel,
     Subscription,
     Relayed,
+    Modern,
     Plain,
 }
 
@@ -254,6 +188,9 @@ impl Call {
             "subscriptions/listen" if !legacy => Route::Listen,
             "logging/setLevel" if legacy => Route::SetLevel,
             "resources/subscribe" | "resources/unsubscribe" if legacy => Route::Subscription,
+            // A modern call's head waits for its outcome; its upstream's
+            // requests become MRTR rounds (super::mrtr).
+            m if !legacy && relayable(m) => Route::Modern,
             m if stream_ok && relayable(m) => Route::Relayed,
             _ => Route::Plain,
         }
@@ -308,7 +245,7 @@ impl Call {
                 ),
             )),
         };
-        finish(self.id, &self.method, self.era, outcome, &self.who)
+        finish(self.id, &self.method, false, outcome, &self.who)
     }
 
     /// A legacy `resources/subscribe` / `resources/unsubscribe`, kept in
@@ -324,7 +261,7 @@ impl Call {
         let outcome =
             (app.resource_subscription(who, &self.method, self.params.as_ref(), policy)).await;
         observe(&self.method, t0);
-        finish(self.id, &self.method, self.era, outcome, &self.who)
+        finish(self.id, &self.method, false, outcome, &self.who)
     }
 
     /// A call whose upstream may send request-scoped messages: an SSE
@@ -372,7 +309,7 @@ impl Call {
                 None => call.await,
             };
             observe(&method, t0);
-            finish_audited(audit, id, &method, era, outcome, &who).response
+            finish_audited(audit, id, &method, era == ClientEra::Modern, outcome, &who).response
         };
         reply::relay_stream(rx, fut, keepalive)
     }
@@ -428,7 +365,7 @@ impl Call {
             ClientEra::Modern => call.await,
         };
         observe(&method, t0);
-        finish_audited(audit, id, &method, era, outcome, &who)
+        finish_audited(audit, id, &method, era == ClientEra::Modern, outcome, &who)
     }
 }
 

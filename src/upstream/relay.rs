@@ -25,8 +25,11 @@ use tokio::time::Instant;
 pub struct Relay {
     /// Queue feeding the downstream SSE stream (`server.sse_queue_depth`).
     pub tx: mpsc::Sender<Value>,
-    /// The caller's legacy session (`Mcp-Session-Id`); `None` for modern callers,
-    /// which get no server→client requests outside MRTR.
+    /// Who answers this call's server→client requests: the caller's legacy
+    /// session (`Mcp-Session-Id`), or for a modern caller's `tools/call`,
+    /// `prompts/get`, `resources/read` the key of its parked call
+    /// (`mrtr:<n>`, `http::mrtr`: the requests become MRTR rounds);
+    /// `None` when nobody can be asked (they are refused).
     pub session: Option<String>,
     /// The least severe `notifications/message` the caller wants, as a rank
     /// of [`LOG_LEVELS`]; `None` = none at all. Legacy callers take every
@@ -281,8 +284,8 @@ impl RelayCtx {
     }
 }
 
-/// Relays a server→client request to the caller behind `relay` (legacy
-/// sessions only); `Some(())` when it was queued.
+/// Relays a server→client request to the caller behind `relay` (a legacy
+/// session, or a modern caller's parked call); `Some(())` when it was queued.
 pub(crate) fn relay_request(
     ctx: &RelayCtx,
     relay: Option<Relay>,

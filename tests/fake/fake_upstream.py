@@ -10,7 +10,10 @@ Tools: echo(text), slow_echo(text, ms) (answers out of order), exotic (unknown
 content type, annotations, _meta extension keys), whoami (returns the name it
 was called by), stats (requests seen, cancellations, current resource
 subscriptions), crash (exits), big(bytes), touch(uri) (sends
-notifications/resources/updated for uri, before its answer).
+notifications/resources/updated for uri, before its answer), interview(rounds)
+(asks the client elicitation/create, sampling/createMessage, roots/list in turn, each
+after the previous answer; returns the answers as a JSON list; a refusal is kept in
+stats' "refused").
 --tools-file FILE: read at every tools/list when it exists, a JSON array of tool
 objects; one named like a built-in tool replaces it, the others are added. With
 it, one more tool: announce (sends notifications/tools/list_changed, then answers).
@@ -35,7 +38,7 @@ tools_file = args[args.index("--tools-file") + 1] if "--tools-file" in args else
 # --fail-first-list: the first tools/list answers an error (a transient failure).
 fail_first_list = ["--fail-first-list" in args]
 lock = threading.Lock()
-seen = {"requests": 0, "methods": [], "cancelled": [], "subscribed": [], "listens": 0}
+seen = {"requests": 0, "methods": [], "cancelled": [], "subscribed": [], "listens": 0, "refused": []}
 # Modern era: open subscriptions/listen requests, id -> the URIs of their resourceSubscriptions.
 listens = {}
 # --subscribe: a modern fake declares resources.subscribe (updates on its listen streams).
@@ -54,6 +57,7 @@ TOOLS = [
     {"name": "progress", "inputSchema": {"type": "object", "properties": {"steps": {"type": "integer"}, "ms": {"type": "integer"}, "tag": {"type": "string"}}}},
     {"name": "ask", "inputSchema": {"type": "object", "properties": {"question": {"type": "string"}}}},
     {"name": "fat", "description": "A tool whose definition alone is over 2 KiB. " + "x" * 2048, "inputSchema": {"type": "object"}},
+    {"name": "interview", "inputSchema": {"type": "object", "properties": {"rounds": {"type": "integer"}, "question": {"type": "string"}}}},
     {"name": "touch", "inputSchema": {"type": "object", "properties": {"uri": {"type": "string"}}}},
 ]
 if era == "modern":
@@ -218,6 +222,34 @@ def call_tool(id, params):
             if "error" in reply:
                 return result(id, text(f"client refused: {reply['error'].get('message')}"))
             result(id, text(f"client said: {reply['result']['content']['text']}"))
+        threading.Thread(target=run, daemon=True).start()
+    elif tool == "interview":
+        # One server->client request per round: elicitation, then sampling,
+        # then roots; answers with what the client gave (a JSON list).
+        def run():
+            got = []
+            asks = [
+                ("elicitation/create", {"message": a.get("question", "Your name?"), "requestedSchema": {
+                    "type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}}),
+                ("sampling/createMessage", {"messages": [{"role": "user", "content": {"type": "text", "text": "2+2?"}}], "maxTokens": 10}),
+                ("roots/list", None),
+            ][: a.get("rounds", 3)]
+            for i, (method, p) in enumerate(asks):
+                rid = f"iv-{id}-{i}"
+                ev = threading.Event()
+                waiting[rid] = [ev, None]
+                msg = {"jsonrpc": "2.0", "id": rid, "method": method}
+                if p is not None:
+                    msg["params"] = p
+                send(msg)
+                if not ev.wait(a.get("wait_s", 30)):
+                    return error(id, -32603, "client never answered")
+                reply = waiting.pop(rid)[1]
+                if "error" in reply:
+                    seen["refused"].append(f"{method}: {reply['error'].get('message')}")
+                    return result(id, text(f"refused at {method}: {reply['error'].get('message')}"))
+                got.append(reply["result"])
+            result(id, text(json.dumps(got)))
         threading.Thread(target=run, daemon=True).start()
     elif tool == "big":
         result(id, text("x" * int(a.get("bytes", 1000))))

@@ -25,6 +25,8 @@ Note: mcp 2.x models keep unknown fields only where the SDK allows them; mcp 1.x
 (client_v1.py) keeps every unknown field, so use that one for faithful-forwarding checks.
 Sampling / elicitation are declared and answered with the same canned values as client_v1.py
 (logging on 2026-07-28 connections needs an opt-in: this client sets log_level="debug").
+With env CLIENT_ROOTS (a JSON list of URIs) the roots capability is declared too and
+roots/list answered with those URIs.
 """
 
 from __future__ import annotations
@@ -75,6 +77,18 @@ async def on_elicitation(_ctx, params):
     return types.ElicitResult(action="accept", content={k: placeholder(v) for k, v in props.items()})
 
 
+def roots_callback() -> Any:
+    """A roots/list answer of the URIs in env CLIENT_ROOTS, or None (roots not declared)."""
+    uris = os.environ.get("CLIENT_ROOTS")
+    if not uris:
+        return None
+
+    async def on_roots(_ctx):
+        return types.ListRootsResult(roots=[types.Root(uri=u, name=f"root {i}") for i, u in enumerate(json.loads(uris))])
+
+    return on_roots
+
+
 def server(url: str) -> Any:
     """`Client`'s server argument: the URL, or with CLIENT_CA_FILE a transport whose
     httpx2 client trusts that CA (the SDK's timeouts kept)."""
@@ -104,6 +118,7 @@ async def run(url: str, calls: list[dict[str, Any]], mode: str) -> dict[str, Any
         mode=mode,
         sampling_callback=on_sampling,
         elicitation_callback=on_elicitation,
+        list_roots_callback=roots_callback(),
         logging_callback=on_log,
         log_level="debug",
         client_info=types.Implementation(name="mcp-edge-interop-client-v2", version="2.3.0"),

@@ -290,6 +290,19 @@ pub async fn run_client(kind: ClientKind, url: &str, calls_json: &str) -> serde_
     run_client_command(kind, client_command(kind, url, calls_json)).await
 }
 
+/// [`run_client`] with extra environment variables for the client script
+/// (e.g. `CLIENT_ROOTS` for `client_v2.py`).
+pub async fn run_client_with_env(
+    kind: ClientKind,
+    url: &str,
+    calls_json: &str,
+    env: &[(&str, &str)],
+) -> serde_json::Value {
+    let mut cmd = client_command(kind, url, calls_json);
+    cmd.envs(env.iter().copied());
+    run_client_command(kind, cmd).await
+}
+
 /// [`run_client`] against an `https://` `url` whose certificate is signed by
 /// the PEM CA in `ca` (the Python scripts read `CLIENT_CA_FILE`, Node's
 /// fetch `NODE_EXTRA_CA_CERTS`).

@@ -1,7 +1,8 @@
 //! The scriptable streamable-HTTP upstream of the supervisor tests: a small
 //! hyper server on a loopback port that answers as its [`Mode`] says
 //! (401, 429 with Retry-After, a legacy server with sessions, with or
-//! without a GET stream, a tool that never answers) and records every
+//! without a GET stream, a tool that never answers, a tool `interview`
+//! that asks the client things over its SSE answer) and records every
 //! request it saw. Reached as `support::scripted`.
 
 use bytes::Bytes;
@@ -40,11 +41,129 @@ pub struct Upstream {
     pub cancelled: Mutex<Vec<Value>>,
     /// Every `Authorization` header value received.
     pub authorizations: Mutex<Vec<String>>,
+    /// Server→client requests of `interview` calls awaiting the client's answer.
+    pub waiting: Mutex<std::collections::HashMap<String, tokio::sync::oneshot::Sender<Value>>>,
+    /// Errors the client answered `interview`'s requests with.
+    pub refused: Mutex<Vec<String>>,
+    /// `interview` calls whose SSE stream the client closed before the end.
+    pub abandoned: AtomicUsize,
+    /// Connections open now.
+    pub connections: AtomicUsize,
+}
+
+type Body = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
+
+/// Serves one request: a legacy POST of `tools/call` `interview` (its answer
+/// an SSE stream that asks `elicitation/create`, then `sampling/createMessage`,
+/// then `roots/list`, each once the previous answer was POSTed back, then
+/// the result: the answers as a JSON text) and the client's answers to its
+/// requests; everything else as [`answer`] says.
+async fn serve(
+    u: Arc<Upstream>,
+    req: http::Request<Incoming>,
+) -> Result<http::Response<Body>, std::convert::Infallible> {
+    let (head, body) = req.into_parts();
+    let bytes = body.collect().await.unwrap().to_bytes();
+    let msg: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let sid = head
+        .headers
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok());
+    let in_session = sid == Some(u.session.lock().unwrap().as_str());
+    if head.method == http::Method::POST && in_session {
+        if msg.get("method").is_none()
+            && (msg.get("result").is_some() || msg.get("error").is_some())
+        {
+            let id = msg["id"].as_str().unwrap_or("").to_string();
+            if let Some(tx) = u.waiting.lock().unwrap().remove(&id) {
+                let _ = tx.send(msg);
+                let mut r = http::Response::new(Full::new(Bytes::new()).boxed());
+                *r.status_mut() = http::StatusCode::ACCEPTED;
+                return Ok(r);
+            }
+        }
+        if msg["method"] == "tools/call" && msg["params"]["name"] == "interview" {
+            return Ok(interview(u, msg));
+        }
+    }
+    let req = http::Request::from_parts(head, Full::new(bytes));
+    answer(u, req).await.map(|r| r.map(BodyExt::boxed))
+}
+
+/// The SSE answer of an `interview` call (see [`serve`]).
+fn interview(u: Arc<Upstream>, msg: Value) -> http::Response<Body> {
+    let id = msg["id"].clone();
+    let rounds = msg["params"]["arguments"]["rounds"].as_u64().unwrap_or(3) as usize;
+    u.requests
+        .lock()
+        .unwrap()
+        .push((Instant::now(), "tools/call".into()));
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+    let event = |v: &Value| Bytes::from(format!("event: message\ndata: {v}\n\n"));
+    tokio::spawn(async move {
+        let asks = [
+            (
+                "elicitation/create",
+                json!({"message": "Your name?", "requestedSchema": {"type": "object",
+                "properties": {"name": {"type": "string"}}, "required": ["name"]}}),
+            ),
+            (
+                "sampling/createMessage",
+                json!({"messages": [{"role": "user",
+                "content": {"type": "text", "text": "2+2?"}}], "maxTokens": 10}),
+            ),
+            ("roots/list", json!({})),
+        ];
+        let mut got = Vec::new();
+        for (i, (method, params)) in asks.into_iter().take(rounds).enumerate() {
+            let rid = format!("iv-{id}-{i}");
+            let (atx, arx) = tokio::sync::oneshot::channel();
+            u.waiting.lock().unwrap().insert(rid.clone(), atx);
+            let ask = json!({"jsonrpc": "2.0", "id": rid, "method": method, "params": params});
+            if tx.send(event(&ask)).await.is_err() {
+                u.abandoned.fetch_add(1, Ordering::SeqCst);
+                return;
+            }
+            // The answer first: it is in before the gateway closes the stream.
+            let reply = tokio::select! {
+                biased;
+                r = arx => r.unwrap_or(Value::Null),
+                _ = tx.closed() => {
+                    u.waiting.lock().unwrap().remove(&rid);
+                    u.abandoned.fetch_add(1, Ordering::SeqCst);
+                    return;
+                }
+            };
+            if let Some(e) = reply.get("error") {
+                u.refused
+                    .lock()
+                    .unwrap()
+                    .push(format!("{method}: {}", e["message"]));
+                let text = format!("refused at {method}");
+                let fin = json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": text}]}});
+                let _ = tx.send(event(&fin)).await;
+                return;
+            }
+            got.push(reply["result"].clone());
+        }
+        let text = Value::Array(got).to_string();
+        let fin = json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": text}]}});
+        let _ = tx.send(event(&fin)).await;
+    });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok(hyper::body::Frame::data(b)), rx))
+    });
+    let mut r = http::Response::new(http_body_util::StreamBody::new(stream).boxed());
+    r.headers_mut()
+        .insert("content-type", "text/event-stream".parse().unwrap());
+    r
 }
 
 async fn answer(
     u: Arc<Upstream>,
-    req: http::Request<Incoming>,
+    req: http::Request<Full<Bytes>>,
 ) -> Result<http::Response<Full<Bytes>>, std::convert::Infallible> {
     if let Some(a) = req.headers().get(http::header::AUTHORIZATION) {
         let seen = String::from_utf8_lossy(a.as_bytes()).into_owned();
@@ -157,7 +276,8 @@ async fn answer(
                 {"name": "needs_sampling", "inputSchema": {"type": "object"}},
                 {"name": "bad_request", "inputSchema": {"type": "object"}},
                 {"name": "header_mismatch", "inputSchema": {"type": "object"}},
-                {"name": "bad_params", "inputSchema": {"type": "object"}}]}),
+                {"name": "bad_params", "inputSchema": {"type": "object"}},
+                {"name": "interview", "inputSchema": {"type": "object"}}]}),
         ),
         "tools/call" if body["params"]["name"] == "header_mismatch" => resp(
             400,
@@ -202,6 +322,10 @@ pub async fn scripted(mode: Mode) -> (Arc<Upstream>, String) {
         calls: Mutex::new(Vec::new()),
         cancelled: Mutex::new(Vec::new()),
         authorizations: Mutex::new(Vec::new()),
+        waiting: Mutex::new(Default::default()),
+        refused: Mutex::new(Vec::new()),
+        abandoned: 0.into(),
+        connections: 0.into(),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
@@ -211,10 +335,13 @@ pub async fn scripted(mode: Mode) -> (Arc<Upstream>, String) {
             let (s, _) = listener.accept().await.unwrap();
             let u = u2.clone();
             tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |r| answer(u.clone(), r));
+                u.connections.fetch_add(1, Ordering::SeqCst);
+                let u2 = u.clone();
+                let svc = hyper::service::service_fn(move |r| serve(u2.clone(), r));
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
                     .await;
+                u.connections.fetch_sub(1, Ordering::SeqCst);
             });
         }
     });

@@ -96,7 +96,11 @@ fn https_client() -> Result<HttpsClient, SetupError> {
         .with_provider_and_native_roots(provider)
         .map_err(|e| SetupError(format!("TLS set-up: {e}")))?;
     let connector = builder.https_or_http().enable_http1().build();
-    Ok(Client::builder(TokioExecutor::new()).build(connector))
+    // Idle keep-alive connections are bounded: a burst of concurrent calls
+    // must not leave one idle connection (and its buffers) per call behind.
+    Ok(Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(crate::limits::UPSTREAM_IDLE_CONNECTIONS)
+        .build(connector))
 }
 
 impl HttpConn {

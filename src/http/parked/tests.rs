@@ -1,0 +1,106 @@
+use super::*;
+use serde_json::json;
+
+fn running() -> Running {
+    let (_tx, rx) = mpsc::channel(1);
+    Running {
+        call: Box::pin(async { Ok(json!("done")) }),
+        rx,
+        done: None,
+        key: Some("mrtr:1".into()),
+    }
+}
+
+fn asked() -> Vec<Asked> {
+    vec![Asked {
+        key: "elicitation-0".into(),
+        id: json!("mcp-edge:0:0:0"),
+        request: json!({"method": "elicitation/create"}),
+    }]
+}
+
+const TTL: Duration = Duration::from_secs(60);
+
+#[tokio::test]
+async fn a_state_resumes_its_call_once_for_its_owner_and_request() {
+    let t0 = Instant::now();
+    let table = ParkedCalls::new(2, TTL, t0);
+    let id = identity("tools/call", Some("a__ask"));
+    let state = table.park(running(), asked(), 7, id, t0).ok().unwrap();
+    assert!(state.starts_with(STATE_PREFIX));
+    assert_eq!(table.len(), 1);
+    let later = t0 + Duration::from_secs(1);
+    assert_eq!(
+        table.resume(&state, 8, id, later).err(),
+        Some(StateError::OtherCaller)
+    );
+    let other = identity("tools/call", Some("a__other"));
+    assert_eq!(
+        table.resume(&state, 7, other, later).err(),
+        Some(StateError::OtherRequest)
+    );
+    let mut p = table.resume(&state, 7, id, later).ok().unwrap();
+    assert_eq!(p.asked[0].key, "elicitation-0");
+    assert!(matches!(p.running.next().await, Event::Done(Ok(v)) if v == "done"));
+    assert!(table.is_empty());
+    assert_eq!(
+        table.resume(&state, 7, id, later).err(),
+        Some(StateError::Unknown),
+        "taken once: a replay finds nothing"
+    );
+}
+
+#[test]
+fn altered_or_foreign_states_fail_verification() {
+    let t0 = Instant::now();
+    let table = ParkedCalls::new(1, TTL, t0);
+    let id = identity("prompts/get", Some("p"));
+    let state = table.park(running(), asked(), 0, id, t0).ok().unwrap();
+    let b64 = state.strip_prefix(STATE_PREFIX).unwrap();
+    let mut raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(b64)
+        .unwrap();
+    raw[8] ^= 1; // claim another owner
+    let forged = format!(
+        "{STATE_PREFIX}{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&raw)
+    );
+    assert_eq!(
+        table.resume(&forged, 1, id, t0).err(),
+        Some(StateError::Forged)
+    );
+    for junk in ["mcp-edge/1.", "mcp-edge/1.!!!", "nonsense"] {
+        assert_eq!(
+            table.resume(junk, 0, id, t0).err(),
+            Some(StateError::Malformed)
+        );
+    }
+    // Another process (another key) cannot make states for this one.
+    let elsewhere = ParkedCalls::new(1, TTL, t0);
+    let theirs = elsewhere.park(running(), asked(), 0, id, t0).ok().unwrap();
+    assert_eq!(
+        table.resume(&theirs, 0, id, t0).err(),
+        Some(StateError::Forged)
+    );
+    assert_eq!(table.len(), 1, "nothing taken by the refused ones");
+}
+
+#[test]
+fn a_full_table_gives_the_call_back_and_expiry_frees_it() {
+    let t0 = Instant::now();
+    let table = ParkedCalls::new(1, TTL, t0);
+    let id = identity("resources/read", Some("x://y"));
+    let state = table.park(running(), asked(), 0, id, t0).ok().unwrap();
+    let refused = table.park(running(), asked(), 0, id, t0).err().unwrap();
+    assert!(refused.full);
+    assert_eq!(refused.parked.asked.len(), 1, "the call comes back whole");
+    assert!(table.expire(t0 + TTL - Duration::from_millis(1)).is_empty());
+    let late = t0 + TTL;
+    assert_eq!(
+        table.resume(&state, 0, id, late).err(),
+        Some(StateError::Expired(TTL))
+    );
+    assert_eq!(table.expire(late).len(), 1);
+    assert!(table.is_empty());
+    assert!(table.park(running(), asked(), 0, id, late).is_ok());
+}

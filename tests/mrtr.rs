@@ -1,0 +1,410 @@
+//! Issue 13, part 4: a modern (2026-07-28) caller ↔ a legacy upstream. The
+//! upstream's server→client requests during a call become
+//! `InputRequiredResult` rounds (`inputRequests` + a gateway-signed
+//! `requestState`); the upstream call stays parked and the caller's retry
+//! resumes it (2026-07-28 patterns-mrtr.mdx).
+
+mod support;
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use support::*;
+
+const ALL_CAPS: &str = r#"{"elicitation": {}, "sampling": {}, "roots": {}}"#;
+
+/// A modern `tools/call` of `name` with `caps` declared, `extra` params
+/// merged in (`inputResponses`, `requestState`) and `headers` added.
+async fn modern_call(
+    addr: SocketAddr,
+    id: i64,
+    name: &str,
+    caps: Value,
+    extra: Value,
+    headers: &[(&str, &str)],
+) -> Reply {
+    let mut params = json!({"name": name, "arguments": {}, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": caps}});
+    if let Value::Object(o) = extra {
+        for (k, v) in o {
+            params[k] = v;
+        }
+    }
+    let mut h = vec![
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", name),
+    ];
+    h.extend_from_slice(headers);
+    post(
+        addr,
+        &h,
+        &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}),
+    )
+    .await
+}
+
+/// The one input request of an `InputRequiredResult`: (key, request), and its state.
+fn asked(r: &Reply) -> (String, Value, String) {
+    assert_eq!(r.status, 200, "{}", r.raw);
+    let res = &r.body["result"];
+    assert_eq!(res["resultType"], "input_required", "{}", r.raw);
+    let reqs = res["inputRequests"].as_object().expect("inputRequests");
+    assert_eq!(reqs.len(), 1, "{}", r.raw);
+    let (k, v) = reqs.iter().next().unwrap();
+    let state = res["requestState"].as_str().expect("requestState");
+    assert!(state.starts_with("mcp-edge/1."), "{state}");
+    (k.clone(), v.clone(), state.to_string())
+}
+
+fn retry(key: &str, answer: Value, state: &str) -> Value {
+    json!({"inputResponses": {key: answer}, "requestState": state})
+}
+
+fn elicited() -> Value {
+    json!({"action": "accept", "content": {"name": "Ada"}})
+}
+
+fn sampled() -> Value {
+    json!({"role": "assistant", "model": "m", "content": {"type": "text", "text": "four"}})
+}
+
+fn roots() -> Value {
+    json!({"roots": [{"uri": "file:///work", "name": "work"}]})
+}
+
+/// Drives the fake's `interview` through its three rounds with `caps`;
+/// returns the final reply.
+async fn interview(addr: SocketAddr, name: &str, headers: &[(&str, &str)]) -> Reply {
+    let caps: Value = serde_json::from_str(ALL_CAPS).unwrap();
+    let r1 = modern_call(addr, 1, name, caps.clone(), json!({}), headers).await;
+    let (k1, q1, s1) = asked(&r1);
+    assert_eq!(q1["method"], "elicitation/create");
+    assert_eq!(q1["params"]["message"], "Your name?");
+    let r2 = modern_call(
+        addr,
+        2,
+        name,
+        caps.clone(),
+        retry(&k1, elicited(), &s1),
+        headers,
+    )
+    .await;
+    let (k2, q2, s2) = asked(&r2);
+    assert_eq!(q2["method"], "sampling/createMessage");
+    assert_eq!(q2["params"]["maxTokens"], 10);
+    let r3 = modern_call(
+        addr,
+        3,
+        name,
+        caps.clone(),
+        retry(&k2, sampled(), &s2),
+        headers,
+    )
+    .await;
+    let (k3, q3, s3) = asked(&r3);
+    assert_eq!(q3["method"], "roots/list");
+    // A state is good once: the first one is spent.
+    let replay = modern_call(
+        addr,
+        9,
+        name,
+        caps.clone(),
+        retry(&k1, elicited(), &s1),
+        headers,
+    )
+    .await;
+    assert_eq!(replay.error_code(), Some(-32602), "{}", replay.raw);
+    assert!(text_has(&replay, "names no parked call"), "{}", replay.raw);
+    modern_call(addr, 4, name, caps, retry(&k3, roots(), &s3), headers).await
+}
+
+fn text_has(r: &Reply, needle: &str) -> bool {
+    r.body["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains(needle))
+}
+
+fn final_answers(r: &Reply) -> Value {
+    assert_eq!(r.status, 200, "{}", r.raw);
+    assert_eq!(r.body["result"]["resultType"], "complete", "{}", r.raw);
+    serde_json::from_str(content_text(&r.body).expect("text")).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_upstreams_three_requests_become_three_rounds_of_one_call() {
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let fin = interview(addr, "a__interview", &[]).await;
+    assert_eq!(
+        final_answers(&fin),
+        json!([elicited(), sampled(), roots()]),
+        "the upstream received each answer as its request's result"
+    );
+    assert!(gw.app().parked.is_empty());
+    // One upstream call served all four requests: the fake saw one tools/call.
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let stats = fake_stats(addr, &sid, json!(1), "a").await;
+    let calls = stats["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| *m == "tools/call")
+        .count();
+    assert_eq!(calls, 2, "the interview and this stats call: {stats}");
+    assert!(stats["cancelled"].as_array().unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tampered_or_misdirected_states_are_invalid_params_and_leave_the_call_parked() {
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let caps: Value = serde_json::from_str(ALL_CAPS).unwrap();
+    let r1 = modern_call(addr, 1, "a__interview", caps.clone(), json!({}), &[]).await;
+    let (k, _, state) = asked(&r1);
+    // One character changed inside the signed part.
+    let mut bytes = state.clone().into_bytes();
+    let i = "mcp-edge/1.".len() + 3;
+    bytes[i] = if bytes[i] == b'A' { b'B' } else { b'A' };
+    let tampered = String::from_utf8(bytes).unwrap();
+    let r = modern_call(
+        addr,
+        2,
+        "a__interview",
+        caps.clone(),
+        retry(&k, elicited(), &tampered),
+        &[],
+    )
+    .await;
+    assert_eq!((r.status, r.error_code()), (200, Some(-32602)), "{}", r.raw);
+    assert!(text_has(&r, "failed verification"), "{}", r.raw);
+    let r = modern_call(
+        addr,
+        3,
+        "a__interview",
+        caps.clone(),
+        retry(&k, elicited(), "mcp-edge/1.xyz"),
+        &[],
+    )
+    .await;
+    assert!(text_has(&r, "malformed"), "{}", r.raw);
+    // The state of a tools/call of a__interview is no good for another tool.
+    let r = modern_call(
+        addr,
+        4,
+        "a__echo",
+        caps.clone(),
+        retry(&k, elicited(), &state),
+        &[],
+    )
+    .await;
+    assert!(text_has(&r, "another request"), "{}", r.raw);
+    // inputResponses that are not results are refused before the state is spent.
+    let bad = json!({"inputResponses": {k.clone(): "yes"}, "requestState": state});
+    let r = modern_call(addr, 5, "a__interview", caps.clone(), bad, &[]).await;
+    assert_eq!(r.error_code(), Some(-32602), "{}", r.raw);
+    assert_eq!(gw.app().parked.len(), 1, "none of these took the call");
+    // A retry without the answer is asked again (patterns-mrtr.mdx §Error Handling).
+    let again = modern_call(
+        addr,
+        6,
+        "a__interview",
+        caps.clone(),
+        json!({"requestState": state}),
+        &[],
+    )
+    .await;
+    let (k2, q2, s2) = asked(&again);
+    assert_eq!(
+        (k2.as_str(), q2["method"].as_str()),
+        (k.as_str(), Some("elicitation/create"))
+    );
+    // The genuine state still works.
+    let r = modern_call(
+        addr,
+        7,
+        "a__interview",
+        caps,
+        retry(&k2, elicited(), &s2),
+        &[],
+    )
+    .await;
+    let (_, q, _) = asked(&r);
+    assert_eq!(q["method"], "sampling/createMessage");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undeclared_capability_is_32021_and_the_upstream_is_refused() {
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let none = modern_call(addr, 1, "a__interview", json!({}), json!({}), &[]).await;
+    assert_eq!(
+        (none.status, none.error_code()),
+        (400, Some(-32021)),
+        "{}",
+        none.raw
+    );
+    assert_eq!(
+        none.body["error"]["data"]["requiredCapabilities"],
+        json!({"elicitation": {}})
+    );
+    // Elicitation declared, sampling not: round one works, round two fails.
+    let caps = json!({"elicitation": {}});
+    let r1 = modern_call(addr, 2, "a__interview", caps.clone(), json!({}), &[]).await;
+    let (k, _, s) = asked(&r1);
+    let r2 = modern_call(
+        addr,
+        3,
+        "a__interview",
+        caps,
+        retry(&k, elicited(), &s),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        (r2.status, r2.error_code()),
+        (400, Some(-32021)),
+        "{}",
+        r2.raw
+    );
+    assert_eq!(
+        r2.body["error"]["data"]["requiredCapabilities"],
+        json!({"sampling": {}})
+    );
+    assert!(gw.app().parked.is_empty());
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let mut stats = Value::Null;
+    for i in 0..100 {
+        stats = fake_stats(addr, &sid, json!(i), "a").await;
+        if stats["refused"].as_array().unwrap().len() == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let refused = stats["refused"].as_array().unwrap();
+    assert_eq!(refused.len(), 2, "{stats}");
+    assert!(
+        refused[1]
+            .as_str()
+            .unwrap()
+            .starts_with("sampling/createMessage"),
+        "{stats}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_call_is_refused_upstream_cancelled_and_its_state_dead() {
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let caps: Value = serde_json::from_str(ALL_CAPS).unwrap();
+    let r1 = modern_call(addr, 1, "a__interview", caps.clone(), json!({}), &[]).await;
+    let (k, _, s) = asked(&r1);
+    let app = gw.app();
+    let now = tokio::time::Instant::now();
+    assert_eq!(mcp_edge::http::mrtr::expire(app, now).await, 0, "not yet");
+    let later = now + mcp_edge::limits::PARKED_CALL_TTL;
+    assert_eq!(mcp_edge::http::mrtr::expire(app, later).await, 1);
+    assert!(app.parked.is_empty());
+    let r = modern_call(
+        addr,
+        2,
+        "a__interview",
+        caps,
+        retry(&k, elicited(), &s),
+        &[],
+    )
+    .await;
+    assert_eq!(r.error_code(), Some(-32602), "{}", r.raw);
+    assert!(text_has(&r, "names no parked call"), "{}", r.raw);
+    // The upstream's request was answered with an error, then the call cancelled.
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let mut stats = Value::Null;
+    for i in 0..100 {
+        stats = fake_stats(addr, &sid, json!(i), "a").await;
+        let refused = !stats["refused"].as_array().unwrap().is_empty();
+        if refused && !stats["cancelled"].as_array().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(stats["refused"].as_array().unwrap().len(), 1, "{stats}");
+    assert!(
+        stats["refused"][0]
+            .as_str()
+            .unwrap()
+            .contains("did not retry"),
+        "{stats}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_clients_state_is_refused() {
+    let (alice, bob) = (
+        "mcpe_alice-token-0123456789abcdef",
+        "mcpe_bob-token-0123456789abcdefgh",
+    );
+    let clients = format!(
+        "[[client]]\nname = \"alice\"\ntoken_sha256 = \"{}\"\n[[client]]\nname = \"bob\"\ntoken_sha256 = \"{}\"\n",
+        sha256_hex(alice),
+        sha256_hex(bob)
+    );
+    let gw = start("", &format!("{clients}{}", fake_block("a", "legacy", ""))).await;
+    let addr = gw.local_addr();
+    let (ha, hb) = (format!("Bearer {alice}"), format!("Bearer {bob}"));
+    let caps: Value = serde_json::from_str(ALL_CAPS).unwrap();
+    let r1 = modern_call(
+        addr,
+        1,
+        "a__interview",
+        caps.clone(),
+        json!({}),
+        &[("authorization", &ha)],
+    )
+    .await;
+    let (k, _, s) = asked(&r1);
+    let theft = modern_call(
+        addr,
+        2,
+        "a__interview",
+        caps.clone(),
+        retry(&k, elicited(), &s),
+        &[("authorization", &hb)],
+    )
+    .await;
+    assert_eq!(theft.error_code(), Some(-32602), "{}", theft.raw);
+    assert!(text_has(&theft, "another client"), "{}", theft.raw);
+    let own = modern_call(
+        addr,
+        3,
+        "a__interview",
+        caps,
+        retry(&k, elicited(), &s),
+        &[("authorization", &ha)],
+    )
+    .await;
+    let (_, q, _) = asked(&own);
+    assert_eq!(q["method"], "sampling/createMessage");
+}
+
+fn sha256_hex(token: &str) -> String {
+    mcp_edge::config::token_sha256(token)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_http_upstream_asks_over_its_sse_answer_round_after_round() {
+    use support::scripted::{http_block, scripted, Mode};
+    let (up, url) = scripted(Mode::Legacy).await;
+    let gw = start("", &http_block("remote", &url, "")).await;
+    let addr = gw.local_addr();
+    let fin = interview(addr, "remote__interview", &[]).await;
+    assert_eq!(final_answers(&fin), json!([elicited(), sampled(), roots()]));
+    let calls = (up.requests.lock().unwrap().iter())
+        .filter(|(_, m)| m == "tools/call")
+        .count();
+    assert_eq!(calls, 1, "one upstream call for all the rounds");
+    assert_eq!(up.abandoned.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert!(gw.app().parked.is_empty());
+}
