@@ -84,8 +84,8 @@ async fn progress_reaches_only_its_caller_with_its_own_token() {
 async fn sampling_request_is_relayed_and_answered_by_the_calling_session_only() {
     let gw = start("", &fake_block("a", "legacy", "")).await;
     let addr = gw.local_addr();
-    let sid = legacy_session(addr, "2025-11-25").await;
-    let other = legacy_session(addr, "2025-11-25").await;
+    let sid = legacy_session_with(addr, "2025-11-25", json!({"sampling": {}})).await;
+    let other = legacy_session_with(addr, "2025-11-25", json!({"sampling": {}})).await;
     let mut rx = post_streaming(
         addr,
         &sid,
@@ -114,6 +114,42 @@ async fn sampling_request_is_relayed_and_answered_by_the_calling_session_only() 
     let fin = rx.recv().await.expect("final response").data;
     assert_eq!(fin["id"], "c1");
     assert_eq!(content_text(&fin), Some("client said: four"));
+}
+
+/// A legacy upstream's request for a capability the session did not
+/// declare at `initialize` is not relayed: the upstream gets an error and
+/// the refusal is counted (mcp-edge declares every relayable capability
+/// upstream, so it must check each caller's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_session_has_no_capability_for_is_refused() {
+    mcp_edge::metrics::prometheus();
+    let refused =
+        || mcp_edge::metrics::read(mcp_edge::metrics::REFUSED, "limit=\"client_capability\"");
+    let before = refused();
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session_with(addr, "2025-11-25", json!({"elicitation": {}})).await;
+    let events = post_streaming(
+        addr,
+        &sid,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "a__ask", "arguments": {"question": "2+2?"}}}),
+    )
+    .await
+    .rest()
+    .await;
+    assert!(
+        events
+            .iter()
+            .all(|e| e["method"] != "sampling/createMessage"),
+        "{events:?}"
+    );
+    let fin = events.last().expect("final response");
+    assert!(
+        content_text(fin).is_some_and(|t| t.starts_with("client refused: mcp-edge has no client")),
+        "{fin}"
+    );
+    assert!(refused() >= before + 1.0);
 }
 
 #[tokio::test]

@@ -86,7 +86,7 @@ pub(super) async fn one(
                 era,
                 who: who.clone(),
                 request_bytes,
-                _busy: busy,
+                _session_hold: busy,
             };
             match call.route(stream_ok) {
                 Route::Listen => call.listen(app, stream_ok).await,
@@ -174,7 +174,7 @@ struct Call {
     /// Size of the message as received (the audit log's `request_bytes`).
     request_bytes: usize,
     /// A legacy session's hold on its idle clock, for as long as the call.
-    _busy: Option<SessionBusy>,
+    _session_hold: Option<SessionBusy>,
 }
 
 impl Call {
@@ -274,7 +274,8 @@ impl Call {
             },
             app.server.sse_queue_depth,
         );
-        let relay = relay.with_log_floor(self.log_floor(app));
+        let (floor, caps) = self.relay_view(app);
+        let relay = relay.with_log_floor(floor).with_caps(caps);
         let keepalive = app.server.keepalive;
         // Registered now, so a cancellation sent as soon as the stream
         // opens finds the request.
@@ -291,7 +292,7 @@ impl Call {
                 era,
                 who,
                 request_bytes,
-                _busy,
+                _session_hold,
             } = self;
             let _busy = app.in_flight.enter();
             let t0 = Instant::now();
@@ -316,17 +317,27 @@ impl Call {
 
     /// From which level log messages reach this caller: a legacy session's
     /// `logging/setLevel`, a modern request's `logLevel` (none unless asked).
-    fn log_floor(&self, app: &App) -> Option<usize> {
+    /// And which client capabilities a legacy session declared (a legacy
+    /// upstream's request for another is not relayed to it; a modern
+    /// caller's are checked by [`super::mrtr`]).
+    fn relay_view(&self, app: &App) -> (Option<usize>, Option<ClientCaps>) {
         match &self.era {
             ClientEra::Legacy(sid, _) => {
                 let t = app.sessions.lock().expect("sessions");
-                let floor = t.peek(sid, Instant::now()).map_or(0, |s| s.log_floor);
-                Some(usize::from(floor))
+                let s = t.peek(sid, Instant::now());
+                let floor = s.map_or(0, |s| s.log_floor);
+                (
+                    Some(usize::from(floor)),
+                    Some(s.map(|s| s.caps).unwrap_or_default()),
+                )
             }
-            ClientEra::Modern => protocol::params_meta(self.params.as_ref())
-                .and_then(|m| m.get("io.modelcontextprotocol/logLevel"))
-                .and_then(Value::as_str)
-                .and_then(crate::upstream::relay::log_rank),
+            ClientEra::Modern => {
+                let floor = protocol::params_meta(self.params.as_ref())
+                    .and_then(|m| m.get("io.modelcontextprotocol/logLevel"))
+                    .and_then(Value::as_str)
+                    .and_then(crate::upstream::relay::log_rank);
+                (floor, None)
+            }
         }
     }
 
@@ -339,7 +350,7 @@ impl Call {
             era,
             who,
             request_bytes,
-            _busy,
+            _session_hold,
         } = self;
         let _busy = app.in_flight.enter();
         let t0 = Instant::now();

@@ -38,6 +38,11 @@ pub struct Relay {
     /// it (2026-07-28 changelog.mdx: servers MUST NOT emit
     /// `notifications/message` for requests without that field).
     pub log_floor: Option<usize>,
+    /// What a legacy caller declared at `initialize`: an upstream's request
+    /// it has no capability for is not relayed (the upstream gets an
+    /// error). `None`: not checked here (a modern caller's requests are
+    /// checked where they become an `InputRequiredResult`).
+    pub caps: Option<crate::protocol::ClientCaps>,
 }
 
 /// `LoggingLevel` values, least severe first (RFC 5424 severities;
@@ -68,9 +73,28 @@ impl Relay {
                 tx,
                 session,
                 log_floor: Some(0),
+                caps: None,
             },
             rx,
         )
+    }
+
+    /// Sets what the caller declared ([`Relay::caps`]).
+    pub fn with_caps(mut self, caps: Option<crate::protocol::ClientCaps>) -> Self {
+        self.caps = caps;
+        self
+    }
+
+    /// Whether the caller may be sent `method` (a capability it declared,
+    /// or not checked here).
+    fn allows(&self, method: &str, params: Option<&Value>) -> bool {
+        let (Some(caps), Some(needed)) = (
+            self.caps,
+            crate::protocol::ClientCaps::needed(method, params),
+        ) else {
+            return true;
+        };
+        caps.lacking(needed).is_empty()
     }
 
     /// Sets the least severe log message forwarded ([`Relay::log_floor`]).
@@ -295,6 +319,10 @@ pub(crate) fn relay_request(
 ) -> Option<()> {
     let relay = relay?;
     let session = relay.session.clone()?;
+    if !relay.allows(method, params.as_ref()) {
+        metrics::counter!(crate::metrics::REFUSED, "limit" => "client_capability").increment(1);
+        return None;
+    }
     let (slot, generation) = ctx
         .pending
         .insert(

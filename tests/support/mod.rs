@@ -122,13 +122,19 @@ pub async fn post(addr: SocketAddr, headers: &[(&str, &str)], body: &Value) -> R
     request("POST", addr, headers, &body.to_string()).await
 }
 
-/// Opens a legacy session with `version`; returns its id.
+/// Opens a legacy session with `version` declaring no client capabilities;
+/// returns its id.
 pub async fn legacy_session(addr: SocketAddr, version: &str) -> String {
+    legacy_session_with(addr, version, json!({})).await
+}
+
+/// [`legacy_session`] declaring `capabilities` (e.g. `{"sampling": {}}`).
+pub async fn legacy_session_with(addr: SocketAddr, version: &str, capabilities: Value) -> String {
     let r = post(
         addr,
         &[],
         &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
-            "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+            "params": {"protocolVersion": version, "capabilities": capabilities, "clientInfo": {"name": "t", "version": "1"}}}),
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.raw);
