@@ -272,10 +272,19 @@ impl Table {
     ) -> Result<SessionId, SessionError> {
         if self.free == NIL {
             let lru = self.head;
-            // Every session busy: none may go.
+            // Every session busy: none may go (whatever the minimum idle,
+            // which may be 0 s).
             let idle = match lru {
-                NIL => Duration::ZERO,
-                _ => self.idle_for(lru, now),
+                NIL => None,
+                _ => Some(self.idle_for(lru, now)),
+            };
+            let Some(idle) = idle else {
+                metrics::counter!(crate::metrics::REFUSED, "limit" => "session_capacity")
+                    .increment(1);
+                return Err(SessionError::Full {
+                    capacity: self.capacity(),
+                    retry_after: self.min_idle_before_evict.max(Duration::from_secs(1)),
+                });
             };
             if idle >= self.idle_timeout {
                 self.release(lru, Removal::Idle);

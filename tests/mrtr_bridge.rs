@@ -229,3 +229,47 @@ async fn the_rounds_and_time_bounds_end_the_call_and_are_counted() {
         .unwrap()
         .contains("session ended"));
 }
+
+/// A modern caller's call to a modern upstream is not bridged: the
+/// upstream's own `InputRequiredResult` (its keys, its `requestState`)
+/// reaches the caller unchanged, SSE-framed or not. (A modern caller's
+/// relay also carries a key; before, mcp-edge took it for a legacy session,
+/// asked through its own parked-call table and renamed the keys.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_modern_callers_input_required_result_passes_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Running::start(dir.path(), &config("")).await;
+    let addr = gw.addr;
+    let mut params = json!({"name": "m__mrtr", "arguments": {}});
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": all_caps()});
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params});
+    for accept in ["application/json", "application/json, text/event-stream"] {
+        let h = [
+            ("accept", accept),
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "m__mrtr"),
+        ];
+        let text = request("POST", addr, &h, &body.to_string()).await.raw;
+        let json_part = text.find('{').map(|i| &text[i..]).unwrap_or("");
+        let json_part = json_part.lines().next().unwrap_or("");
+        let r: Value = serde_json::from_str(json_part).unwrap_or_else(|_| panic!("{text}"));
+        let result = &r["result"];
+        assert_eq!(result["resultType"], "input_required", "{text}");
+        let mut keys: Vec<&String> = result["inputRequests"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
+        keys.sort();
+        assert_eq!(keys, ["where", "who"], "the upstream's own keys: {text}");
+        let state = result["requestState"].as_str().unwrap();
+        assert!(
+            state.starts_with("s1-"),
+            "the upstream's own state: {state}"
+        );
+    }
+}

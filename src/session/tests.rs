@@ -39,6 +39,25 @@ fn a_session_with_a_request_in_flight_is_not_idle() {
     assert_eq!(t.expire(t0 + s(51)), 1, "{d:?} expires normally");
 }
 
+/// With no minimum idle (0 s) and every session busy, a new one is
+/// refused, not a panic on an empty recency list.
+#[test]
+fn a_table_of_busy_sessions_refuses_even_without_a_minimum_idle() {
+    let t0 = Instant::now();
+    let mut t = Table::new(1, Duration::from_secs(10), Duration::ZERO);
+    let a = t.insert(V, 0, ClientCaps::NONE, t0).unwrap();
+    assert!(t.begin_request(&a));
+    assert!(matches!(
+        t.insert(V, 0, ClientCaps::NONE, t0),
+        Err(SessionError::Full { .. })
+    ));
+    t.end_request(&a, t0);
+    assert!(
+        t.insert(V, 0, ClientCaps::NONE, t0).is_ok(),
+        "idle again: evicted"
+    );
+}
+
 #[test]
 fn id_round_trips_and_rejects_garbage() {
     let mut t = Table::new(4, Duration::from_secs(60), Duration::from_secs(60));

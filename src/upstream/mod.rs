@@ -478,8 +478,7 @@ impl Upstream {
 /// legacy session gets every one from its `logging/setLevel` floor up.
 fn legacy_log_floor(relay: Option<&relay::Relay>) -> Option<usize> {
     let relay = relay?;
-    relay.session.as_ref()?;
-    relay.log_floor
+    relay.is_legacy_caller().then_some(relay.log_floor)?
 }
 
 #[cfg(test)]

@@ -53,7 +53,7 @@ pub fn input_required(result: &Value) -> bool {
 /// method, a legacy session's SSE relay (a modern caller handles MRTR
 /// itself; a legacy caller without a stream is told by `http`).
 pub(super) fn may_bridge(era: UpstreamEra, method: &str, relay: Option<&Relay>) -> bool {
-    era == UpstreamEra::Modern && supported(method) && relay.is_some_and(|r| r.session.is_some())
+    era == UpstreamEra::Modern && supported(method) && relay.is_some_and(Relay::is_legacy_caller)
 }
 
 /// One bridged call: what is sent again every round.

@@ -40,8 +40,10 @@ pub struct Relay {
     pub log_floor: Option<usize>,
     /// What a legacy caller declared at `initialize`: an upstream's request
     /// it has no capability for is not relayed (the upstream gets an
-    /// error). `None`: not checked here (a modern caller's requests are
-    /// checked where they become an `InputRequiredResult`).
+    /// error). `Some` exactly for a legacy session's call
+    /// ([`Relay::is_legacy_caller`]); `None` for a modern caller's, whose
+    /// requests are checked where they become an `InputRequiredResult`
+    /// (and whose `session` is the parked-call key, not a session).
     pub caps: Option<crate::protocol::ClientCaps>,
 }
 
@@ -83,6 +85,13 @@ impl Relay {
     pub fn with_caps(mut self, caps: Option<crate::protocol::ClientCaps>) -> Self {
         self.caps = caps;
         self
+    }
+
+    /// Whether this relays a legacy session's call (not a modern caller's
+    /// parked-call key): only then does mcp-edge itself play the MRTR
+    /// client for a modern upstream, or ask it for log messages.
+    pub fn is_legacy_caller(&self) -> bool {
+        self.caps.is_some()
     }
 
     /// Whether the caller may be sent `method` (a capability it declared,
