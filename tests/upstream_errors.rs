@@ -168,7 +168,10 @@ async fn a_long_modern_call_streams_keep_alives_before_its_answer() {
     let r = request("POST", addr, &h, &body.to_string()).await;
     assert_eq!(r.status, 200, "{}", r.raw);
     assert_eq!(r.header("content-type"), Some("text/event-stream"));
-    let keepalive = r.raw.find(": keep-alive").expect("a keep-alive before the answer");
+    let keepalive = r
+        .raw
+        .find(": keep-alive")
+        .expect("a keep-alive before the answer");
     let answer = r.raw.find("a:late").expect("the answer");
     assert!(keepalive < answer, "{}", r.raw);
     gw.shutdown().await;

@@ -176,6 +176,7 @@ impl Round {
             rx,
             done: None,
             key,
+            started: Instant::now(),
         });
     }
 
@@ -480,9 +481,10 @@ pub async fn expire(app: &App, now: Instant) -> usize {
         "the modern caller did not retry within {:?}; the call is cancelled",
         app.parked.ttl()
     );
-    for p in gone {
-        refuse_parked(app, p, &why).await;
-    }
+    // Answered together, not one after another: a stuck upstream costs
+    // one PARKED_ANSWER_TIMEOUT per sweep, not one per call.
+    let refusals = gone.into_iter().map(|p| refuse_parked(app, p, &why));
+    futures_util::future::join_all(refusals).await;
     if n > 0 {
         metrics::gauge!(crate::metrics::PARKED_CALLS).set(app.parked.len() as f64);
     }
