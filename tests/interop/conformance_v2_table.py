@@ -86,9 +86,11 @@ def main() -> int:
     out, req_dir, sets, targets, seconds = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split(), int(sys.argv[5])
     summary: dict = {"sets": {}, "regressions": [], "fixture_failures": [], "seconds": seconds, "runs": {}}
     lines: list[str] = []
+    per_set: dict = {}
     for rset in sets:
         scored, unscored = requirements(os.path.join(req_dir, f"{rset}.yaml"))
         data = {t: load(os.path.join(out, rset, t, "results")) for t in targets}
+        per_set[rset] = data
         for t in targets:
             d = os.path.join(out, rset, t)
             summary["runs"][f"{rset}/{t}"] = {
@@ -140,7 +142,12 @@ def main() -> int:
         print("\nchecks that fail through mcp-edge but not directly (gateway regressions):")
         for r in summary["regressions"]:
             print(f"  [{r['set']} via {r['target']}] {r['scenario']} / {r['check']}: {r['message']}")
-    summary["ok"] = not summary["regressions"]
+    # A run that produced no results at all (a broken CLI, a fixture that
+    # never started) must not read as a pass.
+    empty = [f"{rset}/{t}" for rset, data in per_set.items() for t in targets if not data.get(t)]
+    if empty:
+        print("\nruns without any checks.json (the suite did not run): " + ", ".join(empty))
+    summary["ok"] = not summary["regressions"] and not empty
     json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=2)
     print(f"\nconformance v2: {len(summary['regressions'])} gateway regression(s), "
           f"{len(summary['fixture_failures'])} check(s) failing directly; stage took {seconds}s "

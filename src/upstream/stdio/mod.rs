@@ -313,7 +313,10 @@ async fn on_line(
     };
     match protocol::classify(v) {
         Ok(Message::Response { id, outcome }) => {
-            if !inflight.complete(&id, outcome) {
+            // mcp-edge's own listens end with a response nobody waits for
+            // (one per filter change: `StdioConn::listen`).
+            let own_listen = id.as_str().is_some_and(|s| s.starts_with(LISTEN_ID));
+            if !own_listen && !inflight.complete(&id, outcome) {
                 return Line::UnknownId(id);
             }
         }
