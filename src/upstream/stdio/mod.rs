@@ -126,6 +126,17 @@ struct Pump {
 /// What one read of a pipe gave: a line, EOF, or an over-long line skipped.
 type LineRead = std::io::Result<Result<bool, bool>>;
 
+/// However the driver ends — its child gone, or its future dropped because
+/// the owner replaced the connection (a forced reconnect, a reload) — the
+/// calls still waiting on this child fail at once ("connection lost"), not
+/// at their `call_timeout`: their callers hold the connection, so its
+/// in-flight table outlives the driver.
+impl Drop for Pump {
+    fn drop(&mut self) {
+        self.inflight.fail_all();
+    }
+}
+
 impl Pump {
     /// Reads stdout and stderr until the child
     /// exits or its stdout ends, then stops it; returns why it ended.
