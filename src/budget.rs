@@ -47,6 +47,12 @@ pub const STREAM_BYTES: usize = 4 * 1024;
 /// One slot of the resource subscription table ([`crate::subscriptions`]),
 /// without its URI: 64 B (checked against `size_of` by a unit test).
 pub const SUBSCRIPTION_BYTES: usize = 64;
+/// One parked call of a modern caller (`http::parked`: the boxed call
+/// future with its relay queue and the requests asked), measured by
+/// `tests/mrtr_heap.rs` at ≈ 67.5 kB per call for the whole test process
+/// (gateway, scripted upstream and their connections), which fails when a
+/// parked call costs more than this.
+pub const PARKED_CALL_BYTES: usize = 72 * 1024;
 /// One slot of the task table ([`crate::tasks`]) with its free-list index,
 /// without the upstream's task id: 112 B (checked against `size_of` by a
 /// unit test there).
@@ -174,6 +180,7 @@ impl Estimate {
                     * (SUBSCRIPTION_BYTES + limits::MAX_SUBSCRIPTION_URI_BYTES),
             },
             tasks_item(),
+            parked_item(),
             Item {
                 what: format!(
                     "connections ({} × ({} + {} body × {BODY_FACTOR}))",
@@ -252,6 +259,18 @@ fn tasks_item() -> Item {
             limits::MAX_TASK_ID_BYTES
         ),
         bytes: limits::TASKS_CAPACITY * (TASK_SLOT_BYTES + limits::MAX_TASK_ID_BYTES),
+    }
+}
+
+/// The parked calls of modern callers (`http::parked`).
+fn parked_item() -> Item {
+    Item {
+        what: format!(
+            "parked calls ({} × {})",
+            limits::PARKED_CALLS,
+            kib(PARKED_CALL_BYTES)
+        ),
+        bytes: limits::PARKED_CALLS * PARKED_CALL_BYTES,
     }
 }
 

@@ -112,7 +112,9 @@ pub const UPSTREAM_IDLE_CONNECTIONS: usize = 4;
 /// patterns-mrtr.mdx): the whole gateway's table, allocated at start. A
 /// full table refuses the call that needs a place
 /// (`mcp_edge_refused_total{limit="parked_calls"}`).
-pub const PARKED_CALLS: usize = 64;
+/// 32: each costs up to `budget::PARKED_CALL_BYTES` (72 KiB), and the
+/// table must fit the smallest board's heap budget (rpi-zero-2w, 32 MiB).
+pub const PARKED_CALLS: usize = 32;
 /// How long a parked call waits for its caller's retry before the upstream's
 /// request is answered with an error and the call is dropped (cancelled
 /// upstream). The upstream's `call_timeout` keeps running while parked.

@@ -465,8 +465,10 @@ mod tests {
         assert_eq!(t.get(&a, 8, now), None, "another caller's task is unknown");
         // A forged id: the right slot, another secret.
         let mut forged = a.to_wire();
-        let last = if forged.ends_with('0') { '1' } else { '0' };
-        forged.replace_range(5..6, &last.to_string());
+        // Change one digit of the secret (the id is `task-` + hex digits).
+        let flipped = if &forged[5..6] == "0" { "1" } else { "0" };
+        forged.replace_range(5..6, flipped);
+        assert_ne!(forged, a.to_wire());
         assert_eq!(t.get(&TaskId::parse(&forged).unwrap(), 7, now), None);
         t.set_status(&a, Status::Completed);
         assert_eq!(t.get(&a, 7, now).unwrap().status, Status::Completed);

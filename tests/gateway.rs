@@ -550,7 +550,35 @@ async fn a_long_call_keeps_its_session() {
         "session gone after a long call: {}",
         after.raw
     );
-    // Idle again from the call's end: it still expires when idle.
-    assert!(gw.app().sessions.lock().unwrap().len() == 1);
+    // The session is still held (and idle again from the call's end: the
+    // session unit tests check it then expires).
+    assert_eq!(gw.app().sessions.lock().unwrap().len(), 1);
+    gw.shutdown().await;
+}
+
+/// A forced reconnect of a stdio upstream (the admin listener's
+/// `reconnect`, a reload) fails the calls still waiting on the old child at
+/// once with a transport error, not at their `call_timeout` (the old
+/// driver's future is dropped; before, its in-flight table kept the
+/// waiters, and a caller heard nothing for the whole timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_reconnect_fails_the_old_childs_calls_at_once() {
+    let gw = start("", &fake_block("a", "legacy", "call_timeout = \"120s\"")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let app = gw.app();
+    let call = call_tool(
+        addr,
+        &sid,
+        json!(1),
+        "a__slow_echo",
+        json!({"text": "never", "ms": 100_000}),
+    );
+    let reconnect = async {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        app.router.upstreams()[0].force_reconnect();
+    };
+    let (r, ()) = tokio::join!(call, reconnect);
+    assert_eq!(r.error_code(), Some(-31000), "{}", r.raw);
     gw.shutdown().await;
 }

@@ -95,6 +95,10 @@ async fn a_full_parked_table_refuses_counts_and_drains_to_its_baseline() {
             full.saturating_sub(baseline) / cap,
             up.connections.load(Ordering::SeqCst)
         );
+        assert!(
+            full.saturating_sub(baseline) / cap <= mcp_edge::budget::PARKED_CALL_BYTES,
+            "a parked call costs more than budget::PARKED_CALL_BYTES"
+        );
         drained.push(after);
     }
     assert!(

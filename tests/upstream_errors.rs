@@ -145,3 +145,34 @@ async fn a_modern_sse_caller_gets_an_upstream_error_with_its_own_status() {
         }
     }
 }
+
+/// The held head of a modern SSE-framed call waits at most one keep-alive
+/// period: a call longer than that gets its stream opened with keep-alive
+/// comments before its answer (a reverse proxy with a read timeout would
+/// otherwise cut a long call that sends nothing).
+#[tokio::test]
+async fn a_long_modern_call_streams_keep_alives_before_its_answer() {
+    let gw = start("keepalive = \"1s\"", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let params = json!({"name": "a__slow_echo", "arguments": {"text": "late", "ms": 2500},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}}});
+    let h = [
+        ("accept", "application/json, text/event-stream"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "a__slow_echo"),
+    ];
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+    let r = request("POST", addr, &h, &body.to_string()).await;
+    assert_eq!(r.status, 200, "{}", r.raw);
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    let keepalive = r
+        .raw
+        .find(": keep-alive")
+        .expect("a keep-alive before the answer");
+    let answer = r.raw.find("a:late").expect("the answer");
+    assert!(keepalive < answer, "{}", r.raw);
+    gw.shutdown().await;
+}

@@ -129,11 +129,26 @@ pub(super) async fn serve(app: &Arc<App>, req: Request, stream_ok: bool) -> Outc
     if let Some(answer) = first {
         return Outcome::Answer(answer);
     }
+    // The head waits for the first notification or the outcome (so an
+    // error with a status of its own is sent with it), but at most one
+    // keep-alive period: a long call then streams keep-alives, which
+    // proxies with a read timeout need.
+    let hold_until = Instant::now() + app.server.keepalive;
     loop {
-        match round.step().await {
-            Step::Note(m) if stream_ok => return Outcome::Stream(round.stream(m)),
-            Step::Note(_) => {} // a JSON answer carries no notifications
-            Step::Final(a) => return Outcome::Answer(a),
+        let running = round.running.as_mut().expect("a running call");
+        let event = if stream_ok {
+            // `next` is cancel-safe: a timeout loses nothing.
+            match tokio::time::timeout_at(hold_until, running.next()).await {
+                Ok(e) => e,
+                Err(_) => return Outcome::Stream(round.stream(None)),
+            }
+        } else {
+            running.next().await
+        };
+        match round.on_event(event).await {
+            Some(Step::Note(m)) if stream_ok => return Outcome::Stream(round.stream(Some(m))),
+            Some(Step::Note(_)) | None => {} // a JSON answer carries no notifications
+            Some(Step::Final(a)) => return Outcome::Answer(a),
         }
     }
 }
@@ -161,6 +176,7 @@ impl Round {
             rx,
             done: None,
             key,
+            started: Instant::now(),
         });
     }
 
@@ -204,24 +220,33 @@ impl Round {
     async fn step(&mut self) -> Step {
         loop {
             let running = self.running.as_mut().expect("a running call");
-            match running.next().await {
-                Event::Note(m) => return Step::Note(m),
-                Event::Done(out) => {
-                    self.running = None;
-                    return Step::Final(self.end(out));
-                }
-                Event::Asks(m) => match self.asked(m).await {
-                    None => {}
-                    Some(Ok(asked)) => {
-                        let running = self.running.take().expect("a running call");
-                        return Step::Final(self.park(running, vec![asked]).await);
-                    }
-                    Some(Err(e)) => {
-                        self.running = None; // dropped: cancelled upstream
-                        return Step::Final(self.end(Err(e)));
-                    }
-                },
+            let event = running.next().await;
+            if let Some(step) = self.on_event(event).await {
+                return step;
             }
+        }
+    }
+
+    /// What one event of the call means for the caller; `None` when it was
+    /// handled here (a request answered without asking the caller).
+    async fn on_event(&mut self, event: Event) -> Option<Step> {
+        match event {
+            Event::Note(m) => Some(Step::Note(m)),
+            Event::Done(out) => {
+                self.running = None;
+                Some(Step::Final(self.end(out)))
+            }
+            Event::Asks(m) => match self.asked(m).await {
+                None => None,
+                Some(Ok(asked)) => {
+                    let running = self.running.take().expect("a running call");
+                    Some(Step::Final(self.park(running, vec![asked]).await))
+                }
+                Some(Err(e)) => {
+                    self.running = None; // dropped: cancelled upstream
+                    Some(Step::Final(self.end(Err(e))))
+                }
+            },
         }
     }
 
@@ -329,12 +354,14 @@ impl Round {
         )
     }
 
-    /// The rest of the round as an SSE stream: `first`, the call's further
-    /// notifications, then its answer.
-    fn stream(mut self, first: Value) -> http::Response<super::Body> {
+    /// The rest of the round as an SSE stream: `first` (if any), the
+    /// call's further notifications, then its answer.
+    fn stream(mut self, first: Option<Value>) -> http::Response<super::Body> {
         let keepalive = self.app.server.keepalive;
         let (tx, rx) = tokio::sync::mpsc::channel(1);
-        let _ = tx.try_send(first);
+        if let Some(first) = first {
+            let _ = tx.try_send(first);
+        }
         let fut = async move {
             let app = self.app.clone();
             let _busy = app.in_flight.enter();
@@ -454,9 +481,10 @@ pub async fn expire(app: &App, now: Instant) -> usize {
         "the modern caller did not retry within {:?}; the call is cancelled",
         app.parked.ttl()
     );
-    for p in gone {
-        refuse_parked(app, p, &why).await;
-    }
+    // Answered together, not one after another: a stuck upstream costs
+    // one PARKED_ANSWER_TIMEOUT per sweep, not one per call.
+    let refusals = gone.into_iter().map(|p| refuse_parked(app, p, &why));
+    futures_util::future::join_all(refusals).await;
     if n > 0 {
         metrics::gauge!(crate::metrics::PARKED_CALLS).set(app.parked.len() as f64);
     }

@@ -80,6 +80,10 @@ pub(super) struct Running {
     /// relayed requests ([`crate::upstream::relay::Pending`]); `None` when
     /// this call cannot be asked anything (not an MRTR method).
     pub key: Option<String>,
+    /// When the call began: however often it is parked again, it stays
+    /// parked no later than this plus the table's TTL, so a caller that
+    /// keeps retrying without answers cannot hold its place for ever.
+    pub started: Instant,
 }
 
 /// What [`Running::next`] saw.
@@ -242,7 +246,7 @@ impl ParkedCalls {
         id: Identity,
         now: Instant,
     ) -> Result<String, NotParked> {
-        let expires = now + self.ttl;
+        let expires = (now + self.ttl).min(running.started + self.ttl);
         let parked = Parked {
             running,
             asked,

@@ -2,13 +2,41 @@ use super::*;
 use serde_json::json;
 
 fn running() -> Running {
+    running_since(Instant::now())
+}
+
+fn running_since(started: Instant) -> Running {
     let (_tx, rx) = mpsc::channel(1);
     Running {
         call: Box::pin(async { Ok(json!("done")) }),
         rx,
         done: None,
         key: Some("mrtr:1".into()),
+        started,
     }
+}
+
+/// A call parked again (a retry without the answers) keeps the expiry of
+/// its first start: retrying cannot hold a place for ever.
+#[test]
+fn parking_again_never_extends_a_calls_life_past_its_start_plus_the_ttl() {
+    let t0 = Instant::now();
+    let table = ParkedCalls::new(1, TTL, t0);
+    let id = identity("tools/call", Some("a__ask"));
+    let first = table
+        .park(running_since(t0), asked(), 0, id, t0)
+        .ok()
+        .unwrap();
+    let later = t0 + TTL - Duration::from_secs(1);
+    let p = table.resume(&first, 0, id, later).ok().unwrap();
+    let again = table.park(p.running, p.asked, 0, id, later).ok().unwrap();
+    assert!(table.expire(t0 + TTL - Duration::from_millis(1)).is_empty());
+    assert_eq!(table.expire(t0 + TTL).len(), 1, "gone at start + TTL");
+    assert_eq!(
+        table.resume(&again, 0, id, t0 + TTL).err(),
+        Some(StateError::Expired(TTL)),
+        "its state carries that expiry too"
+    );
 }
 
 fn asked() -> Vec<Asked> {

@@ -126,6 +126,17 @@ struct Pump {
 /// What one read of a pipe gave: a line, EOF, or an over-long line skipped.
 type LineRead = std::io::Result<Result<bool, bool>>;
 
+/// However the driver ends — its child gone, or its future dropped because
+/// the owner replaced the connection (a forced reconnect, a reload) — the
+/// calls still waiting on this child fail at once ("connection lost"), not
+/// at their `call_timeout`: their callers hold the connection, so its
+/// in-flight table outlives the driver.
+impl Drop for Pump {
+    fn drop(&mut self) {
+        self.inflight.fail_all();
+    }
+}
+
 impl Pump {
     /// Reads stdout and stderr until the child
     /// exits or its stdout ends, then stops it; returns why it ended.
@@ -313,7 +324,10 @@ async fn on_line(
     };
     match protocol::classify(v) {
         Ok(Message::Response { id, outcome }) => {
-            if !inflight.complete(&id, outcome) {
+            // mcp-edge's own listens end with a response nobody waits for
+            // (one per filter change: `StdioConn::listen`).
+            let own_listen = id.as_str().is_some_and(|s| s.starts_with(LISTEN_ID));
+            if !own_listen && !inflight.complete(&id, outcome) {
                 return Line::UnknownId(id);
             }
         }
