@@ -229,8 +229,17 @@ pub const TASK_POLL_MAX: Duration = Duration::from_secs(5);
 /// See [`TASK_POLL_MIN`].
 pub const TASK_POLL_DEFAULT: Duration = Duration::from_millis(500);
 /// Task ids one `subscriptions/listen` stream follows (`taskIds`; the rest
-/// are left out of its acknowledgment): 16.
+/// are left out of its acknowledgment, `refused{limit="tasks_per_listen"}`): 16.
 pub const MAX_TASKS_PER_LISTEN: usize = 16;
+/// Upstream tasks abandoned by their callers while the gateway followed
+/// them, waiting for the session sweep to cancel them upstream: 32 (one
+/// more runs on upstream to its end, `refused{limit="task_orphans"}`).
+pub const TASK_ORPHANS: usize = 32;
+/// The longest a listen stream's `tasks/get` of a followed task, or the
+/// sweep's `tasks/cancel` of an abandoned one, waits for its upstream: 5 s
+/// (past it the poll is retried later, the cancel dropped;
+/// `refused{limit="task_call_time"}`).
+pub const TASK_CALL_MAX: Duration = Duration::from_secs(5);
 
 /// stderr lines of one stdio child logged in a burst before the rate
 /// limit applies: 20.

@@ -2,21 +2,46 @@
 //! and the recorder. Label sets are bounded: no session ids, no client-chosen
 //! tool names.
 
-/// Counter `{limit}`: requests refused by a configured limit (`body_bytes`,
-/// `session_capacity`, `in_flight`, `result_bytes`, `catalog_entries`,
-/// `catalog_bytes`, `pending_server_requests`, `relay_queue`,
-/// `streams_per_session`, `streams`, `resource_subscriptions`, `body_read_time`, `cancellations`: a legacy HTTP call's
-/// `notifications/cancelled` not sent because its queue was full; `tls_handshake`: a downstream
-/// connection whose TLS handshake failed or timed out; `unknown_id`: an upstream's
-/// response to an id not in flight (never sent, already answered, or given up), dropped;
-/// `head_bytes`: a request head over `limits::MAX_REQUEST_HEAD_BYTES`, answered 431 by hyper;
-/// `withheld`: a call to a tool withheld by its pin (`trust = "pin"`), answered as an unknown tool;
-/// `pins_file_bytes`: tool pins not written because the file would pass `limits::PINS_FILE_MAX_BYTES`;
-/// `admin_body`: an admin request body over `limits::ADMIN_BODY_BYTES`, answered 413;
-/// `tracked_children`: a stdio child not started, `limits::MAX_TRACKED_CHILDREN` full;
-/// `descendants`: processes a stop left out past `limits::MAX_DESCENDANTS`;
-/// `mrtr_rounds`: a legacy caller's call a modern upstream asked for input more than
-/// `limits::MRTR_MAX_ROUNDS` times; `mrtr_time`: one whose input exchange outlasted `call_timeout`).
+/// Counter `{limit}`: work refused, cut short or dropped by a limit. Every
+/// label used (`metrics::counter!(REFUSED, "limit" => ...)`):
+/// - `body_bytes`: a request body over `server.max_body_bytes`;
+///   `body_read_time`: one not read in time; `head_bytes`: a request head
+///   over `limits::MAX_REQUEST_HEAD_BYTES`, answered 431 by hyper;
+///   `admin_body`: an admin request body over `limits::ADMIN_BODY_BYTES`, 413.
+/// - `auth`: a request without valid credentials; `rate`: a client over its
+///   `rate`; `policy`: a call to a tool its client's policy does not allow;
+///   `withheld`: a call to a tool withheld by its pin (`trust = "pin"`),
+///   answered as an unknown tool.
+/// - `session_capacity`: a legacy session not made, the table full;
+///   `in_flight`: a call over its upstream's in-flight bound; `idle_connections`: an
+///   idle connection closed to free a place; `peer_connections`: one
+///   closed or refused over its peer's share; `tls_handshake`: a downstream
+///   connection whose TLS handshake failed or timed out.
+/// - `result_bytes`: an upstream answer over `result_max_bytes`;
+///   `catalog_entries`, `catalog_bytes`: an upstream's catalog over its
+///   bounds; `unknown_id`: an upstream's response to an id not in flight
+///   (never sent, already answered, or given up), dropped.
+/// - `pending_server_requests`: a server→client request over the pending
+///   bound; `relay_queue`: one not queued, the relay queue full;
+///   `client_capability`: one a legacy session declared no capability for;
+///   `cancellations`: a legacy HTTP call's `notifications/cancelled` not
+///   sent because its queue was full.
+/// - `streams_per_session`, `streams`: a GET or listen stream over its
+///   bound; `resource_subscriptions`: a resource subscription over its bound.
+/// - `parked_calls`: a modern caller's call to a legacy upstream not parked,
+///   the table full; `mrtr_rounds`: a legacy caller's call a modern upstream
+///   asked for input more than `limits::MRTR_MAX_ROUNDS` times; `mrtr_time`:
+///   one whose input exchange outlasted `call_timeout`.
+/// - `tasks`: an upstream task not handed on, the task table full or its id
+///   bad; `tasks_per_listen`: a listen `taskIds` entry past
+///   `limits::MAX_TASKS_PER_LISTEN`, not followed; `task_orphans`: an
+///   abandoned followed task not noted for cancellation, the list full
+///   (`limits::TASK_ORPHANS`); `task_call_time`: a listen stream's task poll
+///   or the sweep's cancel of an abandoned task past `limits::TASK_CALL_MAX`.
+/// - `pins_file_bytes`: tool pins not written because the file would pass
+///   `limits::PINS_FILE_MAX_BYTES`; `tracked_children`: a stdio child not
+///   started, `limits::MAX_TRACKED_CHILDREN` full; `descendants`: processes
+///   a stop left out past `limits::MAX_DESCENDANTS`.
 pub const REFUSED: &str = "mcp_edge_refused_total";
 /// Counter `{reason}`: sessions removed (`idle`, `deleted`).
 pub const SESSIONS_EVICTED: &str = "mcp_edge_sessions_evicted_total";

@@ -89,7 +89,8 @@ pub fn in_capabilities(capabilities: Option<&Value>) -> bool {
 }
 
 /// True when a modern request's `_meta` client capabilities declare the
-/// extension (a request that does not must never get a `CreateTaskResult`).
+/// extension (a server may still answer one that does not with a
+/// `CreateTaskResult`, §Task Creation: unsolicited tasks).
 pub fn declared(params: Option<&Value>) -> bool {
     in_capabilities(
         protocol::params_meta(params).and_then(|m| m.get(protocol::META_CLIENT_CAPABILITIES)),
@@ -98,8 +99,9 @@ pub fn declared(params: Option<&Value>) -> bool {
 
 /// Declares the extension in the request's `_meta` client capabilities
 /// (creating what is missing, keeping everything else): what the gateway
-/// sends upstream for a caller that did not declare it, whose task it then
-/// follows itself.
+/// sends upstream for `tasks/*` requests, and for the retry of a call of a
+/// caller that did not declare it when the tool requires a task
+/// ([`requires_tasks`]), whose task it then follows itself.
 pub fn declare(params: &mut Option<Value>) {
     let p = params.get_or_insert_with(|| json!({}));
     let Some(p) = p.as_object_mut() else { return };
@@ -128,6 +130,26 @@ pub fn missing_capability() -> RpcError {
         "Missing required client capability",
     )
     .with_data(json!({"requiredCapabilities": {"extensions": {EXTENSION: {}}}}))
+}
+
+/// True when an upstream's error is `-32021` naming the extension in
+/// `data.requiredCapabilities` (a tool that must run as a task, §Capability
+/// Negotiation, §Error Handling).
+pub fn requires_tasks(e: &RpcError) -> bool {
+    e.code == protocol::MISSING_CLIENT_CAPABILITY
+        && in_capabilities(e.data.as_ref().and_then(|d| d.get("requiredCapabilities")))
+}
+
+/// Replaces every string equal to `upstream` in `v` with `gateway` (an
+/// upstream's answer about its task, wherever it names it: the caller must
+/// only ever see the gateway's id, §Security Considerations).
+pub fn rename(v: &mut Value, upstream: &str, gateway: &str) {
+    match v {
+        Value::String(s) if s == upstream => *s = gateway.into(),
+        Value::Array(a) => a.iter_mut().for_each(|x| rename(x, upstream, gateway)),
+        Value::Object(o) => o.values_mut().for_each(|x| rename(x, upstream, gateway)),
+        _ => {}
+    }
 }
 
 /// `-32602` for an id that names no task of this caller (§Protocol Errors).
@@ -238,6 +260,10 @@ struct Inner {
     slots: Box<[Slot]>,
     /// Indices of empty slots (capacity reserved at start).
     free: Vec<u16>,
+    /// Upstream tasks a caller abandoned while the gateway followed them
+    /// (upstream id, upstream task id), to be cancelled by the sweep: at
+    /// most [`limits::TASK_ORPHANS`] (capacity reserved at start).
+    orphans: Vec<(usize, Box<str>)>,
 }
 
 /// The fixed-capacity task table (one lock; every method takes `now`).
@@ -257,7 +283,11 @@ impl Tasks {
             .collect();
         let free = (0..capacity).rev().map(|i| i as u16).collect();
         Tasks {
-            inner: Mutex::new(Inner { slots, free }),
+            inner: Mutex::new(Inner {
+                slots,
+                free,
+                orphans: Vec::with_capacity(limits::TASK_ORPHANS),
+            }),
         }
     }
 
@@ -342,6 +372,27 @@ impl Tasks {
                 e.status = status;
             }
         }
+    }
+
+    /// Notes task `upstream_task` of upstream `upstream`, whose caller went
+    /// away while the gateway followed it, for [`Tasks::take_orphans`]. A
+    /// full list refuses (`refused{limit="task_orphans"}`): the task then
+    /// runs on upstream until its own end or ttl.
+    pub fn orphan(&self, upstream: usize, upstream_task: &str) -> bool {
+        let mut t = self.inner.lock().expect("tasks");
+        if t.orphans.len() == limits::TASK_ORPHANS {
+            metrics::counter!(crate::metrics::REFUSED, "limit" => "task_orphans").increment(1);
+            return false;
+        }
+        t.orphans.push((upstream, upstream_task.into()));
+        true
+    }
+
+    /// The abandoned tasks noted since the last call (the list is emptied,
+    /// its capacity kept).
+    pub fn take_orphans(&self) -> Vec<(usize, Box<str>)> {
+        let mut t = self.inner.lock().expect("tasks");
+        t.orphans.drain(..).collect()
     }
 
     /// Drops every entry expired at `now`; returns how many.
@@ -468,6 +519,20 @@ mod tests {
     }
 
     #[test]
+    fn orphans_are_bounded_and_taken_once() {
+        let t = Tasks::new(1);
+        for i in 0..limits::TASK_ORPHANS {
+            assert!(t.orphan(1, &format!("u{i}")));
+        }
+        assert!(!t.orphan(1, "one-more"), "a full list refuses");
+        let taken = t.take_orphans();
+        assert_eq!(taken.len(), limits::TASK_ORPHANS);
+        assert_eq!((taken[0].0, &*taken[0].1), (1, "u0"));
+        assert!(t.take_orphans().is_empty());
+        assert!(t.orphan(2, "again"), "room again");
+    }
+
+    #[test]
     fn wire_helpers() {
         let mut p = Some(json!({"name": "x", "_meta": {"k": 1}}));
         assert!(!declared(p.as_ref()));
@@ -490,5 +555,15 @@ mod tests {
             Some(Status::InputRequired)
         );
         assert!(Status::Cancelled.is_terminal() && !Status::Working.is_terminal());
+        let mut v = json!({"taskId": "u1", "task": {"taskId": "u1", "n": ["u1", "x"]}});
+        rename(&mut v, "u1", "g");
+        assert_eq!(
+            v,
+            json!({"taskId": "g", "task": {"taskId": "g", "n": ["g", "x"]}})
+        );
+        assert!(requires_tasks(&missing_capability()));
+        let other = RpcError::new(protocol::MISSING_CLIENT_CAPABILITY, "x")
+            .with_data(json!({"requiredCapabilities": {"sampling": {}}}));
+        assert!(!requires_tasks(&other));
     }
 }

@@ -3,9 +3,10 @@
 //! 3.11 server, `support::rmcp_tasks`): advertised only to callers that
 //! declare it, tasks handed on under gateway ids (never the upstream's),
 //! `tasks/get`/`tasks/cancel` routed by id (`Mcp-Name`), status
-//! notifications on the caller's `subscriptions/listen` stream, and a
-//! legacy caller's task-backed call followed to its result (or cancelled at
-//! its call timeout).
+//! notifications on the caller's `subscriptions/listen` stream, a caller
+//! without the extension answered directly by a task-optional tool, and a
+//! task-required tool's task followed to its result for it (or cancelled
+//! at its call timeout, or when the caller goes away).
 
 mod support;
 use serde_json::{json, Value};
@@ -57,8 +58,12 @@ async fn task_req(addr: SocketAddr, method: &str, id: &str) -> Reply {
 }
 
 async fn slow(addr: SocketAddr, ms: u64, declare: bool) -> Reply {
-    let params = json!({"name": "jobs__slow", "arguments": {"ms": ms}});
-    modern_req(addr, "tools/call", params, Some("jobs__slow"), declare).await
+    tool(addr, "jobs__slow", ms, declare).await
+}
+
+async fn tool(addr: SocketAddr, name: &str, ms: u64, declare: bool) -> Reply {
+    let params = json!({"name": name, "arguments": {"ms": ms}});
+    modern_req(addr, "tools/call", params, Some(name), declare).await
 }
 
 /// A gateway with the rmcp tasks upstream as `jobs` (`extra` in its block).
@@ -110,6 +115,7 @@ async fn a_modern_client_creates_polls_cancels_and_hears_of_a_task() {
     let got = task_req(addr, "tasks/get", &id).await;
     assert_eq!(got.body["result"]["status"], "working", "{}", got.raw);
     assert_eq!(got.body["result"]["taskId"], id.as_str());
+    assert!(!got.raw.contains(&upstream_id), "{}", got.raw);
     assert_eq!(seen.gets.load(Relaxed), 1);
 
     // Mcp-Name must carry the task id; undeclared callers get -32021; a
@@ -147,6 +153,7 @@ async fn a_modern_client_creates_polls_cancels_and_hears_of_a_task() {
         ),
         (Some(id.as_str()), Some("working"))
     );
+    assert!(!first.to_string().contains(&upstream_id), "{first}");
     assert_eq!(
         first["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
         "L"
@@ -154,12 +161,15 @@ async fn a_modern_client_creates_polls_cancels_and_hears_of_a_task() {
 
     let c = task_req(addr, "tasks/cancel", &id).await;
     assert_eq!(c.body["result"]["resultType"], "complete", "{}", c.raw);
+    assert!(!c.raw.contains(&upstream_id), "{}", c.raw);
     assert_eq!(seen.cancels.load(Relaxed), 1);
     let last = s.next().await;
     assert_eq!(last["method"], "notifications/tasks");
     assert_eq!(last["params"]["status"], "cancelled", "{last}");
+    assert!(!last.to_string().contains(&upstream_id), "{last}");
     let got = task_req(addr, "tasks/get", &id).await;
     assert_eq!(got.body["result"]["status"], "cancelled", "{}", got.raw);
+    assert!(!got.raw.contains(&upstream_id), "{}", got.raw);
 }
 
 #[tokio::test]
@@ -192,16 +202,16 @@ async fn a_completed_task_carries_its_result_and_listen_needs_the_extension() {
     assert_eq!(r.error_code(), Some(-32601), "{}", r.raw);
 }
 
+/// A caller that did not declare the extension: the gateway does not
+/// declare it for it, so a tool with optional task support answers
+/// directly (no task, no `tasks/get` polling).
 #[tokio::test]
-async fn a_legacy_callers_task_backed_call_gets_the_final_result() {
+async fn a_caller_without_the_extension_gets_a_task_optional_tool_answered_directly() {
     let (gw, seen) = gateway("").await;
     let addr = gw.local_addr();
     let sid = legacy_session(addr, "2025-11-25").await;
     let r = call_tool(addr, &sid, json!(1), "jobs__slow", json!({"ms": 300})).await;
     assert_eq!(text_of(&r), "slept 300", "{}", r.raw);
-    assert_eq!(seen.created.load(Relaxed), 1, "the upstream made it a task");
-    assert!(seen.gets.load(Relaxed) >= 1, "the gateway polled tasks/get");
-    // A modern caller that does not declare the extension: the same.
     let r = slow(addr, 100, false).await;
     assert_eq!(
         r.body["result"]["content"][0]["text"], "slept 100",
@@ -209,7 +219,39 @@ async fn a_legacy_callers_task_backed_call_gets_the_final_result() {
         r.raw
     );
     assert_eq!(r.body["result"]["resultType"], "complete");
+    assert_eq!(seen.created.load(Relaxed), 0, "no task made");
+    assert_eq!(seen.gets.load(Relaxed), 0, "nothing polled");
+}
+
+/// A task-required tool (`-32021` naming the extension): asked once more
+/// with the extension declared, and its task followed to the final result
+/// for a legacy caller and a modern one that did not declare it.
+#[tokio::test]
+async fn a_task_required_tool_is_retried_with_the_extension_and_followed() {
+    let (gw, seen) = gateway("").await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let r = call_tool(addr, &sid, json!(1), "jobs__must", json!({"ms": 300})).await;
+    assert_eq!(text_of(&r), "slept 300", "{}", r.raw);
+    assert_eq!(
+        seen.required.load(Relaxed),
+        1,
+        "refused without the extension"
+    );
+    assert_eq!(seen.created.load(Relaxed), 1, "then made a task");
+    assert!(seen.gets.load(Relaxed) >= 1, "the gateway polled tasks/get");
+    let r = tool(addr, "jobs__must", 100, false).await;
+    assert_eq!(
+        r.body["result"]["content"][0]["text"], "slept 100",
+        "{}",
+        r.raw
+    );
+    assert_eq!(r.body["result"]["resultType"], "complete");
     assert_eq!(seen.created.load(Relaxed), 2);
+    assert_eq!(seen.required.load(Relaxed), 2);
+    for up in seen.ids.lock().unwrap().iter() {
+        assert!(!r.raw.contains(up.as_str()), "{}", r.raw);
+    }
 }
 
 #[tokio::test]
@@ -217,13 +259,48 @@ async fn a_followed_task_past_the_call_timeout_is_cancelled_with_a_clear_error()
     let (gw, seen) = gateway("call_timeout = \"1s\"").await;
     let addr = gw.local_addr();
     let sid = legacy_session(addr, "2025-11-25").await;
-    let r = call_tool(addr, &sid, json!(1), "jobs__slow", json!({"ms": 30_000})).await;
+    let r = call_tool(addr, &sid, json!(1), "jobs__must", json!({"ms": 30_000})).await;
     assert_eq!(r.error_code(), Some(-31001), "{}", r.raw);
     let msg = r.body["error"]["message"].as_str().unwrap();
     assert!(
         msg.contains("call_timeout") && msg.contains("jobs"),
         "{msg}"
     );
+    assert_eq!(seen.cancels.load(Relaxed), 1, "cancelled upstream");
+}
+
+/// A caller that goes away (here: a legacy `notifications/cancelled`)
+/// while the gateway follows its task leaves it to the session sweep,
+/// which cancels it upstream.
+#[tokio::test]
+async fn a_followed_task_whose_caller_goes_away_is_cancelled_upstream() {
+    let (seen, url) = rmcp_tasks().await;
+    let server = "keepalive = \"60s\"\nsession_idle_timeout = \"10s\"\n\
+        session_min_idle_before_evict = \"5s\"";
+    let gw = start(server, &http_block("jobs", &url, "")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let args = json!({"ms": 600_000});
+    let calling = call_tool(addr, &sid, json!(7), "jobs__must", args);
+    let cancelling = async {
+        while seen.created.load(Relaxed) == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": 7}});
+        post(addr, &[("mcp-session-id", &sid)], &note).await
+    };
+    let (r, note) = tokio::join!(calling, cancelling);
+    assert_eq!(note.status, 202);
+    assert_eq!(r.error_code(), Some(-32800), "{}", r.raw);
+    assert_eq!(seen.cancels.load(Relaxed), 0, "not yet: the sweep does it");
+    // The sweep runs every 2.5 s here (idle timeout / 4).
+    for _ in 0..200 {
+        if seen.cancels.load(Relaxed) > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     assert_eq!(seen.cancels.load(Relaxed), 1, "cancelled upstream");
 }
 

@@ -358,8 +358,31 @@ impl State {
                 _ = self.keepalive.tick() => return Some(Ok(Frame::data(sse::keepalive()))),
             };
             if tasks_due {
-                if let Some(events) = self.tasks.poll(&self.app, &self.id).await {
-                    return Some(Ok(Frame::data(events)));
+                // Bounded (`limits::TASK_CALL_MAX`), and given up for
+                // shutdown or the client's removal.
+                let app = self.app.clone();
+                let poll = self.tasks.poll(&app, &self.id);
+                tokio::pin!(poll);
+                loop {
+                    tokio::select! {
+                        biased;
+                        _ = self.stopping.wait_for(|s| *s) => {
+                            self.closed = true;
+                            return Some(frame(&closing(&self.id)));
+                        }
+                        Ok(()) = self.access.changed() => {
+                            if !app.access().knows(self.owner) {
+                                self.closed = true;
+                                return Some(frame(&closing(&self.id)));
+                            }
+                        }
+                        events = &mut poll => {
+                            if let Some(events) = events {
+                                return Some(Ok(Frame::data(events)));
+                            }
+                            break;
+                        }
+                    }
                 }
             }
         }

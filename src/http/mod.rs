@@ -367,7 +367,8 @@ async fn route(
 
 /// One timer for the whole table: removes idle sessions every
 /// `min(idle_timeout / 4, 60 s, 10 s)` (lookups also expire lazily), and
-/// parked calls whose time is up ([`mrtr::expire`]). A task of the
+/// parked calls whose time is up ([`mrtr::expire`]); expires tasks and
+/// cancels the abandoned ones ([`crate::router::Router::cancel_orphans`]). A task of the
 /// composition root.
 pub async fn sweep_sessions(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
     let period = (app.server.session_idle_timeout / 4)
@@ -388,9 +389,11 @@ pub async fn sweep_sessions(app: Arc<App>, mut shutdown: watch::Receiver<bool>) 
             app.sessions_changed.notify_waiters();
         }
         // Subscriptions of sessions that expired, or were evicted for a new
-        // one since the last sweep, go too; and expired tasks.
+        // one since the last sweep, go too; and expired tasks, and tasks
+        // abandoned by their callers are cancelled upstream.
         app.forget_gone_sessions();
         app.router.tasks().expire(tokio::time::Instant::now());
+        app.router.cancel_orphans().await;
         mrtr::expire(&app, tokio::time::Instant::now()).await;
     }
 }

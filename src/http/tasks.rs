@@ -84,10 +84,15 @@ impl Followed {
         let now = tokio::time::Instant::now();
         let mut items: Vec<Item> = Vec::new();
         for wire in asked {
-            if items.len() == crate::limits::MAX_TASKS_PER_LISTEN {
-                break;
+            if items.iter().any(|i| i.wire == wire) {
+                continue;
             }
-            if items.iter().all(|i| i.wire != wire) && app.router.task_known(wire, owner) {
+            if items.len() == crate::limits::MAX_TASKS_PER_LISTEN {
+                metrics::counter!(crate::metrics::REFUSED, "limit" => "tasks_per_listen")
+                    .increment(1);
+                continue;
+            }
+            if app.router.task_known(wire, owner) {
                 let (wire, seen, due) = (wire.to_string(), None, now);
                 items.push(Item { wire, seen, due });
             }
@@ -115,41 +120,69 @@ impl Followed {
         }
     }
 
-    /// Polls the tasks that are due; the SSE events of those that changed.
+    /// Polls the tasks that are due, all at once, each waiting at most
+    /// [`crate::limits::TASK_CALL_MAX`] (one that takes longer is polled
+    /// again later, `refused{limit="task_call_time"}`); the SSE events of
+    /// those that changed.
     pub(super) async fn poll(&mut self, app: &App, subscription: &Value) -> Option<bytes::Bytes> {
         let now = tokio::time::Instant::now();
+        let owner = self.owner;
+        let states =
+            futures_util::future::join_all((self.items.iter()).filter(|i| i.due <= now).map(
+                |i| async move {
+                    let state = app.router.task_state(&i.wire, owner);
+                    tokio::time::timeout(crate::limits::TASK_CALL_MAX, state).await
+                },
+            ))
+            .await;
+        let mut states = states.into_iter();
         let mut out = Vec::new();
-        let mut i = 0;
-        while i < self.items.len() {
-            if self.items[i].due > now {
-                i += 1;
-                continue;
+        (self.items).retain_mut(|item| {
+            if item.due > now {
+                return true;
             }
-            let item = &mut self.items[i];
-            match app.router.task_state(&item.wire, self.owner).await {
-                Ok(state) => {
-                    let status = crate::tasks::Status::of(&state);
-                    let next = crate::tasks::poll_interval(&state);
-                    let key = format!("{}|{}", state["status"], state["lastUpdatedAt"]);
-                    if item.seen.as_deref() != Some(key.as_str()) {
-                        item.seen = Some(key);
-                        out.extend_from_slice(&notification(state, subscription));
-                    }
-                    item.due = tokio::time::Instant::now() + next;
-                    if status.is_some_and(crate::tasks::Status::is_terminal) {
-                        self.items.swap_remove(i);
-                        continue;
-                    }
-                }
-                Err(e) if e.code == crate::protocol::INVALID_PARAMS => {
-                    self.items.swap_remove(i);
-                    continue;
-                }
-                Err(_) => item.due = tokio::time::Instant::now() + crate::limits::TASK_POLL_MAX,
-            }
-            i += 1;
-        }
+            let Some(state) = states.next() else {
+                return true;
+            };
+            item.update(state, subscription, &mut out)
+        });
         (!out.is_empty()).then(|| bytes::Bytes::from(out))
+    }
+}
+
+impl Item {
+    /// Takes in the outcome of one poll: a changed state becomes an event
+    /// in `out`; false when the task is no longer followed (ended, or gone).
+    fn update(
+        &mut self,
+        state: Result<Result<Value, crate::protocol::RpcError>, tokio::time::error::Elapsed>,
+        subscription: &Value,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let retry = tokio::time::Instant::now() + crate::limits::TASK_POLL_MAX;
+        let state = match state {
+            Ok(Ok(state)) => state,
+            Ok(Err(e)) if e.code == crate::protocol::INVALID_PARAMS => return false,
+            Ok(Err(_)) => {
+                self.due = retry;
+                return true;
+            }
+            Err(_) => {
+                metrics::counter!(crate::metrics::REFUSED, "limit" => "task_call_time")
+                    .increment(1);
+                self.due = retry;
+                return true;
+            }
+        };
+        let status = crate::tasks::Status::of(&state);
+        let next = crate::tasks::poll_interval(&state);
+        let key = format!("{}|{}", state["status"], state["lastUpdatedAt"]);
+        if self.seen.as_deref() != Some(key.as_str()) {
+            self.seen = Some(key);
+            out.extend_from_slice(&notification(state, subscription));
+        }
+        self.due = tokio::time::Instant::now() + next;
+        !status.is_some_and(crate::tasks::Status::is_terminal)
     }
 }
 

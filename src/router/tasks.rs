@@ -2,24 +2,32 @@
 //! ext-tasks `specification/draft/tasks.md`; table and wire rules in
 //! [`crate::tasks`]).
 //!
-//! - A `tools/call` to an upstream that negotiated the extension (modern,
-//!   `capabilities.extensions` of its `server/discover`) goes with the
-//!   extension declared. A `CreateTaskResult` it answers (§Task Creation)
-//!   is *adopted*: for a caller that declared the extension, entered in the
-//!   task table and handed on under the gateway's task id; for any other
-//!   caller (every legacy one), *followed* — the gateway polls `tasks/get`
-//!   at the task's `pollIntervalMs` (clamped, [`crate::tasks::poll_interval`])
-//!   until a terminal status and answers the call with the final result
+//! - A `tools/call` goes upstream as the caller sent it: the extension is
+//!   declared only when the caller declared it, so a tool with optional task
+//!   support answers a caller that did not directly (no polling, and its
+//!   `InputRequiredResult` reaches the caller). An upstream that answers
+//!   `-32021` naming the extension (the tool requires a task, §Capability
+//!   Negotiation) is asked once more with it declared. A `CreateTaskResult`
+//!   (§Task Creation; also an unsolicited one) is *adopted*: for a caller
+//!   that declared the extension, entered in the task table and handed on
+//!   under the gateway's task id; for any other caller (every legacy one),
+//!   *followed* — the gateway polls `tasks/get` at the task's
+//!   `pollIntervalMs` (clamped, [`crate::tasks::poll_interval`]) until a
+//!   terminal status and answers the call with the final result
 //!   (`completed`), the task's JSON-RPC error (`failed`), or an error; past
 //!   the upstream's `call_timeout` (counted from the call) the task is
 //!   cancelled upstream and the caller gets `-31001` (§Backwards
-//!   Compatibility: a client may drive the polling internally).
+//!   Compatibility: a client may drive the polling internally). A caller
+//!   that goes away meanwhile leaves the task on the table's orphan list,
+//!   which the session sweep cancels upstream ([`Router::cancel_orphans`]).
 //! - `tasks/get`, `tasks/update`, `tasks/cancel` name a gateway task id:
 //!   looked up (the caller's own, live), sent to its upstream with the
 //!   upstream's id (`Mcp-Name` = that id, [`crate::protocol::routed_name`]),
-//!   and a `tasks/get` answer carries the gateway id again. Unknown,
-//!   expired or another caller's: `-32602` (§Protocol Errors); a caller
-//!   that did not declare the extension: `-32021`; a legacy one: `-32601`.
+//!   and the answer carries the gateway id wherever the upstream's stood
+//!   ([`crate::tasks::rename`]); its status (a successful `tasks/cancel`:
+//!   `cancelled`) is recorded. Unknown, expired or another caller's:
+//!   `-32602` (§Protocol Errors); a caller that did not declare the
+//!   extension: `-32021`; a legacy one: `-32601`.
 
 use super::Router;
 use crate::protocol::{self, RpcError};
@@ -80,22 +88,34 @@ impl Router {
         self.upstreams().iter().any(|u| offers_tasks(u))
     }
 
-    /// Sends `tools/call` to `up` — declaring the extension when `up`
-    /// offers it — and adopts a task it answers with (also one it was not
-    /// asked for: an upstream's task id never reaches a caller).
+    /// Sends `tools/call` to `up` as the caller sent it — once more with
+    /// the extension declared when the tool requires a task — and adopts a
+    /// task it answers with (also one it was not asked for: an upstream's
+    /// task id never reaches a caller).
     pub(super) async fn call_with_tasks(
         &self,
         up: Arc<Upstream>,
-        mut params: Option<Value>,
+        params: Option<Value>,
         relay: Option<crate::upstream::relay::Relay>,
         caller: TaskCaller,
     ) -> Result<Value, RpcError> {
         let t0 = Instant::now();
-        if !caller.declared && offers_tasks(&up) {
-            tasks::declare(&mut params);
-        }
-        let result =
-            (up.call_relayed("tools/call", params, relay).await).map_err(|e| e.to_rpc())?;
+        let retry =
+            (!caller.declared && offers_tasks(&up)).then(|| (params.clone(), relay.clone()));
+        let result = match up.call_relayed("tools/call", params, relay).await {
+            Ok(r) => r,
+            Err(e) => {
+                let e = e.to_rpc();
+                match retry {
+                    Some((mut params, relay)) if tasks::requires_tasks(&e) => {
+                        tasks::declare(&mut params);
+                        (up.call_relayed("tools/call", params, relay).await)
+                            .map_err(|e| e.to_rpc())?
+                    }
+                    _ => return Err(e),
+                }
+            }
+        };
         if !tasks::is_task_result(&result) {
             return Ok(result);
         }
@@ -125,7 +145,11 @@ impl Router {
             ));
         };
         if !caller.declared {
-            return follow(&up, &upstream_task, &result, t0 + up.config.call_timeout).await;
+            let deadline = t0 + up.config.call_timeout;
+            let guard = Abandoned::new(&self.tasks, up.id, &upstream_task);
+            let r = follow(&up, &upstream_task, &result, deadline).await;
+            guard.disarm();
+            return r;
         }
         let status = Status::of(&result).unwrap_or(Status::Working);
         let keep = tasks::keep_for(result.get("ttlMs").and_then(Value::as_u64));
@@ -177,12 +201,18 @@ impl Router {
         let (up, upstream_task) = self.task_target(&id, caller.owner)?;
         let p = upstream_params(params.as_ref(), &upstream_task);
         let mut result = (up.call(method, p).await).map_err(|e| e.to_rpc())?;
+        let status = match (Status::of(&result), method) {
+            (None, "tasks/cancel") => Some(Status::Cancelled),
+            (s, _) => s,
+        };
+        if let Some(s) = status {
+            self.tasks.set_status(&id, s);
+        }
+        let wire = id.to_wire();
+        tasks::rename(&mut result, &upstream_task, &wire);
         if method == "tasks/get" {
-            if let Some(s) = Status::of(&result) {
-                self.tasks.set_status(&id, s);
-            }
             if let Some(o) = result.as_object_mut() {
-                o.insert("taskId".into(), Value::String(id.to_wire()));
+                o.insert("taskId".into(), Value::String(wire));
             }
         }
         Ok(result)
@@ -211,6 +241,25 @@ impl Router {
             .await
     }
 
+    /// Cancels upstream the tasks abandoned by their callers while followed
+    /// ([`crate::tasks::Tasks::orphan`]), all at once, each waiting at most
+    /// [`crate::limits::TASK_CALL_MAX`] (the session sweep's work).
+    pub async fn cancel_orphans(&self) {
+        let orphans = self.tasks.take_orphans();
+        let cancels = orphans.iter().filter_map(|(upstream, task)| {
+            let up = self.by_id(*upstream)?;
+            Some(async move {
+                let bounded =
+                    tokio::time::timeout(crate::limits::TASK_CALL_MAX, cancel_upstream(&up, task));
+                if bounded.await.is_err() {
+                    metrics::counter!(crate::metrics::REFUSED, "limit" => "task_call_time")
+                        .increment(1);
+                }
+            })
+        });
+        futures_util::future::join_all(cancels).await;
+    }
+
     /// True when `wire` names a live task of `owner`.
     pub fn task_known(&self, wire: &str, owner: u64) -> bool {
         TaskId::parse(wire).is_some_and(|id| self.task_target(&id, owner).is_ok())
@@ -223,6 +272,42 @@ async fn cancel_upstream(up: &Upstream, upstream_task: &str) {
     let p = upstream_params(None, upstream_task);
     if let Err(e) = up.call("tasks/cancel", p).await {
         tracing::debug!(upstream = %up.name(), "tasks/cancel of an abandoned task failed: {e}");
+    }
+}
+
+/// While armed, a task being followed for a caller: dropped armed (the
+/// caller went away: its call was cancelled or its connection closed), the
+/// task goes on the table's orphan list for the sweep to cancel upstream
+/// (§Task Cancellation; the caller can no longer see its result).
+struct Abandoned<'a> {
+    tasks: &'a tasks::Tasks,
+    upstream: usize,
+    task: &'a str,
+    armed: bool,
+}
+
+impl<'a> Abandoned<'a> {
+    fn new(tasks: &'a tasks::Tasks, upstream: usize, task: &'a str) -> Self {
+        let armed = true;
+        Abandoned {
+            tasks,
+            upstream,
+            task,
+            armed,
+        }
+    }
+
+    /// The follow ended (its own way): nothing to cancel.
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.tasks.orphan(self.upstream, self.task);
+        }
     }
 }
 

@@ -5,8 +5,9 @@
 //! Tools: `slow {ms}` — for a request declaring the extension, a task
 //! (`CreateTaskResult`) that finishes after `ms` milliseconds with the text
 //! `slept {ms}` (cooperatively cancelled by `tasks/cancel`); for any other,
-//! the same work answered directly. `quick` answers at once. Counters of
-//! what it saw are in [`Seen`].
+//! the same work answered directly. `must {ms}` — the same task, but
+//! required: a request not declaring the extension gets `-32021` naming it.
+//! `quick` answers at once. Counters of what it saw are in [`Seen`].
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
@@ -31,6 +32,8 @@ pub struct Seen {
     pub gets: AtomicUsize,
     /// `tasks/cancel` requests.
     pub cancels: AtomicUsize,
+    /// Calls of `must` refused with `-32021` (the extension not declared).
+    pub required: AtomicUsize,
     /// The upstream's own task ids, in creation order.
     pub ids: Mutex<Vec<String>>,
 }
@@ -73,6 +76,11 @@ impl ServerHandler for Handler {
                 "Sleeps {ms} milliseconds, as a task when it may.",
                 schema(),
             ),
+            Tool::new(
+                "must",
+                "Sleeps {ms} milliseconds, always as a task.",
+                schema(),
+            ),
             Tool::new("quick", "Answers at once.", schema()),
         ]))
     }
@@ -86,10 +94,17 @@ impl ServerHandler for Handler {
         let text = format!("slept {ms}");
         match request.name.as_ref() {
             "quick" => Ok(CallToolResult::success(vec![ContentBlock::text("quick")]).into()),
-            "slow" => {
+            name @ ("slow" | "must") => {
                 let declared = context
                     .client_capabilities()
                     .is_some_and(|c| c.supports_tasks());
+                if !declared && name == "must" {
+                    self.seen.required.fetch_add(1, Relaxed);
+                    let data = serde_json::json!({"requiredCapabilities":
+                        {"extensions": {"io.modelcontextprotocol/tasks": {}}}});
+                    let code = rmcp::model::ErrorCode(-32021);
+                    return Err(ErrorData::new(code, "this tool runs as a task", Some(data)));
+                }
                 if !declared {
                     tokio::time::sleep(Duration::from_millis(ms)).await;
                     return Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into());
