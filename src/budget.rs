@@ -253,12 +253,14 @@ fn tls_item(s: &crate::config::ServerConfig) -> Option<Item> {
 fn tasks_item() -> Item {
     Item {
         what: format!(
-            "tasks ({} × ({} B + up to {} B upstream task id))",
+            "tasks ({} × ({} B + up to {} B upstream task id), {} orphans to cancel alike)",
             limits::TASKS_CAPACITY,
             TASK_SLOT_BYTES,
-            limits::MAX_TASK_ID_BYTES
+            limits::MAX_TASK_ID_BYTES,
+            limits::TASK_ORPHANS
         ),
-        bytes: limits::TASKS_CAPACITY * (TASK_SLOT_BYTES + limits::MAX_TASK_ID_BYTES),
+        bytes: (limits::TASKS_CAPACITY + limits::TASK_ORPHANS)
+            * (TASK_SLOT_BYTES + limits::MAX_TASK_ID_BYTES),
     }
 }
 
