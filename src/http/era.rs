@@ -58,6 +58,10 @@ pub(super) fn session_header(h: &HeaderMap) -> Result<Option<SessionId>, Refusal
 pub(super) struct SessionBusy {
     app: Arc<App>,
     sid: SessionId,
+    /// The session as this request's touch found it (its declared
+    /// capabilities and log floor, read here instead of locking the table
+    /// again).
+    pub(super) seen: crate::session::Session,
 }
 
 impl Drop for SessionBusy {
@@ -110,6 +114,7 @@ pub(super) fn decide_era(
             let busy = SessionBusy {
                 app: app.clone(),
                 sid: id,
+                seen: s,
             };
             Ok((ClientEra::Legacy(id, s.version), Some(busy)))
         }

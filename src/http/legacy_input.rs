@@ -12,27 +12,19 @@
 //! SSE stream cannot be asked anything: an `InputRequiredResult` for it
 //! becomes a clear error ([`no_stream`]).
 
-use super::App;
 use crate::protocol::{self, RpcError};
 use serde_json::{json, Value};
 
 /// `params` of a legacy session's call, with the session's declared
 /// capabilities in `_meta` (any value the client put there replaced).
 pub(super) fn declare_caps(
-    app: &App,
-    sid: &crate::session::SessionId,
+    caps: protocol::ClientCaps,
     method: &str,
     mut params: Option<Value>,
 ) -> Option<Value> {
     if !matches!(method, "tools/call" | "prompts/get" | "resources/read") {
         return params;
     }
-    let caps = {
-        let t = app.sessions.lock().expect("sessions");
-        t.peek(sid, tokio::time::Instant::now())
-            .map(|s| s.caps)
-            .unwrap_or_default()
-    };
     if let Some(Value::Object(p)) = params.as_mut() {
         let meta = p.entry("_meta").or_insert_with(|| json!({}));
         if let Value::Object(m) = meta {

@@ -76,8 +76,9 @@ pub(super) async fn one(
                     .map_err(|e| (id.clone(), e))?;
             }
             let mut params = params;
-            if let ClientEra::Legacy(sid, _) = &era {
-                params = super::legacy_input::declare_caps(app, sid, &method, params);
+            if let ClientEra::Legacy(..) = &era {
+                let caps = busy.as_ref().map(|b| b.seen.caps).unwrap_or_default();
+                params = super::legacy_input::declare_caps(caps, &method, params);
             }
             let call = Call {
                 id,
@@ -274,7 +275,7 @@ impl Call {
             },
             app.server.sse_queue_depth,
         );
-        let (floor, caps) = self.relay_view(app);
+        let (floor, caps) = self.relay_view();
         let relay = relay.with_log_floor(floor).with_caps(caps);
         let keepalive = app.server.keepalive;
         // Registered now, so a cancellation sent as soon as the stream
@@ -320,11 +321,10 @@ impl Call {
     /// And which client capabilities a legacy session declared (a legacy
     /// upstream's request for another is not relayed to it; a modern
     /// caller's are checked by [`super::mrtr`]).
-    fn relay_view(&self, app: &App) -> (Option<usize>, Option<ClientCaps>) {
+    fn relay_view(&self) -> (Option<usize>, Option<ClientCaps>) {
         match &self.era {
-            ClientEra::Legacy(sid, _) => {
-                let t = app.sessions.lock().expect("sessions");
-                let s = t.peek(sid, Instant::now());
+            ClientEra::Legacy(..) => {
+                let s = self._session_hold.as_ref().map(|b| b.seen);
                 let floor = s.map_or(0, |s| s.log_floor);
                 (
                     Some(usize::from(floor)),
