@@ -49,6 +49,8 @@ def load_table(r, quick):
         runs = runs or []
         checked = sum(x["good"] + x["bad"] for x in runs)
         ans = f"FAILED: {t['failed']}" if t["failed"] else f"ok ({checked:,} checked)"
+        if t["failed"]:  # wrong answers: reported, not measured
+            runs, t = [], {**t, "rss_kib": None}
         rps = None if quick else med(runs, "rps")
         out.append(f"| {t['name']} | {UPSTREAM[t['upstream']]} | {n(rps)} | {ms(med(runs, 'p50_us'))} | "
                    f"{ms(med(runs, 'p99_us'))} | {n(med(runs, 'cpu_us_per_call'), '{:,.0f} µs')} | "
@@ -57,18 +59,20 @@ def load_table(r, quick):
     return out
 
 
-def one_table(r):
+def one_table(r, quick):
     keys = [t for t in r["targets"] if t["key"] in r["one"] or (t["failed"] and t["kind"] == "direct")]
+    keys.sort(key=lambda t: t["kind"] != "direct")  # the direct line first
     direct = next((t for t in keys if t["kind"] == "direct"), None)
-    d50 = med(r["one"].get(direct["key"], []), "p50_us") if direct else None
+    d50 = med(r["one"].get(direct["key"], []), "p50_us") if direct and not direct["failed"] else None
     out = ["| target | p50 | p99 | req/s | p50 / direct p50 | answers |", "|---|---:|---:|---:|---:|---|"]
     for t in keys:
-        runs = r["one"].get(t["key"], [])
+        runs = [] if t["failed"] else r["one"].get(t["key"], [])
         p50 = med(runs, "p50_us")
         ratio = None if (p50 is None or not d50) else p50 / d50
         name = t["name"] if t["kind"] == "direct" else f"{t['name']} → HTTP upstream"
         ans = f"FAILED: {t['failed']}" if t["failed"] else "ok"
-        out.append(f"| {name} | {ms(p50)} | {ms(med(runs, 'p99_us'))} | {n(med(runs, 'rps'))} | "
+        out.append(f"| {name} | {ms(p50)} | {ms(med(runs, 'p99_us'))} | "
+                   f"{n(None if quick else med(runs, 'rps'))} | "
                    f"{n(ratio, '{:.3f}')} | {ans} |")
     return out
 
@@ -115,7 +119,7 @@ listener's `/metrics` / answers (a scrape's own allocations subtracted). RSS = `
 process after the last round. Each mcp-edge target is its own gateway process with one upstream
 (`echo`: tests/bench/echo.c, a C stdio server; or `http`: tests/interop/fixture_http_server.py, the
 Python SDK mcp 1.30 FastMCP, stateless, JSON responses); legacy runs open a session per run
-(`initialize`), modern runs send the 2026-07-28 `_meta` and `MCP-Protocol-Version`/`Mcp-Method`/
+(`initialize`, `DELETE` 0.5 s after the run), modern runs send the 2026-07-28 `_meta` and `MCP-Protocol-Version`/`Mcp-Method`/
 `Mcp-Name` headers on each request. Peers run in their default configuration with the same C echo
 behind them (supergateway with `--stateful`; npm mcp-proxy `--server stream`). Heap per result byte:
 a fresh gateway (the peak cannot be reset over HTTP), 80 small calls, then one `big` call with a
@@ -136,7 +140,7 @@ def render(r):
     lines += [f"### Load: {p['connections']} connections, stdio echo or HTTP upstream behind each proxy", ""]
     lines += load_table(r, quick)
     lines += ["", "### mcp-edge in front of an HTTP upstream at one connection (wrk -t1 -c1)", ""]
-    lines += one_table(r)
+    lines += one_table(r, quick)
     lines += ["", "### Heap per in-flight result byte (one call, 4 MiB result, stdio echo upstream)", ""]
     lines += heap_table(r)
     lines += ["", "### Every round", ""] + rounds_table(r, quick)

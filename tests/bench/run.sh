@@ -14,7 +14,7 @@
 #   2. compiles tests/bench/echo.c with cc into $CARGO_TARGET_DIR/bench/echo;
 #   3. without --bin: cargo build --release, and measures target/release/mcp-edge (label "this");
 #      --bin LABEL=PATH (repeatable) measures those binaries side by side instead (before/after a change);
-#   4. runs tests/bench/bench.py: prints the tables and, unless --quick or --no-docs, rewrites the section
+#   4. runs tests/bench/bench.py: prints the tables and, unless --quick or --no-docs (or a target failed), rewrites the section
 #      "Hot path (issue 14)" of docs/benchmarks.md; raw figures in tests/bench/out/results.json.
 # --quick (CI): one round of at most 300 requests per target: checks that the harness runs and every
 # answer is right; prints the tables, writes no docs. Defaults: 3 rounds of 10 s, 16 connections, 2 wrk
