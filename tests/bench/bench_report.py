@@ -2,6 +2,7 @@
 docs/benchmarks.md (and the same text on stdout). Python standard library only.
 
 Re-render a saved run without measuring again: python3 tests/bench/bench_report.py tests/bench/out/results.json
+(add --write-docs docs/benchmarks.md to replace the section there too)
 """
 import json, statistics, sys
 
@@ -64,16 +65,20 @@ def one_table(r, quick):
     keys.sort(key=lambda t: t["kind"] != "direct")  # the direct line first
     direct = next((t for t in keys if t["kind"] == "direct"), None)
     d50 = med(r["one"].get(direct["key"], []), "p50_us") if direct and not direct["failed"] else None
-    out = ["| target | p50 | p99 | req/s | p50 / direct p50 | answers |", "|---|---:|---:|---:|---:|---|"]
+    by_round = {x["round"]: x["p50_us"] for x in r["one"].get(direct["key"], [])} if direct else {}
+    out = ["| target | p50 | p99 | req/s | p50 / direct p50 | same, median of the rounds' ratios | answers |",
+           "|---|---:|---:|---:|---:|---:|---|"]
     for t in keys:
         runs = [] if t["failed"] else r["one"].get(t["key"], [])
         p50 = med(runs, "p50_us")
         ratio = None if (p50 is None or not d50) else p50 / d50
+        pairs = [x["p50_us"] / by_round[x["round"]] for x in runs if by_round.get(x["round"])]
+        paired = statistics.median(pairs) if (pairs and d50) else None
         name = t["name"] if t["kind"] == "direct" else f"{t['name']} → HTTP upstream"
         ans = f"FAILED: {t['failed']}" if t["failed"] else "ok"
         out.append(f"| {name} | {ms(p50)} | {ms(med(runs, 'p99_us'))} | "
                    f"{n(None if quick else med(runs, 'rps'))} | "
-                   f"{n(ratio, '{:.3f}')} | {ans} |")
+                   f"{n(ratio, '{:.3f}')} | {n(paired, '{:.3f}')} | {ans} |")
     return out
 
 
@@ -165,5 +170,10 @@ def write_docs(path, section):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
+        sys.exit("usage: bench_report.py RESULTS.json [--write-docs DOCS.md]")
     with open(sys.argv[1]) as f:
-        print(render(json.load(f)))
+        text = render(json.load(f))
+    print(text)
+    if len(sys.argv) == 4 and sys.argv[2] == "--write-docs":
+        write_docs(sys.argv[3], text)
