@@ -13,7 +13,9 @@
 #   5. tests/arm.sh                  ARM: aarch64 test suite under qemu-user, release builds for aarch64-gnu,
 #                                    armv7 and aarch64-musl (glibc <= 2.31, musl static), each run under qemu
 #   6. tests/deb.sh                  .deb for amd64 and arm64 (cargo-deb), contents checked, amd64 installed under CI
-# Stage 0 and stages 2 to 6 all run even if one fails; the exit code is non-zero if any stage failed.
+#   7. tests/bench/run.sh --quick    the hot-path benchmark's harness (issue 14): pinned peer proxies, the C echo
+#                                    upstream, a few hundred checked calls per target; prints its tables (~1 min)
+# Stage 0 and stages 2 to 7 all run even if one fails; the exit code is non-zero if any stage failed.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,13 +24,13 @@ failed=()
 
 stage() { printf '\n==== %s ====\n' "$*"; }
 
-stage "0/6 gates: tests/gates.sh"
+stage "0/7 gates: tests/gates.sh"
 bash tests/gates.sh || failed+=("gates")
 
-stage "1/6 interop peers: tests/interop/setup.sh"
+stage "1/7 interop peers: tests/interop/setup.sh"
 bash tests/interop/setup.sh   # fatal on failure: nothing below can run without the peers
 
-stage "2/6 cargo tests"
+stage "2/7 cargo tests"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --all-targets --no-tests=warn || failed+=("cargo nextest")
   cargo test --doc || failed+=("cargo test --doc")
@@ -39,18 +41,21 @@ fi
 # property's case count (nextest prints output only on failure); ~1 s.
 cargo test --test properties -- --nocapture --test-threads=1 || failed+=("properties")
 
-stage "3/6 conformance: tests/interop/conformance.sh, tests/interop/conformance_v2.sh"
+stage "3/7 conformance: tests/interop/conformance.sh, tests/interop/conformance_v2.sh"
 bash tests/interop/conformance.sh || failed+=("conformance")
 bash tests/interop/conformance_v2.sh || failed+=("conformance v2")
 
-stage "4/6 README run command: tests/interop/readme_smoke.sh"
+stage "4/7 README run command: tests/interop/readme_smoke.sh"
 bash tests/interop/readme_smoke.sh || failed+=("readme smoke")
 
-stage "5/6 ARM cross builds: tests/arm.sh"
+stage "5/7 ARM cross builds: tests/arm.sh"
 bash tests/arm.sh || failed+=("arm")
 
-stage "6/6 Debian packages: tests/deb.sh"
+stage "6/7 Debian packages: tests/deb.sh"
 bash tests/deb.sh || failed+=("deb")
+
+stage "7/7 benchmark harness: tests/bench/run.sh --quick"
+bash tests/bench/run.sh --quick || failed+=("bench quick")
 
 echo
 if [ "${#failed[@]}" -gt 0 ]; then
