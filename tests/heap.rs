@@ -321,7 +321,7 @@ async fn burst(conns: &mut [Conn], modern: bool, first: u64, per_conn: u64) {
         async move {
             for k in 0..per_conn {
                 let id = first + c as u64 * per_conn + k;
-                let (tool, args) = if id % 2 == 0 {
+                let (tool, args) = if id.is_multiple_of(2) {
                     ("edge__load_average", json!({}))
                 } else {
                     ("fake__echo", json!({"text": "burst"}))
