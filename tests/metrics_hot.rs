@@ -226,8 +226,11 @@ fn proxied_calls_register_no_metric() {
         }
         drop(local);
         let registered = seen.0.load(Relaxed);
-        println!("200 proxied calls registered {registered} metrics: {:?}", seen.1.lock().unwrap());
-        assert_eq!(registered, 0, "metrics registered on the request path: {:?}", seen.1.lock().unwrap());
+        let mut names = seen.1.lock().unwrap().clone();
+        names.sort();
+        names.dedup();
+        println!("200 proxied calls registered {registered} metrics, of {names:?}");
+        assert_eq!(registered, 0, "metrics registered on the request path, of {names:?}");
         gw.shutdown().await;
     });
 }
