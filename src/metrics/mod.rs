@@ -3,10 +3,12 @@
 //! tool names.
 //!
 //! Counters and gauges live in metrics-exporter-prometheus' recorder. The
-//! request-duration histogram is ours ([`duration`]: fixed atomic buckets,
+//! request-duration histogram is ours (`duration`: fixed atomic buckets,
 //! appended to the exporter's text by [`render`]), and what a request
-//! touches goes through handles resolved once ([`handles`]), so a metric
+//! touches goes through handles resolved once (`handles`), so a metric
 //! update on the request path allocates nothing and nothing needs an upkeep.
+//! (Register no histogram with the exporter: it queues every sample until
+//! an upkeep or a scrape folds it, and nothing runs an upkeep any more.)
 
 mod duration;
 mod handles;
@@ -68,7 +70,7 @@ pub const UPSTREAM_CONNECTS: &str = "mcp_edge_upstream_connects_total";
 /// Gauge `{upstream}`: 1 when the upstream is ready.
 pub const UPSTREAM_READY: &str = "mcp_edge_upstream_ready";
 /// Histogram `{method}`: seconds from a downstream request's arrival to its
-/// answer. Kept by [`duration`], not by the exporter: fixed atomic buckets
+/// answer. Kept by `duration`, not by the exporter: fixed atomic buckets
 /// ([`DURATION_BUCKETS`]) per method label, no samples queued.
 pub const REQUEST_DURATION: &str = "mcp_edge_request_duration_seconds";
 /// Gauge: capacity of the legacy session table.
