@@ -13,7 +13,7 @@
 //! | [`limits`] | every capacity, timeout, default and accepted range, in one place (per-entry byte costs are [`budget`]'s, wire codes [`protocol`]'s, metric names [`metrics`]') |
 //! | [`fault`] | test-only faults (`MCP_EDGE_TEST_FAULT`, cargo feature `test-faults`) that the watchdog must catch |
 //! | [`alloc`] | the counting global allocator (live/peak heap) and RSS |
-//! | [`metrics`] | metric names, the Prometheus recorder, heap gauges |
+//! | [`metrics`] | metric names, the Prometheus recorder, heap gauges, the request-duration histogram (fixed atomic buckets) and metric handles resolved once |
 //! | [`logline`] | log hygiene: upstream text made printable (control bytes escaped), the token bucket behind client rates and log line budgets |
 //! | [`notify`] | sd-notify (`READY=1`, `STATUS=`, `STOPPING=1`, `RELOADING=1`) and the watchdog pinger, reading a small health view |
 //! | [`reaper`] | child processes: mcp-edge as child subreaper, the stdio children tokio waits for, orphans reaped by pid, a stopped child's escaped descendants found (`/proc`, an environment marker) and stopped |

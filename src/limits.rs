@@ -191,10 +191,6 @@ pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// ([`crate::upstream::Upstream::first_attempt`]): 1 s.
 pub const FIRST_ATTEMPT_MARGIN: Duration = Duration::from_secs(1);
 
-/// How often queued histogram samples are folded into their buckets
-/// ([`crate::metrics::upkeep`]): 5 s.
-pub const METRICS_UPKEEP_PERIOD: Duration = Duration::from_secs(5);
-
 /// Entries of the resource subscription table ([`crate::subscriptions`]),
 /// allocated at start: 1,024.
 pub const MAX_RESOURCE_SUBSCRIPTIONS: usize = 1024;

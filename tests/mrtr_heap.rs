@@ -114,11 +114,10 @@ async fn a_full_parked_table_refuses_counts_and_drains_to_its_baseline() {
 
 /// Live heap once the test's own logs are emptied (the scripted
 /// upstream's request and refusal logs grow with the work, mcp-edge must
-/// not) and queued histogram samples folded.
+/// not).
 fn settled(up: &support::scripted::Upstream) -> usize {
     drop(std::mem::take(&mut *up.requests.lock().unwrap()));
     drop(std::mem::take(&mut *up.refused.lock().unwrap()));
-    mcp_edge::metrics::upkeep();
     live_bytes()
 }
 

@@ -8,8 +8,8 @@
 //! drive it with [`Gateway::serve`] and a channel of [`Control`]s.
 //!
 //! Besides the supervisor's owner tasks, this is the one place that starts
-//! long-lived tasks: the accept loop, the admin listener, the session sweep,
-//! the metrics upkeep and the watchdog heartbeat, each held by an
+//! long-lived tasks: the accept loop, the admin listener, the session sweep
+//! and the watchdog heartbeat, each held by an
 //! [`OwnedTask`] whose drop ends it.
 
 mod health;
@@ -115,7 +115,7 @@ impl Shared {
 impl Gateway {
     /// Binds `server.listen` and the admin listener, opens the audit log,
     /// then starts one owner task per enabled upstream, the accept loop,
-    /// the session sweep, the metrics upkeep and the admin listener.
+    /// the session sweep and the admin listener.
     /// Errors: [`GatewayError::Bind`], [`GatewayError::AdminBind`],
     /// [`GatewayError::Audit`], [`GatewayError::Pins`] (all before any
     /// upstream is started).
@@ -339,21 +339,10 @@ fn root_tasks(
             app.clone(),
             shutdown.subscribe(),
         )),
-        OwnedTask::spawn(metrics_upkeep(shutdown.subscribe())),
     ];
     if let Some(l) = admin {
         let serve = crate::http::admin::serve(l, app.clone(), shutdown.subscribe());
         tasks.push(OwnedTask::spawn(serve));
     }
     tasks
-}
-
-/// Folds queued histogram samples every [`crate::limits::METRICS_UPKEEP_PERIOD`].
-async fn metrics_upkeep(mut shutdown: watch::Receiver<bool>) {
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(crate::limits::METRICS_UPKEEP_PERIOD) => crate::metrics::upkeep(),
-            _ = shutdown.changed() => return,
-        }
-    }
 }

@@ -35,7 +35,6 @@ pub(super) fn finish(
     outcome: Result<Value, RpcError>,
     who: &Who,
 ) -> Answer {
-    let label = crate::metrics::method_label(method);
     let outcome = match outcome {
         Err(e) if modern => Err(modern::modernize_error(e)),
         other => other,
@@ -44,7 +43,7 @@ pub(super) fn finish(
         Err(e) if modern => modern::error_status(e),
         _ => StatusCode::OK,
     };
-    metrics::counter!(crate::metrics::REQUESTS, "method" => label, "outcome" => if outcome.is_ok() { "ok" } else { "error" }).increment(1);
+    crate::metrics::count_request(method, outcome.is_ok());
     let response = match outcome {
         Ok(r) if modern => {
             // With clients, what a list shows depends on who asks.
@@ -83,6 +82,5 @@ pub(super) fn finish_audited(
 
 /// Records the request's duration in `mcp_edge_request_duration_seconds{method}`.
 pub(super) fn observe(method: &str, t0: Instant) {
-    metrics::histogram!(crate::metrics::REQUEST_DURATION, "method" => crate::metrics::method_label(method))
-        .record(t0.elapsed().as_secs_f64());
+    crate::metrics::observe_duration(method, t0.elapsed());
 }

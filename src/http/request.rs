@@ -207,9 +207,7 @@ impl Call {
             &self.who,
         )
         .await;
-        metrics::counter!(crate::metrics::REQUESTS, "method" => "subscriptions/listen",
-            "outcome" => if opened.is_ok() { "ok" } else { "error" })
-        .increment(1);
+        crate::metrics::count_request("subscriptions/listen", opened.is_ok());
         match opened {
             Ok(stream) => Ok(Outcome::Stream(stream)),
             // A bad filter is an ordinary JSON-RPC error, framed as the client asked.
@@ -431,8 +429,7 @@ fn initialize(
     };
     metrics::gauge!(crate::metrics::SESSIONS_ACTIVE).set(table.len() as f64);
     drop(table);
-    metrics::counter!(crate::metrics::REQUESTS, "method" => "initialize", "outcome" => "ok")
-        .increment(1);
+    crate::metrics::count_request("initialize", true);
     let result = json!({
         "protocolVersion": version.as_str(),
         "capabilities": App::capabilities(),

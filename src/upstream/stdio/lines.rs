@@ -76,22 +76,23 @@ pub(super) async fn read_line_bounded<R: AsyncBufRead + Unpin>(
 /// `mcp_edge_upstream_stderr_skipped_total` and named in the next line logged;
 /// every line still reaches the stderr tail of `/status`. Lines are logged
 /// [`printable`] (control bytes escaped).
-pub(super) struct LogBudget(Throttle);
+/// The skipped count's handle is resolved once (a skip allocates nothing).
+pub(super) struct LogBudget(Throttle, crate::metrics::LazyCounter);
 
 impl LogBudget {
     pub(super) fn new(now: tokio::time::Instant) -> Self {
-        LogBudget(Throttle::new(
-            limits::STDERR_LOG_BURST,
-            limits::STDERR_LOG_PER_SECOND,
-            now,
-        ))
+        LogBudget(
+            Throttle::new(limits::STDERR_LOG_BURST, limits::STDERR_LOG_PER_SECOND, now),
+            crate::metrics::LazyCounter::new(),
+        )
     }
 
     /// Logs `line` (`cut`: only its head was kept) if the budget allows.
     pub(super) fn log(&self, name: &str, line: &[u8], cut: bool) {
         let Some(skipped) = self.0.allow(tokio::time::Instant::now()) else {
-            metrics::counter!(crate::metrics::STDERR_SKIPPED, "upstream" => name.to_string())
-                .increment(1);
+            self.1.increment(1, || {
+                metrics::counter!(crate::metrics::STDERR_SKIPPED, "upstream" => name.to_string())
+            });
             return;
         };
         let text = printable(line);

@@ -89,6 +89,7 @@ pub fn open(
             tokio::time::Instant::now(),
         ),
         noise: 0,
+        noise_total: crate::metrics::LazyCounter::new(),
     };
     Ok((
         StdioConn {
@@ -121,6 +122,8 @@ struct Pump {
     /// answers to unknown ids).
     warnings: Throttle,
     noise: u64,
+    /// `mcp_edge_upstream_stdout_noise_total{upstream}`, resolved once.
+    noise_total: crate::metrics::LazyCounter,
 }
 
 /// What one read of a pipe gave: a line, EOF, or an over-long line skipped.
@@ -224,7 +227,10 @@ impl Pump {
     fn noise(&mut self, shown: usize) {
         self.noise += 1;
         let (name, noise) = (&self.name, self.noise);
-        metrics::counter!(crate::metrics::STDOUT_NOISE, "upstream" => name.clone()).increment(1);
+        self.noise_total.increment(
+            1,
+            || metrics::counter!(crate::metrics::STDOUT_NOISE, "upstream" => name.clone()),
+        );
         if let Some(skipped) = self.warn_allowed() {
             let text = printable(&self.line[..shown]);
             tracing::warn!(upstream = %name, noise, skipped, "stdout line that is not JSON-RPC skipped: {text}");

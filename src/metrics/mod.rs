@@ -1,6 +1,20 @@
 //! Metric names (Prometheus conventions, `mcp_edge_` prefix, units in names)
 //! and the recorder. Label sets are bounded: no session ids, no client-chosen
 //! tool names.
+//!
+//! Counters and gauges live in metrics-exporter-prometheus' recorder. The
+//! request-duration histogram is ours (`duration`: fixed atomic buckets,
+//! appended to the exporter's text by [`render`]), and what a request
+//! touches goes through handles resolved once (`handles`), so a metric
+//! update on the request path allocates nothing and nothing needs an upkeep.
+//! (Register no histogram with the exporter: it queues every sample until
+//! an upkeep or a scrape folds it, and nothing runs an upkeep any more.)
+
+mod duration;
+mod handles;
+
+pub use duration::DURATION_BUCKETS;
+pub use handles::{count_request, LazyCounter};
 
 /// Counter `{limit}`: work refused, cut short or dropped by a limit. Every
 /// label used (`metrics::counter!(REFUSED, "limit" => ...)`):
@@ -55,7 +69,9 @@ pub const CATALOG_DROPPED: &str = "mcp_edge_catalog_dropped_total";
 pub const UPSTREAM_CONNECTS: &str = "mcp_edge_upstream_connects_total";
 /// Gauge `{upstream}`: 1 when the upstream is ready.
 pub const UPSTREAM_READY: &str = "mcp_edge_upstream_ready";
-/// Histogram `{method}`: seconds from a downstream request's arrival to its answer.
+/// Histogram `{method}`: seconds from a downstream request's arrival to its
+/// answer. Kept by `duration`, not by the exporter: fixed atomic buckets
+/// ([`DURATION_BUCKETS`]) per method label, no samples queued.
 pub const REQUEST_DURATION: &str = "mcp_edge_request_duration_seconds";
 /// Gauge: capacity of the legacy session table.
 pub const SESSIONS_CAPACITY: &str = "mcp_edge_sessions_capacity";
@@ -118,30 +134,45 @@ pub const ORPHANS_REAPED: &str = "mcp_edge_orphans_reaped_total";
 /// that go with them are not counted.
 pub const DESCENDANTS_SIGNALLED: &str = "mcp_edge_descendants_signalled_total";
 
+/// The `method` label values: MCP's own method names, then `other` (last)
+/// for anything else. Fixed, so per-method metric state is a fixed table.
+pub const METHODS: [&str; 16] = [
+    "initialize",
+    "ping",
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "completion/complete",
+    "logging/setLevel",
+    "subscriptions/listen",
+    "other",
+];
+
+/// The index in [`METHODS`] of `method`'s label (`other` when unknown).
+pub fn method_index(method: &str) -> usize {
+    let known = &METHODS[..METHODS.len() - 1];
+    known
+        .iter()
+        .position(|m| *m == method)
+        .unwrap_or(known.len())
+}
+
 /// Bounds the `method` label to MCP's own method names.
 pub fn method_label(method: &str) -> &'static str {
-    const KNOWN: &[&str] = &[
-        "initialize",
-        "ping",
-        "server/discover",
-        "tools/list",
-        "tools/call",
-        "prompts/list",
-        "prompts/get",
-        "resources/list",
-        "resources/templates/list",
-        "resources/read",
-        "resources/subscribe",
-        "resources/unsubscribe",
-        "completion/complete",
-        "logging/setLevel",
-        "subscriptions/listen",
-    ];
-    KNOWN
-        .iter()
-        .find(|m| **m == method)
-        .copied()
-        .unwrap_or("other")
+    METHODS[method_index(method)]
+}
+
+/// Records a downstream request's duration (arrival to answer) in
+/// `mcp_edge_request_duration_seconds{method}`; allocates nothing.
+pub fn observe_duration(method: &str, elapsed: std::time::Duration) {
+    duration::observe(method_index(method), elapsed);
 }
 
 use std::sync::OnceLock;
@@ -159,7 +190,7 @@ pub fn read(name: &str, labels: &str) -> f64 {
     } else {
         format!("{name}{{{labels}}}")
     };
-    h.render()
+    text(h)
         .lines()
         .find_map(|l| l.strip_prefix(&key).and_then(|rest| rest.strip_prefix(' ')))
         .and_then(|v| v.trim().parse().ok())
@@ -171,34 +202,24 @@ pub fn read(name: &str, labels: &str) -> f64 {
 pub fn prometheus() -> Option<&'static metrics_exporter_prometheus::PrometheusHandle> {
     PROMETHEUS
         .get_or_init(|| {
-            // Fixed buckets: a Prometheus histogram of bounded size (without
-            // them the exporter keeps a summary sketch per label set).
             metrics_exporter_prometheus::PrometheusBuilder::new()
-                .set_buckets_for_metric(
-                    metrics_exporter_prometheus::Matcher::Full(REQUEST_DURATION.into()),
-                    &DURATION_BUCKETS,
-                )
-                .ok()?
                 .install_recorder()
                 .ok()
         })
         .as_ref()
 }
 
-/// Upper bounds (seconds) of `mcp_edge_request_duration_seconds`' buckets.
-pub const DURATION_BUCKETS: [f64; 12] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0,
-];
+/// Whether [`prometheus`] installed its recorder (handles may be kept).
+fn installed() -> bool {
+    matches!(PROMETHEUS.get(), Some(Some(_)))
+}
 
-/// Folds the samples recorded since the last call into the histograms. The
-/// exporter queues every histogram sample (about 16 bytes) until this runs
-/// (or `/metrics` is scraped), so the gateway calls it every
-/// [`crate::limits::METRICS_UPKEEP_PERIOD`]: heap then depends on the request
-/// rate, not on how many requests were ever served.
-pub fn upkeep() {
-    if let Some(h) = PROMETHEUS.get().and_then(Option::as_ref) {
-        h.run_upkeep();
-    }
+/// The exporter's text with the request-duration histogram appended (where
+/// the exporter put histograms: after its counters and gauges).
+fn text(h: &metrics_exporter_prometheus::PrometheusHandle) -> String {
+    let mut out = h.render();
+    duration::render(&mut out);
+    out
 }
 
 /// The Prometheus text (format 0.0.4) of every metric, heap gauges refreshed
@@ -206,8 +227,7 @@ pub fn upkeep() {
 pub fn render() -> Option<String> {
     let h = prometheus()?;
     publish_heap();
-    h.run_upkeep();
-    Some(h.render())
+    Some(text(h))
 }
 
 /// Sets the heap and RSS gauges (called before each metrics render).
