@@ -18,21 +18,18 @@ use tokio::time::Instant;
 
 /// True when the client accepts SSE at all (then relayed messages can be streamed).
 pub fn accepts_sse(h: &HeaderMap) -> bool {
-    h.get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| a.to_ascii_lowercase().contains("text/event-stream"))
+    accepts(h, b"text/event-stream")
 }
 
 /// True when the client accepts SSE but not JSON (then it gets an SSE stream).
 pub fn wants_sse(h: &HeaderMap) -> bool {
-    let accept = h
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    accept.contains("text/event-stream")
-        && !accept.contains("application/json")
-        && !accept.contains("*/*")
+    accepts(h, b"text/event-stream") && !accepts(h, b"application/json") && !accepts(h, b"*/*")
+}
+
+/// `Accept` names `media` (ASCII case ignored; nothing allocated).
+fn accepts(h: &HeaderMap, media: &[u8]) -> bool {
+    h.get(header::ACCEPT)
+        .is_some_and(|v| (v.as_bytes().windows(media.len())).any(|w| w.eq_ignore_ascii_case(media)))
 }
 
 pub(crate) fn full(b: impl Into<Bytes>) -> Body {

@@ -102,18 +102,13 @@ impl Router {
     /// The merged view, rebuilt if the upstream set or any upstream catalog
     /// changed since last time.
     pub fn merged(&self) -> Arc<Merged> {
-        let current: Vec<(Arc<Upstream>, Arc<Catalog>)> = self
-            .upstreams()
-            .iter()
-            .map(|u| (u.clone(), u.catalog()))
-            .collect();
+        let ups = self.upstreams();
         let mut g = self.merged.lock().expect("merged lock");
-        let same = g.snapshot.len() == current.len()
-            && g.snapshot
-                .iter()
-                .zip(&current)
-                .all(|(a, b)| Arc::ptr_eq(&a.0, &b.0) && Arc::ptr_eq(&a.1, &b.1));
+        let same = g.snapshot.len() == ups.len()
+            && (g.snapshot.iter().zip(ups.iter()))
+                .all(|(a, u)| Arc::ptr_eq(&a.0, u) && Arc::ptr_eq(&a.1, &u.catalog()));
         if !same {
+            let current = ups.iter().map(|u| (u.clone(), u.catalog())).collect();
             *g = Arc::new(self.build(current));
         }
         g.clone()

@@ -211,6 +211,12 @@ impl Conn {
         }
     }
 
+    /// Whether a call in `era` can meet [`SendError::SessionExpired`]
+    /// (a legacy HTTP upstream's session).
+    pub fn may_expire(&self, era: UpstreamEra) -> bool {
+        matches!((self, era), (Conn::Http(_), UpstreamEra::Legacy(_)))
+    }
+
     /// Sends one request and waits up to `timeout` for its answer.
     pub async fn send(
         &self,

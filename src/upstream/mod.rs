@@ -345,11 +345,14 @@ impl Upstream {
         relay: Option<relay::Relay>,
     ) -> Result<Payload, CallError> {
         let timeout = self.config.call_timeout;
-        let first = conn
-            .send(method, params.clone(), era, timeout, relay.clone())
-            .await;
-        let outcome = match first {
-            Err(SendError::SessionExpired) => {
+        // Only a legacy HTTP session can end under a call (then it is sent
+        // again): the params are copied for that case only.
+        let again = conn
+            .may_expire(era)
+            .then(|| (params.clone(), relay.clone()));
+        let first = conn.send(method, params, era, timeout, relay).await;
+        let outcome = match (first, again) {
+            (Err(SendError::SessionExpired), Some((params, relay))) => {
                 let _g = self.reinit.lock().await;
                 conn.reinitialize(era)
                     .await
@@ -358,7 +361,7 @@ impl Upstream {
                 self.forget_subscribed();
                 conn.send(method, params, era, timeout, relay).await
             }
-            other => other,
+            (other, _) => other,
         };
         outcome.map_err(|e| self.name_send_error(e, generation))
     }
