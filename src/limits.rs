@@ -405,6 +405,9 @@ pub const STATVFS_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_THERMAL_ZONES: usize = 128;
 /// Bytes of an over-long stdio line kept to find its JSON-RPC id.
 pub const OVERLONG_LINE_HEAD_BYTES: usize = 256;
+/// Capacity a stdio upstream's stdin buffers keep between bursts (a
+/// larger batch's buffer is freed once written).
+pub const STDIN_BUFFER_KEEP: usize = 16 * 1024;
 /// Bytes of a failure reason kept in the persisted backoff state.
 pub const PERSISTED_REASON_BYTES: usize = 256;
 /// How long an exited child's last stderr lines (and, after its stdout

@@ -334,6 +334,8 @@ pub fn routed_name<'a>(method: &str, params: Option<&'a Value>) -> Option<&'a st
 
 pub mod caps;
 pub mod param_headers;
+pub mod raw;
 pub mod sse;
 
 pub use caps::ClientCaps;
+pub use raw::{Outgoing, Payload, RawResult, ResultType};

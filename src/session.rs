@@ -24,11 +24,13 @@ pub struct SessionId {
 impl SessionId {
     /// The header value (lowercase hex: 32 secret digits + 4 slot digits).
     pub fn to_header(&self) -> String {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut s = String::with_capacity(36);
-        for b in self.secret {
-            s.push_str(&format!("{b:02x}"));
+        let slot = self.slot.to_be_bytes();
+        for b in self.secret.iter().chain(&slot) {
+            s.push(HEX[usize::from(b >> 4)] as char);
+            s.push(HEX[usize::from(b & 0xf)] as char);
         }
-        s.push_str(&format!("{:04x}", self.slot));
         s
     }
 

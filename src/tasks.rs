@@ -118,11 +118,6 @@ fn object<'a>(o: &'a mut Map<String, Value>, k: &str) -> &'a mut Map<String, Val
     v.as_object_mut().expect("made an object")
 }
 
-/// True for a `CreateTaskResult` (`resultType: "task"`, §Polymorphic Results).
-pub fn is_task_result(result: &Value) -> bool {
-    result.get("resultType").and_then(Value::as_str) == Some("task")
-}
-
 /// `-32021` naming the extension (§Capability Negotiation, §Error Handling).
 pub fn missing_capability() -> RpcError {
     RpcError::new(
@@ -542,8 +537,6 @@ mod tests {
         let mut none = None;
         declare(&mut none);
         assert!(declared(none.as_ref()));
-        assert!(is_task_result(&json!({"resultType": "task"})));
-        assert!(!is_task_result(&json!({"resultType": "complete"})));
         assert_eq!(keep_for(None), limits::TASK_TTL_DEFAULT);
         assert_eq!(keep_for(Some(u64::MAX)), limits::TASK_TTL_MAX);
         assert_eq!(

@@ -2,7 +2,7 @@
 //! result or error per era, the request metrics and the audit record.
 
 use super::{audited, modern, Body, Who};
-use crate::protocol::{self, RpcError};
+use crate::protocol::{self, Outgoing, Payload, RpcError};
 use crate::session::SessionId;
 use http::{Response, StatusCode};
 use serde_json::Value;
@@ -21,7 +21,7 @@ pub(super) enum Outcome {
 /// What one request produced: the JSON-RPC response, the HTTP status and, for
 /// `initialize`, the new session id.
 pub(super) struct Answer {
-    pub(super) response: Value,
+    pub(super) response: Outgoing,
     pub(super) status: StatusCode,
     pub(super) session: Option<SessionId>,
 }
@@ -32,7 +32,7 @@ pub(super) fn finish(
     id: Value,
     method: &str,
     modern: bool,
-    outcome: Result<Value, RpcError>,
+    outcome: Result<Payload, RpcError>,
     who: &Who,
 ) -> Answer {
     let outcome = match outcome {
@@ -48,10 +48,10 @@ pub(super) fn finish(
         Ok(r) if modern => {
             // With clients, what a list shows depends on who asks.
             let per_caller = who.access.required();
-            protocol::result_response(id, modern::decorate(method, r, per_caller))
+            Outgoing::result(id, modern::decorate(method, r, per_caller))
         }
-        Ok(r) => protocol::result_response(id, r),
-        Err(e) => protocol::error_response(id, &e),
+        Ok(r) => Outgoing::result(id, r),
+        Err(e) => protocol::error_response(id, &e).into(),
     };
     Answer {
         response,
@@ -67,7 +67,7 @@ pub(super) fn finish_audited(
     id: Value,
     method: &str,
     modern: bool,
-    outcome: Result<Value, RpcError>,
+    outcome: Result<Payload, RpcError>,
     who: &Who,
 ) -> Answer {
     if let Some(a) = audit.as_mut() {

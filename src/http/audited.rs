@@ -5,7 +5,7 @@
 
 use super::{App, Who};
 use crate::audit::{Outcome, Record};
-use crate::protocol::{self, RpcError};
+use crate::protocol::{self, Outgoing, Payload, RpcError};
 pub(super) use crate::upstream::catalog::json_len;
 use serde_json::Value;
 use std::time::SystemTime;
@@ -90,13 +90,13 @@ impl Pending {
     }
 
     /// Notes how the call ended (before its answer is framed).
-    pub(super) fn judge(&mut self, outcome: &Result<Value, RpcError>) {
+    pub(super) fn judge(&mut self, outcome: &Result<Payload, RpcError>) {
         let Some(record) = self.record.as_mut() else {
             return;
         };
         let refused = record.outcome == Outcome::Refused;
         record.outcome = match outcome {
-            Ok(r) if r.get("isError").and_then(Value::as_bool) == Some(true) => Outcome::ToolError,
+            Ok(r) if r.is_tool_error() => Outcome::ToolError,
             Ok(_) => Outcome::Ok,
             Err(_) if refused => Outcome::Refused,
             Err(e) if e.code == protocol::UPSTREAM_TIMEOUT => Outcome::Timeout,
@@ -106,10 +106,10 @@ impl Pending {
 
     /// Hands the record of the call answered with `response` to the writer
     /// (never waits).
-    pub(super) fn done(mut self: Box<Self>, response: &Value) {
+    pub(super) fn done(mut self: Box<Self>, response: &Outgoing) {
         if let Some(mut r) = self.record.take() {
             r.duration_ms = self.t0.elapsed().as_millis() as u64;
-            r.response_bytes = json_len(response) as u64;
+            r.response_bytes = response.len() as u64;
             self.audit.record(r);
         }
     }

@@ -11,7 +11,7 @@
 //! ends), so its size is bounded by the requests in flight, itself bounded
 //! by `server.max_connections`.
 
-use crate::protocol::RpcError;
+use crate::protocol::{Payload, RpcError};
 use crate::session::SessionId;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -100,9 +100,9 @@ impl Cancels {
 
 /// Runs `call` unless `cancelled` fires first; then the call is dropped and
 /// the answer is `-32800`.
-pub async fn cancellable<F>(call: F, cancelled: oneshot::Receiver<()>) -> Result<Value, RpcError>
+pub async fn cancellable<F>(call: F, cancelled: oneshot::Receiver<()>) -> Result<Payload, RpcError>
 where
-    F: Future<Output = Result<Value, RpcError>>,
+    F: Future<Output = Result<Payload, RpcError>>,
 {
     tokio::select! {
         outcome = call => outcome,

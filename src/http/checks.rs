@@ -7,19 +7,23 @@
 //! (`server.allowed_hosts` for `Host`, `server.allowed_origins` for `Origin`).
 
 use http::HeaderMap;
+use std::borrow::Cow;
 
-/// The host part of `host[:port]` / `[v6]:port`, lowercased.
-fn host_of(authority: &str) -> String {
-    let a = authority.trim().to_ascii_lowercase();
-    if let Some(rest) = a.strip_prefix('[') {
-        return match rest.find(']') {
-            Some(i) => format!("[{}]", &rest[..i]),
-            None => a,
-        };
-    }
-    match a.rsplit_once(':') {
-        Some((h, p)) if p.chars().all(|c| c.is_ascii_digit()) => h.to_string(),
-        _ => a,
+/// The host part of `host[:port]` / `[v6]:port`, lowercased (copied only
+/// when it has capitals).
+fn host_of(authority: &str) -> Cow<'_, str> {
+    let a = authority.trim();
+    let host = match a.strip_prefix('[').and_then(|r| r.find(']')) {
+        Some(i) => &a[..i + 2],
+        None if a.starts_with('[') => a,
+        None => match a.rsplit_once(':') {
+            Some((h, p)) if p.chars().all(|c| c.is_ascii_digit()) => h,
+            _ => a,
+        },
+    };
+    match host.bytes().any(|b| b.is_ascii_uppercase()) {
+        true => Cow::Owned(host.to_ascii_lowercase()),
+        false => Cow::Borrowed(host),
     }
 }
 
@@ -46,9 +50,12 @@ impl OriginPolicy {
         allowed_hosts: &[String],
         allowed_origins: &[String],
     ) -> Self {
-        let mut hosts: Vec<String> = allowed_hosts.iter().map(|h| host_of(h)).collect();
+        let mut hosts: Vec<String> = allowed_hosts
+            .iter()
+            .map(|h| host_of(h).into_owned())
+            .collect();
         if !listen.ip().is_unspecified() {
-            hosts.push(host_of(&listen.to_string()));
+            hosts.push(host_of(&listen.to_string()).into_owned());
         }
         OriginPolicy {
             allowed_hosts: hosts,
@@ -66,7 +73,7 @@ impl OriginPolicy {
             .and_then(|v| v.to_str().ok())
             .ok_or("missing or invalid Host header")?;
         let h = host_of(host);
-        if !is_loopback(&h) && !self.allowed_hosts.contains(&h) {
+        if !is_loopback(&h) && !self.allowed_hosts.iter().any(|a| *a == h) {
             return Err(format!(
                 "Host {host:?} is not allowed (add its name to server.allowed_hosts)"
             ));

@@ -296,7 +296,7 @@ async fn batch(
     if out.is_empty() {
         return reply::empty(StatusCode::ACCEPTED);
     }
-    reply::answer(StatusCode::OK, Value::Array(out), None, sse)
+    reply::answer(StatusCode::OK, Value::Array(out).into(), None, sse)
 }
 
 /// One message of a batch: its answer, if it gets one. Each request is
@@ -324,7 +324,7 @@ async fn batch_item(app: &Arc<App>, h: &HeaderMap, item: Value, who: &Who) -> Op
         }
     }
     match one(app, h, m, false, who, size).await {
-        Ok(Outcome::Answer(a)) => Some(a.response),
+        Ok(Outcome::Answer(a)) => Some(a.response.into_value()),
         Ok(_) => None,
         Err((id, r)) => Some(protocol::error_response(id, &r.1)),
     }

@@ -12,7 +12,7 @@
 //! SSE stream cannot be asked anything: an `InputRequiredResult` for it
 //! becomes a clear error ([`no_stream`]).
 
-use crate::protocol::{self, RpcError};
+use crate::protocol::{self, Payload, RpcError};
 use serde_json::{json, Value};
 
 /// `params` of a legacy session's call, with the session's declared
@@ -38,11 +38,12 @@ pub(super) fn declare_caps(
 /// an Invalid Request error naming what the upstream asked for and what the
 /// client must do (accept `text/event-stream`, 2025-11-25 transports.mdx
 /// §Sending Messages to the Server, item 2).
-pub(super) fn no_stream(outcome: Result<Value, RpcError>) -> Result<Value, RpcError> {
+pub(super) fn no_stream(outcome: Result<Payload, RpcError>) -> Result<Payload, RpcError> {
     let result = outcome?;
     if !crate::upstream::input_required(&result) {
         return Ok(result);
     }
+    let result = result.into_value();
     let asked: Vec<&str> = (result.get("inputRequests").and_then(Value::as_object))
         .map(|o| {
             o.values()
@@ -66,7 +67,7 @@ mod tests {
         let ir = json!({"resultType": "input_required", "inputRequests": {
             "a": {"method": "elicitation/create", "params": {}},
             "b": {"method": "roots/list"}}, "requestState": "s"});
-        let e = no_stream(Ok(ir)).unwrap_err();
+        let e = no_stream(Ok(ir.into())).unwrap_err();
         assert_eq!(e.code, protocol::INVALID_REQUEST);
         assert!(
             e.message.contains("(elicitation/create, roots/list)"),
@@ -75,6 +76,9 @@ mod tests {
         );
         assert!(e.message.contains("text/event-stream"), "{}", e.message);
         let done = json!({"resultType": "complete", "content": []});
-        assert_eq!(no_stream(Ok(done.clone())), Ok(done));
+        assert_eq!(
+            no_stream(Ok(done.clone().into())).map(Payload::into_value),
+            Ok(done)
+        );
     }
 }

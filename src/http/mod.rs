@@ -38,7 +38,7 @@ pub use accept::accept_loop;
 
 use crate::access::{Access, Caller};
 use crate::config::{ServerConfig, TlsConfig};
-use crate::protocol::{self, ProtocolVersion, RpcError};
+use crate::protocol::{self, Payload, ProtocolVersion, RpcError};
 use crate::router::Router;
 use crate::session::Table;
 use bytes::Bytes;
@@ -318,15 +318,16 @@ impl App {
         modern: bool,
         relay: Option<crate::upstream::relay::Relay>,
         who: &Who,
-    ) -> Result<Value, RpcError> {
+    ) -> Result<Payload, RpcError> {
         match method {
-            "ping" => Ok(json!({})),
+            "ping" => Ok(json!({}).into()),
             "server/discover" if modern => Ok(json!({
                 "supportedVersions": ProtocolVersion::supported_json(),
                 "capabilities": tasks::capabilities(self, params.as_ref()),
                 "_meta": {protocol::META_SERVER_INFO: App::server_info()},
                 "instructions": self.instructions(who.policy()),
-            })),
+            })
+            .into()),
             _ => {
                 let caller = tasks::caller(who, params.as_ref(), modern);
                 let mut r = (self.router)
@@ -334,7 +335,8 @@ impl App {
                     .await;
                 // A list missing a connected upstream's part must not be
                 // cached as complete: ttlMs 0 (2026-07-28 caching hints).
-                if let (true, Ok(Value::Object(o))) = (modern && method.ends_with("/list"), &mut r)
+                if let (true, Ok(Payload::Tree(Value::Object(o)))) =
+                    (modern && method.ends_with("/list"), &mut r)
                 {
                     let partial = self
                         .router

@@ -11,9 +11,10 @@
 //!   (`index.mdx` §ResultType; `server-utilities-caching.mdx` §Cacheable Results).
 
 use crate::limits;
-use crate::protocol::{self, ProtocolVersion, RpcError};
+use crate::protocol::{self, Payload, ProtocolVersion, RawResult, ResultType, RpcError};
 use http::HeaderMap;
 use serde_json::{json, Value};
+use std::borrow::Cow;
 
 fn header<'a>(h: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, RpcError> {
     match h.get(name) {
@@ -146,7 +147,43 @@ pub fn is_cacheable(method: &str) -> bool {
 /// win): `public` for lists and discovery, `private` for `resources/read`,
 /// and for everything when `per_caller` (clients are configured, so a list
 /// shows what that client's policy allows).
-pub fn decorate(method: &str, mut result: Value, per_caller: bool) -> Value {
+pub fn decorate(method: &str, result: Payload, per_caller: bool) -> Payload {
+    match result {
+        Payload::Tree(v) => Payload::Tree(decorate_tree(method, v, per_caller)),
+        Payload::Raw(r) => Payload::Raw(decorate_raw(method, r, per_caller)),
+    }
+}
+
+/// [`decorate`] of a result passed through as received: the missing
+/// members spliced in ([`RawResult::add_members`]), nothing parsed.
+fn decorate_raw(method: &str, mut r: RawResult, per_caller: bool) -> RawResult {
+    let complete = match r.result_type() {
+        None => {
+            r.add_members(Cow::Borrowed("\"resultType\":\"complete\""));
+            true
+        }
+        Some(t) => t == ResultType::Complete,
+    };
+    if complete && is_cacheable(method) {
+        let (ttl, scope) = r.has_cache_hints();
+        let mut add = Vec::new();
+        if !ttl {
+            add.push(format!("\"ttlMs\":{}", limits::DEFAULT_LIST_TTL_MS));
+        }
+        if !scope {
+            let s = if per_caller || method == "resources/read" {
+                "private"
+            } else {
+                "public"
+            };
+            add.push(format!("\"cacheScope\":\"{s}\""));
+        }
+        r.add_members(Cow::Owned(add.join(",")));
+    }
+    r
+}
+
+fn decorate_tree(method: &str, mut result: Value, per_caller: bool) -> Value {
     if let Some(o) = result.as_object_mut() {
         let rt = o.entry("resultType").or_insert_with(|| json!("complete"));
         let complete = rt.as_str() == Some("complete");
@@ -348,6 +385,7 @@ mod tests {
 
     #[test]
     fn decorate_adds_only_missing_fields() {
+        let decorate = |m: &str, v: Value, p: bool| decorate(m, v.into(), p).into_value();
         let r = decorate("tools/list", json!({"tools": [], "ttlMs": 5}), false);
         assert_eq!(
             r,
@@ -360,5 +398,37 @@ mod tests {
         // Client policies filter lists: no shared cache may keep one.
         let r = decorate("tools/list", json!({"tools": []}), true);
         assert_eq!(r["cacheScope"], "private");
+    }
+
+    #[test]
+    fn a_raw_result_is_decorated_as_its_tree_would_be() {
+        let cases = [
+            ("tools/call", json!({"content": []})),
+            ("tools/call", json!({})),
+            (
+                "tools/call",
+                json!({"resultType": "input_required", "inputRequests": {}}),
+            ),
+            ("resources/read", json!({"contents": []})),
+            ("resources/read", json!({"contents": [], "ttlMs": 9})),
+            (
+                "resources/read",
+                json!({"contents": [], "cacheScope": "public"}),
+            ),
+            (
+                "resources/read",
+                json!({"resultType": "complete", "contents": []}),
+            ),
+        ];
+        for (method, v) in cases {
+            for per_caller in [false, true] {
+                let text = bytes::Bytes::from(serde_json::to_vec(&v).unwrap());
+                let raw = Payload::Raw(RawResult::new(text).unwrap());
+                let want = decorate(method, v.clone().into(), per_caller).into_value();
+                let got = decorate(method, raw, per_caller);
+                assert!(matches!(got, Payload::Raw(_)), "not parsed");
+                assert_eq!(got.into_value(), want, "{method} {v}");
+            }
+        }
     }
 }

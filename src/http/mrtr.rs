@@ -28,7 +28,7 @@
 use super::answer::{finish_audited, observe, Answer, Outcome};
 use super::parked::{self, Asked, Event, Identity, NotParked, Running, StateError};
 use super::{audited, App, Who};
-use crate::protocol::{self, RpcError};
+use crate::protocol::{self, Payload, RpcError};
 use serde_json::{json, Map, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -321,7 +321,8 @@ impl Round {
             Ok(state) => {
                 metrics::gauge!(crate::metrics::PARKED_CALLS).set(table.len() as f64);
                 self.end(Ok(json!({"resultType": "input_required",
-                    "inputRequests": requests, "requestState": state})))
+                    "inputRequests": requests, "requestState": state})
+                .into()))
             }
             Err(NotParked { parked, full }) => {
                 let e = if full {
@@ -341,7 +342,7 @@ impl Round {
     }
 
     /// The round's answer, framed for a modern caller and audited.
-    fn end(&mut self, outcome: Result<Value, RpcError>) -> Answer {
+    fn end(&mut self, outcome: Result<Payload, RpcError>) -> Answer {
         observe(&self.method, self.t0);
         let id = std::mem::take(&mut self.id);
         finish_audited(

@@ -18,7 +18,7 @@
 //! names is taken once (a replay finds nothing). The table takes `now` from
 //! its caller.
 
-use crate::protocol::RpcError;
+use crate::protocol::{Payload, RpcError};
 use base64::Engine;
 use ring::hmac;
 use serde_json::Value;
@@ -30,7 +30,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 /// The call of a round: one upstream call, boxed so it can be parked.
-pub(super) type CallFuture = Pin<Box<dyn Future<Output = Result<Value, RpcError>> + Send>>;
+pub(super) type CallFuture = Pin<Box<dyn Future<Output = Result<Payload, RpcError>> + Send>>;
 
 /// Prefix of every `requestState` mcp-edge issues (any other is an
 /// upstream's own, passed through untouched).
@@ -75,7 +75,7 @@ pub(super) struct Running {
     /// Its relayed messages (notifications, server→client requests).
     pub rx: mpsc::Receiver<Value>,
     /// Its outcome, once known, while queued messages are still handed out.
-    pub done: Option<Result<Value, RpcError>>,
+    pub done: Option<Result<Payload, RpcError>>,
     /// The key its upstream's requests wait under in the upstream's table of
     /// relayed requests ([`crate::upstream::relay::Pending`]); `None` when
     /// this call cannot be asked anything (not an MRTR method).
@@ -93,7 +93,7 @@ pub(super) enum Event {
     /// A server→client request: `id`, `method`, `params`.
     Asks(Value),
     /// The call ended.
-    Done(Result<Value, RpcError>),
+    Done(Result<Payload, RpcError>),
 }
 
 impl Running {

@@ -4,7 +4,8 @@
 //! §Listening for Messages from the Server).
 
 use super::{App, Body};
-use crate::protocol::{self, sse, RpcError};
+use crate::protocol::raw::Chunks;
+use crate::protocol::{self, sse, Outgoing, RpcError};
 use crate::session::SessionId;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
@@ -17,21 +18,18 @@ use tokio::time::Instant;
 
 /// True when the client accepts SSE at all (then relayed messages can be streamed).
 pub fn accepts_sse(h: &HeaderMap) -> bool {
-    h.get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| a.to_ascii_lowercase().contains("text/event-stream"))
+    accepts(h, b"text/event-stream")
 }
 
 /// True when the client accepts SSE but not JSON (then it gets an SSE stream).
 pub fn wants_sse(h: &HeaderMap) -> bool {
-    let accept = h
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    accept.contains("text/event-stream")
-        && !accept.contains("application/json")
-        && !accept.contains("*/*")
+    accepts(h, b"text/event-stream") && !accepts(h, b"application/json") && !accepts(h, b"*/*")
+}
+
+/// `Accept` names `media` (ASCII case ignored; nothing allocated).
+fn accepts(h: &HeaderMap, media: &[u8]) -> bool {
+    h.get(header::ACCEPT)
+        .is_some_and(|v| (v.as_bytes().windows(media.len())).any(|w| w.eq_ignore_ascii_case(media)))
 }
 
 pub(crate) fn full(b: impl Into<Bytes>) -> Body {
@@ -157,24 +155,72 @@ pub(crate) fn sse_headers(r: &mut Response<Body>) {
 /// A request's answer as JSON, or as a one-event SSE stream when `sse`.
 pub fn answer(
     status: StatusCode,
-    response: Value,
+    response: Outgoing,
     session: Option<SessionId>,
     sse_wanted: bool,
 ) -> Response<Body> {
-    let mut r = if sse_wanted && status == StatusCode::OK {
-        let text = serde_json::to_string(&response).unwrap_or_default();
-        let mut r = Response::new(full(sse::event(&text)));
+    let sse = sse_wanted && status == StatusCode::OK;
+    let mut r = Response::new(BodyExt::boxed_unsync(Pieces::new(response.chunks(sse))));
+    *r.status_mut() = status;
+    if sse {
         sse_headers(&mut r);
-        r
     } else {
-        json(status, &response)
-    };
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+    }
     if let Some(s) = session {
         if let Ok(v) = HeaderValue::from_str(&s.to_header()) {
             r.headers_mut().insert("mcp-session-id", v);
         }
     }
     r
+}
+
+/// A body of a message's pieces ([`Outgoing::chunks`]), written in order
+/// without joining them; its length is known (`Content-Length`).
+struct Pieces {
+    chunks: Chunks,
+    next: usize,
+}
+
+impl Pieces {
+    fn new(chunks: Chunks) -> Self {
+        Pieces { chunks, next: 0 }
+    }
+}
+
+impl hyper::body::Body for Pieces {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        while self.next < self.chunks.len() {
+            let i = self.next;
+            self.next += 1;
+            let b = std::mem::take(&mut self.chunks[i]);
+            if !b.is_empty() {
+                return std::task::Poll::Ready(Some(Ok(Frame::data(b))));
+            }
+        }
+        std::task::Poll::Ready(None)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.chunks[self.next..].iter().all(Bytes::is_empty)
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        let left = self.chunks[self.next..]
+            .iter()
+            .map(Bytes::len)
+            .sum::<usize>();
+        hyper::body::SizeHint::with_exact(left as u64)
+    }
 }
 
 /// The GET stream of a legacy session, holding `place` in the stream pool:
@@ -323,7 +369,9 @@ enum RelayState<F> {
         tokio::sync::mpsc::Receiver<Value>,
         tokio::time::Interval,
     ),
-    Draining(Value, tokio::sync::mpsc::Receiver<Value>),
+    Draining(Outgoing, tokio::sync::mpsc::Receiver<Value>),
+    /// The final response's pieces still to write.
+    Closing(Chunks, usize),
     Done,
 }
 
@@ -337,7 +385,7 @@ pub fn relay_stream<F>(
     keepalive: std::time::Duration,
 ) -> Response<Body>
 where
-    F: std::future::Future<Output = Value> + Send + 'static,
+    F: std::future::Future<Output = Outgoing> + Send + 'static,
 {
     let frame = |v: &Value| Ok::<_, Infallible>(Frame::data(sse::event(&v.to_string())));
     let iv = tokio::time::interval_at(Instant::now() + keepalive, keepalive);
@@ -350,14 +398,11 @@ where
                         biased;
                         m = rx.recv() => match m {
                             Some(v) => Some((frame(&v), RelayState::Running(call, rx, iv))),
-                            None => {
-                                let fin = call.await;
-                                Some((frame(&fin), RelayState::Done))
-                            }
+                            None => last_pieces(call.await.chunks(true), 0),
                         },
                         fin = &mut call => match rx.try_recv() {
                             Ok(v) => Some((frame(&v), RelayState::Draining(fin, rx))),
-                            Err(_) => Some((frame(&fin), RelayState::Done)),
+                            Err(_) => last_pieces(fin.chunks(true), 0),
                         },
                         _ = iv.tick() => {
                             Some((Ok(Frame::data(sse::keepalive())), RelayState::Running(call, rx, iv)))
@@ -366,8 +411,9 @@ where
                 }
                 RelayState::Draining(fin, mut rx) => match rx.try_recv() {
                     Ok(v) => Some((frame(&v), RelayState::Draining(fin, rx))),
-                    Err(_) => Some((frame(&fin), RelayState::Done)),
+                    Err(_) => last_pieces(fin.chunks(true), 0),
                 },
+                RelayState::Closing(chunks, next) => last_pieces(chunks, next),
                 RelayState::Done => None,
             }
         },
@@ -375,6 +421,27 @@ where
     let mut r = Response::new(BodyExt::boxed_unsync(StreamBody::new(stream)));
     sse_headers(&mut r);
     r
+}
+
+/// The next piece of a relayed call's final response (empty ones skipped).
+#[allow(clippy::type_complexity)]
+fn last_pieces<F>(
+    mut chunks: Chunks,
+    mut next: usize,
+) -> Option<(Result<Frame<Bytes>, Infallible>, RelayState<F>)> {
+    while next < chunks.len() {
+        let b = std::mem::take(&mut chunks[next]);
+        next += 1;
+        if !b.is_empty() {
+            let more = chunks[next..].iter().any(|c| !c.is_empty());
+            let st = match more {
+                true => RelayState::Closing(chunks, next),
+                false => RelayState::Done,
+            };
+            return Some((Ok(Frame::data(b)), st));
+        }
+    }
+    None
 }
 
 /// An HTTP-level refusal: status plus JSON-RPC error (id null).

@@ -13,7 +13,7 @@ pub(super) use super::answer::{Answer, Outcome};
 use super::era::{decide_era, has_modern_meta, session_header, ClientEra, SessionBusy};
 use super::reply::{refuse, Refusal};
 use super::{audited, modern, reply, App, Body, Who};
-use crate::protocol::{self, ClientCaps, Message, ProtocolVersion, RpcError};
+use crate::protocol::{self, ClientCaps, Message, Payload, ProtocolVersion, RpcError};
 use crate::session::{SessionError, SessionId};
 use http::{HeaderMap, Response, StatusCode};
 use serde_json::{json, Value};
@@ -212,7 +212,7 @@ impl Call {
             Ok(stream) => Ok(Outcome::Stream(stream)),
             // A bad filter is an ordinary JSON-RPC error, framed as the client asked.
             Err((StatusCode::OK, e)) => Ok(Outcome::Answer(Answer {
-                response: protocol::error_response(self.id, &e),
+                response: protocol::error_response(self.id, &e).into(),
                 status: StatusCode::OK,
                 session: None,
             })),
@@ -244,7 +244,13 @@ impl Call {
                 ),
             )),
         };
-        finish(self.id, &self.method, false, outcome, &self.who)
+        finish(
+            self.id,
+            &self.method,
+            false,
+            outcome.map(Payload::from),
+            &self.who,
+        )
     }
 
     /// A legacy `resources/subscribe` / `resources/unsubscribe`, kept in
@@ -260,7 +266,13 @@ impl Call {
         let outcome =
             (app.resource_subscription(who, &self.method, self.params.as_ref(), policy)).await;
         observe(&self.method, t0);
-        finish(self.id, &self.method, false, outcome, &self.who)
+        finish(
+            self.id,
+            &self.method,
+            false,
+            outcome.map(Payload::from),
+            &self.who,
+        )
     }
 
     /// A call whose upstream may send request-scoped messages: an SSE
@@ -397,7 +409,8 @@ fn initialize(
                     protocol::INVALID_PARAMS,
                     "Invalid params: initialize needs params.protocolVersion",
                 ),
-            ),
+            )
+            .into(),
             status: StatusCode::OK,
             session: None,
         });
@@ -437,7 +450,7 @@ fn initialize(
         "instructions": app.instructions(who.policy()),
     });
     Ok(Answer {
-        response: protocol::result_response(id, result),
+        response: protocol::result_response(id, result).into(),
         status: StatusCode::OK,
         session: Some(sid),
     })

@@ -5,10 +5,13 @@
 
 use bytes::Bytes;
 
+/// What starts an SSE event carrying a JSON-RPC message.
+pub const EVENT_HEAD: &str = "event: message\ndata: ";
+
 /// One SSE event carrying a JSON-RPC message: `event: message`, one `data:` line.
 pub fn event(json: &str) -> Bytes {
     let mut s = String::with_capacity(json.len() + 24);
-    s.push_str("event: message\ndata: ");
+    s.push_str(EVENT_HEAD);
     // JSON never contains raw newlines inside strings, but pretty-printed
     // JSON might; split defensively so each line is its own data field.
     for (i, line) in json.split('\n').enumerate() {

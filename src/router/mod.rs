@@ -17,7 +17,7 @@ pub use view::Described;
 
 use crate::access::Policy;
 use crate::config::ToolNameRule;
-use crate::protocol::{self, RpcError};
+use crate::protocol::{self, Payload, RpcError};
 use crate::upstream::relay::Relay;
 use crate::upstream::{Catalog, Upstream};
 use serde_json::{json, Value};
@@ -102,18 +102,13 @@ impl Router {
     /// The merged view, rebuilt if the upstream set or any upstream catalog
     /// changed since last time.
     pub fn merged(&self) -> Arc<Merged> {
-        let current: Vec<(Arc<Upstream>, Arc<Catalog>)> = self
-            .upstreams()
-            .iter()
-            .map(|u| (u.clone(), u.catalog()))
-            .collect();
+        let ups = self.upstreams();
         let mut g = self.merged.lock().expect("merged lock");
-        let same = g.snapshot.len() == current.len()
-            && g.snapshot
-                .iter()
-                .zip(&current)
-                .all(|(a, b)| Arc::ptr_eq(&a.0, &b.0) && Arc::ptr_eq(&a.1, &b.1));
+        let same = g.snapshot.len() == ups.len()
+            && (g.snapshot.iter().zip(ups.iter()))
+                .all(|(a, u)| Arc::ptr_eq(&a.0, u) && Arc::ptr_eq(&a.1, &u.catalog()));
         if !same {
+            let current = ups.iter().map(|u| (u.clone(), u.catalog())).collect();
             *g = Arc::new(self.build(current));
         }
         g.clone()
@@ -276,7 +271,7 @@ impl Router {
         params: Option<Value>,
         relay: Option<Relay>,
         caller: TaskCaller,
-    ) -> Result<Value, RpcError> {
+    ) -> Result<Payload, RpcError> {
         if method == "tools/call" {
             return self.call_with_tasks(up, params, relay, caller).await;
         }
@@ -431,7 +426,7 @@ impl Router {
         params: Option<Value>,
         relay: Option<Relay>,
         policy: &Policy,
-    ) -> Result<Value, RpcError> {
+    ) -> Result<Payload, RpcError> {
         (self.dispatch_as(method, params, relay, policy, TaskCaller::NONE)).await
     }
 
@@ -445,7 +440,7 @@ impl Router {
         relay: Option<Relay>,
         policy: &Policy,
         caller: TaskCaller,
-    ) -> Result<Value, RpcError> {
+    ) -> Result<Payload, RpcError> {
         let cursor = params.as_ref().and_then(|p| p.get("cursor"));
         if method.ends_with("/list") && cursor.is_some_and(|c| !c.is_null()) {
             return Err(RpcError::new(
@@ -454,13 +449,13 @@ impl Router {
             ));
         }
         match method {
-            "logging/setLevel" => return Ok(json!({})),
+            "logging/setLevel" => return Ok(json!({}).into()),
             "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => {
                 self.first_attempts().await;
-                return Ok(self.list(&self.merged(), method, policy));
+                return Ok(self.list(&self.merged(), method, policy).into());
             }
             "tasks/get" | "tasks/update" | "tasks/cancel" => {
-                return self.task_request(method, params, caller).await
+                return (self.task_request(method, params, caller).await).map(Payload::from)
             }
             "tools/call"
             | "prompts/get"

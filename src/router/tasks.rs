@@ -30,7 +30,7 @@
 //!   extension: `-32021`; a legacy one: `-32601`.
 
 use super::Router;
-use crate::protocol::{self, RpcError};
+use crate::protocol::{self, Payload, ResultType, RpcError};
 use crate::tasks::{self, Status, TaskId};
 use crate::upstream::Upstream;
 use serde_json::{json, Value};
@@ -98,7 +98,7 @@ impl Router {
         params: Option<Value>,
         relay: Option<crate::upstream::relay::Relay>,
         caller: TaskCaller,
-    ) -> Result<Value, RpcError> {
+    ) -> Result<Payload, RpcError> {
         let t0 = Instant::now();
         let retry =
             (!caller.declared && offers_tasks(&up)).then(|| (params.clone(), relay.clone()));
@@ -116,10 +116,11 @@ impl Router {
                 }
             }
         };
-        if !tasks::is_task_result(&result) {
+        if result.result_type() != Some(ResultType::Task) {
             return Ok(result);
         }
-        Box::pin(self.adopt(up, result, caller, t0)).await
+        let adopted = Box::pin(self.adopt(up, result.into_value(), caller, t0)).await;
+        adopted.map(Payload::from)
     }
 
     /// A `CreateTaskResult` of `up`: handed on under a gateway id to a

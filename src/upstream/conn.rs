@@ -13,7 +13,7 @@
 
 use super::era::UpstreamEra;
 use super::{builtin, http, relay, stdio, SendError, Upstream};
-use crate::protocol::{self, RpcError};
+use crate::protocol::{self, Payload, RpcError};
 use serde_json::Value;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -211,6 +211,12 @@ impl Conn {
         }
     }
 
+    /// Whether a call in `era` can meet [`SendError::SessionExpired`]
+    /// (a legacy HTTP upstream's session).
+    pub fn may_expire(&self, era: UpstreamEra) -> bool {
+        matches!((self, era), (Conn::Http(_), UpstreamEra::Legacy(_)))
+    }
+
     /// Sends one request and waits up to `timeout` for its answer.
     pub async fn send(
         &self,
@@ -219,11 +225,13 @@ impl Conn {
         era: UpstreamEra,
         timeout: Duration,
         relay: Option<relay::Relay>,
-    ) -> Result<Value, SendError> {
+    ) -> Result<Payload, SendError> {
         match self {
             Conn::Stdio(c) => c.send(method, params, timeout, relay).await,
             Conn::Http(c) => c.send(method, params, era, timeout, relay).await,
-            Conn::Builtin => builtin_send(method, params.as_ref()).await,
+            Conn::Builtin => builtin_send(method, params.as_ref())
+                .await
+                .map(Payload::from),
         }
     }
 

@@ -13,7 +13,7 @@ use super::era::{adapt_params, client_info, UpstreamEra};
 use super::{Conn, SendError};
 use crate::config::EraPreference;
 use crate::limits;
-use crate::protocol::{self, ProtocolVersion};
+use crate::protocol::{self, Payload, ProtocolVersion};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -107,6 +107,7 @@ async fn discover(conn: &Conn, timeout: Duration) -> Result<Negotiated, Handshak
             None,
         )
         .await
+        .map(Payload::into_value)
         .map_err(|source| HandshakeError::Send {
             step: "server/discover",
             source,
@@ -166,6 +167,7 @@ async fn initialize(conn: &Conn) -> Result<Negotiated, HandshakeError> {
             None,
         )
         .await
+        .map(Payload::into_value)
         .map_err(|source| HandshakeError::Send {
             step: "initialize",
             source,

@@ -14,7 +14,7 @@
 //! callers still waiting.
 
 use super::relay::Relay;
-use crate::protocol::RpcError;
+use crate::protocol::{Payload, RpcError};
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 /// What the reader hands a waiting caller: `Ok(result)` or the peer's error.
-pub type Reply = Result<Value, RpcError>;
+pub type Reply = Result<Payload, RpcError>;
 
 struct Slot {
     generation: u32,
@@ -171,7 +171,11 @@ impl InFlight {
     /// Delivers a reply for upstream id `id`; false if nobody waits for it
     /// (late answer after a timeout, or an id we never sent).
     pub fn complete(&self, id: &Value, reply: Reply) -> bool {
-        let Some(n) = id.as_u64() else { return false };
+        id.as_u64().is_some_and(|n| self.complete_n(n, reply))
+    }
+
+    /// [`InFlight::complete`] for upstream id `n`.
+    pub fn complete_n(&self, n: u64, reply: Reply) -> bool {
         let (slot, generation) = ((n & 0xffff) as usize, (n >> 16) as u32);
         let mut g = self.inner.lock().expect("in-flight lock");
         match g.slots.get_mut(slot) {
@@ -261,9 +265,9 @@ mod tests {
             "the upstream is told to cancel"
         );
         assert!(t.reserve().is_none(), "the upstream is still working on it");
-        assert!(!t.complete(&json!(id), Ok(json!("late"))));
+        assert!(!t.complete(&json!(id), Ok(json!("late").into())));
         let b = t.reserve().expect("the late answer freed the slot");
-        assert!(t.complete(&json!(b.upstream_id()), Ok(json!("answered"))));
+        assert!(t.complete(&json!(b.upstream_id()), Ok(json!("answered").into())));
         drop(b);
         let c = t.reserve().unwrap();
         let cid = c.upstream_id();
@@ -283,12 +287,15 @@ mod tests {
         let b = t.reserve().unwrap();
         assert!(t.reserve().is_none());
         assert_ne!(a.upstream_id(), b.upstream_id());
-        assert!(t.complete(&json!(a.upstream_id()), Ok(json!(0))));
+        assert!(t.complete(&json!(a.upstream_id()), Ok(json!(0).into())));
         drop(a);
         assert_eq!(t.len(), 1);
         let mut c = t.reserve().unwrap();
-        assert!(t.complete(&json!(c.upstream_id()), Ok(json!({"x": 1}))));
-        assert_eq!((&mut c.rx).await.unwrap().unwrap(), json!({"x": 1}));
+        assert!(t.complete(&json!(c.upstream_id()), Ok(json!({"x": 1}).into())));
+        assert_eq!(
+            (&mut c.rx).await.unwrap().unwrap().into_value(),
+            json!({"x": 1})
+        );
         drop(b);
     }
 
@@ -297,12 +304,12 @@ mod tests {
         let t = table(1);
         let a = t.reserve().unwrap();
         let old = a.upstream_id();
-        assert!(t.complete(&json!(old), Ok(json!(0))));
+        assert!(t.complete(&json!(old), Ok(json!(0).into())));
         drop(a);
         let mut b = t.reserve().unwrap();
         assert_ne!(old, b.upstream_id(), "generation changes on reuse");
-        assert!(!t.complete(&json!(old), Ok(json!(1))));
-        assert!(t.complete(&json!(b.upstream_id()), Ok(json!(2))));
-        assert_eq!((&mut b.rx).await.unwrap().unwrap(), json!(2));
+        assert!(!t.complete(&json!(old), Ok(json!(1).into())));
+        assert!(t.complete(&json!(b.upstream_id()), Ok(json!(2).into())));
+        assert_eq!((&mut b.rx).await.unwrap().unwrap().into_value(), json!(2));
     }
 }

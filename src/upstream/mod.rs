@@ -25,7 +25,7 @@ pub mod stdio;
 mod subscriptions;
 
 use crate::config::UpstreamConfig;
-use crate::protocol;
+use crate::protocol::{self, Payload};
 use serde_json::Value;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
@@ -284,7 +284,7 @@ impl Upstream {
     /// `result`. Errors name the upstream ([`CallError`]); a transport error
     /// also wakes the owner task to reconnect.
     pub async fn call(&self, method: &str, params: Option<Value>) -> Result<Value, CallError> {
-        self.call_relayed(method, params, None).await
+        (self.call_relayed(method, params, None).await).map(Payload::into_value)
     }
 
     /// [`Upstream::call`] whose request-scoped notifications and server→client
@@ -296,7 +296,7 @@ impl Upstream {
         method: &str,
         params: Option<Value>,
         relay: Option<relay::Relay>,
-    ) -> Result<Value, CallError> {
+    ) -> Result<Payload, CallError> {
         if let Some(retry_in) = self.retry_window() {
             return Err(CallError::RetryLater {
                 name: self.config.name.clone(),
@@ -343,13 +343,16 @@ impl Upstream {
         method: &str,
         params: Option<Value>,
         relay: Option<relay::Relay>,
-    ) -> Result<Value, CallError> {
+    ) -> Result<Payload, CallError> {
         let timeout = self.config.call_timeout;
-        let first = conn
-            .send(method, params.clone(), era, timeout, relay.clone())
-            .await;
-        let outcome = match first {
-            Err(SendError::SessionExpired) => {
+        // Only a legacy HTTP session can end under a call (then it is sent
+        // again): the params are copied for that case only.
+        let again = conn
+            .may_expire(era)
+            .then(|| (params.clone(), relay.clone()));
+        let first = conn.send(method, params, era, timeout, relay).await;
+        let outcome = match (first, again) {
+            (Err(SendError::SessionExpired), Some((params, relay))) => {
                 let _g = self.reinit.lock().await;
                 conn.reinitialize(era)
                     .await
@@ -358,7 +361,7 @@ impl Upstream {
                 self.forget_subscribed();
                 conn.send(method, params, era, timeout, relay).await
             }
-            other => other,
+            (other, _) => other,
         };
         outcome.map_err(|e| self.name_send_error(e, generation))
     }

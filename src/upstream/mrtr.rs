@@ -34,7 +34,7 @@
 
 use super::relay::{self, Relay};
 use super::{CallError, Conn, SendError, Upstream, UpstreamEra};
-use crate::protocol::{self, ClientCaps, RpcError};
+use crate::protocol::{self, ClientCaps, Payload, ResultType, RpcError};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use tokio::time::Instant;
@@ -45,8 +45,8 @@ fn supported(method: &str) -> bool {
 }
 
 /// Whether a result is an `InputRequiredResult` (schema.json `resultType`).
-pub fn input_required(result: &Value) -> bool {
-    result.get("resultType").and_then(Value::as_str) == Some("input_required")
+pub fn input_required(result: &Payload) -> bool {
+    result.result_type() == Some(ResultType::InputRequired)
 }
 
 /// Whether a call could need the bridge: a modern upstream, a supported
@@ -88,7 +88,11 @@ impl Drop for Asked<'_> {
 impl Upstream {
     /// Answers `first`, and every later `InputRequiredResult`, by asking the
     /// caller ([module docs](self)); the first other result ends the call.
-    pub(super) async fn bridge(&self, call: Bridged<'_>, first: Value) -> Result<Value, CallError> {
+    pub(super) async fn bridge(
+        &self,
+        call: Bridged<'_>,
+        first: Payload,
+    ) -> Result<Payload, CallError> {
         let meta = protocol::params_meta(call.params.as_ref());
         let caps = ClientCaps::parse(meta.and_then(|m| m.get(protocol::META_CLIENT_CAPABILITIES)));
         let mut result = first;
@@ -106,8 +110,9 @@ impl Upstream {
                 ));
             }
             rounds += 1;
-            let answers = self.ask(&call, caps, &result).await?;
-            let params = retry_params(call.params.clone(), answers, result.get("requestState"));
+            let asked = result.into_value();
+            let answers = self.ask(&call, caps, &asked).await?;
+            let params = retry_params(call.params.clone(), answers, asked.get("requestState"));
             result = self.send_round(&call, params).await?;
         }
         Ok(result)
@@ -118,7 +123,7 @@ impl Upstream {
         &self,
         call: &Bridged<'_>,
         params: Option<Value>,
-    ) -> Result<Value, CallError> {
+    ) -> Result<Payload, CallError> {
         let left = call.deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(self.out_of_time());

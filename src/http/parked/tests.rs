@@ -8,7 +8,7 @@ fn running() -> Running {
 fn running_since(started: Instant) -> Running {
     let (_tx, rx) = mpsc::channel(1);
     Running {
-        call: Box::pin(async { Ok(json!("done")) }),
+        call: Box::pin(async { Ok(json!("done").into()) }),
         rx,
         done: None,
         key: Some("mrtr:1".into()),
@@ -69,7 +69,9 @@ async fn a_state_resumes_its_call_once_for_its_owner_and_request() {
     );
     let mut p = table.resume(&state, 7, id, later).ok().unwrap();
     assert_eq!(p.asked[0].key, "elicitation-0");
-    assert!(matches!(p.running.next().await, Event::Done(Ok(v)) if v == "done"));
+    assert!(
+        matches!(p.running.next().await, Event::Done(Ok(v)) if v.clone().into_value() == "done")
+    );
     assert!(table.is_empty());
     assert_eq!(
         table.resume(&state, 7, id, later).err(),

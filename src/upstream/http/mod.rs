@@ -17,7 +17,7 @@ use super::era::UpstreamEra;
 use super::relay::{relay_request, Relay, RelayCtx};
 use super::SendError;
 use crate::config::{Transport, UpstreamConfig};
-use crate::protocol::{self, sse, Message, RpcError};
+use crate::protocol::{self, sse, Message, Payload, RpcError};
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
@@ -263,7 +263,7 @@ impl HttpConn {
         era: UpstreamEra,
         timeout: Duration,
         relay: Option<Relay>,
-    ) -> Result<Value, SendError> {
+    ) -> Result<Payload, SendError> {
         let _permit = self.permits.try_acquire().map_err(|_| SendError::Busy)?;
         *self.era.write().expect("era lock") = era;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -294,7 +294,7 @@ impl HttpConn {
                 self.expired.store(true, Ordering::Release);
                 Err(SendError::SessionExpired)
             }
-            Ok(r) => r,
+            Ok(r) => r.map(Payload::from),
         }
     }
 

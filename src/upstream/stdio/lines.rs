@@ -2,8 +2,12 @@
 //! keeping only its head to find the id of the call it answers), and the
 //! log rate limit of its stderr.
 
+use super::InFlight;
 use crate::limits;
 use crate::logline::{printable, Throttle};
+use crate::protocol::{Payload, RawResult};
+use bytes::Bytes;
+use serde_json::value::RawValue;
 use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
@@ -24,6 +28,65 @@ pub fn sniff_id(head: &[u8]) -> Option<Value> {
         .find(|c: char| !(c.is_ascii_digit() || c == '-'))
         .unwrap_or(rest.len());
     rest[..end].parse::<i64>().ok().map(Value::from)
+}
+
+/// Makes room for `more` bytes, growing by a quarter rather than doubling
+/// (a line's buffer becomes its message: at most 1.25 bytes held per byte).
+fn grow(buf: &mut Vec<u8>, more: usize) {
+    if buf.capacity() - buf.len() < more {
+        buf.reserve_exact(more.max(buf.len() / 4));
+    }
+}
+
+/// What [`answer`] did with a line.
+pub(super) enum Answered {
+    /// Not a response with an object result: the line is untouched.
+    No,
+    /// Handed to its call; the line's buffer went with it.
+    Yes,
+    /// A response for no call in flight (dropped; the buffer went too).
+    UnknownId(u64),
+}
+
+/// A response to a call in flight whose result is a JSON object: its
+/// result goes to the waiting call as the line's own bytes
+/// ([`crate::protocol::RawResult`], no tree, no copy), and `line` is left
+/// empty for the next. Anything else is left to the general reader.
+pub(super) fn answer(line: &mut Vec<u8>, inflight: &InFlight) -> Answered {
+    #[derive(serde::Deserialize)]
+    struct Envelope<'a> {
+        #[serde(borrow, default)]
+        jsonrpc: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        id: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        method: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        result: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        error: Option<&'a RawValue>,
+    }
+    let Ok(e) = serde_json::from_slice::<Envelope<'_>>(line) else {
+        return Answered::No;
+    };
+    let (Some(v), Some(id), None, Some(result), None) =
+        (e.jsonrpc, e.id, e.method, e.result, e.error)
+    else {
+        return Answered::No;
+    };
+    let (Ok(n), "\"2.0\"") = (id.get().parse::<u64>(), v.get()) else {
+        return Answered::No;
+    };
+    let Some(top) = RawResult::scan(result.get().as_bytes()) else {
+        return Answered::No;
+    };
+    let start = result.get().as_ptr() as usize - line.as_ptr() as usize;
+    let range = start..start + result.get().len();
+    let bytes = Bytes::from(std::mem::take(line)).slice(range);
+    match inflight.complete_n(n, Ok(Payload::Raw(RawResult::scanned(bytes, top)))) {
+        true => Answered::Yes,
+        false => Answered::UnknownId(n),
+    }
 }
 
 /// Reads one line of at most `max` bytes into `buf` (without the newline).
@@ -58,6 +121,7 @@ pub(super) async fn read_line_bounded<R: AsyncBufRead + Unpin>(
                 buf.extend_from_slice(&chunk[..keep]);
                 buf.truncate(limits::OVERLONG_LINE_HEAD_BYTES);
             } else {
+                grow(buf, chunk.len());
                 buf.extend_from_slice(chunk);
             }
         }

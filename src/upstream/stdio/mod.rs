@@ -9,6 +9,7 @@
 
 mod child;
 mod lines;
+mod writer;
 
 use super::era::{listen_params, LISTEN_ID};
 use super::inflight::InFlight;
@@ -18,7 +19,7 @@ use super::SendError;
 use crate::config::UpstreamConfig;
 use crate::limits;
 use crate::logline::{printable, Throttle};
-use crate::protocol::{self, Message, RpcError};
+use crate::protocol::{self, Message, Payload, RpcError};
 use child::Incarnation;
 pub use lines::sniff_id;
 use lines::{read_line_bounded, LogBudget};
@@ -27,16 +28,17 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
-use tokio::sync::{mpsc, Mutex, Notify};
+use tokio::io::BufReader;
+use tokio::process::{Child, ChildStderr, ChildStdout};
+use tokio::sync::{mpsc, Notify};
+use writer::Stdin;
 
 /// A future that runs a connection's I/O and returns why it ended.
 pub type Driver = Pin<Box<dyn Future<Output = String> + Send>>;
 
 /// Writer half and in-flight table of a stdio child.
 pub struct StdioConn {
-    stdin: Arc<Mutex<Option<ChildStdin>>>,
+    stdin: Arc<Stdin>,
     inflight: InFlight,
     /// Number of mcp-edge's current `subscriptions/listen` on this child
     /// (its id is `mcp-edge/listen/<n>`; a new filter is a new listen).
@@ -65,7 +67,7 @@ pub fn open(
     };
     let (mut child, incarnation) = child::start(command, args, env, cwd.as_deref())
         .map_err(|e| format!("cannot start {command:?}: {e}"))?;
-    let stdin = Arc::new(Mutex::new(child.stdin.take()));
+    let stdin = Arc::new(Stdin::new(child.stdin.take()));
     let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
     let stderr = BufReader::new(child.stderr.take().expect("piped stderr"));
     let (inflight, cancel) = InFlight::new(cfg.max_in_flight, cfg.call_timeout);
@@ -108,7 +110,7 @@ struct Pump {
     name: String,
     stdout: BufReader<ChildStdout>,
     stderr: BufReader<ChildStderr>,
-    stdin: Arc<Mutex<Option<ChildStdin>>>,
+    stdin: Arc<Stdin>,
     inflight: InFlight,
     max_bytes: usize,
     list_changed: Arc<Notify>,
@@ -169,6 +171,16 @@ impl Pump {
             Ok(Ok(false)) => return Some("stdout closed".to_string()),
             Ok(Err(_)) => self.too_long(),
             Ok(Ok(true)) => {
+                // An answer keeps the line's buffer (its result is passed
+                // on as these bytes); the next line starts a new one.
+                match lines::answer(&mut self.line, &self.inflight) {
+                    lines::Answered::Yes => return None,
+                    lines::Answered::UnknownId(n) => {
+                        self.unknown_id(&Value::from(n));
+                        return None;
+                    }
+                    lines::Answered::No => {}
+                }
                 let line = &self.line;
                 let kind = on_line(
                     line,
@@ -288,7 +300,7 @@ impl Pump {
     /// child's escaped descendants too). Returns `reason`, with how the
     /// process ended when stdout ended first.
     async fn stop(self, mut child: Child, incarnation: Incarnation, mut reason: String) -> String {
-        self.stdin.lock().await.take();
+        self.stdin.close().await;
         if !reason.starts_with("process exited") {
             // stdout closed (or broke) first: say how the process ended, if it did.
             if let Ok(Ok(status)) =
@@ -318,7 +330,7 @@ enum Line {
 async fn on_line(
     line: &[u8],
     inflight: &InFlight,
-    stdin: &Mutex<Option<ChildStdin>>,
+    stdin: &Stdin,
     list_changed: &Notify,
     ctx: &RelayCtx,
 ) -> Line {
@@ -333,7 +345,7 @@ async fn on_line(
             // mcp-edge's own listens end with a response nobody waits for
             // (one per filter change: `StdioConn::listen`).
             let own_listen = id.as_str().is_some_and(|s| s.starts_with(LISTEN_ID));
-            if !own_listen && !inflight.complete(&id, outcome) {
+            if !own_listen && !inflight.complete(&id, outcome.map(Payload::from)) {
                 return Line::UnknownId(id);
             }
         }
@@ -386,7 +398,7 @@ async fn on_request(
     method: String,
     params: Option<Value>,
     inflight: &InFlight,
-    stdin: &Mutex<Option<ChildStdin>>,
+    stdin: &Stdin,
     ctx: &RelayCtx,
 ) {
     if method != "ping"
@@ -406,22 +418,7 @@ async fn on_request(
             ),
         ),
     };
-    let _ = write_line(stdin, &reply).await;
-}
-
-async fn write_line(stdin: &Mutex<Option<ChildStdin>>, msg: &Value) -> Result<(), SendError> {
-    let mut bytes = serde_json::to_vec(msg).map_err(|e| SendError::Transport(e.to_string()))?;
-    bytes.push(b'\n');
-    let mut g = stdin.lock().await;
-    let w = g
-        .as_mut()
-        .ok_or_else(|| SendError::Transport("stdin closed".into()))?;
-    w.write_all(&bytes)
-        .await
-        .map_err(|e| SendError::Transport(format!("writing stdin: {e}")))?;
-    w.flush()
-        .await
-        .map_err(|e| SendError::Transport(format!("writing stdin: {e}")))
+    let _ = stdin.message(&reply).await;
 }
 
 impl StdioConn {
@@ -435,7 +432,7 @@ impl StdioConn {
         mut params: Option<Value>,
         timeout: Duration,
         relay: Option<Relay>,
-    ) -> Result<Value, SendError> {
+    ) -> Result<Payload, SendError> {
         let original = params
             .as_ref()
             .and_then(|p| p.get("_meta"))
@@ -452,8 +449,9 @@ impl StdioConn {
         {
             *t = json!(ticket.upstream_id());
         }
-        let msg = protocol::request(json!(ticket.upstream_id()), method, params);
-        write_line(&self.stdin, &msg).await?;
+        (self.stdin)
+            .request(ticket.upstream_id(), method, params.as_ref())
+            .await?;
         match tokio::time::timeout(timeout, &mut ticket.rx).await {
             Err(_) => {
                 // The ticket's drop queues the call for cancellation upstream (the owner task sends it).
@@ -467,7 +465,7 @@ impl StdioConn {
 
     /// Writes a response (to a request the upstream sent us).
     pub async fn respond(&self, msg: &Value) -> Result<(), SendError> {
-        write_line(&self.stdin, msg).await
+        self.stdin.message(msg).await
     }
 
     /// Asks a modern (2026-07-28) child for its list changes and for
@@ -494,7 +492,7 @@ impl StdioConn {
         }
         let id = format!("{LISTEN_ID}/{n}");
         let msg = protocol::request(json!(id), "subscriptions/listen", listen_params(resources));
-        write_line(&self.stdin, &msg).await
+        self.stdin.message(&msg).await
     }
 
     /// A caller gave up on call `id`: tells the upstream to stop
@@ -504,16 +502,18 @@ impl StdioConn {
             "notifications/cancelled",
             Some(json!({"requestId": id, "reason": "the client went away or timed out"})),
         );
-        write_line(&self.stdin, &note).await
+        self.stdin.message(&note).await
     }
 
     /// Sends a notification.
     pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), SendError> {
-        write_line(&self.stdin, &protocol::notification(method, params)).await
+        (self.stdin)
+            .message(&protocol::notification(method, params))
+            .await
     }
 
     /// Closes stdin: the child sees EOF and should exit (transports-stdio.mdx §Shutdown).
     pub async fn close(&self) {
-        self.stdin.lock().await.take();
+        self.stdin.close().await;
     }
 }
