@@ -547,16 +547,32 @@ fn serve(path: Option<PathBuf>, board: Option<&str>) -> anyhow::Result<()> {
         Some(p) => Config::load_for(p, board.as_ref()).context("invalid config")?,
         None => Config::embedded_default_for(board.as_ref()),
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(mcp_edge::limits::RUNTIME_WORKERS)
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?;
+    let runtime = runtime()?;
     runtime.block_on(async move {
         let signals = Signals::install()?;
         mcp_edge::gateway::run(config, path, signals).await?;
         Ok(())
     })
+}
+
+/// The tokio runtime: [`mcp_edge::limits::RUNTIME_WORKERS`] worker
+/// threads, or `MCP_EDGE_WORKERS` (`0`: one thread, tokio's
+/// `current_thread` runtime; for measuring, docs/benchmarks.md).
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    let workers = match std::env::var("MCP_EDGE_WORKERS") {
+        Ok(v) => (v.parse::<usize>().ok().filter(|n| *n <= 64))
+            .with_context(|| format!("MCP_EDGE_WORKERS={v:?}: expected 0 to 64"))?,
+        Err(_) => mcp_edge::limits::RUNTIME_WORKERS,
+    };
+    let mut b = match workers {
+        0 => tokio::runtime::Builder::new_current_thread(),
+        n => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(n);
+            b
+        }
+    };
+    b.enable_all().build().context("starting the tokio runtime")
 }
 
 /// SIGTERM (`systemctl stop`) and SIGINT (Ctrl-C) mean stop; SIGHUP

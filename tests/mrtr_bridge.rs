@@ -40,7 +40,8 @@ fn all_caps() -> Value {
     json!({"elicitation": {}, "sampling": {}, "roots": {"listChanged": true}})
 }
 
-/// `tools/call` of `tool` read as an SSE stream.
+/// `tools/call` of `tool` read as it arrives: an SSE stream, or one JSON
+/// answer when the call relayed nothing.
 async fn call_streaming(addr: SocketAddr, sid: &str, tool: &str, args: Value) -> sse::Stream {
     let body = json!({"jsonrpc": "2.0", "id": "c1", "method": "tools/call",
         "params": {"name": tool, "arguments": args}});
@@ -49,7 +50,11 @@ async fn call_streaming(addr: SocketAddr, sid: &str, tool: &str, args: Value) ->
         ("mcp-protocol-version", "2025-11-25"),
     ];
     let s = sse::open("POST", addr, &h, &body.to_string()).await;
-    assert_eq!(s.header("content-type"), Some("text/event-stream"));
+    let kind = s.header("content-type");
+    assert!(
+        matches!(kind, Some("text/event-stream" | "application/json")),
+        "{kind:?}"
+    );
     s
 }
 
@@ -163,7 +168,7 @@ async fn what_the_caller_cannot_answer_is_a_clear_error() {
         r.body["error"]["data"]["requiredCapabilities"],
         json!({"elicitation": {"form": {}}, "roots": {}})
     );
-    assert_eq!(sse::events(&r.raw).len(), 1, "nothing relayed: {}", r.raw);
+    assert!(!r.raw.contains("\"method\""), "nothing relayed: {}", r.raw);
     // A client that takes JSON only cannot be asked.
     let all = session(gw.addr, all_caps()).await;
     let h = [

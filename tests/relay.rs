@@ -7,10 +7,16 @@ use serde_json::{json, Value};
 use std::net::SocketAddr;
 use support::*;
 
-/// POSTs and returns the SSE answer, its messages read as they arrive.
+/// POSTs and returns the answer, its messages read as they arrive: an SSE
+/// stream, or one JSON answer when the call relayed nothing (the response
+/// head waits for the first relayed message or the answer).
 async fn post_streaming(addr: SocketAddr, sid: &str, body: Value) -> sse::Stream {
     let s = sse::open("POST", addr, &[("mcp-session-id", sid)], &body.to_string()).await;
-    assert_eq!(s.headers["content-type"], "text/event-stream");
+    let kind = &s.headers["content-type"];
+    assert!(
+        kind == "text/event-stream" || kind == "application/json",
+        "{kind:?}"
+    );
     s
 }
 
@@ -262,16 +268,21 @@ async fn a_clients_cancellation_reaches_the_upstream() {
     let sid = legacy_session(addr, "2025-11-25").await;
     let slow = json!({"jsonrpc": "2.0", "id": "long-one", "method": "tools/call",
         "params": {"name": "a__slow_echo", "arguments": {"text": "x", "ms": 5000}}});
-    let rx = post_streaming(addr, &sid, slow).await;
-    // Until the gateway is answering it.
-    while gw.app().cancels.is_empty() {
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
-        "params": {"requestId": "long-one", "reason": "user pressed stop"}});
-    let r = post(addr, &[("mcp-session-id", &sid)], &note).await;
-    assert_eq!(r.status, 202);
-    let events = tokio::time::timeout(std::time::Duration::from_secs(3), rx.rest())
+    // The cancellation is sent while the call runs (its response head
+    // waits for its answer).
+    let call = async { post_streaming(addr, &sid, slow).await.rest().await };
+    let cancel = async {
+        // Until the gateway is answering it.
+        while gw.app().cancels.is_empty() {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": "long-one", "reason": "user pressed stop"}});
+        let r = post(addr, &[("mcp-session-id", &sid)], &note).await;
+        assert_eq!(r.status, 202);
+    };
+    let both = async { tokio::join!(call, cancel).0 };
+    let events = tokio::time::timeout(std::time::Duration::from_secs(4), both)
         .await
         .expect("the request ended long before the tool's 5 s");
     let last = events.last().unwrap();
@@ -321,4 +332,33 @@ async fn a_legacy_session_gets_a_modern_upstreams_log_messages() {
     .await;
     assert_eq!(r.body["result"], json!({}), "{}", r.raw);
     assert_eq!(logs(3).await, 0, "the upstream was asked for error and up");
+}
+
+/// A legacy session's call that accepts SSE but relays nothing is answered
+/// as one JSON message with a length (its head waited for the answer); one
+/// that relays something streams it (2025-11-25 transports.mdx §Sending
+/// Messages to the Server: the server returns either).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_relays_nothing_is_one_json_answer() {
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let quiet = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "a__slow_echo", "arguments": {"text": "q", "ms": 10}}});
+    let s = post_streaming(addr, &sid, quiet).await;
+    assert_eq!(s.header("content-type"), Some("application/json"));
+    assert!(s.header("content-length").is_some(), "{:?}", s.headers);
+    let answer = s.rest().await;
+    assert_eq!(answer.len(), 1);
+    assert_eq!(answer[0]["id"], 1);
+    assert!(answer[0]["result"].is_object(), "{answer:?}");
+    let chatty = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "a__progress", "arguments": {"steps": 2, "ms": 10, "tag": "c"},
+        "_meta": {"progressToken": "t"}}});
+    let s = post_streaming(addr, &sid, chatty).await;
+    assert_eq!(s.header("content-type"), Some("text/event-stream"));
+    let events = s.rest().await;
+    let progress = (events.iter()).filter(|e| e["method"] == "notifications/progress");
+    assert_eq!(progress.count(), 2, "{events:?}");
+    assert_eq!(events.last().unwrap()["id"], 2, "the answer comes last");
 }

@@ -370,9 +370,53 @@ enum RelayState<F> {
         tokio::time::Interval,
     ),
     Draining(Outgoing, tokio::sync::mpsc::Receiver<Value>),
+    /// A message taken before the stream began, then the rest.
+    Lead(Value, Box<RelayState<F>>),
     /// The final response's pieces still to write.
     Closing(Chunks, usize),
     Done,
+}
+
+/// What a relayed call gave within its first keep-alive period ([`hold`]).
+pub enum Held {
+    /// Its answer, with nothing relayed before it: a plain response.
+    Answer(Outgoing),
+    /// The SSE stream of what it relays, then its answer.
+    Stream(Response<Body>),
+}
+
+/// Holds a relayed call's response head until the call relays its first
+/// message or ends, at most one `keepalive` period: a call that relays
+/// nothing is answered as one message (JSON, or one SSE event for a
+/// client that takes only SSE) with `Content-Length`, no stream; any other
+/// becomes [`relay_stream`]'s stream (2025-11-25 transports.mdx §Sending
+/// Messages to the Server, item 5: the server returns either).
+pub async fn hold<F>(
+    mut rx: tokio::sync::mpsc::Receiver<Value>,
+    mut call: std::pin::Pin<Box<F>>,
+    keepalive: std::time::Duration,
+) -> Held
+where
+    F: std::future::Future<Output = Outgoing> + Send + 'static,
+{
+    let first = tokio::select! {
+        biased;
+        fin = &mut call => match rx.try_recv() {
+            Err(_) => return Held::Answer(fin),
+            Ok(v) => {
+                let rest = RelayState::<F>::Draining(fin, rx);
+                return Held::Stream(stream_of(RelayState::Lead(v, Box::new(rest))));
+            }
+        },
+        m = rx.recv() => m,
+        _ = tokio::time::sleep(keepalive) => None,
+    };
+    let iv = tokio::time::interval_at(Instant::now() + keepalive, keepalive);
+    let running = RelayState::Running(call, rx, iv);
+    Held::Stream(stream_of(match first {
+        Some(v) => RelayState::Lead(v, Box::new(running)),
+        None => running,
+    }))
 }
 
 /// An SSE response that streams the messages relayed during a call
@@ -387,37 +431,42 @@ pub fn relay_stream<F>(
 where
     F: std::future::Future<Output = Outgoing> + Send + 'static,
 {
-    let frame = |v: &Value| Ok::<_, Infallible>(Frame::data(sse::event(&v.to_string())));
     let iv = tokio::time::interval_at(Instant::now() + keepalive, keepalive);
-    let stream = futures_util::stream::unfold(
-        RelayState::Running(Box::pin(call), rx, iv),
-        move |st| async move {
-            match st {
-                RelayState::Running(mut call, mut rx, mut iv) => {
-                    tokio::select! {
-                        biased;
-                        m = rx.recv() => match m {
-                            Some(v) => Some((frame(&v), RelayState::Running(call, rx, iv))),
-                            None => last_pieces(call.await.chunks(true), 0),
-                        },
-                        fin = &mut call => match rx.try_recv() {
-                            Ok(v) => Some((frame(&v), RelayState::Draining(fin, rx))),
-                            Err(_) => last_pieces(fin.chunks(true), 0),
-                        },
-                        _ = iv.tick() => {
-                            Some((Ok(Frame::data(sse::keepalive())), RelayState::Running(call, rx, iv)))
-                        }
+    stream_of(RelayState::Running(Box::pin(call), rx, iv))
+}
+
+fn stream_of<F>(start: RelayState<F>) -> Response<Body>
+where
+    F: std::future::Future<Output = Outgoing> + Send + 'static,
+{
+    let frame = |v: &Value| Ok::<_, Infallible>(Frame::data(sse::event(&v.to_string())));
+    let stream = futures_util::stream::unfold(start, move |st| async move {
+        match st {
+            RelayState::Running(mut call, mut rx, mut iv) => {
+                tokio::select! {
+                    biased;
+                    m = rx.recv() => match m {
+                        Some(v) => Some((frame(&v), RelayState::Running(call, rx, iv))),
+                        None => last_pieces(call.await.chunks(true), 0),
+                    },
+                    fin = &mut call => match rx.try_recv() {
+                        Ok(v) => Some((frame(&v), RelayState::Draining(fin, rx))),
+                        Err(_) => last_pieces(fin.chunks(true), 0),
+                    },
+                    _ = iv.tick() => {
+                        Some((Ok(Frame::data(sse::keepalive())), RelayState::Running(call, rx, iv)))
                     }
                 }
-                RelayState::Draining(fin, mut rx) => match rx.try_recv() {
-                    Ok(v) => Some((frame(&v), RelayState::Draining(fin, rx))),
-                    Err(_) => last_pieces(fin.chunks(true), 0),
-                },
-                RelayState::Closing(chunks, next) => last_pieces(chunks, next),
-                RelayState::Done => None,
             }
-        },
-    );
+            RelayState::Draining(fin, mut rx) => match rx.try_recv() {
+                Ok(v) => Some((frame(&v), RelayState::Draining(fin, rx))),
+                Err(_) => last_pieces(fin.chunks(true), 0),
+            },
+            RelayState::Lead(v, next) => Some((frame(&v), *next)),
+            RelayState::Closing(chunks, next) => last_pieces(chunks, next),
+            RelayState::Done => None,
+        }
+    });
     let mut r = Response::new(BodyExt::boxed_unsync(StreamBody::new(stream)));
     sse_headers(&mut r);
     r

@@ -12,10 +12,10 @@ use super::answer::{finish, finish_audited, observe};
 pub(super) use super::answer::{Answer, Outcome};
 use super::era::{decide_era, has_modern_meta, session_header, ClientEra, SessionBusy};
 use super::reply::{refuse, Refusal};
-use super::{audited, modern, reply, App, Body, Who};
+use super::{audited, modern, reply, App, Who};
 use crate::protocol::{self, ClientCaps, Message, Payload, ProtocolVersion, RpcError};
 use crate::session::{SessionError, SessionId};
-use http::{HeaderMap, Response, StatusCode};
+use http::{HeaderMap, StatusCode};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use tokio::time::Instant;
@@ -93,7 +93,7 @@ pub(super) async fn one(
                 Route::Listen => call.listen(app, stream_ok).await,
                 Route::SetLevel => Ok(Outcome::Answer(call.set_level(app))),
                 Route::Subscription => Ok(Outcome::Answer(call.subscription(app).await)),
-                Route::Relayed => Ok(Outcome::Stream(call.relayed(app))),
+                Route::Relayed => Ok(call.relayed(app).await),
                 Route::Modern => {
                     let req = super::mrtr::Request {
                         id: call.id,
@@ -276,8 +276,9 @@ impl Call {
     }
 
     /// A call whose upstream may send request-scoped messages: an SSE
-    /// stream relaying them, then the response.
-    fn relayed(self, app: &Arc<App>) -> Response<Body> {
+    /// stream relaying them, then the response; a plain answer when it
+    /// relays nothing ([`reply::hold`]).
+    async fn relayed(self, app: &Arc<App>) -> Outcome {
         let (relay, rx) = crate::upstream::relay::Relay::new(
             match self.era {
                 ClientEra::Legacy(sid, _) => Some(sid.to_header()),
@@ -323,7 +324,14 @@ impl Call {
             observe(&method, t0);
             finish_audited(audit, id, &method, era == ClientEra::Modern, outcome, &who).response
         };
-        reply::relay_stream(rx, fut, keepalive)
+        match reply::hold(rx, Box::pin(fut), keepalive).await {
+            reply::Held::Answer(response) => Outcome::Answer(Answer {
+                response,
+                status: StatusCode::OK,
+                session: None,
+            }),
+            reply::Held::Stream(r) => Outcome::Stream(r),
+        }
     }
 
     /// From which level log messages reach this caller: a legacy session's

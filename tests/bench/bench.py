@@ -246,7 +246,7 @@ def run_wrk(t, conns, a, rnd, out_dir, duration=None, max_requests=None):
     out = os.path.join(out_dir, "wrk.json")
     env = {**os.environ, "TOOL": t.tool, "ERA": t.era, "SID": sid, "PV": pv, "ID_BASE": str(rnd + 2),
            "OUT": out, "MAX_PER_THREAD": str(-(-max_requests // threads) if max_requests else 0)}
-    cmd = ["wrk", "-t", str(threads), "-c", str(conns), "-d", f"{duration}s", "--timeout", "10s",
+    cmd = ["wrk", "-t", str(threads), "-c", str(conns), "-d", f"{max(1, round(duration))}s", "--timeout", "10s",
            "-s", os.path.join(HERE, "call.lua"), f"http://127.0.0.1:{t.port}/mcp"]
     scrape = 0
     if t.admin:
