@@ -280,8 +280,13 @@ pub const MAX_STREAMS_PER_SESSION: u8 = 2;
 
 // ---- the composition root (gateway/*) ----
 
-/// Runtime worker threads: two, as many as a Pi Zero 2 W has cores to spare.
-pub const RUNTIME_WORKERS: usize = 2;
+/// Runtime worker threads; 0: one thread, tokio's `current_thread`
+/// runtime. Chosen by measurement (docs/benchmarks.md, "Hot path"): with
+/// one thread a proxied call costs about a fifth less CPU than with two
+/// workers (no wake-ups from one worker to another), at the same
+/// throughput on this 2-core machine; one core of a Pi Zero 2 W still
+/// serves thousands of calls a second. `MCP_EDGE_WORKERS` overrides it.
+pub const RUNTIME_WORKERS: usize = 0;
 /// How long start-up and a reload wait for upstreams' first attempts before
 /// `READY=1` (and `/readyz`).
 pub const START_BUDGET: Duration = Duration::from_secs(30);

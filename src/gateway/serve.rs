@@ -103,7 +103,8 @@ impl Gateway {
         if !stopped {
             notify::ready(&self.health().status_line());
             watchdog = notify::watchdog_period().map(|p| self.start_watchdog(p));
-            if crate::fault::block_runtime_if_asked(crate::limits::RUNTIME_WORKERS) {
+            let workers = tokio::runtime::Handle::current().metrics().num_workers();
+            if crate::fault::block_runtime_if_asked(workers) {
                 notify::status("test fault: blocking the runtime");
             }
             loop {
