@@ -5,8 +5,8 @@
 
 use super::{App, Who};
 use crate::audit::{Outcome, Record};
+pub(super) use crate::protocol::raw::json_len;
 use crate::protocol::{self, Outgoing, Payload, RpcError};
-pub(super) use crate::upstream::catalog::json_len;
 use serde_json::Value;
 use std::time::SystemTime;
 use tokio::time::Instant;

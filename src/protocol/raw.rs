@@ -338,7 +338,7 @@ impl Outgoing {
 const HEAD: &str = "{\"jsonrpc\":\"2.0\",\"id\":";
 const MID: &str = ",\"result\":";
 
-/// Bytes of `v`'s compact JSON text, counted without writing it.
+/// Bytes of `v`'s compact JSON text, counted without building it.
 pub fn json_len(v: &Value) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {

@@ -10,6 +10,7 @@
 
 use super::{Negotiated, Upstream};
 use crate::limits;
+use crate::protocol::raw::json_len;
 use serde_json::{json, Value};
 
 /// Generation counters of the merged lists, one per kind a `list_changed`
@@ -137,23 +138,6 @@ impl Catalog {
 struct Budget {
     bytes_left: usize,
     max_entries: usize,
-}
-
-/// Serialized JSON length of `v`, counted without building the string.
-pub fn json_len(v: &Value) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0 += b.len();
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut c = Count(0);
-    let _ = serde_json::to_writer(&mut c, v);
-    c.0
 }
 
 /// Every page of `method`; `None` when a page request failed (limits only
