@@ -413,6 +413,10 @@ pub const OVERLONG_LINE_HEAD_BYTES: usize = 256;
 /// Capacity a stdio upstream's stdin buffers keep between bursts (a
 /// larger batch's buffer is freed once written).
 pub const STDIN_BUFFER_KEEP: usize = 16 * 1024;
+/// Capacity a stdio upstream's stdout and stderr line buffers keep between
+/// lines (a larger one is freed once its line is handled; an answer takes
+/// its buffer along anyway).
+pub const LINE_BUFFER_KEEP: usize = 16 * 1024;
 /// Bytes of a failure reason kept in the persisted backoff state.
 pub const PERSISTED_REASON_BYTES: usize = 256;
 /// How long an exited child's last stderr lines (and, after its stdout

@@ -370,6 +370,8 @@ enum RelayState<F> {
         tokio::time::Interval,
     ),
     Draining(Outgoing, tokio::sync::mpsc::Receiver<Value>),
+    /// Nothing more to relay: the answer, with keep-alives until it comes.
+    Waiting(std::pin::Pin<Box<F>>, tokio::time::Interval),
     /// A message taken before the stream began, then the rest.
     Lead(Value, Box<RelayState<F>>),
     /// The final response's pieces still to write.
@@ -399,17 +401,25 @@ pub async fn hold<F>(
 where
     F: std::future::Future<Output = Outgoing> + Send + 'static,
 {
-    let first = tokio::select! {
-        biased;
-        fin = &mut call => match rx.try_recv() {
-            Err(_) => return Held::Answer(fin),
-            Ok(v) => {
-                let rest = RelayState::<F>::Draining(fin, rx);
-                return Held::Stream(stream_of(RelayState::Lead(v, Box::new(rest))));
-            }
-        },
-        m = rx.recv() => m,
-        _ = tokio::time::sleep(keepalive) => None,
+    let sleep = tokio::time::sleep(keepalive);
+    tokio::pin!(sleep);
+    let mut open = true;
+    let first = loop {
+        tokio::select! {
+            biased;
+            fin = &mut call => match rx.try_recv() {
+                Err(_) => return Held::Answer(fin),
+                Ok(v) => {
+                    let rest = RelayState::<F>::Draining(fin, rx);
+                    return Held::Stream(stream_of(RelayState::Lead(v, Box::new(rest))));
+                }
+            },
+            m = rx.recv(), if open => match m {
+                Some(v) => break Some(v),
+                None => open = false, // nothing more to relay: wait for the answer
+            },
+            _ = &mut sleep => break None,
+        }
     };
     let iv = tokio::time::interval_at(Instant::now() + keepalive, keepalive);
     let running = RelayState::Running(call, rx, iv);
@@ -447,7 +457,7 @@ where
                     biased;
                     m = rx.recv() => match m {
                         Some(v) => Some((frame(&v), RelayState::Running(call, rx, iv))),
-                        None => last_pieces(call.await.chunks(true), 0),
+                        None => waiting(call, iv).await,
                     },
                     fin = &mut call => match rx.try_recv() {
                         Ok(v) => Some((frame(&v), RelayState::Draining(fin, rx))),
@@ -462,6 +472,7 @@ where
                 Ok(v) => Some((frame(&v), RelayState::Draining(fin, rx))),
                 Err(_) => last_pieces(fin.chunks(true), 0),
             },
+            RelayState::Waiting(call, iv) => waiting(call, iv).await,
             RelayState::Lead(v, next) => Some((frame(&v), *next)),
             RelayState::Closing(chunks, next) => last_pieces(chunks, next),
             RelayState::Done => None,
@@ -470,6 +481,22 @@ where
     let mut r = Response::new(BodyExt::boxed_unsync(StreamBody::new(stream)));
     sse_headers(&mut r);
     r
+}
+
+/// A keep-alive, or the first piece of the answer, of a call with nothing
+/// left to relay.
+#[allow(clippy::type_complexity)]
+async fn waiting<F>(
+    mut call: std::pin::Pin<Box<F>>,
+    mut iv: tokio::time::Interval,
+) -> Option<(Result<Frame<Bytes>, Infallible>, RelayState<F>)>
+where
+    F: std::future::Future<Output = Outgoing>,
+{
+    tokio::select! {
+        fin = &mut call => last_pieces(fin.chunks(true), 0),
+        _ = iv.tick() => Some((Ok(Frame::data(sse::keepalive())), RelayState::Waiting(call, iv))),
+    }
 }
 
 /// The next piece of a relayed call's final response (empty ones skipped).

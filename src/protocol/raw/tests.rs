@@ -76,7 +76,12 @@ fn pretty_printed_text_is_reframed_for_sse() {
     let r = raw("{\n  \"a\": [1,\n 2]\n}");
     let s = joined(Outgoing::result(json!(1), Payload::Raw(r.clone())).chunks(true));
     assert_eq!(s.matches("data: ").count(), 1, "{s}");
-    assert!(s.ends_with("\n\n") && !s.trim_end().contains('\n') || s.lines().count() == 3);
+    assert_eq!(
+        s.split('\n').count(),
+        4,
+        "event, one data line, blank: {s:?}"
+    );
+    assert!(s.ends_with("}\n\n"), "{s:?}");
     let json_text = s.strip_prefix("event: message\ndata: ").unwrap().trim_end();
     let v: Value = serde_json::from_str(json_text).unwrap();
     assert_eq!(v["result"], json!({"a": [1, 2]}));

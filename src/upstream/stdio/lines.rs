@@ -90,18 +90,23 @@ pub(super) fn answer(line: &mut Vec<u8>, inflight: &InFlight) -> Answered {
 }
 
 /// Reads one line of at most `max` bytes into `buf` (without the newline).
-/// Returns `Ok(false)` at EOF, and `Err(true)` after skipping an over-long line.
+/// Returns `Ok(false)` at EOF, and `Err(true)` after skipping an over-long
+/// line (`buf` then holds its head).
+///
+/// Cancel-safe: what a dropped read consumed stays in `buf` and `cut` (an
+/// over-long line in progress), and the next read goes on from there; the
+/// caller empties both with [`line_done`] once it has handled the line.
 pub(super) async fn read_line_bounded<R: AsyncBufRead + Unpin>(
     r: &mut R,
     buf: &mut Vec<u8>,
+    cut: &mut bool,
     max: usize,
 ) -> std::io::Result<Result<bool, bool>> {
-    buf.clear();
-    let mut too_long = false;
+    let too_long = cut;
     loop {
         let avail = r.fill_buf().await?;
         if avail.is_empty() {
-            return Ok(if too_long {
+            return Ok(if *too_long {
                 Err(true)
             } else {
                 Ok(!buf.is_empty())
@@ -111,10 +116,10 @@ pub(super) async fn read_line_bounded<R: AsyncBufRead + Unpin>(
             Some(i) => (&avail[..i], Some(i + 1)),
             None => (avail, None),
         };
-        if !too_long {
+        if !*too_long {
             if buf.len() + chunk.len() > max {
                 // Keep only a short head (to find the id), drain the rest unbuffered.
-                too_long = true;
+                *too_long = true;
                 let keep = limits::OVERLONG_LINE_HEAD_BYTES
                     .saturating_sub(buf.len())
                     .min(chunk.len());
@@ -128,8 +133,19 @@ pub(super) async fn read_line_bounded<R: AsyncBufRead + Unpin>(
         let used = done.unwrap_or(avail.len());
         r.consume(used);
         if done.is_some() {
-            return Ok(if too_long { Err(true) } else { Ok(true) });
+            return Ok(if *too_long { Err(true) } else { Ok(true) });
         }
+    }
+}
+
+/// Empties a line's buffer for the next line after it was handled; a
+/// buffer grown past [`limits::LINE_BUFFER_KEEP`] (a large message that was
+/// not an answer, which takes its buffer along) is freed.
+pub(super) fn line_done(buf: &mut Vec<u8>, cut: &mut bool) {
+    buf.clear();
+    *cut = false;
+    if buf.capacity() > limits::LINE_BUFFER_KEEP {
+        *buf = Vec::new();
     }
 }
 

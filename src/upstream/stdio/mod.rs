@@ -82,7 +82,9 @@ pub fn open(
         ctx,
         stderr_tail,
         line: Vec::new(),
+        line_cut: false,
         err_line: Vec::new(),
+        err_cut: false,
         stderr_open: true,
         log_budget: LogBudget::new(tokio::time::Instant::now()),
         warnings: Throttle::new(
@@ -117,7 +119,10 @@ struct Pump {
     ctx: RelayCtx,
     stderr_tail: Arc<std::sync::Mutex<Ring>>,
     line: Vec<u8>,
+    /// The stdout line being read is over-long (only its head is kept).
+    line_cut: bool,
     err_line: Vec<u8>,
+    err_cut: bool,
     stderr_open: bool,
     log_budget: LogBudget,
     /// The log budget of per-message warnings (over-long lines, noise,
@@ -148,9 +153,14 @@ impl Pump {
     async fn drive(mut self, mut child: Child, incarnation: Incarnation) -> String {
         let reason = loop {
             let ended = tokio::select! {
-                r = read_line_bounded(&mut self.stdout, &mut self.line, self.max_bytes) => self.on_stdout(r).await,
-                r = read_line_bounded(&mut self.stderr, &mut self.err_line, limits::STDERR_LINE_BYTES), if self.stderr_open => {
+                r = read_line_bounded(&mut self.stdout, &mut self.line, &mut self.line_cut, self.max_bytes) => {
+                    let ended = self.on_stdout(r).await;
+                    lines::line_done(&mut self.line, &mut self.line_cut);
+                    ended
+                }
+                r = read_line_bounded(&mut self.stderr, &mut self.err_line, &mut self.err_cut, limits::STDERR_LINE_BYTES), if self.stderr_open => {
                     self.on_stderr(r);
+                    lines::line_done(&mut self.err_line, &mut self.err_cut);
                     None
                 }
                 status = child.wait() => Some(self.on_exit(status).await),
@@ -279,6 +289,7 @@ impl Pump {
                 let r = read_line_bounded(
                     &mut self.stderr,
                     &mut self.err_line,
+                    &mut self.err_cut,
                     limits::STDERR_LINE_BYTES,
                 )
                 .await;
@@ -286,6 +297,7 @@ impl Pump {
                     Ok(Ok(true)) => self.keep_stderr_line(),
                     _ => self.stderr_open = false,
                 }
+                lines::line_done(&mut self.err_line, &mut self.err_cut);
             }
         })
         .await;

@@ -76,7 +76,10 @@ impl Stdin {
 
     /// Closes the pipe: the child sees EOF.
     pub(super) async fn close(&self) {
-        self.pipe.lock().await.w.take();
+        let mut p = self.pipe.lock().await;
+        p.w.take();
+        p.batch = Vec::new();
+        p.done = 0;
     }
 
     fn queue(&self, fill: impl FnOnce(&mut Vec<u8>)) {
@@ -85,30 +88,100 @@ impl Stdin {
         q.push(b'\n');
     }
 
-    /// Writes what is queued (unless a writer before took it already).
+    /// Writes what is queued (unless a writer before took it already):
+    /// first the rest of a batch a dropped writer left, then the queue,
+    /// which holds this caller's line unless an earlier batch took it.
     async fn flush(&self) -> Result<(), SendError> {
         let mut pipe = self.pipe.lock().await;
         let p = &mut *pipe;
-        // A writer dropped mid-write left the rest of its batch: first that.
-        if p.done == p.batch.len() {
-            p.batch.clear();
-            p.done = 0;
-            std::mem::swap(&mut *self.queued.lock().expect("stdin queue"), &mut p.batch);
+        if p.done < p.batch.len() {
+            p.write_batch().await?;
         }
-        let w =
-            p.w.as_mut()
-                .ok_or_else(|| SendError::Transport("stdin closed".into()))?;
-        while p.done < p.batch.len() {
-            match w.write(&p.batch[p.done..]).await {
-                Ok(0) => return Err(SendError::Transport("writing stdin: pipe closed".into())),
-                Ok(n) => p.done += n,
-                Err(e) => return Err(SendError::Transport(format!("writing stdin: {e}"))),
-            }
-        }
+        p.batch.clear();
+        p.done = 0;
+        std::mem::swap(&mut *self.queued.lock().expect("stdin queue"), &mut p.batch);
+        p.write_batch().await?;
         if p.batch.capacity() > limits::STDIN_BUFFER_KEEP {
             p.batch = Vec::new();
             p.done = 0;
         }
         Ok(())
+    }
+}
+
+impl Pipe {
+    /// Writes the batch from where it stands; a failed write drops it (the
+    /// pipe is gone: the connection fails its calls).
+    async fn write_batch(&mut self) -> Result<(), SendError> {
+        if self.done >= self.batch.len() {
+            return Ok(());
+        }
+        let Some(w) = self.w.as_mut() else {
+            self.batch.clear();
+            self.done = 0;
+            return Err(SendError::Transport("stdin closed".into()));
+        };
+        while self.done < self.batch.len() {
+            let failed = match w.write(&self.batch[self.done..]).await {
+                Ok(0) => "pipe closed".to_string(),
+                Ok(n) => {
+                    self.done += n;
+                    continue;
+                }
+                Err(e) => e.to_string(),
+            };
+            self.batch.clear();
+            self.done = 0;
+            return Err(SendError::Transport(format!("writing stdin: {failed}")));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Stdin;
+    use serde_json::json;
+    use std::process::Stdio;
+    use tokio::io::AsyncReadExt;
+
+    /// A writer dropped while the pipe is full (the child reads late)
+    /// leaves its batch half written; the next caller finishes it and
+    /// then writes its own line: both lines arrive whole, in order.
+    #[tokio::test]
+    async fn a_write_cut_short_is_finished_by_the_next_writer() {
+        let mut child = tokio::process::Command::new("sh")
+            .args(["-c", "sleep 0.5; cat"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("sh");
+        let stdin = Stdin::new(child.stdin.take());
+        let mut stdout = child.stdout.take().expect("stdout");
+        let big = json!({"x": "a".repeat(1 << 20)});
+        // cat's output is read all along (a full stdout pipe would stop it
+        // reading its stdin).
+        let read = async {
+            let mut out = String::new();
+            stdout.read_to_string(&mut out).await.expect("read");
+            out
+        };
+        let write = async {
+            let cut =
+                tokio::time::timeout(std::time::Duration::from_millis(50), stdin.message(&big))
+                    .await;
+            assert!(cut.is_err(), "a 1 MiB line cannot fit the pipe at once");
+            stdin.request(7, "ping", None).await.expect("written");
+            stdin.close().await;
+        };
+        let (out, ()) = tokio::join!(read, write);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 2, "{} bytes", out.len());
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(lines[0]).unwrap(),
+            big
+        );
+        assert_eq!(lines[1], r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#);
     }
 }
