@@ -244,13 +244,7 @@ impl Call {
                 ),
             )),
         };
-        finish(
-            self.id,
-            &self.method,
-            false,
-            outcome.map(Payload::from),
-            &self.who,
-        )
+        self.answer_legacy(outcome)
     }
 
     /// A legacy `resources/subscribe` / `resources/unsubscribe`, kept in
@@ -266,13 +260,13 @@ impl Call {
         let outcome =
             (app.resource_subscription(who, &self.method, self.params.as_ref(), policy)).await;
         observe(&self.method, t0);
-        finish(
-            self.id,
-            &self.method,
-            false,
-            outcome.map(Payload::from),
-            &self.who,
-        )
+        self.answer_legacy(outcome)
+    }
+
+    /// The answer of a request mcp-edge answers itself for a legacy session.
+    fn answer_legacy(self, outcome: Result<Value, RpcError>) -> Answer {
+        let outcome = outcome.map(Payload::from);
+        finish(self.id, &self.method, false, outcome, &self.who)
     }
 
     /// A call whose upstream may send request-scoped messages: an SSE

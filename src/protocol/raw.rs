@@ -69,11 +69,8 @@ impl Top {
         let open = text.iter().position(|&b| b == b'{').unwrap_or(0);
         let after_brace = text[open + 1..].iter().find(|b| !b.is_ascii_whitespace());
         Some(Top {
-            result_type: scan.result_type.map(|r| match r.get() {
-                "\"complete\"" => ResultType::Complete,
-                "\"input_required\"" => ResultType::InputRequired,
-                "\"task\"" => ResultType::Task,
-                _ => ResultType::Other,
+            result_type: (scan.result_type).map(|r| {
+                ResultType::of(r.get().strip_prefix('"').and_then(|t| t.strip_suffix('"')))
             }),
             is_error: scan.is_error.is_some_and(|r| r.get() == "true"),
             has_ttl: scan.ttl.is_some(),
@@ -81,6 +78,18 @@ impl Top {
             empty: after_brace == Some(&b'}'),
             multiline: text.iter().any(|&b| b == b'\n' || b == b'\r'),
         })
+    }
+}
+
+impl ResultType {
+    /// The type a `resultType` string names (`None`: not a string).
+    fn of(text: Option<&str>) -> ResultType {
+        match text {
+            Some("complete") => ResultType::Complete,
+            Some("input_required") => ResultType::InputRequired,
+            Some("task") => ResultType::Task,
+            _ => ResultType::Other,
+        }
     }
 }
 
@@ -227,12 +236,7 @@ impl Payload {
     pub fn result_type(&self) -> Option<ResultType> {
         match self {
             Payload::Raw(r) => r.result_type(),
-            Payload::Tree(v) => v.get("resultType").map(|t| match t.as_str() {
-                Some("complete") => ResultType::Complete,
-                Some("input_required") => ResultType::InputRequired,
-                Some("task") => ResultType::Task,
-                _ => ResultType::Other,
-            }),
+            Payload::Tree(v) => v.get("resultType").map(|t| ResultType::of(t.as_str())),
         }
     }
 
