@@ -232,7 +232,7 @@ where
         Ok(x) => x,
         Err(refused) => return refused,
     };
-    let sse = reply::wants_sse(&headers);
+    let sse = super::media::wants_sse(&headers);
     let body: Value = match serde_json::from_slice(&bytes) {
         Ok(v) => v,
         Err(e) => {
@@ -258,7 +258,7 @@ where
             return Refusal(StatusCode::TOO_MANY_REQUESTS, e).into_response(id.clone());
         }
     }
-    let accepts = reply::accepts_sse(&headers);
+    let accepts = super::media::accepts_sse(&headers);
     match one(&app, &headers, msg, accepts, &who, bytes.len()).await {
         Ok(Outcome::Accepted) => reply::empty(StatusCode::ACCEPTED),
         Ok(Outcome::Answer(Answer {

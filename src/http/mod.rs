@@ -24,6 +24,7 @@ mod era;
 mod gate;
 mod legacy_input;
 pub mod listen;
+pub mod media;
 pub mod modern;
 pub mod mrtr;
 pub mod parked;

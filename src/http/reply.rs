@@ -16,22 +16,6 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use tokio::time::Instant;
 
-/// True when the client accepts SSE at all (then relayed messages can be streamed).
-pub fn accepts_sse(h: &HeaderMap) -> bool {
-    accepts(h, b"text/event-stream")
-}
-
-/// True when the client accepts SSE but not JSON (then it gets an SSE stream).
-pub fn wants_sse(h: &HeaderMap) -> bool {
-    accepts(h, b"text/event-stream") && !accepts(h, b"application/json") && !accepts(h, b"*/*")
-}
-
-/// `Accept` names `media` (ASCII case ignored; nothing allocated).
-fn accepts(h: &HeaderMap, media: &[u8]) -> bool {
-    h.get(header::ACCEPT)
-        .is_some_and(|v| (v.as_bytes().windows(media.len())).any(|w| w.eq_ignore_ascii_case(media)))
-}
-
 pub(crate) fn full(b: impl Into<Bytes>) -> Body {
     Full::new(b.into())
         .map_err(|e: Infallible| match e {})
