@@ -95,11 +95,13 @@ pub const CALL_BYTES: usize = 4 * 1024;
 /// written to the client: the bytes as received, in a buffer grown by
 /// quarters (`protocol::raw`). Measured 1.4 for a 512 KiB result
 /// (`tests/budget.rs`), 1.12 for 4 MiB (`tests/bench/run.sh`); 6 before
-/// results passed through as bytes (issue 14).
+/// results passed through as bytes (issue 14). The same holds for an HTTP
+/// upstream: its JSON body is gathered once into a buffer reserved from
+/// `Content-Length`, its SSE event is the data line's own buffer, and its
+/// connection reads through at most `limits::UPSTREAM_READ_BUFFER`
+/// (measured 1.4 JSON, 1.5 SSE at 512 KiB; 2.6 and 2.4 with hyper's
+/// default read buffer, 7 while HTTP results were parsed into a tree).
 pub const RESULT_FACTOR: usize = 2;
-/// The same for an HTTP upstream, whose results are still parsed into a
-/// tree and written out again.
-pub const TREE_RESULT_FACTOR: usize = 7;
 /// Heap per byte of catalog JSON (kept per upstream, plus the merged view).
 pub const CATALOG_FACTOR: usize = 8;
 /// One tool pin with the tool withheld: its pin, its entry in the
@@ -141,18 +143,6 @@ pub fn mib(b: usize) -> String {
     format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
 }
 
-/// The heap one call's largest result may take: its bytes times
-/// [`RESULT_FACTOR`] (passed through) or [`TREE_RESULT_FACTOR`] (HTTP).
-fn largest_result_cost(ups: &[&crate::config::UpstreamConfig]) -> usize {
-    (ups.iter())
-        .map(|u| match u.transport {
-            Transport::Http { .. } => u.max_result_bytes * TREE_RESULT_FACTOR,
-            _ => u.max_result_bytes * RESULT_FACTOR,
-        })
-        .max()
-        .unwrap_or(0)
-}
-
 impl Estimate {
     /// The estimate for `cfg` (disabled upstreams cost nothing).
     pub fn of(cfg: &Config) -> Estimate {
@@ -164,7 +154,7 @@ impl Estimate {
         let in_flight: usize = ups.iter().map(|u| u.max_in_flight).sum();
         let calls = in_flight.min(s.max_connections);
         let largest_result = ups.iter().map(|u| u.max_result_bytes).max().unwrap_or(0);
-        let result_cost = largest_result_cost(&ups);
+        let result_cost = largest_result * RESULT_FACTOR;
         let mut items = vec![
             Item {
                 what: "fixed (runtime, recorder, router, listeners)".into(),
@@ -211,7 +201,7 @@ impl Estimate {
             },
             Item {
                 what: format!(
-                    "calls in flight (min({in_flight}, {}) × ({} + {} result × {RESULT_FACTOR} stdio, {TREE_RESULT_FACTOR} HTTP))",
+                    "calls in flight (min({in_flight}, {}) × ({} + {} result × {RESULT_FACTOR}))",
                     s.max_connections,
                     kib(CALL_BYTES),
                     kib(largest_result)

@@ -261,6 +261,12 @@ pub const CHILD_STOP_GRACE: Duration = Duration::from_secs(2);
 /// Time a client has to send a complete request head (and, between requests
 /// on a kept-alive connection, the next one) before its connection is closed.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest read buffer of a connection to an HTTP upstream (hyper's
+/// `http1_max_buf_size`): 64 KiB. It also bounds an upstream's response
+/// head. A big answer is read through it in pieces and gathered once
+/// (`budget::RESULT_FACTOR`) instead of hyper's default ≈ 408 KiB
+/// buffer per connection coming on top.
+pub const UPSTREAM_READ_BUFFER: usize = 64 * 1024;
 /// Largest request head (request line and headers) a client may send: 32 KiB.
 /// Both hyper's head limit (`http1::Builder::max_header_size`) and its
 /// per-connection read buffer limit (`max_buf_size`, default ≈ 408 KiB), so

@@ -338,4 +338,4 @@ pub mod raw;
 pub mod sse;
 
 pub use caps::ClientCaps;
-pub use raw::{Outgoing, Payload, RawResult, ResultType};
+pub use raw::{split_response, Outgoing, Payload, RawResult, ResultType};

@@ -229,6 +229,7 @@ async fn per_entry_costs_stay_below_the_budget_constants() {
         budget::RESULT_FACTOR as f64, // the line's buffer is the result
     );
     gw.shutdown().await;
+    http_result_costs(RESULT).await;
 
     // Catalog: 400 generated tools of ~1 KiB against none.
     let mut live = Vec::new();
@@ -251,6 +252,42 @@ async fn per_entry_costs_stay_below_the_budget_constants() {
 
     pin_costs();
     tls_connection_costs(per_conn).await;
+}
+
+/// A big result from an HTTP upstream (the fake in `--http` mode, its own
+/// process), answered in JSON and as an SSE event, against
+/// `RESULT_FACTOR`, as a stdio upstream's.
+async fn http_result_costs(result: usize) {
+    for sse in [false, true] {
+        let mut args = vec![fake_upstream().display().to_string(), "--http".into()];
+        args.extend(["--era", "legacy", "--name", "h"].map(String::from));
+        if sse {
+            args.push("--sse".into());
+        }
+        let mut child = tokio::process::Command::new("python3")
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("python3 fake_upstream.py --http");
+        let mut port = String::new();
+        let mut out = tokio::io::BufReader::new(child.stdout.take().expect("stdout"));
+        tokio::io::AsyncBufReadExt::read_line(&mut out, &mut port)
+            .await
+            .expect("the fake's port");
+        let url = format!("http://127.0.0.1:{}/mcp", port.trim());
+        let block = format!("[[upstream]]\nname = \"h\"\ntransport = \"http\"\nurl = \"{url}\"\n");
+        let gw = start("", &block).await;
+        let req = modern_call("h__big", json!({"bytes": result}));
+        let factor = peak_per_byte(gw.local_addr(), &req, result).await;
+        let framing = if sse { "SSE" } else { "JSON" };
+        report(
+            &format!("HTTP result, {framing} (heap per byte)"),
+            factor,
+            budget::RESULT_FACTOR as f64,
+        );
+        gw.shutdown().await;
+    }
 }
 
 /// Tool pins: 1,024 tools pinned, then every one changed and withheld —

@@ -207,6 +207,40 @@ fn trim(bytes: Bytes) -> Bytes {
     bytes.slice(start..end)
 }
 
+/// A JSON-RPC success response to one of mcp-edge's own requests (numeric
+/// id) whose `result` is a JSON object, read without building a tree
+/// (JSON-RPC 2.0 §5): its id, where the result lies in `text`, and the
+/// result's top level. `None` for anything else (errors, requests,
+/// notifications, string ids, a `result` that is not an object): the
+/// caller reads those as a tree.
+pub fn split_response(text: &[u8]) -> Option<(u64, std::ops::Range<usize>, Scanned)> {
+    #[derive(Deserialize)]
+    struct Envelope<'a> {
+        #[serde(borrow, default)]
+        jsonrpc: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        id: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        method: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        result: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        error: Option<&'a RawValue>,
+    }
+    let e = serde_json::from_slice::<Envelope<'_>>(text).ok()?;
+    let (Some(v), Some(id), None, Some(result), None) =
+        (e.jsonrpc, e.id, e.method, e.result, e.error)
+    else {
+        return None;
+    };
+    let (Ok(n), "\"2.0\"") = (id.get().parse::<u64>(), v.get()) else {
+        return None;
+    };
+    let top = RawResult::scan(result.get().as_bytes())?;
+    let start = result.get().as_ptr() as usize - text.as_ptr() as usize;
+    Some((n, start..start + result.get().len(), top))
+}
+
 /// A call's result on its way to the caller: as received, or a tree the
 /// gateway built or changed.
 #[derive(Clone, Debug)]

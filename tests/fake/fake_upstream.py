@@ -3,6 +3,7 @@
 
 Python standard library only. Usage: fake_upstream.py [--era legacy|modern] [--name N]
 [--slow-start MS] (reads nothing for MS milliseconds, like a server with a slow import)
+[--http [--sse]] (streamable HTTP on a loopback port printed first, not stdio)
 [--noisy N] (before serving: stdout and stderr lines with raw control bytes, N
 over-long stdout lines of 4 KiB and N of stderr, N answers to an id never sent)
 
@@ -87,7 +88,13 @@ def tools_now():
     return out + [t for t in extra if t["name"] in by_name]
 
 
+answers = threading.local()  # --http: what a POST's handling sent
+
+
 def send(msg):
+    if getattr(answers, "out", None) is not None:
+        answers.out.append(msg)
+        return
     with lock:
         sys.stdout.write(json.dumps(msg) + "\n")
         sys.stdout.flush()
@@ -358,6 +365,54 @@ if "--noisy" in args:
         sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": 900000 + i, "result": {}}) + "\n")
     sys.stdout.flush()
     sys.stderr.flush()
+if "--http" in args:
+    # --http [--sse]: serves streamable HTTP on a loopback port it prints as its first
+    # stdout line; each POST is answered with what handling it sent (the last message)
+    # as JSON, or as one SSE event with --sse; a notification gets 202. For the tools
+    # that answer at once (no server->client requests, no listen streams).
+    import http.server
+
+    sse = "--sse" in args
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            msg = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+            answers.out = []
+            try:
+                handle(msg)
+            finally:
+                out, answers.out = answers.out, None
+            if not out:
+                self.send_response(202)
+                self.send_header("content-length", "0")
+                self.end_headers()
+                return
+            body = json.dumps(out[-1]).encode()
+            kind = "application/json"
+            if sse:
+                body, kind = b"event: message\ndata: " + body + b"\n\n", "text/event-stream"
+            self.send_response(200)
+            self.send_header("content-type", kind)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            self.send_response(405)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        do_DELETE = do_GET
+
+        def log_message(self, *a):
+            pass
+
+    initialized = True  # no session: every POST stands alone
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    print(server.server_address[1], flush=True)
+    server.serve_forever()
 if "--slow-start" in args:
     time.sleep(int(args[args.index("--slow-start") + 1]) / 1000)
 for line in sys.stdin:

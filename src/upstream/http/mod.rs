@@ -10,14 +10,14 @@
 mod notifications;
 mod wire;
 pub use notifications::NotificationsEnd;
-use wire::{chain, is_sse, refused};
+use wire::{chain, is_sse, read_body, refused};
 pub use wire::{header_safe, parse_retry_after};
 
 use super::era::UpstreamEra;
 use super::relay::{relay_request, Relay, RelayCtx};
 use super::SendError;
 use crate::config::{Transport, UpstreamConfig};
-use crate::protocol::{self, sse, Message, Payload, RpcError};
+use crate::protocol::{self, sse, Message, Payload, RawResult, RpcError};
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
@@ -98,8 +98,11 @@ fn https_client() -> Result<HttpsClient, SetupError> {
     let connector = builder.https_or_http().enable_http1().build();
     // Idle keep-alive connections are bounded: a burst of concurrent calls
     // must not leave one idle connection (and its buffers) per call behind.
+    // Their read buffers too: a big body is read through at most
+    // UPSTREAM_READ_BUFFER at a time rather than hyper's ≈ 408 KiB.
     Ok(Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(crate::limits::UPSTREAM_IDLE_CONNECTIONS)
+        .http1_max_buf_size(crate::limits::UPSTREAM_READ_BUFFER)
         .build(connector))
 }
 
@@ -294,7 +297,7 @@ impl HttpConn {
                 self.expired.store(true, Ordering::Release);
                 Err(SendError::SessionExpired)
             }
-            Ok(r) => r.map(Payload::from),
+            Ok(r) => r,
         }
     }
 
@@ -354,7 +357,7 @@ impl HttpConn {
         method: &str,
         id: u64,
         relay: Option<&Relay>,
-    ) -> Result<Value, SendError> {
+    ) -> Result<Payload, SendError> {
         let resp =
             self.client.request(req).await.map_err(|e| {
                 SendError::Transport(format!("POST {}: {}", self.shown_url, chain(&e)))
@@ -384,7 +387,7 @@ impl HttpConn {
         mut body: Incoming,
         id: u64,
         relay: Option<&Relay>,
-    ) -> Result<Value, SendError> {
+    ) -> Result<Payload, SendError> {
         let mut dec = sse::Decoder::new(self.max_bytes);
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| SendError::Transport(format!("SSE body: {e}")))?;
@@ -396,7 +399,7 @@ impl HttpConn {
                 .map_err(|_| SendError::TooLarge)?;
             for e in events {
                 // Nothing after the response is awaited.
-                if let Some(r) = self.on_message(&e, id, relay).await {
+                if let Some(r) = self.on_message(e, id, relay).await {
                     return r.map_err(SendError::Rpc);
                 }
             }
@@ -412,18 +415,13 @@ impl HttpConn {
         &self,
         body: Incoming,
         status: StatusCode,
-    ) -> Result<Value, SendError> {
-        let bytes = http_body_util::Limited::new(body, self.max_bytes)
-            .collect()
-            .await
-            .map_err(|e| {
-                if e.is::<http_body_util::LengthLimitError>() {
-                    SendError::TooLarge
-                } else {
-                    SendError::Transport(format!("body: {e}"))
-                }
-            })?
-            .to_bytes();
+    ) -> Result<Payload, SendError> {
+        let bytes = read_body(body, self.max_bytes).await?;
+        if status.is_success() {
+            if let Some((_, range, top)) = protocol::split_response(&bytes) {
+                return Ok(Payload::Raw(RawResult::scanned(bytes.slice(range), top)));
+            }
+        }
         let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
         if !status.is_success() {
             let rpc = parsed
@@ -437,7 +435,7 @@ impl HttpConn {
         }
         let v = parsed.ok_or_else(|| SendError::Transport("response body is not JSON".into()))?;
         match protocol::classify(v) {
-            Ok(Message::Response { outcome: Ok(r), .. }) => Ok(r),
+            Ok(Message::Response { outcome: Ok(r), .. }) => Ok(Payload::Tree(r)),
             Ok(Message::Response {
                 outcome: Err(e), ..
             }) => Err(SendError::Rpc(e)),
@@ -452,13 +450,21 @@ impl HttpConn {
     /// relayed to a legacy caller or refused.
     async fn on_message(
         &self,
-        data: &str,
+        data: String,
         id: u64,
         relay: Option<&Relay>,
-    ) -> Option<Result<Value, RpcError>> {
-        let v: Value = serde_json::from_str(data).ok()?;
+    ) -> Option<Result<Payload, RpcError>> {
+        if let Some((n, range, top)) = protocol::split_response(data.as_bytes()) {
+            if n == id {
+                let bytes = Bytes::from(data).slice(range);
+                return Some(Ok(Payload::Raw(RawResult::scanned(bytes, top))));
+            }
+        }
+        let v: Value = serde_json::from_str(&data).ok()?;
         match protocol::classify(v) {
-            Ok(Message::Response { id: rid, outcome }) if rid.as_u64() == Some(id) => Some(outcome),
+            Ok(Message::Response { id: rid, outcome }) if rid.as_u64() == Some(id) => {
+                Some(outcome.map(Payload::Tree))
+            }
             Ok(Message::Notification { method, .. }) if method.ends_with("/list_changed") => {
                 self.list_changed.notify_one();
                 None

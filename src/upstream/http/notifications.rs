@@ -118,7 +118,7 @@ impl HttpConn {
                 ));
             }
             for e in events {
-                if let Some(end) = self.on_stream_event(&e).await {
+                if let Some(end) = self.on_stream_event(e).await {
                     return end;
                 }
             }
@@ -127,10 +127,10 @@ impl HttpConn {
     }
 
     /// Handles one event of the stream; `Some` when it ends the stream.
-    async fn on_stream_event(&self, event: &str) -> Option<NotificationsEnd> {
+    async fn on_stream_event(&self, event: String) -> Option<NotificationsEnd> {
         // The listen request's own answer: its closing response ends the
         // stream; an error means the server does not offer one.
-        if let Ok(Message::Response { id, outcome }) = serde_json::from_str(event)
+        if let Ok(Message::Response { id, outcome }) = serde_json::from_str(&event)
             .map_err(|_| ())
             .and_then(|v| protocol::classify(v).map_err(|_| ()))
         {

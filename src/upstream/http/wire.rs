@@ -4,7 +4,10 @@
 
 use super::SendError;
 use base64::Engine;
+use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::{Body as _, Incoming};
 use std::time::Duration;
 
 /// `Err` when the upstream refused the request as a whole: 401/403 (the
@@ -37,6 +40,41 @@ pub(super) fn is_sse(headers: &HeaderMap) -> bool {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"))
+}
+
+/// Reads a whole body of at most `max` bytes as one buffer. A body that
+/// comes in one frame is kept as it came (no copy); otherwise the frames
+/// are gathered into a buffer reserved once from `Content-Length` (so a big
+/// result is held once, not as frames plus their copy) or, without one,
+/// grown by quarters.
+pub(super) async fn read_body(mut body: Incoming, max: usize) -> Result<Bytes, SendError> {
+    let hint = body.size_hint().exact().unwrap_or(0).min(max as u64) as usize;
+    let mut first: Option<Bytes> = None;
+    let mut buf: Vec<u8> = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| SendError::Transport(format!("body: {e}")))?;
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers
+        };
+        let held = first.as_ref().map_or(buf.len(), Bytes::len);
+        if held + data.len() > max {
+            return Err(SendError::TooLarge);
+        }
+        match first.take() {
+            None if buf.is_empty() => first = Some(data),
+            earlier => {
+                if let Some(earlier) = earlier {
+                    buf.reserve_exact(hint.max(earlier.len() + data.len()));
+                    buf.extend_from_slice(&earlier);
+                }
+                if buf.capacity() - buf.len() < data.len() {
+                    buf.reserve_exact(data.len().max(buf.len() / 4));
+                }
+                buf.extend_from_slice(&data);
+            }
+        }
+    }
+    Ok(first.unwrap_or_else(|| Bytes::from(buf)))
 }
 
 /// An error with its sources, e.g. `client error (Connect): tcp connect

@@ -5,9 +5,8 @@
 use super::InFlight;
 use crate::limits;
 use crate::logline::{printable, Throttle};
-use crate::protocol::{Payload, RawResult};
+use crate::protocol::{self, Payload, RawResult};
 use bytes::Bytes;
-use serde_json::value::RawValue;
 use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
@@ -53,35 +52,9 @@ pub(super) enum Answered {
 /// ([`crate::protocol::RawResult`], no tree, no copy), and `line` is left
 /// empty for the next. Anything else is left to the general reader.
 pub(super) fn answer(line: &mut Vec<u8>, inflight: &InFlight) -> Answered {
-    #[derive(serde::Deserialize)]
-    struct Envelope<'a> {
-        #[serde(borrow, default)]
-        jsonrpc: Option<&'a RawValue>,
-        #[serde(borrow, default)]
-        id: Option<&'a RawValue>,
-        #[serde(borrow, default)]
-        method: Option<&'a RawValue>,
-        #[serde(borrow, default)]
-        result: Option<&'a RawValue>,
-        #[serde(borrow, default)]
-        error: Option<&'a RawValue>,
-    }
-    let Ok(e) = serde_json::from_slice::<Envelope<'_>>(line) else {
+    let Some((n, range, top)) = protocol::split_response(line) else {
         return Answered::No;
     };
-    let (Some(v), Some(id), None, Some(result), None) =
-        (e.jsonrpc, e.id, e.method, e.result, e.error)
-    else {
-        return Answered::No;
-    };
-    let (Ok(n), "\"2.0\"") = (id.get().parse::<u64>(), v.get()) else {
-        return Answered::No;
-    };
-    let Some(top) = RawResult::scan(result.get().as_bytes()) else {
-        return Answered::No;
-    };
-    let start = result.get().as_ptr() as usize - line.as_ptr() as usize;
-    let range = start..start + result.get().len();
     let bytes = Bytes::from(std::mem::take(line)).slice(range);
     match inflight.complete_n(n, Ok(Payload::Raw(RawResult::scanned(bytes, top)))) {
         true => Answered::Yes,
