@@ -240,43 +240,70 @@ pub fn classify(v: Value) -> Result<Message, (Value, RpcError)> {
             RpcError::new(INVALID_REQUEST, "Invalid Request: not a JSON object"),
         ));
     };
-    let id = o.remove("id");
-    let id_for_err = match &id {
-        Some(i @ (Value::String(_) | Value::Number(_))) => i.clone(),
-        _ => Value::Null,
-    };
-    let bad = |m: &str| Err((id_for_err.clone(), RpcError::new(INVALID_REQUEST, m)));
-    if o.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return bad("Invalid Request: \"jsonrpc\" must be \"2.0\"");
+    Fields {
+        version_ok: o.get("jsonrpc").and_then(Value::as_str) == Some("2.0"),
+        id: o.remove("id"),
+        method: o.remove("method"),
+        params: o.remove("params"),
+        result: o.remove("result"),
+        error: o.remove("error"),
     }
-    if let Some(id) = &id {
-        if !matches!(id, Value::String(_) | Value::Number(_)) {
-            return bad("Invalid Request: \"id\" must be a string or a number");
+    .classify()
+}
+
+/// The members of a JSON-RPC message object that decide what it is (each
+/// `None` when absent; a `null` member is `Some(Value::Null)`).
+pub(crate) struct Fields {
+    /// `"jsonrpc": "2.0"` is there.
+    pub version_ok: bool,
+    pub id: Option<Value>,
+    pub method: Option<Value>,
+    pub params: Option<Value>,
+    pub result: Option<Value>,
+    pub error: Option<Value>,
+}
+
+impl Fields {
+    /// The rules of [`classify`], shared with [`envelope::parse`].
+    pub(crate) fn classify(self) -> Result<Message, (Value, RpcError)> {
+        let Fields {
+            version_ok,
+            id,
+            method,
+            params,
+            result,
+            error,
+        } = self;
+        let id_for_err = match &id {
+            Some(i @ (Value::String(_) | Value::Number(_))) => i.clone(),
+            _ => Value::Null,
+        };
+        let bad = |m: &str| Err((id_for_err.clone(), RpcError::new(INVALID_REQUEST, m)));
+        if !version_ok {
+            return bad("Invalid Request: \"jsonrpc\" must be \"2.0\"");
         }
-    }
-    let params = o.remove("params");
-    if let Some(p) = &params {
-        if !p.is_object() {
-            return bad("Invalid Request: \"params\" must be an object");
-        }
-    }
-    match (o.remove("method"), id) {
-        (Some(Value::String(method)), Some(id)) => Ok(Message::Request { id, method, params }),
-        (Some(Value::String(method)), None) => Ok(Message::Notification { method, params }),
-        (Some(_), _) => bad("Invalid Request: \"method\" must be a string"),
-        (None, Some(id)) => {
-            if let Some(r) = o.remove("result") {
-                Ok(Message::Response { id, outcome: Ok(r) })
-            } else if let Some(e) = o.get("error") {
-                Ok(Message::Response {
-                    id,
-                    outcome: Err(RpcError::from_json(e)),
-                })
-            } else {
-                bad("Invalid Request: no \"method\", \"result\" or \"error\"")
+        if let Some(id) = &id {
+            if !matches!(id, Value::String(_) | Value::Number(_)) {
+                return bad("Invalid Request: \"id\" must be a string or a number");
             }
         }
-        (None, None) => bad("Invalid Request: no \"method\""),
+        if params.as_ref().is_some_and(|p| !p.is_object()) {
+            return bad("Invalid Request: \"params\" must be an object");
+        }
+        match (method, id) {
+            (Some(Value::String(method)), Some(id)) => Ok(Message::Request { id, method, params }),
+            (Some(Value::String(method)), None) => Ok(Message::Notification { method, params }),
+            (Some(_), _) => bad("Invalid Request: \"method\" must be a string"),
+            (None, Some(id)) => match (result, error) {
+                (Some(r), _) => Ok(Message::Response { id, outcome: Ok(r) }),
+                (None, Some(e)) => Ok(Message::Response {
+                    id,
+                    outcome: Err(RpcError::from_json(&e)),
+                }),
+                (None, None) => bad("Invalid Request: no \"method\", \"result\" or \"error\""),
+            },
+            (None, None) => bad("Invalid Request: no \"method\""),
+        }
     }
 }
 
@@ -333,6 +360,7 @@ pub fn routed_name<'a>(method: &str, params: Option<&'a Value>) -> Option<&'a st
 }
 
 pub mod caps;
+pub mod envelope;
 pub mod param_headers;
 pub mod raw;
 pub mod sse;

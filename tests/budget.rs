@@ -67,6 +67,10 @@ async fn settled_live() -> usize {
 }
 
 fn modern_call(tool: &str, args: serde_json::Value) -> Vec<u8> {
+    modern_call_accepting(tool, args, "application/json, text/event-stream")
+}
+
+fn modern_call_accepting(tool: &str, args: serde_json::Value, accept: &str) -> Vec<u8> {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
         "name": tool, "arguments": args, "_meta": {
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -75,22 +79,24 @@ fn modern_call(tool: &str, args: serde_json::Value) -> Vec<u8> {
     .to_string();
     format!(
         "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+         Accept: {accept}\r\nMCP-Protocol-Version: 2026-07-28\r\n\
          Mcp-Method: tools/call\r\nMcp-Name: {tool}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .into_bytes()
 }
 
-/// Peak heap above the settled baseline while `request` is answered, per `per` bytes.
-async fn peak_per_byte(addr: SocketAddr, request: &[u8], per: usize) -> f64 {
+/// Peak heap above the settled baseline while `request` is answered, per
+/// `per` bytes; the answer must have at least `answer` bytes.
+async fn peak_per_byte(addr: SocketAddr, request: &[u8], per: usize, answer: usize) -> f64 {
     let base = settled_live();
     let base = base.await;
     reset_peak();
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(request).await.unwrap();
-    let (status, _) = read_response(&mut s).await;
+    let (status, got) = read_response(&mut s).await;
     assert_eq!(status, 200);
+    assert!(got >= answer, "an answer of {got} bytes, {answer} wanted");
     drop(s);
     (peak_bytes().saturating_sub(base)) as f64 / per as f64
 }
@@ -169,7 +175,7 @@ async fn per_entry_costs_stay_below_the_budget_constants() {
     // A large request body: read, parsed, then refused by the tool.
     const BODY: usize = 512 * 1024;
     let req = modern_call("edge__uptime", json!({"pad": "p".repeat(BODY)}));
-    let factor = peak_per_byte(addr, &req, BODY).await;
+    let factor = peak_per_byte(addr, &req, BODY, 0).await;
     report(
         "request body (heap per byte)",
         factor,
@@ -222,7 +228,7 @@ async fn per_entry_costs_stay_below_the_budget_constants() {
     );
     const RESULT: usize = 512 * 1024;
     let req = modern_call("f__big", json!({"bytes": RESULT}));
-    let factor = peak_per_byte(addr, &req, RESULT).await;
+    let factor = peak_per_byte(addr, &req, RESULT, RESULT).await;
     report(
         "result (heap per byte)",
         factor,
@@ -255,17 +261,18 @@ async fn per_entry_costs_stay_below_the_budget_constants() {
 }
 
 /// A big result from an HTTP upstream (the fake in `--http` mode, its own
-/// process), answered in JSON and as an SSE event, against
-/// `RESULT_FACTOR`, as a stdio upstream's.
+/// process), answered in JSON and as an SSE event, and pretty-printed to a
+/// caller that takes only SSE (its line breaks become spaces in place),
+/// against `RESULT_FACTOR`, as a stdio upstream's.
 async fn http_result_costs(result: usize) {
-    for sse in [false, true] {
-        let mut args = vec![fake_upstream().display().to_string(), "--http".into()];
-        args.extend(["--era", "legacy", "--name", "h"].map(String::from));
-        if sse {
-            args.push("--sse".into());
-        }
+    for (framing, flag, accept) in [
+        ("JSON", "--http", "application/json, text/event-stream"),
+        ("SSE", "--sse", "application/json, text/event-stream"),
+        ("pretty JSON to SSE", "--pretty", "text/event-stream"),
+    ] {
+        let fake = fake_upstream().display().to_string();
         let mut child = tokio::process::Command::new("python3")
-            .args(&args)
+            .args([&fake, "--http", flag, "--era", "legacy", "--name", "h"])
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
@@ -278,9 +285,9 @@ async fn http_result_costs(result: usize) {
         let url = format!("http://127.0.0.1:{}/mcp", port.trim());
         let block = format!("[[upstream]]\nname = \"h\"\ntransport = \"http\"\nurl = \"{url}\"\n");
         let gw = start("", &block).await;
-        let req = modern_call("h__big", json!({"bytes": result}));
-        let factor = peak_per_byte(gw.local_addr(), &req, result).await;
-        let framing = if sse { "SSE" } else { "JSON" };
+        assert_eq!(gw.ready_upstreams(), 1, "the fake's HTTP mode serves");
+        let req = modern_call_accepting("h__big", json!({"bytes": result}), accept);
+        let factor = peak_per_byte(gw.local_addr(), &req, result, result).await;
         report(
             &format!("HTTP result, {framing} (heap per byte)"),
             factor,

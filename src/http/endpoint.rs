@@ -6,6 +6,7 @@ use super::era::session_header;
 use super::reply::{refuse, Refusal};
 use super::request::{one, Answer, Outcome};
 use super::{reply, App, Body, Who};
+use crate::protocol::envelope::Body as Parsed;
 use crate::protocol::{self, Message, ProtocolVersion, RpcError};
 use crate::session::SessionError;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
@@ -232,9 +233,14 @@ where
         Ok(x) => x,
         Err(refused) => return refused,
     };
-    let sse = super::media::wants_sse(&headers);
-    let body: Value = match serde_json::from_slice(&bytes) {
-        Ok(v) => v,
+    let media = super::media::Accept::of(&headers);
+    let sse = media.sse_only();
+    let msg = match protocol::envelope::parse(&bytes) {
+        Ok(Parsed::One(Ok(m))) => m,
+        Ok(Parsed::One(Err((id, e)))) => {
+            return reply::json(StatusCode::BAD_REQUEST, &protocol::error_response(id, &e))
+        }
+        Ok(Parsed::Batch(items)) => return batch(&app, &headers, items, sse, &who).await,
         Err(e) => {
             return refuse(
                 StatusCode::BAD_REQUEST,
@@ -244,22 +250,12 @@ where
             .into_response(Value::Null)
         }
     };
-    if let Value::Array(items) = body {
-        return batch(&app, &headers, items, sse, &who).await;
-    }
-    let msg = match protocol::classify(body) {
-        Ok(m) => m,
-        Err((id, e)) => {
-            return reply::json(StatusCode::BAD_REQUEST, &protocol::error_response(id, &e))
-        }
-    };
     if let Message::Request { id, .. } = &msg {
         if let Err(e) = super::gate::charge(&app, &who) {
             return Refusal(StatusCode::TOO_MANY_REQUESTS, e).into_response(id.clone());
         }
     }
-    let accepts = super::media::accepts_sse(&headers);
-    match one(&app, &headers, msg, accepts, &who, bytes.len()).await {
+    match one(&app, &headers, msg, media.sse, &who, bytes.len()).await {
         Ok(Outcome::Accepted) => reply::empty(StatusCode::ACCEPTED),
         Ok(Outcome::Answer(Answer {
             response,

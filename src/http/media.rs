@@ -6,49 +6,65 @@
 
 use http::{header, HeaderMap};
 
-/// True when the client accepts SSE at all (then relayed messages can be streamed).
-pub fn accepts_sse(h: &HeaderMap) -> bool {
-    Accept::of(h).sse
-}
-
-/// True when the client accepts SSE but not JSON (then it gets an SSE stream).
-pub fn wants_sse(h: &HeaderMap) -> bool {
-    let a = Accept::of(h);
-    a.sse && !a.json
-}
-
 /// What the `Accept` header's media ranges allow, read in one pass (RFC 9110
 /// §12.5.1): each comma-separated range compared whole, ASCII case ignored,
-/// parameters after `;` skipped except `q=0`, which excludes the range.
-/// Nothing is allocated; this runs on every POST.
+/// parameters after `;` skipped except `q=0` ("not acceptable"). The most
+/// specific range that names a type decides: `text/event-stream` over
+/// `text/*` over `*/*`. Nothing is allocated; this runs on every POST.
 #[derive(Clone, Copy, Default, Debug, PartialEq)]
-struct Accept {
-    /// `text/event-stream` (or `*/*`)
-    sse: bool,
-    /// `application/json` (or `*/*`)
-    json: bool,
+pub struct Accept {
+    /// `text/event-stream`: relayed messages can be streamed.
+    pub sse: bool,
+    /// `application/json`
+    pub json: bool,
+}
+
+/// What the ranges said of one type, at each specificity (`None`: not named).
+#[derive(Default)]
+struct Said {
+    exact: Option<bool>,
+    subtype_any: Option<bool>,
+}
+
+impl Said {
+    fn verdict(&self, any: Option<bool>) -> bool {
+        self.exact.or(self.subtype_any).or(any).unwrap_or(false)
+    }
+}
+
+/// Records `ok` for one level: acceptable once any range accepts it.
+fn say(level: &mut Option<bool>, ok: bool) {
+    *level = Some(level.unwrap_or(false) || ok);
 }
 
 impl Accept {
-    fn of(h: &HeaderMap) -> Accept {
-        let mut a = Accept::default();
-        for value in h.get_all(header::ACCEPT) {
-            for range in value.as_bytes().split(|&b| b == b',') {
-                a.add(range);
+    /// Reads the request's `Accept` headers.
+    pub fn of(h: &HeaderMap) -> Accept {
+        let (mut sse, mut json, mut any) = (Said::default(), Said::default(), None);
+        let ranges =
+            (h.get_all(header::ACCEPT).iter()).flat_map(|v| v.as_bytes().split(|&b| b == b','));
+        for range in ranges {
+            let mut parts = range.split(|&b| b == b';');
+            let media = parts.next().unwrap_or_default().trim_ascii();
+            let ok = !parts.any(|p| is_q_zero(p.trim_ascii()));
+            match media {
+                b"*/*" => say(&mut any, ok),
+                m if m.eq_ignore_ascii_case(b"text/event-stream") => say(&mut sse.exact, ok),
+                m if m.eq_ignore_ascii_case(b"application/json") => say(&mut json.exact, ok),
+                m if m.eq_ignore_ascii_case(b"text/*") => say(&mut sse.subtype_any, ok),
+                m if m.eq_ignore_ascii_case(b"application/*") => say(&mut json.subtype_any, ok),
+                _ => {}
             }
         }
-        a
+        Accept {
+            sse: sse.verdict(any),
+            json: json.verdict(any),
+        }
     }
 
-    fn add(&mut self, range: &[u8]) {
-        let mut parts = range.split(|&b| b == b';');
-        let media = parts.next().unwrap_or_default().trim_ascii();
-        if parts.any(|p| is_q_zero(p.trim_ascii())) {
-            return;
-        }
-        let any = media == b"*/*";
-        self.sse |= any || media.eq_ignore_ascii_case(b"text/event-stream");
-        self.json |= any || media.eq_ignore_ascii_case(b"application/json");
+    /// SSE but not JSON: every answer goes as an SSE stream.
+    pub fn sse_only(self) -> bool {
+        self.sse && !self.json
     }
 }
 
@@ -79,6 +95,13 @@ mod tests {
         Accept::of(&h)
     }
 
+    fn json_only() -> Accept {
+        Accept {
+            sse: false,
+            json: true,
+        }
+    }
+
     #[test]
     fn accept_reads_whole_media_ranges() {
         let both = Accept {
@@ -106,8 +129,12 @@ mod tests {
             accept("application/json;q=0.5, text/event-stream;q=1"),
             both
         );
+        assert_eq!(accept("*/*, text/event-stream;q=0"), json_only());
+        assert_eq!(accept("text/*, application/*;q=0, */*"), sse);
+        assert_eq!(accept("text/event-stream, text/*;q=0"), sse);
+        assert_eq!(accept("*/*;q=0"), Accept::default());
         assert_eq!(accept(""), Accept::default());
-        assert_eq!(HeaderMap::new().get(header::ACCEPT), None);
-        assert!(!accepts_sse(&HeaderMap::new()));
+        assert_eq!(Accept::of(&HeaderMap::new()), Accept::default());
+        assert!(sse.sse_only() && !both.sse_only());
     }
 }

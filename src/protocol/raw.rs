@@ -13,7 +13,7 @@
 //! Whatever has to change inside a result (catalog lists, era adaptation,
 //! task ids) takes the tree ([`Payload::into_value`]).
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -163,6 +163,23 @@ impl RawResult {
         let open = self.bytes.slice(..self.bytes.len() - 1);
         let sep = if self.top.empty { "" } else { "," };
         (open, Cow::Owned(format!("{sep}{}}}", self.extra)))
+    }
+
+    /// Turns the text's line breaks into spaces, for an SSE `data:` line,
+    /// which cannot hold them. Outside strings they are whitespace, and JSON
+    /// strings cannot hold raw ones, so the JSON stays the same. In place
+    /// when the bytes are this result's alone (a pretty-printed answer is
+    /// not held twice), else in a copy.
+    fn flatten(&mut self) {
+        let bytes = std::mem::take(&mut self.bytes);
+        let mut text = bytes
+            .try_into_mut()
+            .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
+        for b in text.iter_mut().filter(|b| **b == b'\n' || **b == b'\r') {
+            *b = b' ';
+        }
+        self.bytes = text.freeze();
+        self.top.multiline = false;
     }
 
     /// The tree (parsed now; added members included).
@@ -347,8 +364,12 @@ impl Outgoing {
             ("", "")
         };
         let (id, result) = match self {
-            // Pretty-printed text would need one `data:` per line: re-framed.
-            Outgoing::Result { result, id } if !(sse && result.top.multiline) => (id, result),
+            Outgoing::Result { mut result, id } => {
+                if sse && result.top.multiline {
+                    result.flatten();
+                }
+                (id, result)
+            }
             other => {
                 let text = serde_json::to_string(&other.into_value()).unwrap_or_default();
                 let body = match sse {

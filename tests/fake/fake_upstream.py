@@ -3,7 +3,7 @@
 
 Python standard library only. Usage: fake_upstream.py [--era legacy|modern] [--name N]
 [--slow-start MS] (reads nothing for MS milliseconds, like a server with a slow import)
-[--http [--sse]] (streamable HTTP on a loopback port printed first, not stdio)
+[--http [--sse|--pretty]] (streamable HTTP on a loopback port printed first, not stdio)
 [--noisy N] (before serving: stdout and stderr lines with raw control bytes, N
 over-long stdout lines of 4 KiB and N of stderr, N answers to an id never sent)
 
@@ -366,13 +366,14 @@ if "--noisy" in args:
     sys.stdout.flush()
     sys.stderr.flush()
 if "--http" in args:
-    # --http [--sse]: serves streamable HTTP on a loopback port it prints as its first
+    # --http [--sse|--pretty]: serves streamable HTTP on a loopback port it prints as its first
     # stdout line; each POST is answered with what handling it sent (the last message)
     # as JSON, or as one SSE event with --sse; a notification gets 202. For the tools
     # that answer at once (no server->client requests, no listen streams).
     import http.server
 
     sse = "--sse" in args
+    pretty = "--pretty" in args  # JSON answers indented: line breaks in the body
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -389,7 +390,7 @@ if "--http" in args:
                 self.send_header("content-length", "0")
                 self.end_headers()
                 return
-            body = json.dumps(out[-1]).encode()
+            body = json.dumps(out[-1], indent=1 if pretty else None).encode()
             kind = "application/json"
             if sse:
                 body, kind = b"event: message\ndata: " + body + b"\n\n", "text/event-stream"

@@ -85,6 +85,15 @@ fn pretty_printed_text_is_reframed_for_sse() {
     let json_text = s.strip_prefix("event: message\ndata: ").unwrap().trim_end();
     let v: Value = serde_json::from_str(json_text).unwrap();
     assert_eq!(v["result"], json!({"a": [1, 2]}));
+    assert!(
+        json_text.contains(r#"{   "a": [1,  2] }"#),
+        "spaces for line breaks: {json_text}"
+    );
+    // The result's own buffer is changed in place when it is not shared.
+    let own = RawResult::new(Bytes::from(b"{\r\n\"b\": 1\n}".to_vec())).unwrap();
+    let at = own.bytes.as_ptr();
+    let c = Outgoing::result(json!(2), Payload::Raw(own)).chunks(true);
+    assert_eq!((c[1].as_ptr(), &c[1][..]), (at, &b"{  \"b\": 1 }"[..]));
     // Plain JSON keeps the bytes as they are.
     let c = Outgoing::result(json!(1), Payload::Raw(r)).chunks(false);
     assert_eq!(c[1], "{\n  \"a\": [1,\n 2]\n}".as_bytes());

@@ -42,13 +42,18 @@ pub(super) fn is_sse(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.starts_with("text/event-stream"))
 }
 
-/// Reads a whole body of at most `max` bytes as one buffer. A body that
-/// comes in one frame is kept as it came (no copy); otherwise the frames
-/// are gathered into a buffer reserved once from `Content-Length` (so a big
-/// result is held once, not as frames plus their copy) or, without one,
-/// grown by quarters.
+/// Reads a whole body of at most `max` bytes as one buffer of its own
+/// (not a slice of the connection's read buffer, which it would keep
+/// alive). The frames are gathered into a buffer reserved once from
+/// `Content-Length` (so a big result is held once, not as frames plus their
+/// copy) or, without one, grown by quarters. A `Content-Length` over `max`
+/// is refused before anything is read.
 pub(super) async fn read_body(mut body: Incoming, max: usize) -> Result<Bytes, SendError> {
-    let hint = body.size_hint().exact().unwrap_or(0).min(max as u64) as usize;
+    let size = body.size_hint();
+    if size.lower() > max as u64 {
+        return Err(SendError::TooLarge);
+    }
+    let hint = size.exact().unwrap_or(0) as usize;
     let mut first: Option<Bytes> = None;
     let mut buf: Vec<u8> = Vec::new();
     while let Some(frame) = body.frame().await {
@@ -74,7 +79,10 @@ pub(super) async fn read_body(mut body: Incoming, max: usize) -> Result<Bytes, S
             }
         }
     }
-    Ok(first.unwrap_or_else(|| Bytes::from(buf)))
+    Ok(match first {
+        Some(only) => Bytes::copy_from_slice(&only),
+        None => Bytes::from(buf),
+    })
 }
 
 /// An error with its sources, e.g. `client error (Connect): tcp connect

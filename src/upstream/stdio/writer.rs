@@ -1,9 +1,9 @@
 //! Writing to a child's stdin (`../shared/spec/2026-07-28/transports-stdio.mdx`:
 //! one JSON-RPC message per line).
 //!
-//! Every caller serializes its message straight into one shared queue and
-//! yields once, so the requests woken in the same turn of the runtime queue
-//! theirs too; whichever caller then holds the pipe writes everything
+//! Every caller serializes its message straight into one shared queue; a
+//! request's caller then yields once, so the requests woken in the same turn
+//! of the runtime queue theirs too; whichever caller then holds the pipe writes everything
 //! queued, its own line and the others, in one `write` (under the benchmark's
 //! load about four lines per `write`, one per line before). Callers that find their
 //! line already written return at once. So under load several messages go
@@ -70,10 +70,19 @@ impl Stdin {
             }
             b.push(b'}');
         });
+        // Let the tasks already woken (requests read in the same turn of
+        // the runtime) queue their lines first: then one `write` carries
+        // them all, and the child is woken once, not once per line. A
+        // caller dropped here leaves its line queued; its ticket's
+        // `notifications/cancelled` follows through `message`, whose flush
+        // writes both.
+        tokio::task::yield_now().await;
         self.flush().await
     }
 
-    /// Writes `msg` as one line.
+    /// Writes `msg` as one line, at once (answers to the child's requests
+    /// and notifications are rare; one must not wait for a flush that may
+    /// never come when its caller goes away).
     pub(super) async fn message(&self, msg: &Value) -> Result<(), SendError> {
         self.queue(|b| {
             let _ = serde_json::to_writer(&mut *b, msg);
@@ -99,10 +108,6 @@ impl Stdin {
     /// first the rest of a batch a dropped writer left, then the queue,
     /// which holds this caller's line unless an earlier batch took it.
     async fn flush(&self) -> Result<(), SendError> {
-        // Let the tasks already woken (requests read in the same turn of
-        // the runtime) queue their lines first: then one `write` carries
-        // them all, and the child is woken once, not once per line.
-        tokio::task::yield_now().await;
         let mut pipe = self.pipe.lock().await;
         let p = &mut *pipe;
         if p.done < p.batch.len() {
