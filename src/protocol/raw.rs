@@ -154,15 +154,16 @@ impl RawResult {
         };
     }
 
-    /// The object's text in order: its bytes up to the closing brace, the
-    /// added members, the brace.
-    fn pieces(&self) -> (Bytes, Cow<'static, str>) {
+    /// The object's text in order: its bytes (up to the closing brace when
+    /// members are added), then the separator and the added members, which
+    /// the caller follows with the brace (none added: `("", "")`).
+    fn pieces(&self) -> (Bytes, &'static str, &str) {
         if self.extra.is_empty() {
-            return (self.bytes.clone(), Cow::Borrowed(""));
+            return (self.bytes.clone(), "", "");
         }
         let open = self.bytes.slice(..self.bytes.len() - 1);
         let sep = if self.top.empty { "" } else { "," };
-        (open, Cow::Owned(format!("{sep}{}}}", self.extra)))
+        (open, sep, &self.extra)
     }
 
     /// Turns the text's line breaks into spaces, for an SSE `data:` line,
@@ -379,16 +380,24 @@ impl Outgoing {
                 return [body, Bytes::new(), Bytes::new()];
             }
         };
-        let mut head = Vec::with_capacity(pre.len() + HEAD.len() + MID.len() + 24);
+        // Exact capacities: a full `Vec` becomes `Bytes` without another
+        // allocation.
+        let mut head = Vec::with_capacity(pre.len() + HEAD.len() + json_len(&id) + MID.len());
         head.extend_from_slice(pre.as_bytes());
         head.extend_from_slice(HEAD.as_bytes());
         let _ = serde_json::to_writer(&mut head, &id);
         head.extend_from_slice(MID.as_bytes());
-        let (body, close) = result.pieces();
-        let tail = match (close.is_empty(), sse) {
+        let (body, sep, added) = result.pieces();
+        let tail = match (added.is_empty(), sse) {
             (true, false) => Bytes::from_static(b"}"),
             (true, true) => Bytes::from_static(b"}\n\n"),
-            _ => Bytes::from(format!("{close}}}{post}")),
+            _ => {
+                let mut t = Vec::with_capacity(sep.len() + added.len() + 2 + post.len());
+                for piece in [sep, added, "}}", post] {
+                    t.extend_from_slice(piece.as_bytes());
+                }
+                Bytes::from(t)
+            }
         };
         [Bytes::from(head), body, tail]
     }
