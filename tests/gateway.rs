@@ -432,6 +432,36 @@ async fn call_timeout_names_the_upstream() {
     assert_eq!(text_of(&ok), "slow:still");
 }
 
+/// A child that stops reading its stdin: a call whose request cannot be
+/// written (the pipe is full) still ends at its `call_timeout`, not when the
+/// child reads again.
+#[tokio::test]
+async fn a_write_the_child_does_not_read_ends_at_the_call_timeout() {
+    let gw = start("", &fake_block("s", "legacy", "call_timeout = \"1s\"")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let stall = call_tool(addr, &sid, json!(1), "s__echo", json!({"stall_ms": 8000}));
+    // 256 KiB of arguments: more than a pipe holds while nobody reads it.
+    let big = json!({"text": "x".repeat(256 * 1024)});
+    let blocked = async {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        call_tool(addr, &sid, json!(2), "s__echo", big).await
+    };
+    // Before the write counted, the second call waited for the child to
+    // read again and then got its echo.
+    let (stalled, r) = tokio::join!(stall, blocked);
+    assert_eq!(
+        stalled.error_code(),
+        Some(mcp_edge::protocol::UPSTREAM_TIMEOUT)
+    );
+    assert_eq!(
+        r.error_code(),
+        Some(mcp_edge::protocol::UPSTREAM_TIMEOUT),
+        "{}",
+        r.raw.len()
+    );
+}
+
 #[tokio::test]
 async fn full_session_table_answers_503() {
     let gw = start("session_capacity = 2", &fake_block("a", "legacy", "")).await;

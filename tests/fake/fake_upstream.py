@@ -7,7 +7,7 @@ Python standard library only. Usage: fake_upstream.py [--era legacy|modern] [--n
 [--noisy N] (before serving: stdout and stderr lines with raw control bytes, N
 over-long stdout lines of 4 KiB and N of stderr, N answers to an id never sent)
 
-Tools: echo(text), slow_echo(text, ms) (answers out of order), exotic (unknown
+Tools: echo(text, stall_ms) (stall_ms: stops reading stdin that long first), slow_echo(text, ms) (answers out of order), exotic (unknown
 content type, annotations, _meta extension keys), whoami (returns the name it
 was called by), stats (requests seen, cancellations, current resource
 subscriptions), crash (exits), big(bytes), touch(uri) (sends
@@ -164,6 +164,8 @@ def call_tool(id, params):
         ids = issued.pop(state, []) if state is not None else []
         input_required(id, None, f"f{len(ids)}-{id}", ids)
     elif tool == "echo":
+        # stall_ms: the whole server stops for that long first (stdin unread).
+        time.sleep(a.get("stall_ms", 0) / 1000)
         result(id, text(f"{name}:{a.get('text', '')}"))
     elif tool == "announce":
         send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})

@@ -461,10 +461,16 @@ impl StdioConn {
         {
             *t = json!(ticket.upstream_id());
         }
-        (self.stdin)
-            .request(ticket.upstream_id(), method, params.as_ref())
-            .await?;
-        match tokio::time::timeout(timeout, &mut ticket.rx).await {
+        // Writing counts against the call's time too: a child that stops
+        // reading its stdin fills the pipe, and the write would wait for it
+        // (a write cut short is finished by the next writer, so dropping it
+        // cuts no line).
+        let deadline = tokio::time::Instant::now() + timeout;
+        let line = (self.stdin).request(ticket.upstream_id(), method, params.as_ref());
+        tokio::time::timeout_at(deadline, line)
+            .await
+            .map_err(|_| SendError::Timeout)??;
+        match tokio::time::timeout_at(deadline, &mut ticket.rx).await {
             Err(_) => {
                 // The ticket's drop queues the call for cancellation upstream (the owner task sends it).
                 Err(SendError::Timeout)
