@@ -2,7 +2,9 @@
 //! the wall-clock time of the next attempt, and whether it is parked awaiting
 //! credentials. Kept in `<state_directory>/upstreams.json` (systemd
 //! `StateDirectory=`), written atomically (temporary file, fsync, rename), so
-//! a crash-restart loop does not turn into a reconnect storm. A missing or
+//! a crash-restart loop does not turn into a reconnect storm. Written on the
+//! blocking pool: an fsync on an SD card can take a good part of a second,
+//! and the runtime has one thread for every connection. A missing or
 //! corrupt file is ignored with a warning. Bounded: one small entry per
 //! configured upstream (≤ `limits::MAX_UPSTREAMS`), reasons cut to 256 bytes.
 
@@ -10,7 +12,7 @@ use crate::limits::PERSISTED_REASON_BYTES as REASON_BYTES;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// File name inside the state directory.
@@ -50,6 +52,9 @@ struct FileV1 {
 pub struct Persist {
     path: PathBuf,
     state: Mutex<BTreeMap<String, Saved>>,
+    /// Held while the file is written: one writer at a time, each writing
+    /// the state as it is then (so the last write has the newest).
+    writing: Mutex<()>,
 }
 
 impl Persist {
@@ -79,6 +84,7 @@ impl Persist {
         Persist {
             path,
             state: Mutex::new(state),
+            writing: Mutex::new(()),
         }
     }
 
@@ -92,8 +98,21 @@ impl Persist {
     }
 
     /// Records `saved` for `upstream` (or forgets it with `None`) and writes
-    /// the file atomically. Write errors are logged, never fatal.
-    pub fn put(&self, upstream: &str, saved: Option<Saved>) {
+    /// the file atomically, on the blocking pool when there is a runtime.
+    /// Write errors are logged, never fatal.
+    pub fn put(self: &Arc<Self>, upstream: &str, saved: Option<Saved>) {
+        if !self.record(upstream, saved) {
+            return;
+        }
+        let me = Arc::clone(self);
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(move || me.write())),
+            Err(_) => me.write(),
+        }
+    }
+
+    /// Changes the state; false when nothing changed.
+    fn record(&self, upstream: &str, saved: Option<Saved>) -> bool {
         let mut g = self.state.lock().expect("persist lock");
         match saved {
             Some(mut s) => {
@@ -105,21 +124,22 @@ impl Persist {
                     s.reason.truncate(cut);
                 }
                 if g.get(upstream) == Some(&s) {
-                    return;
+                    return false;
                 }
                 g.insert(upstream.to_string(), s);
+                true
             }
-            None => {
-                if g.remove(upstream).is_none() {
-                    return;
-                }
-            }
+            None => g.remove(upstream).is_some(),
         }
+    }
+
+    /// Writes the state as it is now.
+    fn write(&self) {
+        let _one = self.writing.lock().expect("persist write lock");
         let file = FileV1 {
             version: 1,
-            upstreams: g.clone(),
+            upstreams: self.state.lock().expect("persist lock").clone(),
         };
-        drop(g);
         if let Err(e) = write_atomically(&self.path, &file) {
             tracing::warn!(path = %self.path.display(), "cannot write state file: {e}");
         }
@@ -150,7 +170,7 @@ mod tests {
     #[test]
     fn round_trips_and_ignores_corruption() {
         let dir = tempfile::tempdir().unwrap();
-        let p = Persist::open(dir.path(), &["a", "b"]);
+        let p = Arc::new(Persist::open(dir.path(), &["a", "b"]));
         let s = Saved {
             failures: 3,
             next_attempt_unix_ms: unix_ms_after(Duration::from_secs(60)),
@@ -168,4 +188,33 @@ mod tests {
         std::fs::write(dir.path().join(FILE_NAME), b"{not json").unwrap();
         assert!(Persist::open(dir.path(), &["a"]).get("a").is_none());
     }
+
+    /// Inside a runtime the file is written on the blocking pool; however
+    /// those writes interleave, the file ends with the newest state.
+    #[tokio::test]
+    async fn writes_off_the_runtime_end_with_the_newest_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Arc::new(Persist::open(dir.path(), &["a"]));
+        for failures in 1..=50 {
+            p.put(
+                "a",
+                Some(Saved {
+                    failures,
+                    next_attempt_unix_ms: 0,
+                    parked: false,
+                    reason: String::new(),
+                }),
+            );
+        }
+        let mut last = None;
+        for _ in 0..200 {
+            last = Persist::open(dir.path(), &["a"]).get("a").map(|s| s.failures);
+            if last == Some(50) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(last, Some(50));
+    }
 }
+
