@@ -208,7 +208,9 @@ mod tests {
         }
         let mut last = None;
         for _ in 0..200 {
-            last = Persist::open(dir.path(), &["a"]).get("a").map(|s| s.failures);
+            last = Persist::open(dir.path(), &["a"])
+                .get("a")
+                .map(|s| s.failures);
             if last == Some(50) {
                 break;
             }
@@ -217,4 +219,3 @@ mod tests {
         assert_eq!(last, Some(50));
     }
 }
-
