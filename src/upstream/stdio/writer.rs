@@ -166,20 +166,26 @@ mod tests {
     use std::process::Stdio;
     use tokio::io::AsyncReadExt;
 
-    /// A writer dropped while the pipe is full (the child reads late)
-    /// leaves its batch half written; the next caller finishes it and
-    /// then writes its own line: both lines arrive whole, in order.
-    #[tokio::test]
-    async fn a_write_cut_short_is_finished_by_the_next_writer() {
+    /// `sh -c script` with its stdin behind a [`Stdin`] and its stdout.
+    fn piped(script: &str) -> (tokio::process::Child, Stdin, tokio::process::ChildStdout) {
         let mut child = tokio::process::Command::new("sh")
-            .args(["-c", "sleep 0.5; cat"])
+            .args(["-c", script])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .expect("sh");
         let stdin = Stdin::new(child.stdin.take());
-        let mut stdout = child.stdout.take().expect("stdout");
+        let stdout = child.stdout.take().expect("stdout");
+        (child, stdin, stdout)
+    }
+
+    /// A writer dropped while the pipe is full (the child reads late)
+    /// leaves its batch half written; the next caller finishes it and
+    /// then writes its own line: both lines arrive whole, in order.
+    #[tokio::test]
+    async fn a_write_cut_short_is_finished_by_the_next_writer() {
+        let (_child, stdin, mut stdout) = piped("sleep 0.5; cat");
         let big = json!({"x": "a".repeat(1 << 20)});
         // cat's output is read all along (a full stdout pipe would stop it
         // reading its stdin).
@@ -210,14 +216,7 @@ mod tests {
     /// whole and in the order they were made.
     #[tokio::test]
     async fn lines_queued_together_go_out_in_one_write() {
-        let mut child = tokio::process::Command::new("cat")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("cat");
-        let stdin = Stdin::new(child.stdin.take());
-        let mut stdout = child.stdout.take().expect("stdout");
+        let (_child, stdin, mut stdout) = piped("cat");
         let params = json!({"name": "echo", "arguments": {"text": "hi"}});
         let one = |id| stdin.request(id, "tools/call", Some(&params));
         let (a, b, c, d) = tokio::join!(one(1), one(2), one(3), one(4));
