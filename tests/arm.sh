@@ -181,6 +181,10 @@ else
 fi
 unset MCP_EDGE_TEST_RUNNER
 say "aarch64 test suite done (ok=$tests_ok)"
+if [ -n "${CI:-}" ]; then   # nothing below reads the debug build; a CI disk is small (see tests/run_all.sh)
+  say "CI: removing $OUT/aarch64-unknown-linux-gnu/debug"
+  rm -rf "$OUT/aarch64-unknown-linux-gnu/debug"
+fi
 
 # ---------------------------------------------------------------- 3. release builds
 gnu_zig=()

@@ -16,13 +16,29 @@
 #   7. tests/bench/run.sh --quick    the hot-path benchmark's harness (issue 14): pinned peer proxies, the C echo
 #                                    upstream, a few hundred checked calls per target; prints its tables (~1 min)
 # Stage 0 and stages 2 to 7 all run even if one fails; the exit code is non-zero if any stage failed.
+# Disk: builds here are not incremental (CARGO_INCREMENTAL=0 unless set: incremental state was as large as
+# the test binaries and a full run only builds each target once), and each stage prints the free space.
+# Under CI (CI set, as .ci/run does) a stage's build outputs that no later stage reads are removed when
+# it ends (target/debug after stage 2, the aarch64 test build inside tests/arm.sh): a CI machine once
+# ran out of disk in stage 5. A developer's own run never deletes anything.
 set -euo pipefail
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 failed=()
 
-stage() { printf '\n==== %s ====\n' "$*"; }
+TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
+stage() {
+  printf '\n==== %s ====\n' "$*"
+  df -h "$ROOT" | awk 'NR == 2 { print "[disk] " $4 " free on " $6 }'
+}
+# ci_prune DIR...: under CI only, remove build outputs no later stage needs.
+ci_prune() {
+  [ -n "${CI:-}" ] || return 0
+  echo "[disk] CI: removing $*"
+  rm -rf "$@"
+}
 
 stage "0/7 gates: tests/gates.sh"
 bash tests/gates.sh || failed+=("gates")
@@ -40,6 +56,7 @@ fi
 # The property tests again with their output, so the log shows each
 # property's case count (nextest prints output only on failure); ~1 s.
 cargo test --test properties -- --nocapture --test-threads=1 || failed+=("properties")
+ci_prune "$TARGET/debug"
 
 stage "3/7 conformance: tests/interop/conformance.sh, tests/interop/conformance_v2.sh"
 bash tests/interop/conformance.sh || failed+=("conformance")
