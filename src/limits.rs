@@ -104,14 +104,6 @@ pub const PENDING_SERVER_REQUESTS: usize = 16;
 /// (`mrtr_time`), as a legacy upstream's call that asks the client is.
 pub const MRTR_MAX_ROUNDS: usize = 8;
 
-/// Legacy sessions a legacy HTTP upstream gets besides mcp-edge's own: one
-/// per other set of client capabilities its callers declared
-/// (`upstream::http::lanes`), so a server that checks them sees the
-/// caller's. 64 sets are possible; callers mostly declare one of a few
-/// (none, all, elicitation only). Beyond this, calls use the main session
-/// (counted: `limit="capability_sessions"`). Kept while the connection lives.
-pub const UPSTREAM_CAPABILITY_SESSIONS: usize = 6;
-
 /// Idle keep-alive connections kept per HTTP upstream after a burst of
 /// concurrent calls (more are closed as they go idle).
 pub const UPSTREAM_IDLE_CONNECTIONS: usize = 4;

@@ -167,8 +167,7 @@ impl Round {
             .and_then(crate::upstream::relay::log_rank);
         let (relay, rx) =
             crate::upstream::relay::Relay::new(key.clone(), self.app.server.sse_queue_depth);
-        let declared = protocol::ClientCaps::parse(Some(&self.caps));
-        let relay = relay.with_log_floor(floor).with_declared(declared);
+        let relay = relay.with_log_floor(floor);
         let (app, who, method) = (self.app.clone(), self.who.clone(), self.method.clone());
         let call =
             Box::pin(async move { app.call(&method, params, true, Some(relay), &who).await });

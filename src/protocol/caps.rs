@@ -32,12 +32,6 @@ impl ClientCaps {
     /// No capability declared.
     pub const NONE: ClientCaps = ClientCaps(0);
 
-    /// What mcp-edge declares in its own session with a legacy upstream:
-    /// elicitation (form and URL), sampling and roots, the requests it can
-    /// pass on to a caller that declared them
-    /// (`upstream::handshake`, `upstream::relay::Lane`).
-    pub const RELAYED: ClientCaps = ClientCaps(ELICIT_FORM | ELICIT_URL | SAMPLING | ROOTS);
-
     /// Reads a `ClientCapabilities` object (either era); anything else is
     /// [`ClientCaps::NONE`].
     pub fn parse(caps: Option<&Value>) -> ClientCaps {
@@ -163,10 +157,6 @@ mod tests {
         let url_only = ClientCaps::parse(Some(&json!({"elicitation": {"url": {}}})));
         assert_eq!(url_only.to_json(), json!({"elicitation": {"url": {}}}));
         assert!(ClientCaps::parse(Some(&json!({}))).is_empty());
-        assert_eq!(
-            ClientCaps::RELAYED.to_json(),
-            json!({"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}})
-        );
         assert!(ClientCaps::parse(Some(&json!("x"))).is_empty());
         assert_eq!(ClientCaps::parse(None).to_json(), json!({}));
     }

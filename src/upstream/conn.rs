@@ -43,28 +43,18 @@ pub struct Opened {
 }
 
 /// The ids of calls given up on (timeout, caller gone) on one connection,
-/// bounded by its `max_in_flight`, with the upstream session each was on.
-pub struct Abandoned(AbandonedRx);
-
-enum AbandonedRx {
-    /// A transport of one session (stdio), or none (built-in: never sends).
-    One(mpsc::Receiver<u64>),
-    /// A legacy HTTP upstream's, whose calls run on several sessions.
-    Lanes(mpsc::Receiver<(u64, relay::Lane)>),
-}
+/// bounded by its `max_in_flight`.
+pub struct Abandoned(mpsc::Receiver<u64>);
 
 impl Abandoned {
-    /// The next abandoned call id and its session; `None` once the
-    /// connection can report no more (a built-in connection never reports any).
-    pub async fn next(&mut self) -> Option<(u64, relay::Lane)> {
-        match &mut self.0 {
-            AbandonedRx::One(rx) => rx.recv().await.map(|id| (id, relay::Lane::MAIN)),
-            AbandonedRx::Lanes(rx) => rx.recv().await,
-        }
+    /// The next abandoned call id; `None` once the connection can report
+    /// no more (a built-in connection never reports any).
+    pub async fn next(&mut self) -> Option<u64> {
+        self.0.recv().await
     }
 
     fn none() -> Abandoned {
-        Abandoned(AbandonedRx::One(mpsc::channel(1).1))
+        Abandoned(mpsc::channel(1).1)
     }
 }
 
@@ -96,7 +86,7 @@ impl Conn {
                 Ok(Opened {
                     conn: Conn::Stdio(c),
                     driver,
-                    abandoned: Abandoned(AbandonedRx::One(abandoned)),
+                    abandoned: Abandoned(abandoned),
                 })
             }
             Transport::Http { .. } => {
@@ -104,7 +94,7 @@ impl Conn {
                 Ok(Opened {
                     conn: Conn::Http(Box::new(c)),
                     driver: Box::pin(std::future::pending()),
-                    abandoned: Abandoned(AbandonedRx::Lanes(abandoned)),
+                    abandoned: Abandoned(abandoned),
                 })
             }
             Transport::Builtin => Ok(Opened {
@@ -194,12 +184,12 @@ impl Conn {
         }
     }
 
-    /// Tells the upstream to stop working on abandoned call `id`, sent on
-    /// `lane` (`notifications/cancelled`).
-    pub async fn cancel(&self, id: u64, lane: relay::Lane) -> Result<(), SendError> {
+    /// Tells the upstream to stop working on abandoned call `id`
+    /// (`notifications/cancelled`).
+    pub async fn cancel(&self, id: u64) -> Result<(), SendError> {
         match self {
             Conn::Stdio(c) => c.cancel(id).await,
-            Conn::Http(c) => c.cancel(id, lane).await,
+            Conn::Http(c) => c.cancel(id).await,
             Conn::Builtin => Ok(()),
         }
     }
@@ -238,23 +228,18 @@ impl Conn {
     ) -> Result<Payload, SendError> {
         match self {
             Conn::Stdio(c) => c.send(method, params, timeout, relay).await,
-            // Boxed: an HTTP exchange (hyper's client, an SSE answer read
-            // to its end, a caller's session opened or re-opened on the way)
-            // is ~2.9 KB of state, which every request future of the
-            // endpoint would otherwise carry (clippy::large_futures). One
-            // allocation beside the ~90 of an HTTP call.
-            Conn::Http(c) => Box::pin(c.send(method, params, era, timeout, relay)).await,
+            Conn::Http(c) => c.send(method, params, era, timeout, relay).await,
             Conn::Builtin => builtin_send(method, params.as_ref())
                 .await
                 .map(Payload::from),
         }
     }
 
-    /// Sends a JSON-RPC response to a request the upstream sent on `lane`.
-    pub async fn respond(&self, msg: &Value, lane: relay::Lane) -> Result<(), SendError> {
+    /// Sends a JSON-RPC response to a request the upstream sent.
+    pub async fn respond(&self, msg: &Value) -> Result<(), SendError> {
         match self {
             Conn::Stdio(c) => c.respond(msg).await,
-            Conn::Http(c) => c.respond(msg, lane).await,
+            Conn::Http(c) => c.respond(msg).await,
             Conn::Builtin => Ok(()),
         }
     }

@@ -147,8 +147,8 @@ async fn discover(conn: &Conn, timeout: Duration) -> Result<Negotiated, Handshak
 /// declared the capability itself (otherwise the upstream's request is
 /// answered with an error and a modern caller gets -32021). Without these
 /// a server that checks its client's capabilities would never ask.
-pub(super) fn relayed_capabilities() -> Value {
-    crate::protocol::ClientCaps::RELAYED.to_json()
+fn relayed_capabilities() -> Value {
+    json!({"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}})
 }
 
 async fn initialize(conn: &Conn) -> Result<Negotiated, HandshakeError> {

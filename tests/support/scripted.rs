@@ -21,9 +21,7 @@ pub enum Mode {
     Unauthorized,
     /// 429 with `Retry-After: 120` (or the HTTP-date form) for the first request, then a legacy server.
     TooManyThen { http_date: bool },
-    /// A legacy (2025-11-25) server with sessions (any number, each with
-    /// the capabilities its `initialize` declared; [`Upstream::restart`]
-    /// ends them all). `interview` asks only what its session declared.
+    /// A legacy (2025-11-25) server with sessions; `restart` invalidates them.
     Legacy,
     /// [`Mode::Legacy`] that also offers a GET stream, which sends one
     /// `notifications/tools/list_changed` and ends.
@@ -36,15 +34,11 @@ pub enum Mode {
 pub struct Upstream {
     pub mode: Mode,
     pub requests: Mutex<Vec<(Instant, String)>>,
-    /// Live sessions: id → the client capabilities its `initialize` declared.
-    pub sessions: Mutex<std::collections::HashMap<String, Value>>,
-    /// Every `initialize`'s declared capabilities, in order.
-    pub initialized: Mutex<Vec<Value>>,
+    pub session: Mutex<String>,
     pub generation: AtomicUsize,
-    /// Ids of `tools/call` requests, and `requestId`s of `notifications/cancelled`
-    /// with the session each came in.
+    /// Ids of `tools/call` requests, and `requestId`s of `notifications/cancelled`.
     pub calls: Mutex<Vec<Value>>,
-    pub cancelled: Mutex<Vec<(Value, String)>>,
+    pub cancelled: Mutex<Vec<Value>>,
     /// Every `Authorization` header value received.
     pub authorizations: Mutex<Vec<String>>,
     /// Server→client requests of `interview` calls awaiting the client's answer.
@@ -58,25 +52,6 @@ pub struct Upstream {
 }
 
 type Body = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
-
-impl Upstream {
-    /// The server restarts: every session is unknown (404) from now on.
-    pub fn restart(&self) {
-        self.sessions.lock().unwrap().clear();
-    }
-
-    /// What session `sid` declared, if it is live.
-    fn declared(&self, sid: Option<&str>) -> Option<Value> {
-        self.sessions.lock().unwrap().get(sid?).cloned()
-    }
-
-    /// Session ids of DELETE requests received.
-    pub fn deleted(&self) -> usize {
-        (self.requests.lock().unwrap().iter())
-            .filter(|(_, m)| m == "DELETE")
-            .count()
-    }
-}
 
 /// Serves one request: a legacy POST of `tools/call` `interview` (its answer
 /// an SSE stream that asks `elicitation/create`, then `sampling/createMessage`,
@@ -94,8 +69,8 @@ async fn serve(
         .headers
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok());
-    let declared = u.declared(sid);
-    if head.method == http::Method::POST && declared.is_some() {
+    let in_session = sid == Some(u.session.lock().unwrap().as_str());
+    if head.method == http::Method::POST && in_session {
         if msg.get("method").is_none()
             && (msg.get("result").is_some() || msg.get("error").is_some())
         {
@@ -108,16 +83,15 @@ async fn serve(
             }
         }
         if msg["method"] == "tools/call" && msg["params"]["name"] == "interview" {
-            return Ok(interview(u, msg, declared.unwrap_or_default()));
+            return Ok(interview(u, msg));
         }
     }
     let req = http::Request::from_parts(head, Full::new(bytes));
     answer(u, req).await.map(|r| r.map(BodyExt::boxed))
 }
 
-/// The SSE answer of an `interview` call (see [`serve`]): it asks what its
-/// session declared (`caps`) and skips the rest, as a careful server does.
-fn interview(u: Arc<Upstream>, msg: Value, caps: Value) -> http::Response<Body> {
+/// The SSE answer of an `interview` call (see [`serve`]).
+fn interview(u: Arc<Upstream>, msg: Value) -> http::Response<Body> {
     let id = msg["id"].clone();
     let rounds = msg["params"]["arguments"]["rounds"].as_u64().unwrap_or(3) as usize;
     u.requests
@@ -141,10 +115,7 @@ fn interview(u: Arc<Upstream>, msg: Value, caps: Value) -> http::Response<Body> 
             ("roots/list", json!({})),
         ];
         let mut got = Vec::new();
-        // elicitation/create needs "elicitation", sampling/… "sampling", roots/… "roots".
-        let declared = |m: &str| caps.get(m.split('/').next().unwrap_or("")).is_some();
-        let asks = asks.into_iter().take(rounds).filter(|(m, _)| declared(m));
-        for (i, (method, params)) in asks.enumerate() {
+        for (i, (method, params)) in asks.into_iter().take(rounds).enumerate() {
             let rid = format!("iv-{id}-{i}");
             let (atx, arx) = tokio::sync::oneshot::channel();
             u.waiting.lock().unwrap().insert(rid.clone(), atx);
@@ -197,16 +168,6 @@ async fn answer(
     if let Some(a) = req.headers().get(http::header::AUTHORIZATION) {
         let seen = String::from_utf8_lossy(a.as_bytes()).into_owned();
         u.authorizations.lock().unwrap().push(seen);
-    }
-    if req.method() == http::Method::DELETE {
-        u.requests
-            .lock()
-            .unwrap()
-            .push((Instant::now(), "DELETE".into()));
-        if let Some(sid) = req.headers().get("mcp-session-id") {
-            u.sessions.lock().unwrap().remove(sid.to_str().unwrap());
-        }
-        return Ok(http::Response::new(Full::new(Bytes::new())));
     }
     if req.method() == http::Method::GET {
         u.requests
@@ -281,9 +242,7 @@ async fn answer(
         ),
         "initialize" => {
             let sid = format!("s{}", u.generation.fetch_add(1, Ordering::SeqCst));
-            let caps = body["params"]["capabilities"].clone();
-            u.initialized.lock().unwrap().push(caps.clone());
-            u.sessions.lock().unwrap().insert(sid.clone(), caps);
+            *u.session.lock().unwrap() = sid.clone();
             let mut r = ok(
                 json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": {"name": "scripted", "version": "1"}}),
             );
@@ -291,15 +250,17 @@ async fn answer(
                 .insert("mcp-session-id", sid.parse().unwrap());
             r
         }
-        _ if u.mode != Mode::Modern && u.declared(sid_in.as_deref()).is_none() => {
+        _ if u.mode != Mode::Modern
+            && sid_in.as_deref() != Some(u.session.lock().unwrap().as_str()) =>
+        {
             resp(404, json!({"error": "unknown session"}))
         }
         "" => resp(202, Value::Null),
         "notifications/cancelled" => {
-            u.cancelled.lock().unwrap().push((
-                body["params"]["requestId"].clone(),
-                sid_in.unwrap_or_default(),
-            ));
+            u.cancelled
+                .lock()
+                .unwrap()
+                .push(body["params"]["requestId"].clone());
             resp(202, Value::Null)
         }
         m if m.starts_with("notifications/") => resp(202, Value::Null),
@@ -343,8 +304,9 @@ async fn answer(
         }
         "tools/call" => {
             u.calls.lock().unwrap().push(id.clone());
-            let from = sid_in.as_deref().unwrap_or("no session");
-            ok(json!({"content": [{"type": "text", "text": format!("hello from {from}")}]}))
+            ok(
+                json!({"content": [{"type": "text", "text": format!("hello from {}", u.session.lock().unwrap())}]}),
+            )
         }
         _ => ok(json!({})),
     })
@@ -355,8 +317,7 @@ pub async fn scripted(mode: Mode) -> (Arc<Upstream>, String) {
     let u = Arc::new(Upstream {
         mode,
         requests: Mutex::new(Vec::new()),
-        sessions: Mutex::new(Default::default()),
-        initialized: Mutex::new(Vec::new()),
+        session: Mutex::new(String::new()),
         generation: 0.into(),
         calls: Mutex::new(Vec::new()),
         cancelled: Mutex::new(Vec::new()),

@@ -7,7 +7,6 @@
 //! §Session Management); modern ones get `MCP-Protocol-Version`, `Mcp-Method`
 //! and `Mcp-Name` headers (§Request Metadata).
 
-mod lanes;
 mod notifications;
 mod wire;
 pub use notifications::NotificationsEnd;
@@ -15,7 +14,7 @@ use wire::{chain, is_sse, read_body, refused};
 pub use wire::{header_safe, parse_retry_after};
 
 use super::era::UpstreamEra;
-use super::relay::{relay_request, Lane, Relay, RelayCtx};
+use super::relay::{relay_request, Relay, RelayCtx};
 use super::SendError;
 use crate::config::{Transport, UpstreamConfig};
 use crate::protocol::{self, sse, Message, Payload, RawResult, RpcError};
@@ -41,10 +40,7 @@ pub struct HttpConn {
     /// ([`crate::config::mask_url`]).
     shown_url: String,
     headers: HeaderMap,
-    /// The main legacy session ([`Lane::MAIN`]).
     session: RwLock<Option<HeaderValue>>,
-    /// The legacy sessions of callers that declared other capabilities.
-    lanes: lanes::Lanes,
     expired: std::sync::atomic::AtomicBool,
     permits: Semaphore,
     next_id: AtomicU64,
@@ -52,10 +48,9 @@ pub struct HttpConn {
     list_changed: Arc<Notify>,
     ctx: RelayCtx,
     era: RwLock<UpstreamEra>,
-    /// Ids of legacy-era calls given up on (timeout, caller gone) and their
-    /// sessions, for the owner task to send `notifications/cancelled`
-    /// (bounded: `max_in_flight`).
-    abandoned: mpsc::Sender<(u64, Lane)>,
+    /// Ids of legacy-era calls given up on (timeout, caller gone), for the
+    /// owner task to send `notifications/cancelled` (bounded: `max_in_flight`).
+    abandoned: mpsc::Sender<u64>,
     /// The upstream's tools that annotate parameters with `x-mcp-header`,
     /// by name (set with each catalog): their `tools/call` carries
     /// `Mcp-Param-*` headers (2026-07-28 transports-streamable-http.mdx
@@ -74,10 +69,8 @@ pub struct HttpConn {
 /// Queues a legacy call's id for `notifications/cancelled` unless disarmed:
 /// dropped with the call's future (caller gone) or left armed by a timeout.
 struct Abandon<'a> {
-    to: Option<&'a mpsc::Sender<(u64, Lane)>>,
+    to: Option<&'a mpsc::Sender<u64>>,
     id: u64,
-    /// The session the call went to.
-    lane: Lane,
 }
 
 impl Drop for Abandon<'_> {
@@ -85,7 +78,7 @@ impl Drop for Abandon<'_> {
         if let Some(to) = self.to {
             // Closed: the connection was replaced; its session (and the
             // work on it) is gone with it.
-            if let Err(mpsc::error::TrySendError::Full(_)) = to.try_send((self.id, self.lane)) {
+            if let Err(mpsc::error::TrySendError::Full(_)) = to.try_send(self.id) {
                 metrics::counter!(crate::metrics::REFUSED, "limit" => "cancellations").increment(1);
             }
         }
@@ -122,7 +115,7 @@ impl HttpConn {
         cfg: &UpstreamConfig,
         list_changed: Arc<Notify>,
         ctx: RelayCtx,
-    ) -> Result<(Self, mpsc::Receiver<(u64, Lane)>), SetupError> {
+    ) -> Result<(Self, mpsc::Receiver<u64>), SetupError> {
         let Transport::Http {
             url,
             headers,
@@ -167,7 +160,6 @@ impl HttpConn {
             shown_url,
             headers: map,
             session: RwLock::new(None),
-            lanes: lanes::Lanes::new(),
             expired: false.into(),
             permits: Semaphore::new(cfg.max_in_flight),
             next_id: AtomicU64::new(1),
@@ -221,7 +213,6 @@ impl HttpConn {
         body: &Value,
         era: UpstreamEra,
         params: Option<&Value>,
-        lane: Lane,
     ) -> Result<Request<Full<Bytes>>, SendError> {
         let bytes = serde_json::to_vec(body).map_err(|e| SendError::Transport(e.to_string()))?;
         let mut req = Request::builder()
@@ -258,7 +249,7 @@ impl HttpConn {
                     if v != crate::protocol::ProtocolVersion::V2025_03_26 {
                         h.insert("mcp-protocol-version", HeaderValue::from_static(v.as_str()));
                     }
-                    if let Some(s) = self.session_of(lane) {
+                    if let Some(s) = self.session.read().expect("session lock").clone() {
                         h.insert("mcp-session-id", s);
                     }
                 }
@@ -280,78 +271,33 @@ impl HttpConn {
         *self.era.write().expect("era lock") = era;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let msg = protocol::request(json!(id), method, params);
+        let req = self.build(method, &msg, era, msg.get("params"))?;
+        let had_session = self.session.read().expect("session lock").is_some();
         // Legacy servers do not take a closed stream as cancellation
         // (2025-11-25 transports.mdx §Sending Messages to the Server: "SHOULD
         // NOT be interpreted as the client cancelling"), so a call given up on
         // is cancelled explicitly (2025-11-25 utilities-cancellation.mdx;
         // never `initialize`). Modern ones treat the closed stream as the
         // cancellation (2026-07-28 patterns-cancellation.mdx §Transport-Specific).
-        let deadline = tokio::time::Instant::now() + timeout;
-        let lane = match self.lane_for(method, era, relay.as_ref()) {
-            Ok(lane) => lane,
-            // Boxed: once per lane, and it holds a whole exchange.
-            Err((caps, v)) => Box::pin(tokio::time::timeout_at(
-                deadline,
-                self.open_lane_of(caps, v),
-            ))
-            .await
-            .map_err(|_| SendError::Timeout)??,
-        };
         let mut abandon = Abandon {
             to: (matches!(era, UpstreamEra::Legacy(_)) && method != "initialize")
                 .then_some(&self.abandoned),
             id,
-            lane,
         };
-        let sent = self.session_of(lane);
-        let req = self.build(method, &msg, era, msg.get("params"), lane)?;
-        let exchange = self.exchange(req, method, id, relay.as_ref(), lane);
-        let outcome = match tokio::time::timeout_at(deadline, exchange).await {
-            Ok(Err(SendError::Http { status: 404, .. }))
-                if sent.is_some() && method != "initialize" =>
-            {
-                if lane == Lane::MAIN {
-                    // The caller re-initializes and retries.
-                    self.expired.store(true, Ordering::Release);
-                    return Err(SendError::SessionExpired);
-                }
-                // A caller's lane is opened again and the request sent once
-                // more (2025-11-25 transports.mdx §Session Management, item 4).
-                // Boxed: rare, and it holds two more exchanges.
-                let again = self.resend_in_lane(lane, sent, &msg, era, relay.as_ref());
-                Box::pin(tokio::time::timeout_at(deadline, again)).await
-            }
-            other => other,
-        };
+        let outcome =
+            tokio::time::timeout(timeout, self.exchange(req, method, id, relay.as_ref())).await;
         if outcome.is_ok() {
             abandon.to = None; // answered (or failed): nothing left to cancel
         }
-        outcome.unwrap_or(Err(SendError::Timeout))
-    }
-
-    /// [`HttpConn::send`] of `msg` again in `lane` after its session
-    /// `ended` (404): opened again first (unless a concurrent call did).
-    async fn resend_in_lane(
-        &self,
-        lane: Lane,
-        ended: Option<HeaderValue>,
-        msg: &Value,
-        era: UpstreamEra,
-        relay: Option<&Relay>,
-    ) -> Result<Payload, SendError> {
-        let method = msg.get("method").and_then(Value::as_str).unwrap_or("");
-        let id = msg.get("id").and_then(Value::as_u64).unwrap_or(0);
-        self.reopen_lane(lane, ended, era).await?;
-        let req = self.build(method, msg, era, msg.get("params"), lane)?;
-        self.exchange(req, method, id, relay, lane).await
-    }
-
-    /// The session id `lane` sends with, if open.
-    fn session_of(&self, lane: Lane) -> Option<HeaderValue> {
-        if lane == Lane::MAIN {
-            self.session.read().expect("session lock").clone()
-        } else {
-            self.lanes.session(lane)
+        match outcome {
+            Err(_) => Err(SendError::Timeout),
+            Ok(Err(SendError::Http { status: 404, .. }))
+                if had_session && method != "initialize" =>
+            {
+                self.expired.store(true, Ordering::Release);
+                Err(SendError::SessionExpired)
+            }
+            Ok(r) => r,
         }
     }
 
@@ -363,7 +309,7 @@ impl HttpConn {
         era: UpstreamEra,
     ) -> Result<(), SendError> {
         let msg = protocol::notification(method, params);
-        self.post_expecting_no_answer(self.build(method, &msg, era, None, Lane::MAIN)?)
+        self.post_expecting_no_answer(self.build(method, &msg, era, None)?)
             .await
     }
 
@@ -377,8 +323,7 @@ impl HttpConn {
         let UpstreamEra::Legacy(v) = era else {
             return Err(SendError::Transport("404 from a modern upstream".into()));
         };
-        let params = json!({"protocolVersion": v.as_str(),
-            "capabilities": protocol::ClientCaps::RELAYED.to_json(),
+        let params = json!({"protocolVersion": v.as_str(), "capabilities": {},
             "clientInfo": super::era::client_info()});
         self.send(
             "initialize",
@@ -392,22 +337,15 @@ impl HttpConn {
     }
 
     /// Tells the upstream to stop working on call `id`: `notifications/cancelled`
-    /// (2025-11-25 utilities-cancellation.mdx §Cancellation Flow) in the
-    /// legacy session of `lane`, where the call went.
-    pub async fn cancel(&self, id: u64, lane: Lane) -> Result<(), SendError> {
+    /// (2025-11-25 utilities-cancellation.mdx §Cancellation Flow) on the
+    /// current legacy session.
+    pub async fn cancel(&self, id: u64) -> Result<(), SendError> {
         let era = *self.era.read().expect("era lock");
-        let reason = "the downstream caller gave up (timeout or disconnect)";
-        let msg = protocol::notification(
+        self.notify(
             "notifications/cancelled",
-            Some(json!({"requestId": id, "reason": reason})),
-        );
-        self.post_expecting_no_answer(self.build(
-            "notifications/cancelled",
-            &msg,
+            Some(json!({"requestId": id, "reason": "the downstream caller gave up (timeout or disconnect)"})),
             era,
-            None,
-            lane,
-        )?)
+        )
         .await
     }
 
@@ -419,7 +357,6 @@ impl HttpConn {
         method: &str,
         id: u64,
         relay: Option<&Relay>,
-        lane: Lane,
     ) -> Result<Payload, SendError> {
         let resp =
             self.client.request(req).await.map_err(|e| {
@@ -429,18 +366,14 @@ impl HttpConn {
         refused(&resp)?;
         if method == "initialize" && status.is_success() {
             if let Some(s) = resp.headers().get("mcp-session-id") {
-                if lane == Lane::MAIN {
-                    *self.session.write().expect("session lock") = Some(s.clone());
-                    self.expired.store(false, Ordering::Release);
-                } else {
-                    self.lanes.set_session(lane, Some(s.clone()));
-                }
+                *self.session.write().expect("session lock") = Some(s.clone());
+                self.expired.store(false, Ordering::Release);
             }
         }
         let sse = is_sse(resp.headers());
         let body = resp.into_body();
         if sse && status.is_success() {
-            self.read_sse_answer(body, id, relay, lane).await
+            self.read_sse_answer(body, id, relay).await
         } else {
             self.read_json_answer(body, status).await
         }
@@ -454,7 +387,6 @@ impl HttpConn {
         mut body: Incoming,
         id: u64,
         relay: Option<&Relay>,
-        lane: Lane,
     ) -> Result<Payload, SendError> {
         let mut dec = sse::Decoder::new(self.max_bytes);
         while let Some(frame) = body.frame().await {
@@ -467,7 +399,7 @@ impl HttpConn {
                 .map_err(|_| SendError::TooLarge)?;
             for e in events {
                 // Nothing after the response is awaited.
-                if let Some(r) = self.on_message(e, id, relay, lane).await {
+                if let Some(r) = self.on_message(e, id, relay).await {
                     return r.map_err(SendError::Rpc);
                 }
             }
@@ -521,7 +453,6 @@ impl HttpConn {
         data: String,
         id: u64,
         relay: Option<&Relay>,
-        lane: Lane,
     ) -> Option<Result<Payload, RpcError>> {
         if let Some((n, range, top)) = protocol::split_response(data.as_bytes()) {
             if n == id {
@@ -555,8 +486,7 @@ impl HttpConn {
                 method,
                 params,
             }) => {
-                let to = relay.cloned();
-                if relay_request(&self.ctx, to, (&rid, lane), &method, params).is_none() {
+                if relay_request(&self.ctx, relay.cloned(), &rid, &method, params).is_none() {
                     let reply = match method.as_str() {
                         "ping" => protocol::result_response(rid, json!({})),
                         _ => protocol::error_response(
@@ -567,7 +497,7 @@ impl HttpConn {
                             ),
                         ),
                     };
-                    let _ = self.respond(&reply, lane).await;
+                    let _ = self.respond(&reply).await;
                 }
                 None
             }
@@ -580,11 +510,10 @@ impl HttpConn {
         }
     }
 
-    /// POSTs a JSON-RPC response (to a request the upstream sent) in the
-    /// session of `lane`, where the request came from.
-    pub async fn respond(&self, msg: &Value, lane: Lane) -> Result<(), SendError> {
+    /// POSTs a JSON-RPC response (to a request the upstream sent) in the session.
+    pub async fn respond(&self, msg: &Value) -> Result<(), SendError> {
         let era = *self.era.read().expect("era lock");
-        self.post_expecting_no_answer(self.build("", msg, era, None, lane)?)
+        self.post_expecting_no_answer(self.build("", msg, era, None)?)
             .await
     }
 
@@ -604,5 +533,26 @@ impl HttpConn {
                 rpc: None,
             })
         }
+    }
+
+    /// Ends the legacy session with DELETE (2025-11-25 transports.mdx §Session Management).
+    pub async fn close(&self) {
+        let Some(s) = self.session.write().expect("session lock").take() else {
+            return;
+        };
+        let mut req = Request::builder()
+            .method(Method::DELETE)
+            .uri(self.url.clone())
+            .header("mcp-session-id", s)
+            .body(Full::new(Bytes::new()))
+            .expect("static request");
+        for (k, v) in &self.headers {
+            req.headers_mut().insert(k.clone(), v.clone());
+        }
+        let _ = tokio::time::timeout(
+            crate::limits::SESSION_DELETE_TIMEOUT,
+            self.client.request(req),
+        )
+        .await;
     }
 }

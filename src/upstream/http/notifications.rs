@@ -24,7 +24,6 @@ use super::wire::{chain, is_sse};
 use super::HttpConn;
 use crate::protocol::{self, sse, Message};
 use crate::upstream::era::{listen_params, UpstreamEra, LISTEN_ID};
-use crate::upstream::relay::Lane;
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -150,7 +149,7 @@ impl HttpConn {
         }
         // Id 0 is never used by a call (ids start at 1), and no relay:
         // other responses are ignored, requests answered or refused here.
-        let _ = self.on_message(event, 0, None, Lane::MAIN).await;
+        let _ = self.on_message(event, 0, None).await;
         None
     }
 
@@ -164,7 +163,6 @@ impl HttpConn {
             &msg,
             UpstreamEra::Modern,
             msg.get("params"),
-            Lane::MAIN,
         )
         .map_err(|e| e.to_string())
     }
