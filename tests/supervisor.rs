@@ -324,6 +324,12 @@ async fn a_restarted_legacy_http_upstream_is_reinitialized_under_a_live_session(
         "re-initialized once, retried once: {}",
         r.raw
     );
+    let all = json!({"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}});
+    assert_eq!(
+        *u.initialized.lock().unwrap(),
+        [all.clone(), all],
+        "the new session declares what the first one did"
+    );
     let other = call_tool(addr, &sid, json!(3), "edge__uptime", json!(null)).await;
     assert!(text_of(&other).starts_with("up "), "{}", other.raw);
     assert_eq!(

@@ -32,6 +32,12 @@ impl ClientCaps {
     /// No capability declared.
     pub const NONE: ClientCaps = ClientCaps(0);
 
+    /// What mcp-edge declares to a legacy upstream at `initialize`, and
+    /// again when it re-initializes an expired session: elicitation (form
+    /// and URL), sampling and roots, the requests it can pass on to a caller
+    /// that declared them (`upstream::handshake`).
+    pub const RELAYED: ClientCaps = ClientCaps(ELICIT_FORM | ELICIT_URL | SAMPLING | ROOTS);
+
     /// Reads a `ClientCapabilities` object (either era); anything else is
     /// [`ClientCaps::NONE`].
     pub fn parse(caps: Option<&Value>) -> ClientCaps {
@@ -157,6 +163,10 @@ mod tests {
         let url_only = ClientCaps::parse(Some(&json!({"elicitation": {"url": {}}})));
         assert_eq!(url_only.to_json(), json!({"elicitation": {"url": {}}}));
         assert!(ClientCaps::parse(Some(&json!({}))).is_empty());
+        assert_eq!(
+            ClientCaps::RELAYED.to_json(),
+            json!({"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}})
+        );
         assert!(ClientCaps::parse(Some(&json!("x"))).is_empty());
         assert_eq!(ClientCaps::parse(None).to_json(), json!({}));
     }

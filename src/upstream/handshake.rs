@@ -148,7 +148,7 @@ async fn discover(conn: &Conn, timeout: Duration) -> Result<Negotiated, Handshak
 /// answered with an error and a modern caller gets -32021). Without these
 /// a server that checks its client's capabilities would never ask.
 fn relayed_capabilities() -> Value {
-    json!({"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}})
+    crate::protocol::ClientCaps::RELAYED.to_json()
 }
 
 async fn initialize(conn: &Conn) -> Result<Negotiated, HandshakeError> {

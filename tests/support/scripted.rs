@@ -35,6 +35,8 @@ pub struct Upstream {
     pub mode: Mode,
     pub requests: Mutex<Vec<(Instant, String)>>,
     pub session: Mutex<String>,
+    /// Every `initialize`'s declared client capabilities, in order.
+    pub initialized: Mutex<Vec<Value>>,
     pub generation: AtomicUsize,
     /// Ids of `tools/call` requests, and `requestId`s of `notifications/cancelled`.
     pub calls: Mutex<Vec<Value>>,
@@ -243,6 +245,8 @@ async fn answer(
         "initialize" => {
             let sid = format!("s{}", u.generation.fetch_add(1, Ordering::SeqCst));
             *u.session.lock().unwrap() = sid.clone();
+            let caps = body["params"]["capabilities"].clone();
+            u.initialized.lock().unwrap().push(caps);
             let mut r = ok(
                 json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": {"name": "scripted", "version": "1"}}),
             );
@@ -318,6 +322,7 @@ pub async fn scripted(mode: Mode) -> (Arc<Upstream>, String) {
         mode,
         requests: Mutex::new(Vec::new()),
         session: Mutex::new(String::new()),
+        initialized: Mutex::new(Vec::new()),
         generation: 0.into(),
         calls: Mutex::new(Vec::new()),
         cancelled: Mutex::new(Vec::new()),
