@@ -16,8 +16,27 @@ pub enum UpstreamEra {
     Modern,
 }
 
+/// The params of mcp-edge's `initialize` to a legacy upstream in `version`,
+/// the first one (`upstream::handshake`) and one after an expired session
+/// alike. It declares the client features mcp-edge can pass on to a caller
+/// — `elicitation` (form and URL), `sampling` and `roots`
+/// ([`protocol::ClientCaps::RELAYED`]; 2025-11-25 lifecycle.mdx
+/// §Initialization, client/*.mdx). A legacy caller gets the upstream's
+/// request on its call's stream, a modern one as an `InputRequiredResult`,
+/// each only if it declared the capability itself (otherwise the upstream's
+/// request is answered with an error and a modern caller gets -32021).
+/// Without these a server that checks its client's capabilities would
+/// never ask.
+pub(super) fn initialize_params(version: ProtocolVersion) -> Value {
+    json!({
+        "protocolVersion": version.as_str(),
+        "capabilities": protocol::ClientCaps::RELAYED.to_json(),
+        "clientInfo": client_info(),
+    })
+}
+
 /// The `clientInfo` mcp-edge presents upstream (rmcp's `Implementation` model type).
-pub(super) fn client_info() -> Value {
+fn client_info() -> Value {
     let i = rmcp::model::Implementation::new("mcp-edge", env!("CARGO_PKG_VERSION"));
     serde_json::to_value(i).unwrap_or_else(|_| json!({"name": "mcp-edge"}))
 }

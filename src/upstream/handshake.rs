@@ -9,7 +9,7 @@
 //!   (`../shared/spec/2026-07-28/versioning.mdx` §Backward Compatibility;
 //!   `transports-stdio.mdx` and `transports-streamable-http.mdx` §Backward Compatibility).
 
-use super::era::{adapt_params, client_info, UpstreamEra};
+use super::era::{adapt_params, initialize_params, UpstreamEra};
 use super::{Conn, SendError};
 use crate::config::EraPreference;
 use crate::limits;
@@ -139,25 +139,9 @@ async fn discover(conn: &Conn, timeout: Duration) -> Result<Negotiated, Handshak
     })
 }
 
-/// What mcp-edge declares to a legacy upstream at `initialize`: the
-/// client features it can pass on to a caller — `elicitation` (form and
-/// URL), `sampling` and `roots` (2025-11-25 lifecycle.mdx §Initialization,
-/// client/*.mdx). A legacy caller gets the upstream's request on its call's
-/// stream, a modern one as an `InputRequiredResult`, each only if it
-/// declared the capability itself (otherwise the upstream's request is
-/// answered with an error and a modern caller gets -32021). Without these
-/// a server that checks its client's capabilities would never ask.
-fn relayed_capabilities() -> Value {
-    crate::protocol::ClientCaps::RELAYED.to_json()
-}
-
 async fn initialize(conn: &Conn) -> Result<Negotiated, HandshakeError> {
     let asked = ProtocolVersion::LATEST_LEGACY;
-    let params = json!({
-        "protocolVersion": asked.as_str(),
-        "capabilities": relayed_capabilities(),
-        "clientInfo": client_info(),
-    });
+    let params = initialize_params(asked);
     let r = conn
         .send(
             "initialize",

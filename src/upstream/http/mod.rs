@@ -323,10 +323,7 @@ impl HttpConn {
         let UpstreamEra::Legacy(v) = era else {
             return Err(SendError::Transport("404 from a modern upstream".into()));
         };
-        // The same capabilities as the first `initialize` (upstream::handshake).
-        let params = json!({"protocolVersion": v.as_str(),
-            "capabilities": protocol::ClientCaps::RELAYED.to_json(),
-            "clientInfo": super::era::client_info()});
+        let params = super::era::initialize_params(v);
         self.send(
             "initialize",
             Some(params),
