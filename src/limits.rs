@@ -104,6 +104,27 @@ pub const PENDING_SERVER_REQUESTS: usize = 16;
 /// (`mrtr_time`), as a legacy upstream's call that asks the client is.
 pub const MRTR_MAX_ROUNDS: usize = 8;
 
+/// A legacy upstream's server→client requests that arrive together during
+/// a modern caller's call are asked in one `InputRequiredResult`
+/// (`http::mrtr`): after the first, others arriving within this window join
+/// its round. A server that asks several things concurrently sends them
+/// back to back, well within it even on a Pi Zero; a round with one
+/// request is answered this much later (a round trip to a person or a
+/// model is seconds).
+pub const MRTR_GATHER_WINDOW: Duration = Duration::from_millis(50);
+/// At most this many input requests in one such round; more go to the next
+/// round. Bounds a parked call's requests (each up to
+/// `max_result_bytes`), within `PENDING_SERVER_REQUESTS` of its upstream.
+pub const MRTR_ROUND_REQUESTS: usize = 8;
+
+/// Legacy sessions a legacy HTTP upstream gets besides mcp-edge's own: one
+/// per other set of client capabilities its callers declared
+/// (`upstream::http::lanes`), so a server that checks them sees the
+/// caller's. 64 sets are possible; callers mostly declare one of a few
+/// (none, all, elicitation only). Beyond this, calls use the main session
+/// (counted: `limit="capability_sessions"`). Kept while the connection lives.
+pub const UPSTREAM_CAPABILITY_SESSIONS: usize = 6;
+
 /// Idle keep-alive connections kept per HTTP upstream after a burst of
 /// concurrent calls (more are closed as they go idle).
 pub const UPSTREAM_IDLE_CONNECTIONS: usize = 4;

@@ -155,6 +155,55 @@ async fn a_stdio_upstreams_three_requests_become_three_rounds_of_one_call() {
     assert!(stats["cancelled"].as_array().unwrap().is_empty());
 }
 
+/// A legacy server that asks several things at once (each request sent
+/// before any answer) gets them asked in one round: one
+/// `InputRequiredResult` with all three, one retry answers them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_a_stdio_upstream_sends_together_are_asked_in_one_round() {
+    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let caps: Value = serde_json::from_str(ALL_CAPS).unwrap();
+    let args = json!({"arguments": {"together": true}});
+    let r1 = modern_call(addr, 1, "a__interview", caps.clone(), args, &[]).await;
+    assert_eq!(
+        r1.body["result"]["resultType"], "input_required",
+        "{}",
+        r1.raw
+    );
+    let asked = r1.body["result"]["inputRequests"].as_object().unwrap();
+    let state = r1.body["result"]["requestState"].as_str().unwrap();
+    let mut methods: Vec<&str> = asked
+        .values()
+        .map(|q| q["method"].as_str().unwrap())
+        .collect();
+    methods.sort_unstable();
+    assert_eq!(
+        methods,
+        ["elicitation/create", "roots/list", "sampling/createMessage"],
+        "{}",
+        r1.raw
+    );
+    let responses: serde_json::Map<String, Value> = (asked.iter())
+        .map(|(k, q)| {
+            let answer = match q["method"].as_str().unwrap() {
+                "elicitation/create" => elicited(),
+                "sampling/createMessage" => sampled(),
+                _ => roots(),
+            };
+            (k.clone(), answer)
+        })
+        .collect();
+    let extra = json!({"arguments": {"together": true}, "inputResponses": responses,
+        "requestState": state});
+    let fin = modern_call(addr, 2, "a__interview", caps, extra, &[]).await;
+    assert_eq!(
+        final_answers(&fin),
+        json!([elicited(), sampled(), roots()]),
+        "each answer reached its request"
+    );
+    assert!(gw.app().parked.is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tampered_or_misdirected_states_are_invalid_params_and_leave_the_call_parked() {
     let gw = start("", &fake_block("a", "legacy", "")).await;
@@ -407,4 +456,79 @@ async fn a_legacy_http_upstream_asks_over_its_sse_answer_round_after_round() {
     assert_eq!(calls, 1, "one upstream call for all the rounds");
     assert_eq!(up.abandoned.load(std::sync::atomic::Ordering::SeqCst), 0);
     assert!(gw.app().parked.is_empty());
+}
+
+/// A legacy HTTP upstream learns its client's capabilities at `initialize`
+/// only, so each set callers declare gets an upstream session of its own
+/// that declares exactly it: a careful server asks a caller only what that
+/// caller can answer (conformance `sep-2575-server-rejects-undeclared-capability`
+/// through a legacy upstream). The sessions are kept for later callers of
+/// the same set, bounded by `limits::UPSTREAM_CAPABILITY_SESSIONS` (beyond
+/// it: mcp-edge's own session, counted), and ended with DELETE at shutdown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_http_upstream_sees_each_callers_capabilities_in_a_session_of_its_own() {
+    use support::scripted::{http_block, scripted, Mode};
+    let (up, url) = scripted(Mode::Legacy).await;
+    let gw = start("", &http_block("remote", &url, "")).await;
+    let addr = gw.local_addr();
+    // Elicitation only: the server asks just that, in one round.
+    let elicit = json!({"elicitation": {}});
+    let r1 = modern_call(addr, 1, "remote__interview", elicit.clone(), json!({}), &[]).await;
+    let (k, q, s) = asked(&r1);
+    assert_eq!(q["method"], "elicitation/create");
+    let fin = modern_call(
+        addr,
+        2,
+        "remote__interview",
+        elicit,
+        retry(&k, elicited(), &s),
+        &[],
+    );
+    assert_eq!(final_answers(&fin.await), json!([elicited()]));
+    // Nothing declared: nothing asked (no -32021: the server never asks).
+    let none = modern_call(addr, 3, "remote__interview", json!({}), json!({}), &[]).await;
+    assert_eq!(final_answers(&none), json!([]));
+    let hello = |caps: Value| async move {
+        let r = modern_call(addr, 4, "remote__hello", caps, json!({}), &[]).await;
+        text_of(&r)
+    };
+    // The same sets again: the same sessions (s0 is mcp-edge's own).
+    assert_eq!(hello(json!({"elicitation": {}})).await, "hello from s1");
+    assert_eq!(hello(json!({})).await, "hello from s2");
+    let main = json!({"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}});
+    assert_eq!(
+        hello(main.clone()).await,
+        "hello from s0",
+        "mcp-edge's own set"
+    );
+    // Four more sets fill the table (six); a seventh uses the main session.
+    let more = [
+        json!({"sampling": {}}),
+        json!({"roots": {}}),
+        json!({"sampling": {}, "roots": {}}),
+        json!({"elicitation": {"url": {}}}),
+    ];
+    for (i, caps) in more.iter().enumerate() {
+        assert_eq!(hello(caps.clone()).await, format!("hello from s{}", i + 3));
+    }
+    let full =
+        || mcp_edge::metrics::read(mcp_edge::metrics::REFUSED, "limit=\"capability_sessions\"");
+    mcp_edge::metrics::prometheus();
+    let before = full();
+    assert_eq!(
+        hello(json!({"elicitation": {}, "roots": {}})).await,
+        "hello from s0"
+    );
+    assert!(full() >= before + 1.0, "counted");
+    let declared = up.initialized.lock().unwrap().clone();
+    assert_eq!(
+        declared.len(),
+        7,
+        "one initialize per session: {declared:?}"
+    );
+    assert_eq!(declared[0], main);
+    assert_eq!(declared[1], json!({"elicitation": {"form": {}}}));
+    assert_eq!(declared[2], json!({}));
+    gw.shutdown().await;
+    assert_eq!(up.deleted(), 7, "every session ended with DELETE");
 }

@@ -312,23 +312,35 @@ async fn a_restarted_legacy_http_upstream_is_reinitialized_under_a_live_session(
     )
     .await;
     let addr = gw.local_addr();
-    let sid = legacy_session(addr, "2025-11-25").await;
+    // One caller declares what mcp-edge's own session declares (its calls
+    // go there), one declares nothing (they go to a session of its own).
+    let all = json!({"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}});
+    let sid = legacy_session_with(addr, "2025-11-25", all.clone()).await;
+    let bare = legacy_session(addr, "2025-11-25").await;
     let r = call_tool(addr, &sid, json!(1), "remote__hello", json!(null)).await;
     assert_eq!(text_of(&r), "hello from s0");
-    // The upstream restarts: its old session is unknown (404) from now on.
-    *u.session.lock().unwrap() = "after-restart".into();
+    let r = call_tool(addr, &bare, json!(1), "remote__hello", json!(null)).await;
+    assert_eq!(text_of(&r), "hello from s1");
+    // The upstream restarts: its old sessions are unknown (404) from now on.
+    u.restart();
     let r = call_tool(addr, &sid, json!(2), "remote__hello", json!(null)).await;
     assert_eq!(
         text_of(&r),
-        "hello from s1",
+        "hello from s2",
         "re-initialized once, retried once: {}",
         r.raw
     );
-    let all = json!({"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}});
+    let r = call_tool(addr, &bare, json!(2), "remote__hello", json!(null)).await;
+    assert_eq!(
+        text_of(&r),
+        "hello from s3",
+        "its own session too: {}",
+        r.raw
+    );
     assert_eq!(
         *u.initialized.lock().unwrap(),
-        [all.clone(), all],
-        "the new session declares what the first one did"
+        [all.clone(), json!({}), all, json!({})],
+        "each session declared what its callers declared, again after the restart"
     );
     let other = call_tool(addr, &sid, json!(3), "edge__uptime", json!(null)).await;
     assert!(text_of(&other).starts_with("up "), "{}", other.raw);
@@ -373,6 +385,37 @@ async fn a_legacy_get_stream_is_read_and_reopened_once_per_interval() {
     );
 }
 
+/// A legacy server sends what a session's calls caused (e.g. a tool's
+/// `tools/list_changed`) on that session's GET stream, so the session a
+/// caller's capability set got of its own has its stream read too, opened
+/// once the session is.
+#[tokio::test(start_paused = true)]
+async fn each_upstream_session_has_its_get_stream_read() {
+    let (u, url) = scripted(Mode::LegacyGet).await;
+    let gw = start("", &http_block("remote", &url, "health_interval = \"30s\"")).await;
+    let addr = gw.local_addr();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(*u.gets.lock().unwrap(), ["s0"], "mcp-edge's own session");
+    // A caller that declared nothing: its calls run in a session "s1".
+    let bare = legacy_session(addr, "2025-11-25").await;
+    let r = call_tool(addr, &bare, json!(1), "remote__hello", json!(null)).await;
+    assert_eq!(text_of(&r), "hello from s1", "{}", r.raw);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(*u.gets.lock().unwrap(), ["s0", "s1"], "its stream opened");
+    let lists = |u: &support::scripted::Upstream| {
+        let r = u.requests.lock().unwrap();
+        r.iter().filter(|(_, m)| m == "tools/list").count()
+    };
+    let before = lists(&u);
+    // Each stream sends a list_changed and ends; both are asked again
+    // after the interval, and each list_changed refreshes the catalog.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let gets = u.gets.lock().unwrap().clone();
+    assert_eq!(gets.len(), 4, "{gets:?}");
+    assert!(gets[2..].contains(&"s1".to_string()), "{gets:?}");
+    assert!(lists(&u) > before, "the catalog was refreshed");
+}
+
 /// A legacy HTTP server does not take a closed stream as cancellation, so
 /// a call the gateway gives up on (its timeout, or its caller gone) is
 /// cancelled with `notifications/cancelled`; an answered call is not.
@@ -383,7 +426,7 @@ async fn abandoned_calls_on_a_legacy_http_upstream_are_cancelled() {
     let addr = gw.local_addr();
     let sid = legacy_session(addr, "2025-11-25").await;
     let hello = call_tool(addr, &sid, json!(1), "remote__hello", json!(null)).await;
-    assert_eq!(text_of(&hello), "hello from s0");
+    assert_eq!(text_of(&hello), "hello from s1", "the caller's own session");
     // 1. The call times out downstream.
     let hung = call_tool(addr, &sid, json!(2), "remote__hang", json!(null)).await;
     assert!(hung.raw.contains("did not answer"), "{}", hung.raw);
@@ -400,8 +443,12 @@ async fn abandoned_calls_on_a_legacy_http_upstream_are_cancelled() {
     assert_eq!(calls.len(), 3, "{calls:?}");
     assert_eq!(
         *u.cancelled.lock().unwrap(),
-        calls[1..].to_vec(),
-        "exactly the two abandoned calls are cancelled, by the ids the upstream saw"
+        [
+            (calls[1].clone(), "s1".into()),
+            (calls[2].clone(), "s0".into())
+        ],
+        "exactly the two abandoned calls are cancelled, by the ids the upstream saw, \
+         each in the session it was sent in (the caller's; mcp-edge's own)"
     );
 }
 

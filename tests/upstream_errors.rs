@@ -23,13 +23,17 @@ async fn an_upstreams_refusal_of_one_request_is_that_callers_error_only() {
     let plain = call_tool(addr, &sid, json!(2), "remote__bad_request", json!({})).await;
     assert_eq!(plain.error_code(), Some(-32603), "{}", plain.raw);
     assert_eq!(plain.body["error"]["data"]["httpStatus"], 400);
-    // The upstream stayed up: the same upstream session answers next.
+    // The upstream stayed up: the same upstream session (this caller's,
+    // opened at its first call: it declared no capabilities) answers next.
     let ok = call_tool(addr, &sid, json!(3), "remote__hello", json!({})).await;
-    assert_eq!(text_of(&ok), "hello from s0", "{}", ok.raw);
+    assert_eq!(text_of(&ok), "hello from s1", "{}", ok.raw);
     let initializes = (up.requests.lock().unwrap().iter())
         .filter(|(_, m)| m == "initialize")
         .count();
-    assert_eq!(initializes, 1, "no reconnect");
+    assert_eq!(
+        initializes, 2,
+        "mcp-edge's session and the caller's; no reconnect"
+    );
     // A modern caller answered in JSON gets the spec's HTTP status: 400
     // (index.mdx: -32021 on HTTP is 400).
     let params = json!({"name": "remote__needs_sampling", "_meta": {

@@ -28,6 +28,7 @@
 use super::answer::{finish_audited, observe, Answer, Outcome};
 use super::parked::{self, Asked, Event, Identity, NotParked, Running, StateError};
 use super::{audited, App, Who};
+use crate::limits;
 use crate::protocol::{self, Payload, RpcError};
 use serde_json::{json, Map, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -167,7 +168,8 @@ impl Round {
             .and_then(crate::upstream::relay::log_rank);
         let (relay, rx) =
             crate::upstream::relay::Relay::new(key.clone(), self.app.server.sse_queue_depth);
-        let relay = relay.with_log_floor(floor);
+        let declared = protocol::ClientCaps::parse(Some(&self.caps));
+        let relay = relay.with_log_floor(floor).with_declared(declared);
         let (app, who, method) = (self.app.clone(), self.who.clone(), self.method.clone());
         let call =
             Box::pin(async move { app.call(&method, params, true, Some(relay), &who).await });
@@ -175,6 +177,7 @@ impl Round {
             call,
             rx,
             done: None,
+            ahead: None,
             key,
             started: Instant::now(),
         });
@@ -238,16 +241,54 @@ impl Round {
             }
             Event::Asks(m) => match self.asked(m).await {
                 None => None,
-                Some(Ok(asked)) => {
-                    let running = self.running.take().expect("a running call");
-                    Some(Step::Final(self.park(running, vec![asked]).await))
-                }
-                Some(Err(e)) => {
-                    self.running = None; // dropped: cancelled upstream
-                    Some(Step::Final(self.end(Err(e))))
-                }
+                Some(Ok(asked)) => Some(Step::Final(self.gather(asked).await)),
+                Some(Err(e)) => Some(Step::Final(self.fail(Vec::new(), e).await)),
             },
         }
+    }
+
+    /// One round of input requests, beginning with `first`: the upstream's
+    /// requests that arrive with it (within [`limits::MRTR_GATHER_WINDOW`],
+    /// at most [`limits::MRTR_ROUND_REQUESTS`]) are asked in the same
+    /// `InputRequiredResult`, as a modern server asks for several inputs at
+    /// once (patterns-mrtr.mdx §InputRequiredResult, `inputRequests` is a
+    /// map); the call is then parked. Anything else the call produced in the
+    /// window is put back for after the retry.
+    async fn gather(&mut self, first: Asked) -> Answer {
+        let mut asked = vec![first];
+        let until = Instant::now() + limits::MRTR_GATHER_WINDOW;
+        while asked.len() < limits::MRTR_ROUND_REQUESTS {
+            let running = self.running.as_mut().expect("a running call");
+            // `next` is cancel-safe: the window's end loses nothing.
+            let Ok(event) = tokio::time::timeout_at(until, running.next()).await else {
+                break;
+            };
+            let Event::Asks(m) = event else {
+                running.unget(event);
+                break;
+            };
+            match self.asked(m).await {
+                None => {}
+                Some(Ok(a)) => asked.push(a),
+                Some(Err(e)) => return self.fail(asked, e).await,
+            }
+        }
+        let running = self.running.take().expect("a running call");
+        self.park(running, asked).await
+    }
+
+    /// Ends the call with `e`: the requests of this round already taken
+    /// (`asked`) are refused upstream and the call is dropped (which
+    /// cancels it upstream).
+    async fn fail(&mut self, asked: Vec<Asked>, e: RpcError) -> Answer {
+        let running = self.running.take();
+        let key = running.as_ref().and_then(|r| r.key.clone());
+        for a in &asked {
+            let why = RpcError::new(protocol::INTERNAL_ERROR, format!("mcp-edge: {}", e.message));
+            answer_upstream(&self.app, &a.id, key.as_deref(), Err(why)).await;
+        }
+        drop(running);
+        self.end(Err(e))
     }
 
     /// A server→client request of the upstream: `Some(Ok)` to ask the

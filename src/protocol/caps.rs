@@ -35,7 +35,8 @@ impl ClientCaps {
     /// What mcp-edge declares to a legacy upstream at `initialize`, and
     /// again when it re-initializes an expired session: elicitation (form
     /// and URL), sampling and roots, the requests it can pass on to a caller
-    /// that declared them (`upstream::era::initialize_params`).
+    /// that declared them (`upstream::era::initialize_params`); a caller that declared
+    /// another set gets a session of its own (`upstream::http::lanes`).
     pub const RELAYED: ClientCaps = ClientCaps(ELICIT_FORM | ELICIT_URL | SAMPLING | ROOTS);
 
     /// Reads a `ClientCapabilities` object (either era); anything else is

@@ -314,10 +314,10 @@ async fn cancel_abandoned(
 ) -> std::convert::Infallible {
     let name = up.name();
     loop {
-        let Some(id) = abandoned.next().await else {
+        let Some((id, lane)) = abandoned.next().await else {
             return std::future::pending().await;
         };
-        match tokio::time::timeout(up.config.probe_timeout, conn.cancel(id)).await {
+        match tokio::time::timeout(up.config.probe_timeout, conn.cancel(id, lane)).await {
             Ok(Ok(())) => tracing::debug!(upstream = %name, id, "call cancelled upstream"),
             Ok(Err(e)) => {
                 tracing::debug!(upstream = %name, id, "notifications/cancelled failed: {}", crate::logline::printable(&e.to_string()))

@@ -43,18 +43,28 @@ pub struct Opened {
 }
 
 /// The ids of calls given up on (timeout, caller gone) on one connection,
-/// bounded by its `max_in_flight`.
-pub struct Abandoned(mpsc::Receiver<u64>);
+/// bounded by its `max_in_flight`, with the upstream session each was on.
+pub struct Abandoned(AbandonedRx);
+
+enum AbandonedRx {
+    /// A transport of one session (stdio), or none (built-in: never sends).
+    One(mpsc::Receiver<u64>),
+    /// A legacy HTTP upstream's, whose calls run on several sessions.
+    Lanes(mpsc::Receiver<(u64, relay::Lane)>),
+}
 
 impl Abandoned {
-    /// The next abandoned call id; `None` once the connection can report
-    /// no more (a built-in connection never reports any).
-    pub async fn next(&mut self) -> Option<u64> {
-        self.0.recv().await
+    /// The next abandoned call id and its session; `None` once the
+    /// connection can report no more (a built-in connection never reports any).
+    pub async fn next(&mut self) -> Option<(u64, relay::Lane)> {
+        match &mut self.0 {
+            AbandonedRx::One(rx) => rx.recv().await.map(|id| (id, relay::Lane::MAIN)),
+            AbandonedRx::Lanes(rx) => rx.recv().await,
+        }
     }
 
     fn none() -> Abandoned {
-        Abandoned(mpsc::channel(1).1)
+        Abandoned(AbandonedRx::One(mpsc::channel(1).1))
     }
 }
 
@@ -86,7 +96,7 @@ impl Conn {
                 Ok(Opened {
                     conn: Conn::Stdio(c),
                     driver,
-                    abandoned: Abandoned(abandoned),
+                    abandoned: Abandoned(AbandonedRx::One(abandoned)),
                 })
             }
             Transport::Http { .. } => {
@@ -94,7 +104,7 @@ impl Conn {
                 Ok(Opened {
                     conn: Conn::Http(Box::new(c)),
                     driver: Box::pin(std::future::pending()),
-                    abandoned: Abandoned(abandoned),
+                    abandoned: Abandoned(AbandonedRx::Lanes(abandoned)),
                 })
             }
             Transport::Builtin => Ok(Opened {
@@ -161,35 +171,23 @@ impl Conn {
         }
     }
 
-    /// Reads an HTTP upstream's notification stream (a legacy GET stream or
-    /// a modern `subscriptions/listen`), reopened `again_after` it ends;
-    /// never returns. Pending at once for other transports, and when the
-    /// server does not offer a stream.
+    /// Reads an HTTP upstream's notification streams (a legacy GET stream
+    /// per session, or a modern `subscriptions/listen`), each reopened
+    /// `again_after` it ends; never returns. Pending at once for other
+    /// transports.
     pub async fn notifications(&self, name: &str, again_after: Duration) {
         let Conn::Http(c) = self else {
             return std::future::pending().await;
         };
-        loop {
-            match c.read_notifications().await {
-                http::NotificationsEnd::NotOffered => {
-                    tracing::debug!(upstream = %name, "no notification stream offered");
-                    return std::future::pending().await;
-                }
-                http::NotificationsEnd::Reopen => {}
-                http::NotificationsEnd::Ended(why) => {
-                    tracing::debug!(upstream = %name, "notification stream: {}; again in {again_after:?}", crate::logline::printable(&why.to_string()));
-                    tokio::time::sleep(again_after).await;
-                }
-            }
-        }
+        c.read_all_notifications(name, again_after).await
     }
 
-    /// Tells the upstream to stop working on abandoned call `id`
-    /// (`notifications/cancelled`).
-    pub async fn cancel(&self, id: u64) -> Result<(), SendError> {
+    /// Tells the upstream to stop working on abandoned call `id`, sent on
+    /// `lane` (`notifications/cancelled`).
+    pub async fn cancel(&self, id: u64, lane: relay::Lane) -> Result<(), SendError> {
         match self {
             Conn::Stdio(c) => c.cancel(id).await,
-            Conn::Http(c) => c.cancel(id).await,
+            Conn::Http(c) => c.cancel(id, lane).await,
             Conn::Builtin => Ok(()),
         }
     }
@@ -228,18 +226,23 @@ impl Conn {
     ) -> Result<Payload, SendError> {
         match self {
             Conn::Stdio(c) => c.send(method, params, timeout, relay).await,
-            Conn::Http(c) => c.send(method, params, era, timeout, relay).await,
+            // Boxed: an HTTP exchange (hyper's client, an SSE answer read
+            // to its end, a caller's session opened or re-opened on the way)
+            // is ~2.9 KB of state, which every request future of the
+            // endpoint would otherwise carry (clippy::large_futures). One
+            // allocation beside the ~90 of an HTTP call.
+            Conn::Http(c) => Box::pin(c.send(method, params, era, timeout, relay)).await,
             Conn::Builtin => builtin_send(method, params.as_ref())
                 .await
                 .map(Payload::from),
         }
     }
 
-    /// Sends a JSON-RPC response to a request the upstream sent.
-    pub async fn respond(&self, msg: &Value) -> Result<(), SendError> {
+    /// Sends a JSON-RPC response to a request the upstream sent on `lane`.
+    pub async fn respond(&self, msg: &Value, lane: relay::Lane) -> Result<(), SendError> {
         match self {
             Conn::Stdio(c) => c.respond(msg).await,
-            Conn::Http(c) => c.respond(msg).await,
+            Conn::Http(c) => c.respond(msg, lane).await,
             Conn::Builtin => Ok(()),
         }
     }

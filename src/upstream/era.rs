@@ -16,9 +16,11 @@ pub enum UpstreamEra {
     Modern,
 }
 
-/// The params of mcp-edge's `initialize` to a legacy upstream in `version`,
-/// the first one (`upstream::handshake`) and one after an expired session
-/// alike. It declares the client features mcp-edge can pass on to a caller
+/// The params of mcp-edge's `initialize` to a legacy upstream in `version`
+/// declaring `caps`: the first one (`upstream::handshake`), one after an
+/// expired session, and one per caller's capability set
+/// (`upstream::http::lanes`) alike. Its own session declares the client
+/// features mcp-edge can pass on to a caller
 /// — `elicitation` (form and URL), `sampling` and `roots`
 /// ([`protocol::ClientCaps::RELAYED`]; 2025-11-25 lifecycle.mdx
 /// §Initialization, client/*.mdx). A legacy caller gets the upstream's
@@ -27,10 +29,10 @@ pub enum UpstreamEra {
 /// request is answered with an error and a modern caller gets -32021).
 /// Without these a server that checks its client's capabilities would
 /// never ask.
-pub(super) fn initialize_params(version: ProtocolVersion) -> Value {
+pub(super) fn initialize_params(version: ProtocolVersion, caps: protocol::ClientCaps) -> Value {
     json!({
         "protocolVersion": version.as_str(),
-        "capabilities": protocol::ClientCaps::RELAYED.to_json(),
+        "capabilities": caps.to_json(),
         "clientInfo": client_info(),
     })
 }

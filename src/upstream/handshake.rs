@@ -141,7 +141,7 @@ async fn discover(conn: &Conn, timeout: Duration) -> Result<Negotiated, Handshak
 
 async fn initialize(conn: &Conn) -> Result<Negotiated, HandshakeError> {
     let asked = ProtocolVersion::LATEST_LEGACY;
-    let params = initialize_params(asked);
+    let params = initialize_params(asked, crate::protocol::ClientCaps::RELAYED);
     let r = conn
         .send(
             "initialize",

@@ -376,10 +376,10 @@ impl Upstream {
         session: &str,
         outcome: Result<Value, crate::protocol::RpcError>,
     ) -> bool {
-        let upstream_id = match self.pending.take(slot, generation, session) {
+        let (upstream_id, lane) = match self.pending.take(slot, generation, session) {
             None => return false,
             Some(relay::Target::Waiter(w)) => return w.send(outcome).is_ok(),
-            Some(relay::Target::Upstream(id)) => id,
+            Some(relay::Target::Upstream(id, lane)) => (id, lane),
         };
         let Some((conn, _, _)) = self.current() else {
             return false;
@@ -388,7 +388,7 @@ impl Upstream {
             Ok(r) => protocol::result_response(upstream_id, r),
             Err(e) => protocol::error_response(upstream_id, &e),
         };
-        conn.respond(&msg).await.is_ok()
+        conn.respond(&msg, lane).await.is_ok()
     }
 
     /// Forgets the relayed requests awaiting `session`'s answer (session ended).

@@ -45,6 +45,26 @@ pub struct Relay {
     /// requests are checked where they become an `InputRequiredResult`
     /// (and whose `session` is the parked-call key, not a session).
     pub caps: Option<crate::protocol::ClientCaps>,
+    /// What the caller declared, either era (`None`: not known). A legacy
+    /// HTTP upstream is called in a session of its own that declares the
+    /// same ([`Lane`]), so a server that checks its client's capabilities
+    /// sees this caller's.
+    pub declared: Option<crate::protocol::ClientCaps>,
+}
+
+/// Which of a transport's upstream sessions a message belongs to. A legacy
+/// HTTP upstream has a main session (mcp-edge's own: catalog, probes,
+/// subscriptions, callers that declared what it declares) and one per other
+/// set of client capabilities its callers declared
+/// (`limits::UPSTREAM_CAPABILITY_SESSIONS`); every other transport has one.
+/// An answer to the upstream's request, or a cancellation, goes to the
+/// session the request came on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Lane(pub u8);
+
+impl Lane {
+    /// The main session (the only one of a stdio or modern upstream).
+    pub const MAIN: Lane = Lane(0);
 }
 
 /// `LoggingLevel` values, least severe first (RFC 5424 severities;
@@ -76,6 +96,7 @@ impl Relay {
                 session,
                 log_floor: Some(0),
                 caps: None,
+                declared: None,
             },
             rx,
         )
@@ -84,6 +105,14 @@ impl Relay {
     /// Sets what the caller declared ([`Relay::caps`]).
     pub fn with_caps(mut self, caps: Option<crate::protocol::ClientCaps>) -> Self {
         self.caps = caps;
+        self.declared = caps;
+        self
+    }
+
+    /// Sets what a modern caller declared in its request's `_meta`
+    /// ([`Relay::declared`]; its requests are checked elsewhere).
+    pub fn with_declared(mut self, caps: crate::protocol::ClientCaps) -> Self {
+        self.declared = Some(caps);
         self
     }
 
@@ -138,9 +167,9 @@ impl Relay {
 /// Who gets the client's answer to a relayed request.
 #[derive(Debug)]
 pub enum Target {
-    /// The upstream that sent it, under this id (a legacy upstream's
-    /// server→client request).
-    Upstream(Value),
+    /// The upstream that sent it, under this id, on this session (a legacy
+    /// upstream's server→client request).
+    Upstream(Value, Lane),
     /// A call of mcp-edge's own waiting for it (an input request of a
     /// modern upstream's `InputRequiredResult`, asked of a legacy caller by
     /// `upstream::mrtr`).
@@ -210,11 +239,12 @@ impl Pending {
     pub fn insert(
         &self,
         upstream_id: Value,
+        lane: Lane,
         session: String,
         now: Instant,
         max_age: Duration,
     ) -> Option<(usize, u32)> {
-        self.insert_target(Target::Upstream(upstream_id), session, now, max_age)
+        self.insert_target(Target::Upstream(upstream_id, lane), session, now, max_age)
     }
 
     /// [`Pending::insert`] of a request mcp-edge itself asks `session`:
@@ -322,7 +352,7 @@ impl RelayCtx {
 pub(crate) fn relay_request(
     ctx: &RelayCtx,
     relay: Option<Relay>,
-    id: &Value,
+    (id, lane): (&Value, Lane),
     method: &str,
     params: Option<Value>,
 ) -> Option<()> {
@@ -336,6 +366,7 @@ pub(crate) fn relay_request(
         .pending
         .insert(
             id.clone(),
+            lane,
             session,
             tokio::time::Instant::now(),
             ctx.max_age,
@@ -367,15 +398,29 @@ mod tests {
         let p = Pending::new(1);
         let now = Instant::now();
         let (slot, g) = p
-            .insert(json!(41), "s1".into(), now, Duration::from_secs(60))
+            .insert(
+                json!(41),
+                Lane(2),
+                "s1".into(),
+                now,
+                Duration::from_secs(60),
+            )
             .unwrap();
         assert!(
-            p.insert(json!(42), "s1".into(), now, Duration::from_secs(60))
-                .is_none(),
+            p.insert(
+                json!(42),
+                Lane::MAIN,
+                "s1".into(),
+                now,
+                Duration::from_secs(60)
+            )
+            .is_none(),
             "full"
         );
         assert!(p.take(slot, g, "s2").is_none());
-        assert!(matches!(p.take(slot, g, "s1"), Some(Target::Upstream(v)) if v == json!(41)));
+        assert!(
+            matches!(p.take(slot, g, "s1"), Some(Target::Upstream(v, Lane(2))) if v == json!(41))
+        );
         assert!(p.take(slot, g, "s1").is_none());
     }
 
@@ -412,7 +457,7 @@ mod tests {
         assert!(relay_request(
             &ctx,
             Some(relay.clone()),
-            &json!(1),
+            (&json!(1), Lane::MAIN),
             "sampling/createMessage",
             None
         )
@@ -420,7 +465,7 @@ mod tests {
         assert!(relay_request(
             &ctx,
             Some(relay.clone()),
-            &json!(2),
+            (&json!(2), Lane::MAIN),
             "sampling/createMessage",
             None
         )
@@ -430,7 +475,14 @@ mod tests {
         assert_eq!(first["method"], "sampling/createMessage");
         // A modern caller (no session) gets no relayed requests at all.
         let (modern, _rx) = Relay::new(None, 8);
-        assert!(relay_request(&ctx, Some(modern), &json!(3), "elicitation/create", None).is_none());
+        assert!(relay_request(
+            &ctx,
+            Some(modern),
+            (&json!(3), Lane::MAIN),
+            "elicitation/create",
+            None
+        )
+        .is_none());
     }
 
     #[test]
@@ -463,10 +515,17 @@ mod tests {
         let p = Pending::new(1);
         let t0 = Instant::now();
         let (slot, g) = p
-            .insert(json!(1), "s".into(), t0, Duration::from_secs(10))
+            .insert(
+                json!(1),
+                Lane::MAIN,
+                "s".into(),
+                t0,
+                Duration::from_secs(10),
+            )
             .unwrap();
         let again = p.insert(
             json!(2),
+            Lane::MAIN,
             "s".into(),
             t0 + Duration::from_secs(10),
             Duration::from_secs(10),

@@ -11,10 +11,10 @@ Tools: echo(text, stall_ms) (stall_ms: stops reading stdin that long first), slo
 content type, annotations, _meta extension keys), whoami (returns the name it
 was called by), stats (requests seen, cancellations, current resource
 subscriptions), crash (exits), big(bytes), touch(uri) (sends
-notifications/resources/updated for uri, before its answer), interview(rounds)
+notifications/resources/updated for uri, before its answer), interview(rounds, together)
 (asks the client elicitation/create, sampling/createMessage, roots/list in turn, each
-after the previous answer; returns the answers as a JSON list; a refusal is kept in
-stats' "refused").
+after the previous answer, or all at once with together; returns the answers as a JSON
+list; a refusal is kept in stats' "refused").
 --tools-file FILE: read at every tools/list when it exists, a JSON array of tool
 objects; one named like a built-in tool replaces it, the others are added. With
 it, one more tool: announce (sends notifications/tools/list_changed, then answers).
@@ -58,7 +58,7 @@ TOOLS = [
     {"name": "progress", "inputSchema": {"type": "object", "properties": {"steps": {"type": "integer"}, "ms": {"type": "integer"}, "tag": {"type": "string"}}}},
     {"name": "ask", "inputSchema": {"type": "object", "properties": {"question": {"type": "string"}}}},
     {"name": "fat", "description": "A tool whose definition alone is over 2 KiB. " + "x" * 2048, "inputSchema": {"type": "object"}},
-    {"name": "interview", "inputSchema": {"type": "object", "properties": {"rounds": {"type": "integer"}, "question": {"type": "string"}}}},
+    {"name": "interview", "inputSchema": {"type": "object", "properties": {"rounds": {"type": "integer"}, "question": {"type": "string"}, "together": {"type": "boolean"}}}},
     {"name": "touch", "inputSchema": {"type": "object", "properties": {"uri": {"type": "string"}}}},
 ]
 if era == "modern":
@@ -243,15 +243,19 @@ def call_tool(id, params):
                 ("sampling/createMessage", {"messages": [{"role": "user", "content": {"type": "text", "text": "2+2?"}}], "maxTokens": 10}),
                 ("roots/list", None),
             ][: a.get("rounds", 3)]
-            for i, (method, p) in enumerate(asks):
+            def ask(i, method, p):
                 rid = f"iv-{id}-{i}"
-                ev = threading.Event()
-                waiting[rid] = [ev, None]
+                waiting[rid] = [threading.Event(), None]
                 msg = {"jsonrpc": "2.0", "id": rid, "method": method}
                 if p is not None:
                     msg["params"] = p
                 send(msg)
-                if not ev.wait(a.get("wait_s", 30)):
+                return rid
+            # together: every request sent at once, before any answer.
+            rids = [ask(i, m, p) for i, (m, p) in enumerate(asks)] if a.get("together") else []
+            for i, (method, p) in enumerate(asks):
+                rid = rids[i] if rids else ask(i, method, p)
+                if not waiting[rid][0].wait(a.get("wait_s", 30)):
                     return error(id, -32603, "client never answered")
                 reply = waiting.pop(rid)[1]
                 if "error" in reply:

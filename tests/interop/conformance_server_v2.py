@@ -242,8 +242,9 @@ async def gather(ctx: Ctx, params: Any, questions: dict[str, dict[str, Any]], st
     """Answers to `questions` (key -> {method, params}) as plain dicts, whatever the era.
 
     2026-07-28: answers come from `inputResponses`; any key missing (or not an object) is asked
-    again by raising NeedInput (InputRequiredResult with `requestState` = `state`). Legacy: each
-    question is sent to the client as a request related to this call (its SSE stream)."""
+    again by raising NeedInput (InputRequiredResult with `requestState` = `state`). Legacy: every
+    question is sent to the client at once, each as a request related to this call (its SSE
+    stream), and the answers awaited together."""
     if modern(ctx):
         given = getattr(params, "input_responses", None) or {}
         got = {k: _plain(given[k]) for k in questions if k in given and isinstance(_plain(given[k]), dict)}
@@ -256,9 +257,16 @@ async def gather(ctx: Ctx, params: Any, questions: dict[str, dict[str, Any]], st
         return got
     meta = ServerMessageMetadata(related_request_id=ctx.request_id)
     out: dict[str, Any] = {}
-    for key, q in questions.items():
+
+    async def ask(key: str, q: dict[str, Any]) -> None:
         out[key] = await _ask_legacy(ctx, q, meta)
-    return out
+
+    # All questions at once (each sent before any answer), as the modern era asks them in one
+    # InputRequiredResult; a gateway in front of this legacy server can then ask them in one round.
+    async with anyio.create_task_group() as tg:
+        for key, q in questions.items():
+            tg.start_soon(ask, key, q)
+    return {key: out[key] for key in questions}
 
 
 async def _ask_legacy(ctx: Ctx, q: dict[str, Any], meta: ServerMessageMetadata) -> dict[str, Any]:

@@ -21,7 +21,9 @@ pub enum Mode {
     Unauthorized,
     /// 429 with `Retry-After: 120` (or the HTTP-date form) for the first request, then a legacy server.
     TooManyThen { http_date: bool },
-    /// A legacy (2025-11-25) server with sessions; `restart` invalidates them.
+    /// A legacy (2025-11-25) server with sessions (any number, each with
+    /// the capabilities its `initialize` declared; [`Upstream::restart`]
+    /// ends them all). `interview` asks only what its session declared.
     Legacy,
     /// [`Mode::Legacy`] that also offers a GET stream, which sends one
     /// `notifications/tools/list_changed` and ends.
@@ -34,13 +36,17 @@ pub enum Mode {
 pub struct Upstream {
     pub mode: Mode,
     pub requests: Mutex<Vec<(Instant, String)>>,
-    pub session: Mutex<String>,
-    /// Every `initialize`'s declared client capabilities, in order.
+    /// Live sessions: id → the client capabilities its `initialize` declared.
+    pub sessions: Mutex<std::collections::HashMap<String, Value>>,
+    /// Every `initialize`'s declared capabilities, in order.
     pub initialized: Mutex<Vec<Value>>,
+    /// The session id of every GET stream asked for ("" without one).
+    pub gets: Mutex<Vec<String>>,
     pub generation: AtomicUsize,
-    /// Ids of `tools/call` requests, and `requestId`s of `notifications/cancelled`.
+    /// Ids of `tools/call` requests, and `requestId`s of `notifications/cancelled`
+    /// with the session each came in.
     pub calls: Mutex<Vec<Value>>,
-    pub cancelled: Mutex<Vec<Value>>,
+    pub cancelled: Mutex<Vec<(Value, String)>>,
     /// Every `Authorization` header value received.
     pub authorizations: Mutex<Vec<String>>,
     /// Server→client requests of `interview` calls awaiting the client's answer.
@@ -54,6 +60,25 @@ pub struct Upstream {
 }
 
 type Body = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
+
+impl Upstream {
+    /// The server restarts: every session is unknown (404) from now on.
+    pub fn restart(&self) {
+        self.sessions.lock().unwrap().clear();
+    }
+
+    /// What session `sid` declared, if it is live.
+    fn declared(&self, sid: Option<&str>) -> Option<Value> {
+        self.sessions.lock().unwrap().get(sid?).cloned()
+    }
+
+    /// Session ids of DELETE requests received.
+    pub fn deleted(&self) -> usize {
+        (self.requests.lock().unwrap().iter())
+            .filter(|(_, m)| m == "DELETE")
+            .count()
+    }
+}
 
 /// Serves one request: a legacy POST of `tools/call` `interview` (its answer
 /// an SSE stream that asks `elicitation/create`, then `sampling/createMessage`,
@@ -71,8 +96,8 @@ async fn serve(
         .headers
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok());
-    let in_session = sid == Some(u.session.lock().unwrap().as_str());
-    if head.method == http::Method::POST && in_session {
+    let declared = u.declared(sid);
+    if head.method == http::Method::POST && declared.is_some() {
         if msg.get("method").is_none()
             && (msg.get("result").is_some() || msg.get("error").is_some())
         {
@@ -85,15 +110,16 @@ async fn serve(
             }
         }
         if msg["method"] == "tools/call" && msg["params"]["name"] == "interview" {
-            return Ok(interview(u, msg));
+            return Ok(interview(u, msg, declared.unwrap_or_default()));
         }
     }
     let req = http::Request::from_parts(head, Full::new(bytes));
     answer(u, req).await.map(|r| r.map(BodyExt::boxed))
 }
 
-/// The SSE answer of an `interview` call (see [`serve`]).
-fn interview(u: Arc<Upstream>, msg: Value) -> http::Response<Body> {
+/// The SSE answer of an `interview` call (see [`serve`]): it asks what its
+/// session declared (`caps`) and skips the rest, as a careful server does.
+fn interview(u: Arc<Upstream>, msg: Value, caps: Value) -> http::Response<Body> {
     let id = msg["id"].clone();
     let rounds = msg["params"]["arguments"]["rounds"].as_u64().unwrap_or(3) as usize;
     u.requests
@@ -117,7 +143,10 @@ fn interview(u: Arc<Upstream>, msg: Value) -> http::Response<Body> {
             ("roots/list", json!({})),
         ];
         let mut got = Vec::new();
-        for (i, (method, params)) in asks.into_iter().take(rounds).enumerate() {
+        // elicitation/create needs "elicitation", sampling/… "sampling", roots/… "roots".
+        let declared = |m: &str| caps.get(m.split('/').next().unwrap_or("")).is_some();
+        let asks = asks.into_iter().take(rounds).filter(|(m, _)| declared(m));
+        for (i, (method, params)) in asks.enumerate() {
             let rid = format!("iv-{id}-{i}");
             let (atx, arx) = tokio::sync::oneshot::channel();
             u.waiting.lock().unwrap().insert(rid.clone(), atx);
@@ -171,11 +200,24 @@ async fn answer(
         let seen = String::from_utf8_lossy(a.as_bytes()).into_owned();
         u.authorizations.lock().unwrap().push(seen);
     }
+    if req.method() == http::Method::DELETE {
+        u.requests
+            .lock()
+            .unwrap()
+            .push((Instant::now(), "DELETE".into()));
+        if let Some(sid) = req.headers().get("mcp-session-id") {
+            u.sessions.lock().unwrap().remove(sid.to_str().unwrap());
+        }
+        return Ok(http::Response::new(Full::new(Bytes::new())));
+    }
     if req.method() == http::Method::GET {
         u.requests
             .lock()
             .unwrap()
             .push((Instant::now(), "GET".into()));
+        let sid = req.headers().get("mcp-session-id");
+        let sid = sid.map_or("", |v| v.to_str().unwrap_or("?"));
+        u.gets.lock().unwrap().push(sid.to_string());
         if u.mode != Mode::LegacyGet {
             let mut r = http::Response::new(Full::new(Bytes::new()));
             *r.status_mut() = http::StatusCode::METHOD_NOT_ALLOWED;
@@ -244,9 +286,9 @@ async fn answer(
         ),
         "initialize" => {
             let sid = format!("s{}", u.generation.fetch_add(1, Ordering::SeqCst));
-            *u.session.lock().unwrap() = sid.clone();
             let caps = body["params"]["capabilities"].clone();
-            u.initialized.lock().unwrap().push(caps);
+            u.initialized.lock().unwrap().push(caps.clone());
+            u.sessions.lock().unwrap().insert(sid.clone(), caps);
             let mut r = ok(
                 json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": {"name": "scripted", "version": "1"}}),
             );
@@ -254,17 +296,15 @@ async fn answer(
                 .insert("mcp-session-id", sid.parse().unwrap());
             r
         }
-        _ if u.mode != Mode::Modern
-            && sid_in.as_deref() != Some(u.session.lock().unwrap().as_str()) =>
-        {
+        _ if u.mode != Mode::Modern && u.declared(sid_in.as_deref()).is_none() => {
             resp(404, json!({"error": "unknown session"}))
         }
         "" => resp(202, Value::Null),
         "notifications/cancelled" => {
-            u.cancelled
-                .lock()
-                .unwrap()
-                .push(body["params"]["requestId"].clone());
+            u.cancelled.lock().unwrap().push((
+                body["params"]["requestId"].clone(),
+                sid_in.unwrap_or_default(),
+            ));
             resp(202, Value::Null)
         }
         m if m.starts_with("notifications/") => resp(202, Value::Null),
@@ -308,9 +348,8 @@ async fn answer(
         }
         "tools/call" => {
             u.calls.lock().unwrap().push(id.clone());
-            ok(
-                json!({"content": [{"type": "text", "text": format!("hello from {}", u.session.lock().unwrap())}]}),
-            )
+            let from = sid_in.as_deref().unwrap_or("no session");
+            ok(json!({"content": [{"type": "text", "text": format!("hello from {from}")}]}))
         }
         _ => ok(json!({})),
     })
@@ -321,8 +360,9 @@ pub async fn scripted(mode: Mode) -> (Arc<Upstream>, String) {
     let u = Arc::new(Upstream {
         mode,
         requests: Mutex::new(Vec::new()),
-        session: Mutex::new(String::new()),
+        sessions: Mutex::new(Default::default()),
         initialized: Mutex::new(Vec::new()),
+        gets: Mutex::new(Vec::new()),
         generation: 0.into(),
         calls: Mutex::new(Vec::new()),
         cancelled: Mutex::new(Vec::new()),

@@ -11,6 +11,7 @@ fn running_since(started: Instant) -> Running {
         call: Box::pin(async { Ok(json!("done").into()) }),
         rx,
         done: None,
+        ahead: None,
         key: Some("mrtr:1".into()),
         started,
     }

@@ -7,21 +7,22 @@
 //! §Session Management); modern ones get `MCP-Protocol-Version`, `Mcp-Method`
 //! and `Mcp-Name` headers (§Request Metadata).
 
+mod answer;
+mod lanes;
 mod notifications;
 mod wire;
 pub use notifications::NotificationsEnd;
-use wire::{chain, is_sse, read_body, refused};
+use wire::{chain, is_sse, refused};
 pub use wire::{header_safe, parse_retry_after};
 
 use super::era::UpstreamEra;
-use super::relay::{relay_request, Relay, RelayCtx};
+use super::relay::{Lane, Relay, RelayCtx};
 use super::SendError;
 use crate::config::{Transport, UpstreamConfig};
-use crate::protocol::{self, sse, Message, Payload, RawResult, RpcError};
+use crate::protocol::{self, Payload};
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
+use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
@@ -40,7 +41,10 @@ pub struct HttpConn {
     /// ([`crate::config::mask_url`]).
     shown_url: String,
     headers: HeaderMap,
+    /// The main legacy session ([`Lane::MAIN`]).
     session: RwLock<Option<HeaderValue>>,
+    /// The legacy sessions of callers that declared other capabilities.
+    lanes: lanes::Lanes,
     expired: std::sync::atomic::AtomicBool,
     permits: Semaphore,
     next_id: AtomicU64,
@@ -48,9 +52,10 @@ pub struct HttpConn {
     list_changed: Arc<Notify>,
     ctx: RelayCtx,
     era: RwLock<UpstreamEra>,
-    /// Ids of legacy-era calls given up on (timeout, caller gone), for the
-    /// owner task to send `notifications/cancelled` (bounded: `max_in_flight`).
-    abandoned: mpsc::Sender<u64>,
+    /// Ids of legacy-era calls given up on (timeout, caller gone) and their
+    /// sessions, for the owner task to send `notifications/cancelled`
+    /// (bounded: `max_in_flight`).
+    abandoned: mpsc::Sender<(u64, Lane)>,
     /// The upstream's tools that annotate parameters with `x-mcp-header`,
     /// by name (set with each catalog): their `tools/call` carries
     /// `Mcp-Param-*` headers (2026-07-28 transports-streamable-http.mdx
@@ -69,8 +74,10 @@ pub struct HttpConn {
 /// Queues a legacy call's id for `notifications/cancelled` unless disarmed:
 /// dropped with the call's future (caller gone) or left armed by a timeout.
 struct Abandon<'a> {
-    to: Option<&'a mpsc::Sender<u64>>,
+    to: Option<&'a mpsc::Sender<(u64, Lane)>>,
     id: u64,
+    /// The session the call went to.
+    lane: Lane,
 }
 
 impl Drop for Abandon<'_> {
@@ -78,7 +85,7 @@ impl Drop for Abandon<'_> {
         if let Some(to) = self.to {
             // Closed: the connection was replaced; its session (and the
             // work on it) is gone with it.
-            if let Err(mpsc::error::TrySendError::Full(_)) = to.try_send(self.id) {
+            if let Err(mpsc::error::TrySendError::Full(_)) = to.try_send((self.id, self.lane)) {
                 metrics::counter!(crate::metrics::REFUSED, "limit" => "cancellations").increment(1);
             }
         }
@@ -115,7 +122,7 @@ impl HttpConn {
         cfg: &UpstreamConfig,
         list_changed: Arc<Notify>,
         ctx: RelayCtx,
-    ) -> Result<(Self, mpsc::Receiver<u64>), SetupError> {
+    ) -> Result<(Self, mpsc::Receiver<(u64, Lane)>), SetupError> {
         let Transport::Http {
             url,
             headers,
@@ -160,6 +167,7 @@ impl HttpConn {
             shown_url,
             headers: map,
             session: RwLock::new(None),
+            lanes: lanes::Lanes::new(),
             expired: false.into(),
             permits: Semaphore::new(cfg.max_in_flight),
             next_id: AtomicU64::new(1),
@@ -213,6 +221,7 @@ impl HttpConn {
         body: &Value,
         era: UpstreamEra,
         params: Option<&Value>,
+        lane: Lane,
     ) -> Result<Request<Full<Bytes>>, SendError> {
         let bytes = serde_json::to_vec(body).map_err(|e| SendError::Transport(e.to_string()))?;
         let mut req = Request::builder()
@@ -249,7 +258,7 @@ impl HttpConn {
                     if v != crate::protocol::ProtocolVersion::V2025_03_26 {
                         h.insert("mcp-protocol-version", HeaderValue::from_static(v.as_str()));
                     }
-                    if let Some(s) = self.session.read().expect("session lock").clone() {
+                    if let Some(s) = self.session_of(lane) {
                         h.insert("mcp-session-id", s);
                     }
                 }
@@ -271,33 +280,78 @@ impl HttpConn {
         *self.era.write().expect("era lock") = era;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let msg = protocol::request(json!(id), method, params);
-        let req = self.build(method, &msg, era, msg.get("params"))?;
-        let had_session = self.session.read().expect("session lock").is_some();
         // Legacy servers do not take a closed stream as cancellation
         // (2025-11-25 transports.mdx §Sending Messages to the Server: "SHOULD
         // NOT be interpreted as the client cancelling"), so a call given up on
         // is cancelled explicitly (2025-11-25 utilities-cancellation.mdx;
         // never `initialize`). Modern ones treat the closed stream as the
         // cancellation (2026-07-28 patterns-cancellation.mdx §Transport-Specific).
+        let deadline = tokio::time::Instant::now() + timeout;
+        let lane = match self.lane_for(method, era, relay.as_ref()) {
+            Ok(lane) => lane,
+            // Boxed: once per lane, and it holds a whole exchange.
+            Err((caps, v)) => Box::pin(tokio::time::timeout_at(
+                deadline,
+                self.open_lane_of(caps, v),
+            ))
+            .await
+            .map_err(|_| SendError::Timeout)??,
+        };
         let mut abandon = Abandon {
             to: (matches!(era, UpstreamEra::Legacy(_)) && method != "initialize")
                 .then_some(&self.abandoned),
             id,
+            lane,
         };
-        let outcome =
-            tokio::time::timeout(timeout, self.exchange(req, method, id, relay.as_ref())).await;
+        let sent = self.session_of(lane);
+        let req = self.build(method, &msg, era, msg.get("params"), lane)?;
+        let exchange = self.exchange(req, method, id, relay.as_ref(), lane);
+        let outcome = match tokio::time::timeout_at(deadline, exchange).await {
+            Ok(Err(SendError::Http { status: 404, .. }))
+                if sent.is_some() && method != "initialize" =>
+            {
+                if lane == Lane::MAIN {
+                    // The caller re-initializes and retries.
+                    self.expired.store(true, Ordering::Release);
+                    return Err(SendError::SessionExpired);
+                }
+                // A caller's lane is opened again and the request sent once
+                // more (2025-11-25 transports.mdx §Session Management, item 4).
+                // Boxed: rare, and it holds two more exchanges.
+                let again = self.resend_in_lane(lane, sent, &msg, era, relay.as_ref());
+                Box::pin(tokio::time::timeout_at(deadline, again)).await
+            }
+            other => other,
+        };
         if outcome.is_ok() {
             abandon.to = None; // answered (or failed): nothing left to cancel
         }
-        match outcome {
-            Err(_) => Err(SendError::Timeout),
-            Ok(Err(SendError::Http { status: 404, .. }))
-                if had_session && method != "initialize" =>
-            {
-                self.expired.store(true, Ordering::Release);
-                Err(SendError::SessionExpired)
-            }
-            Ok(r) => r,
+        outcome.unwrap_or(Err(SendError::Timeout))
+    }
+
+    /// [`HttpConn::send`] of `msg` again in `lane` after its session
+    /// `ended` (404): opened again first (unless a concurrent call did).
+    async fn resend_in_lane(
+        &self,
+        lane: Lane,
+        ended: Option<HeaderValue>,
+        msg: &Value,
+        era: UpstreamEra,
+        relay: Option<&Relay>,
+    ) -> Result<Payload, SendError> {
+        let method = msg.get("method").and_then(Value::as_str).unwrap_or("");
+        let id = msg.get("id").and_then(Value::as_u64).unwrap_or(0);
+        self.reopen_lane(lane, ended, era).await?;
+        let req = self.build(method, msg, era, msg.get("params"), lane)?;
+        self.exchange(req, method, id, relay, lane).await
+    }
+
+    /// The session id `lane` sends with, if open.
+    fn session_of(&self, lane: Lane) -> Option<HeaderValue> {
+        if lane == Lane::MAIN {
+            self.session.read().expect("session lock").clone()
+        } else {
+            self.lanes.session(lane)
         }
     }
 
@@ -309,7 +363,7 @@ impl HttpConn {
         era: UpstreamEra,
     ) -> Result<(), SendError> {
         let msg = protocol::notification(method, params);
-        self.post_expecting_no_answer(self.build(method, &msg, era, None)?)
+        self.post_expecting_no_answer(self.build(method, &msg, era, None, Lane::MAIN)?)
             .await
     }
 
@@ -323,7 +377,7 @@ impl HttpConn {
         let UpstreamEra::Legacy(v) = era else {
             return Err(SendError::Transport("404 from a modern upstream".into()));
         };
-        let params = super::era::initialize_params(v);
+        let params = super::era::initialize_params(v, protocol::ClientCaps::RELAYED);
         self.send(
             "initialize",
             Some(params),
@@ -336,15 +390,22 @@ impl HttpConn {
     }
 
     /// Tells the upstream to stop working on call `id`: `notifications/cancelled`
-    /// (2025-11-25 utilities-cancellation.mdx §Cancellation Flow) on the
-    /// current legacy session.
-    pub async fn cancel(&self, id: u64) -> Result<(), SendError> {
+    /// (2025-11-25 utilities-cancellation.mdx §Cancellation Flow) in the
+    /// legacy session of `lane`, where the call went.
+    pub async fn cancel(&self, id: u64, lane: Lane) -> Result<(), SendError> {
         let era = *self.era.read().expect("era lock");
-        self.notify(
+        let reason = "the downstream caller gave up (timeout or disconnect)";
+        let msg = protocol::notification(
             "notifications/cancelled",
-            Some(json!({"requestId": id, "reason": "the downstream caller gave up (timeout or disconnect)"})),
+            Some(json!({"requestId": id, "reason": reason})),
+        );
+        self.post_expecting_no_answer(self.build(
+            "notifications/cancelled",
+            &msg,
             era,
-        )
+            None,
+            lane,
+        )?)
         .await
     }
 
@@ -356,6 +417,7 @@ impl HttpConn {
         method: &str,
         id: u64,
         relay: Option<&Relay>,
+        lane: Lane,
     ) -> Result<Payload, SendError> {
         let resp =
             self.client.request(req).await.map_err(|e| {
@@ -365,154 +427,28 @@ impl HttpConn {
         refused(&resp)?;
         if method == "initialize" && status.is_success() {
             if let Some(s) = resp.headers().get("mcp-session-id") {
-                *self.session.write().expect("session lock") = Some(s.clone());
-                self.expired.store(false, Ordering::Release);
+                if lane == Lane::MAIN {
+                    *self.session.write().expect("session lock") = Some(s.clone());
+                    self.expired.store(false, Ordering::Release);
+                } else {
+                    self.lanes.set_session(lane, Some(s.clone()));
+                }
             }
         }
         let sse = is_sse(resp.headers());
         let body = resp.into_body();
         if sse && status.is_success() {
-            self.read_sse_answer(body, id, relay).await
+            self.read_sse_answer(body, id, relay, lane).await
         } else {
             self.read_json_answer(body, status).await
         }
     }
 
-    /// Reads an SSE answer until the response to `id` (messages before it
-    /// go to [`HttpConn::on_message`]); the response ends the request
-    /// (dropping the body closes the stream).
-    async fn read_sse_answer(
-        &self,
-        mut body: Incoming,
-        id: u64,
-        relay: Option<&Relay>,
-    ) -> Result<Payload, SendError> {
-        let mut dec = sse::Decoder::new(self.max_bytes);
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| SendError::Transport(format!("SSE body: {e}")))?;
-            let Some(data) = frame.data_ref() else {
-                continue;
-            };
-            let mut events = Vec::new();
-            dec.push(data, &mut |e| events.push(e))
-                .map_err(|_| SendError::TooLarge)?;
-            for e in events {
-                // Nothing after the response is awaited.
-                if let Some(r) = self.on_message(e, id, relay).await {
-                    return r.map_err(SendError::Rpc);
-                }
-            }
-        }
-        Err(SendError::Transport(
-            "SSE stream ended without a response".into(),
-        ))
-    }
-
-    /// Reads a JSON answer (at most `max_result_bytes`): the JSON-RPC
-    /// response, or the error a non-2xx `status` (and its body) means.
-    async fn read_json_answer(
-        &self,
-        body: Incoming,
-        status: StatusCode,
-    ) -> Result<Payload, SendError> {
-        let bytes = read_body(body, self.max_bytes).await?;
-        if status.is_success() {
-            if let Some((_, range, top)) = protocol::split_response(&bytes) {
-                return Ok(Payload::Raw(RawResult::scanned(bytes.slice(range), top)));
-            }
-        }
-        let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
-        if !status.is_success() {
-            let rpc = parsed
-                .as_ref()
-                .and_then(|v| v.get("error"))
-                .map(RpcError::from_json);
-            return Err(SendError::Http {
-                status: status.as_u16(),
-                rpc,
-            });
-        }
-        let v = parsed.ok_or_else(|| SendError::Transport("response body is not JSON".into()))?;
-        match protocol::classify(v) {
-            Ok(Message::Response { outcome: Ok(r), .. }) => Ok(Payload::Tree(r)),
-            Ok(Message::Response {
-                outcome: Err(e), ..
-            }) => Err(SendError::Rpc(e)),
-            _ => Err(SendError::Transport(
-                "response is not a JSON-RPC response".into(),
-            )),
-        }
-    }
-
-    /// Handles one SSE message; returns the outcome if it is the response to
-    /// `id`. Notifications go to the call's relay; server→client requests are
-    /// relayed to a legacy caller or refused.
-    async fn on_message(
-        &self,
-        data: String,
-        id: u64,
-        relay: Option<&Relay>,
-    ) -> Option<Result<Payload, RpcError>> {
-        if let Some((n, range, top)) = protocol::split_response(data.as_bytes()) {
-            if n == id {
-                let bytes = Bytes::from(data).slice(range);
-                return Some(Ok(Payload::Raw(RawResult::scanned(bytes, top))));
-            }
-        }
-        let v: Value = serde_json::from_str(&data).ok()?;
-        match protocol::classify(v) {
-            Ok(Message::Response { id: rid, outcome }) if rid.as_u64() == Some(id) => {
-                Some(outcome.map(Payload::Tree))
-            }
-            Ok(Message::Notification { method, .. }) if method.ends_with("/list_changed") => {
-                self.list_changed.notify_one();
-                None
-            }
-            Ok(Message::Notification { method, params })
-                if method == "notifications/resources/updated" =>
-            {
-                self.ctx.resource_updated(params.as_ref());
-                None
-            }
-            Ok(Message::Notification { method, params }) => {
-                if let Some(r) = relay {
-                    r.forward(protocol::notification(&method, params));
-                }
-                None
-            }
-            Ok(Message::Request {
-                id: rid,
-                method,
-                params,
-            }) => {
-                if relay_request(&self.ctx, relay.cloned(), &rid, &method, params).is_none() {
-                    let reply = match method.as_str() {
-                        "ping" => protocol::result_response(rid, json!({})),
-                        _ => protocol::error_response(
-                            rid,
-                            &RpcError::new(
-                                protocol::METHOD_NOT_FOUND,
-                                format!("mcp-edge has no client to relay {method} to"),
-                            ),
-                        ),
-                    };
-                    let _ = self.respond(&reply).await;
-                }
-                None
-            }
-            Ok(Message::Response { .. }) => {
-                // An answer to no call of this stream: counted, not logged.
-                metrics::counter!(crate::metrics::REFUSED, "limit" => "unknown_id").increment(1);
-                None
-            }
-            _ => None,
-        }
-    }
-
-    /// POSTs a JSON-RPC response (to a request the upstream sent) in the session.
-    pub async fn respond(&self, msg: &Value) -> Result<(), SendError> {
+    /// POSTs a JSON-RPC response (to a request the upstream sent) in the
+    /// session of `lane`, where the request came from.
+    pub async fn respond(&self, msg: &Value, lane: Lane) -> Result<(), SendError> {
         let era = *self.era.read().expect("era lock");
-        self.post_expecting_no_answer(self.build("", msg, era, None)?)
+        self.post_expecting_no_answer(self.build("", msg, era, None, lane)?)
             .await
     }
 
@@ -532,26 +468,5 @@ impl HttpConn {
                 rpc: None,
             })
         }
-    }
-
-    /// Ends the legacy session with DELETE (2025-11-25 transports.mdx §Session Management).
-    pub async fn close(&self) {
-        let Some(s) = self.session.write().expect("session lock").take() else {
-            return;
-        };
-        let mut req = Request::builder()
-            .method(Method::DELETE)
-            .uri(self.url.clone())
-            .header("mcp-session-id", s)
-            .body(Full::new(Bytes::new()))
-            .expect("static request");
-        for (k, v) in &self.headers {
-            req.headers_mut().insert(k.clone(), v.clone());
-        }
-        let _ = tokio::time::timeout(
-            crate::limits::SESSION_DELETE_TIMEOUT,
-            self.client.request(req),
-        )
-        .await;
     }
 }

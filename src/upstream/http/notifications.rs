@@ -20,15 +20,19 @@
 //! the listen request (an error response, e.g. -32601) counts as not
 //! offering one.
 
+use super::lanes;
 use super::wire::{chain, is_sse};
 use super::HttpConn;
 use crate::protocol::{self, sse, Message};
 use crate::upstream::era::{listen_params, UpstreamEra, LISTEN_ID};
+use crate::upstream::relay::Lane;
 use bytes::Bytes;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use http::{header, HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use serde_json::json;
+use std::time::Duration;
 
 /// How one notification stream ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -47,19 +51,70 @@ impl HttpConn {
     /// modern `subscriptions/listen`) and reads it until it ends, handling
     /// each message as described in the module docs. An event over
     /// `max_result_bytes` ends the stream.
-    pub async fn read_notifications(&self) -> NotificationsEnd {
+    pub async fn read_notifications(&self, lane: Lane) -> NotificationsEnd {
         let era = *self.era.read().expect("era lock");
-        match self.open_notifications(era).await {
-            Ok(body) => self.read_stream(body).await,
+        if lane != Lane::MAIN && era == UpstreamEra::Modern {
+            return NotificationsEnd::NotOffered; // lanes are legacy sessions
+        }
+        match self.open_notifications(era, lane).await {
+            Ok(body) => self.read_stream(body, lane).await,
             Err(end) => end,
+        }
+    }
+
+    /// Reads the notification streams of every legacy session of this
+    /// connection, the main one and each caller's lane (a server sends what
+    /// a session's calls caused, e.g. `tools/list_changed` after a tool grew
+    /// the list, on that session's stream), for as long as the connection
+    /// lives. A stream that ended is asked again after `again_after`; one
+    /// not offered is not asked again. At most
+    /// `1 + limits::UPSTREAM_CAPABILITY_SESSIONS` streams, each started
+    /// when its session first opens.
+    pub async fn read_all_notifications(&self, name: &str, again_after: Duration) {
+        let mut streams = FuturesUnordered::new();
+        streams.push(self.keep_reading(Lane::MAIN, name, again_after));
+        let mut started = 0; // lanes with a stream
+        loop {
+            tokio::select! {
+                Some(()) = streams.next(), if !streams.is_empty() => {}
+                () = self.lanes.opened() => {
+                    let open = self.lanes.len();
+                    for i in started..open {
+                        streams.push(self.keep_reading(lanes::lane_of(i), name, again_after));
+                    }
+                    started = open;
+                }
+            }
+        }
+    }
+
+    /// One session's stream, opened again after it ends; returns when the
+    /// server does not offer one.
+    async fn keep_reading(&self, lane: Lane, name: &str, again_after: Duration) {
+        loop {
+            match self.read_notifications(lane).await {
+                NotificationsEnd::NotOffered => {
+                    tracing::debug!(upstream = %name, lane = lane.0, "no notification stream offered");
+                    return;
+                }
+                NotificationsEnd::Reopen => {}
+                NotificationsEnd::Ended(why) => {
+                    tracing::debug!(upstream = %name, lane = lane.0, "notification stream: {}; again in {again_after:?}", crate::logline::printable(&why));
+                    tokio::time::sleep(again_after).await;
+                }
+            }
         }
     }
 
     /// Sends the stream's request and checks its answer: the SSE body, or
     /// how the stream ended before it began.
-    async fn open_notifications(&self, era: UpstreamEra) -> Result<Incoming, NotificationsEnd> {
+    async fn open_notifications(
+        &self,
+        era: UpstreamEra,
+        lane: Lane,
+    ) -> Result<Incoming, NotificationsEnd> {
         let req = match era {
-            UpstreamEra::Legacy(version) => self.get_request(version),
+            UpstreamEra::Legacy(version) => self.get_request(version, lane),
             UpstreamEra::Modern => self.listen_request(),
         };
         let req = req.map_err(NotificationsEnd::Ended)?;
@@ -95,12 +150,15 @@ impl HttpConn {
 
     /// Reads the stream's events until it ends (each handled by
     /// [`HttpConn::on_stream_event`]) or its filter changes.
-    async fn read_stream(&self, mut body: Incoming) -> NotificationsEnd {
+    async fn read_stream(&self, mut body: Incoming, lane: Lane) -> NotificationsEnd {
         let mut dec = sse::Decoder::new(self.max_bytes);
         loop {
             let frame = tokio::select! {
                 f = body.frame() => f,
-                _ = self.relisten.notified() => return NotificationsEnd::Reopen,
+                // Only the main session's stream has a filter (lanes are legacy).
+                _ = self.relisten.notified(), if lane == Lane::MAIN => {
+                    return NotificationsEnd::Reopen
+                }
             };
             let Some(frame) = frame else { break };
             let frame = match frame {
@@ -118,7 +176,7 @@ impl HttpConn {
                 ));
             }
             for e in events {
-                if let Some(end) = self.on_stream_event(e).await {
+                if let Some(end) = self.on_stream_event(e, lane).await {
                     return end;
                 }
             }
@@ -127,7 +185,7 @@ impl HttpConn {
     }
 
     /// Handles one event of the stream; `Some` when it ends the stream.
-    async fn on_stream_event(&self, event: String) -> Option<NotificationsEnd> {
+    async fn on_stream_event(&self, event: String, lane: Lane) -> Option<NotificationsEnd> {
         // The listen request's own answer: its closing response ends the
         // stream; an error means the server does not offer one.
         if let Ok(Message::Response { id, outcome }) = serde_json::from_str(&event)
@@ -149,7 +207,7 @@ impl HttpConn {
         }
         // Id 0 is never used by a call (ids start at 1), and no relay:
         // other responses are ignored, requests answered or refused here.
-        let _ = self.on_message(event, 0, None).await;
+        let _ = self.on_message(event, 0, None, lane).await;
         None
     }
 
@@ -163,15 +221,22 @@ impl HttpConn {
             &msg,
             UpstreamEra::Modern,
             msg.get("params"),
+            Lane::MAIN,
         )
         .map_err(|e| e.to_string())
     }
 
-    /// The GET request of a legacy session's stream.
+    /// The GET request of a legacy session's stream (`lane`'s).
     fn get_request(
         &self,
         version: crate::protocol::ProtocolVersion,
+        lane: Lane,
     ) -> Result<Request<Full<Bytes>>, String> {
+        let session = self.session_of(lane);
+        if session.is_none() && lane != Lane::MAIN {
+            // Not open yet, or ended (404) and not opened again yet.
+            return Err("its session is not open".into());
+        }
         let mut req = Request::builder()
             .method(Method::GET)
             .uri(self.url.clone())
@@ -188,7 +253,7 @@ impl HttpConn {
                 HeaderValue::from_static(version.as_str()),
             );
         }
-        if let Some(s) = self.session.read().expect("session lock").clone() {
+        if let Some(s) = session {
             h.insert("mcp-session-id", s);
         }
         Ok(req)

@@ -13,7 +13,7 @@ mod writer;
 
 use super::era::{listen_params, LISTEN_ID};
 use super::inflight::InFlight;
-use super::relay::{relay_request, Relay, RelayCtx};
+use super::relay::{relay_request, Lane, Relay, RelayCtx};
 use super::ring::Ring;
 use super::SendError;
 use crate::config::UpstreamConfig;
@@ -414,7 +414,14 @@ async fn on_request(
     ctx: &RelayCtx,
 ) {
     if method != "ping"
-        && relay_request(ctx, inflight.sole_relay(), &id, &method, params.clone()).is_some()
+        && relay_request(
+            ctx,
+            inflight.sole_relay(),
+            (&id, Lane::MAIN),
+            &method,
+            params.clone(),
+        )
+        .is_some()
     {
         return;
     }

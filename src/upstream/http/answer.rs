@@ -1,0 +1,152 @@
+//! Reading an upstream's answer to one POST: a JSON body, or an SSE stream
+//! whose messages before the response are handled on the way (notifications
+//! forwarded or acted on, server→client requests relayed to the caller or
+//! refused) — `../shared/spec/2026-07-28/transports-streamable-http.mdx`
+//! §Sending Messages, §Receiving Messages.
+
+use super::wire::read_body;
+use super::HttpConn;
+use crate::protocol::{self, sse, Message, Payload, RawResult, RpcError};
+use crate::upstream::relay::{relay_request, Lane, Relay};
+use crate::upstream::SendError;
+use bytes::Bytes;
+use http::StatusCode;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use serde_json::{json, Value};
+
+impl HttpConn {
+    /// Reads an SSE answer until the response to `id` (messages before it
+    /// go to [`HttpConn::on_message`]); the response ends the request
+    /// (dropping the body closes the stream).
+    pub(super) async fn read_sse_answer(
+        &self,
+        mut body: Incoming,
+        id: u64,
+        relay: Option<&Relay>,
+        lane: Lane,
+    ) -> Result<Payload, SendError> {
+        let mut dec = sse::Decoder::new(self.max_bytes);
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| SendError::Transport(format!("SSE body: {e}")))?;
+            let Some(data) = frame.data_ref() else {
+                continue;
+            };
+            let mut events = Vec::new();
+            dec.push(data, &mut |e| events.push(e))
+                .map_err(|_| SendError::TooLarge)?;
+            for e in events {
+                // Nothing after the response is awaited.
+                if let Some(r) = self.on_message(e, id, relay, lane).await {
+                    return r.map_err(SendError::Rpc);
+                }
+            }
+        }
+        Err(SendError::Transport(
+            "SSE stream ended without a response".into(),
+        ))
+    }
+
+    /// Reads a JSON answer (at most `max_result_bytes`): the JSON-RPC
+    /// response, or the error a non-2xx `status` (and its body) means.
+    pub(super) async fn read_json_answer(
+        &self,
+        body: Incoming,
+        status: StatusCode,
+    ) -> Result<Payload, SendError> {
+        let bytes = read_body(body, self.max_bytes).await?;
+        if status.is_success() {
+            if let Some((_, range, top)) = protocol::split_response(&bytes) {
+                return Ok(Payload::Raw(RawResult::scanned(bytes.slice(range), top)));
+            }
+        }
+        let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
+        if !status.is_success() {
+            let rpc = parsed
+                .as_ref()
+                .and_then(|v| v.get("error"))
+                .map(RpcError::from_json);
+            return Err(SendError::Http {
+                status: status.as_u16(),
+                rpc,
+            });
+        }
+        let v = parsed.ok_or_else(|| SendError::Transport("response body is not JSON".into()))?;
+        match protocol::classify(v) {
+            Ok(Message::Response { outcome: Ok(r), .. }) => Ok(Payload::Tree(r)),
+            Ok(Message::Response {
+                outcome: Err(e), ..
+            }) => Err(SendError::Rpc(e)),
+            _ => Err(SendError::Transport(
+                "response is not a JSON-RPC response".into(),
+            )),
+        }
+    }
+
+    /// Handles one SSE message; returns the outcome if it is the response to
+    /// `id`. Notifications go to the call's relay; server→client requests are
+    /// relayed to a legacy caller or refused.
+    pub(super) async fn on_message(
+        &self,
+        data: String,
+        id: u64,
+        relay: Option<&Relay>,
+        lane: Lane,
+    ) -> Option<Result<Payload, RpcError>> {
+        if let Some((n, range, top)) = protocol::split_response(data.as_bytes()) {
+            if n == id {
+                let bytes = Bytes::from(data).slice(range);
+                return Some(Ok(Payload::Raw(RawResult::scanned(bytes, top))));
+            }
+        }
+        let v: Value = serde_json::from_str(&data).ok()?;
+        match protocol::classify(v) {
+            Ok(Message::Response { id: rid, outcome }) if rid.as_u64() == Some(id) => {
+                Some(outcome.map(Payload::Tree))
+            }
+            Ok(Message::Notification { method, .. }) if method.ends_with("/list_changed") => {
+                self.list_changed.notify_one();
+                None
+            }
+            Ok(Message::Notification { method, params })
+                if method == "notifications/resources/updated" =>
+            {
+                self.ctx.resource_updated(params.as_ref());
+                None
+            }
+            Ok(Message::Notification { method, params }) => {
+                if let Some(r) = relay {
+                    r.forward(protocol::notification(&method, params));
+                }
+                None
+            }
+            Ok(Message::Request {
+                id: rid,
+                method,
+                params,
+            }) => {
+                let to = relay.cloned();
+                if relay_request(&self.ctx, to, (&rid, lane), &method, params).is_none() {
+                    let reply = match method.as_str() {
+                        "ping" => protocol::result_response(rid, json!({})),
+                        _ => protocol::error_response(
+                            rid,
+                            &RpcError::new(
+                                protocol::METHOD_NOT_FOUND,
+                                format!("mcp-edge has no client to relay {method} to"),
+                            ),
+                        ),
+                    };
+                    let _ = self.respond(&reply, lane).await;
+                }
+                None
+            }
+            Ok(Message::Response { .. }) => {
+                // An answer to no call of this stream: counted, not logged.
+                metrics::counter!(crate::metrics::REFUSED, "limit" => "unknown_id").increment(1);
+                None
+            }
+            _ => None,
+        }
+    }
+}

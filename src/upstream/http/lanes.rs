@@ -1,0 +1,249 @@
+//! One legacy session per declared capability set ([`Lane`]).
+//!
+//! A legacy (2025-era) server learns its client's capabilities once, at
+//! `initialize` (`../shared/spec/2025-11-25/basic/lifecycle.mdx`
+//! §Capability Negotiation), and a careful one asks only what they allow
+//! (`client/elicitation.mdx`: "Servers MUST NOT send elicitation requests to
+//! clients that have not declared the capability"; the 2026-07-28 server
+//! refuses such a call with -32021, `basic/utilities/mrtr.mdx`). mcp-edge's own
+//! session declares everything it can relay ([`ClientCaps::RELAYED`]), which
+//! is right for callers that declared as much but misleads the server about
+//! the others: it asks, and the caller cannot answer. So a call from a caller
+//! whose declared set differs runs in a session of that set: opened with
+//! `initialize` on its first call, kept for later callers of the same set
+//! (at most `limits::UPSTREAM_CAPABILITY_SESSIONS`; beyond that, calls use the
+//! main session and are counted as refused, `limit="capability_sessions"`),
+//! opened again if the server ends it (404), and ended with DELETE when the
+//! connection closes. The main session stays the one for the catalog,
+//! probes, subscriptions and notifications.
+
+use super::HttpConn;
+use crate::limits::UPSTREAM_CAPABILITY_SESSIONS;
+use crate::protocol::{ClientCaps, ProtocolVersion};
+use crate::upstream::era::{initialize_params, UpstreamEra};
+use crate::upstream::relay::{Lane, Relay};
+use crate::upstream::SendError;
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request};
+use http_body_util::Full;
+use serde_json::json;
+use std::sync::Mutex;
+
+struct Slot {
+    caps: ClientCaps,
+    /// `None` until its `initialize` is answered, and after a 404.
+    session: Option<HeaderValue>,
+}
+
+/// The sessions of a legacy HTTP upstream other than the main one; slot
+/// `i` is [`Lane`] `i + 1`. Slots are never reused for another set while
+/// the connection lives (a call may still be running in one).
+pub(super) struct Lanes {
+    slots: Mutex<heapless::Vec<Slot, UPSTREAM_CAPABILITY_SESSIONS>>,
+    /// Held while a session is opened, so concurrent first calls of one set
+    /// open it once.
+    opening: tokio::sync::Mutex<()>,
+    /// Rung each time a lane's session opens, so its notification stream
+    /// starts ([`HttpConn::read_all_notifications`]).
+    opened: tokio::sync::Notify,
+}
+
+impl Lanes {
+    pub(super) fn new() -> Lanes {
+        Lanes {
+            slots: Mutex::new(heapless::Vec::new()),
+            opening: tokio::sync::Mutex::new(()),
+            opened: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// The lane of `caps` and whether its session is open.
+    fn find(&self, caps: ClientCaps) -> Option<(Lane, bool)> {
+        let g = self.slots.lock().expect("lanes lock");
+        let i = g.iter().position(|s| s.caps == caps)?;
+        Some((lane_of(i), g[i].session.is_some()))
+    }
+
+    /// A new lane for `caps` (session not open yet); `None` when full.
+    fn add(&self, caps: ClientCaps) -> Option<Lane> {
+        let mut g = self.slots.lock().expect("lanes lock");
+        g.push(Slot {
+            caps,
+            session: None,
+        })
+        .ok()?;
+        Some(lane_of(g.len() - 1))
+    }
+
+    /// The session id of `lane` (not [`Lane::MAIN`]), if open.
+    pub(super) fn session(&self, lane: Lane) -> Option<HeaderValue> {
+        let g = self.slots.lock().expect("lanes lock");
+        g.get(usize::from(lane.0).checked_sub(1)?)?.session.clone()
+    }
+
+    /// Records (or, with `None`, forgets) the session id of `lane`.
+    pub(super) fn set_session(&self, lane: Lane, session: Option<HeaderValue>) {
+        let mut g = self.slots.lock().expect("lanes lock");
+        if let Some(s) = usize::from(lane.0)
+            .checked_sub(1)
+            .and_then(|i| g.get_mut(i))
+        {
+            s.session = session;
+        }
+    }
+
+    /// The capability set `lane` declares ([`ClientCaps::RELAYED`] for the main one).
+    fn caps(&self, lane: Lane) -> ClientCaps {
+        let g = self.slots.lock().expect("lanes lock");
+        usize::from(lane.0)
+            .checked_sub(1)
+            .and_then(|i| g.get(i))
+            .map_or(ClientCaps::RELAYED, |s| s.caps)
+    }
+
+    /// How many lanes there are (open or not); lanes are never removed.
+    pub(super) fn len(&self) -> usize {
+        self.slots.lock().expect("lanes lock").len()
+    }
+
+    /// Waits until a lane's session opened (a wake-up is kept if no one waits).
+    pub(super) async fn opened(&self) {
+        self.opened.notified().await
+    }
+
+    /// Takes every open session id (the connection closes).
+    pub(super) fn take_all(&self) -> Vec<HeaderValue> {
+        let mut g = self.slots.lock().expect("lanes lock");
+        g.iter_mut().filter_map(|s| s.session.take()).collect()
+    }
+}
+
+pub(super) fn lane_of(index: usize) -> Lane {
+    Lane(u8::try_from(index + 1).expect("UPSTREAM_CAPABILITY_SESSIONS < 255"))
+}
+
+impl HttpConn {
+    /// The session a call of `method` from behind `relay` runs in: in the
+    /// legacy era, for a caller that can be asked (a legacy session, or a
+    /// modern caller's call that can become an `InputRequiredResult`), the
+    /// lane of what it declared; else the main session. `Err` names the
+    /// set and version of a lane to open first ([`HttpConn::open_lane_of`]).
+    pub(super) fn lane_for(
+        &self,
+        method: &str,
+        era: UpstreamEra,
+        relay: Option<&Relay>,
+    ) -> Result<Lane, (ClientCaps, ProtocolVersion)> {
+        let asked = relay.filter(|r| r.session.is_some());
+        let (UpstreamEra::Legacy(version), Some(caps)) = (era, asked.and_then(|r| r.declared))
+        else {
+            return Ok(Lane::MAIN);
+        };
+        // A server without sessions learns nothing from `initialize`.
+        let sessionless = self.session.read().expect("session lock").is_none();
+        if method == "initialize" || caps == ClientCaps::RELAYED || sessionless {
+            return Ok(Lane::MAIN);
+        }
+        match self.lanes.find(caps) {
+            Some((lane, true)) => Ok(lane),
+            _ => Err((caps, version)),
+        }
+    }
+
+    /// Opens the lane of `caps` (once, however many calls wait for it); the
+    /// main session when the table is full (counted).
+    pub(super) async fn open_lane_of(
+        &self,
+        caps: ClientCaps,
+        version: ProtocolVersion,
+    ) -> Result<Lane, SendError> {
+        let _opening = self.lanes.opening.lock().await;
+        let lane = match self.lanes.find(caps) {
+            Some((lane, true)) => return Ok(lane),
+            Some((lane, false)) => lane,
+            None => match self.lanes.add(caps) {
+                Some(lane) => lane,
+                None => {
+                    metrics::counter!(crate::metrics::REFUSED, "limit" => "capability_sessions")
+                        .increment(1);
+                    return Ok(Lane::MAIN);
+                }
+            },
+        };
+        self.open_lane(lane, version).await?;
+        Ok(lane)
+    }
+
+    /// `initialize` (declaring the lane's capabilities) and
+    /// `notifications/initialized` in `lane`, in the legacy `version`
+    /// negotiated by the main session.
+    pub(super) async fn open_lane(
+        &self,
+        lane: Lane,
+        version: ProtocolVersion,
+    ) -> Result<(), SendError> {
+        let era = UpstreamEra::Legacy(version);
+        let id = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let params = initialize_params(version, self.lanes.caps(lane));
+        let msg = crate::protocol::request(json!(id), "initialize", Some(params));
+        let req = self.build("initialize", &msg, era, None, lane)?;
+        self.exchange(req, "initialize", id, None, lane).await?;
+        if self.lanes.session(lane).is_none() {
+            return Err(SendError::Transport(
+                "initialize answered without an Mcp-Session-Id".into(),
+            ));
+        }
+        let note = crate::protocol::notification("notifications/initialized", None);
+        let req = self.build("notifications/initialized", &note, era, None, lane)?;
+        self.post_expecting_no_answer(req).await?;
+        self.lanes.opened.notify_one();
+        Ok(())
+    }
+
+    /// Opens `lane` again after the server ended its session (404), unless
+    /// a concurrent call did already.
+    pub(super) async fn reopen_lane(
+        &self,
+        lane: Lane,
+        ended: Option<HeaderValue>,
+        era: UpstreamEra,
+    ) -> Result<(), SendError> {
+        let UpstreamEra::Legacy(version) = era else {
+            return Err(SendError::Transport("404 from a modern upstream".into()));
+        };
+        let _opening = self.lanes.opening.lock().await;
+        if self.lanes.session(lane) != ended {
+            return Ok(()); // opened again meanwhile
+        }
+        self.lanes.set_session(lane, None);
+        self.open_lane(lane, version).await
+    }
+
+    /// Ends the legacy sessions with DELETE (2025-11-25 transports.mdx
+    /// §Session Management): the main one and every caller's lane.
+    pub async fn close(&self) {
+        let main = self.session.write().expect("session lock").take();
+        for s in main.into_iter().chain(self.lanes.take_all()) {
+            self.delete(s).await;
+        }
+    }
+
+    async fn delete(&self, s: HeaderValue) {
+        let mut req = Request::builder()
+            .method(Method::DELETE)
+            .uri(self.url.clone())
+            .header("mcp-session-id", s)
+            .body(Full::new(Bytes::new()))
+            .expect("static request");
+        for (k, v) in &self.headers {
+            req.headers_mut().insert(k.clone(), v.clone());
+        }
+        let _ = tokio::time::timeout(
+            crate::limits::SESSION_DELETE_TIMEOUT,
+            self.client.request(req),
+        )
+        .await;
+    }
+}
