@@ -288,12 +288,18 @@ fn parked_item() -> Item {
 fn upstream_item(u: &crate::config::UpstreamConfig) -> Item {
     let (read, stderr) = match u.transport {
         Transport::Stdio { .. } => (u.max_result_bytes, limits::STDERR_TAIL_BYTES),
-        Transport::Http { .. } => (u.max_result_bytes, 0),
+        // Its answers' reader, and each lane's GET stream (`upstream::http::lanes`).
+        Transport::Http { .. } => (
+            u.max_result_bytes
+                + limits::UPSTREAM_CAPABILITY_SESSIONS
+                    * u.max_result_bytes.min(limits::LANE_STREAM_EVENT_BYTES),
+            0,
+        ),
         Transport::Builtin => (0, 0),
     };
     Item {
         what: format!(
-            "upstream {} ({} + {} catalog × {CATALOG_FACTOR} + {} pins × {} + {} read buffer + {} stderr)",
+            "upstream {} ({} + {} catalog × {CATALOG_FACTOR} + {} pins × {} + {} read buffers + {} stderr)",
             u.name,
             kib(UPSTREAM_BYTES),
             kib(u.max_catalog_bytes),

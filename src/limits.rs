@@ -124,6 +124,11 @@ pub const MRTR_ROUND_REQUESTS: usize = 8;
 /// (none, all, elicitation only). Beyond this, calls use the main session
 /// (counted: `limit="capability_sessions"`). Kept while the connection lives.
 pub const UPSTREAM_CAPABILITY_SESSIONS: usize = 6;
+/// The largest event read from a lane's GET stream: it carries what is
+/// unrelated to a call (`*/list_changed`, `resources/updated`, `ping`), so
+/// far less than a result. A bigger one ends the stream (asked again after
+/// `health_interval`), counted as `limit="lane_event_bytes"`.
+pub const LANE_STREAM_EVENT_BYTES: usize = 64 * 1024;
 
 /// Idle keep-alive connections kept per HTTP upstream after a burst of
 /// concurrent calls (more are closed as they go idle).

@@ -156,20 +156,28 @@ async fn a_stdio_upstreams_three_requests_become_three_rounds_of_one_call() {
 }
 
 /// A legacy server that asks several things at once (each request sent
-/// before any answer) gets them asked in one round: one
-/// `InputRequiredResult` with all three, one retry answers them all.
+/// before any answer, log messages between them) gets them asked in one
+/// round: one `InputRequiredResult` with all three, one retry answers them all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_a_stdio_upstream_sends_together_are_asked_in_one_round() {
     let gw = start("", &fake_block("a", "legacy", "")).await;
     let addr = gw.local_addr();
     let caps: Value = serde_json::from_str(ALL_CAPS).unwrap();
-    let args = json!({"arguments": {"together": true}});
+    // With a log level: the upstream's log messages between its requests
+    // are relayed (the round's answer is then a stream) and do not split it.
+    let args = json!({"arguments": {"together": true}, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": caps.clone(),
+        "io.modelcontextprotocol/logLevel": "debug"}});
     let r1 = modern_call(addr, 1, "a__interview", caps.clone(), args, &[]).await;
     assert_eq!(
         r1.body["result"]["resultType"], "input_required",
         "{}",
         r1.raw
     );
+    for m in ["elicitation/create", "sampling/createMessage", "roots/list"] {
+        assert!(r1.raw.contains(&format!("asking {m}")), "{}", r1.raw);
+    }
     let asked = r1.body["result"]["inputRequests"].as_object().unwrap();
     let state = r1.body["result"]["requestState"].as_str().unwrap();
     let mut methods: Vec<&str> = asked

@@ -414,6 +414,15 @@ async fn each_upstream_session_has_its_get_stream_read() {
     assert_eq!(gets.len(), 4, "{gets:?}");
     assert!(gets[2..].contains(&"s1".to_string()), "{gets:?}");
     assert!(lists(&u) > before, "the catalog was refreshed");
+    // The upstream restarts; the caller's next call opens its session anew
+    // ("s2"), and that session's stream is read at once, not an interval
+    // later (the old one's was waiting to be asked again).
+    u.restart();
+    let r = call_tool(addr, &bare, json!(2), "remote__hello", json!(null)).await;
+    assert_eq!(text_of(&r), "hello from s2", "{}", r.raw);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let gets = u.gets.lock().unwrap().clone();
+    assert_eq!(gets[4..], ["s2"], "{gets:?}");
 }
 
 /// A legacy HTTP server does not take a closed stream as cancellation, so

@@ -73,6 +73,15 @@ struct Round {
     audit: Option<Box<audited::Pending>>,
     t0: Instant,
     running: Option<Running>,
+    /// The input requests of the round being gathered ([`Round::gather`]).
+    gathering: Option<Gathering>,
+}
+
+/// Input requests that arrived together, to be asked in one round.
+struct Gathering {
+    asked: Vec<Asked>,
+    /// When the window closes.
+    until: Instant,
 }
 
 /// What the call produced for the caller.
@@ -112,6 +121,7 @@ pub(super) async fn serve(app: &Arc<App>, req: Request, stream_ok: bool) -> Outc
         caps,
         t0: Instant::now(),
         running: None,
+        gathering: None,
     };
     let state = (params.as_ref())
         .and_then(|p| p.get("requestState"))
@@ -136,15 +146,14 @@ pub(super) async fn serve(app: &Arc<App>, req: Request, stream_ok: bool) -> Outc
     // proxies with a read timeout need.
     let hold_until = Instant::now() + app.server.keepalive;
     loop {
-        let running = round.running.as_mut().expect("a running call");
         let event = if stream_ok {
-            // `next` is cancel-safe: a timeout loses nothing.
-            match tokio::time::timeout_at(hold_until, running.next()).await {
+            // `next_event` is cancel-safe: a timeout loses nothing.
+            match tokio::time::timeout_at(hold_until, round.next_event()).await {
                 Ok(e) => e,
                 Err(_) => return Outcome::Stream(round.stream(None)),
             }
         } else {
-            running.next().await
+            round.next_event().await
         };
         match round.on_event(event).await {
             Some(Step::Note(m)) if stream_ok => return Outcome::Stream(round.stream(Some(m))),
@@ -177,7 +186,6 @@ impl Round {
             call,
             rx,
             done: None,
-            ahead: None,
             key,
             started: Instant::now(),
         });
@@ -222,73 +230,82 @@ impl Round {
     /// Polls the call until it has something for the caller.
     async fn step(&mut self) -> Step {
         loop {
-            let running = self.running.as_mut().expect("a running call");
-            let event = running.next().await;
+            let event = self.next_event().await;
             if let Some(step) = self.on_event(event).await {
                 return step;
             }
         }
     }
 
-    /// What one event of the call means for the caller; `None` when it was
-    /// handled here (a request answered without asking the caller).
-    async fn on_event(&mut self, event: Event) -> Option<Step> {
+    /// The call's next event; `None` when the round being gathered is
+    /// complete (its window closed, or it is full). Cancel-safe.
+    async fn next_event(&mut self) -> Option<Event> {
+        let running = self.running.as_mut().expect("a running call");
+        let Some(g) = &self.gathering else {
+            return Some(running.next().await);
+        };
+        if g.asked.len() >= limits::MRTR_ROUND_REQUESTS {
+            return None;
+        }
+        tokio::time::timeout_at(g.until, running.next()).await.ok()
+    }
+
+    /// What one event of the call (or the end of a gathered round, `None`)
+    /// means for the caller; `None` when it was handled here (a request
+    /// answered without asking the caller, or one joining the round).
+    ///
+    /// Server→client requests that arrive together are asked in one round:
+    /// after the first, those arriving within [`limits::MRTR_GATHER_WINDOW`]
+    /// (at most [`limits::MRTR_ROUND_REQUESTS`]) join its
+    /// `InputRequiredResult`, as a modern server asks for several inputs at
+    /// once (patterns-mrtr.mdx §InputRequiredResult: `inputRequests` is a
+    /// map); notifications meanwhile are relayed as usual.
+    async fn on_event(&mut self, event: Option<Event>) -> Option<Step> {
+        let event = match event {
+            Some(e) => e,
+            None => {
+                let asked = self.gathering.take().map(|g| g.asked).unwrap_or_default();
+                let running = self.running.take().expect("a running call");
+                return Some(Step::Final(self.park(running, asked).await));
+            }
+        };
         match event {
             Event::Note(m) => Some(Step::Note(m)),
-            Event::Done(out) => {
-                self.running = None;
-                Some(Step::Final(self.end(out)))
-            }
+            Event::Done(out) => Some(Step::Final(self.finish(out).await)),
             Event::Asks(m) => match self.asked(m).await {
                 None => None,
-                Some(Ok(asked)) => Some(Step::Final(self.gather(asked).await)),
-                Some(Err(e)) => Some(Step::Final(self.fail(Vec::new(), e).await)),
+                Some(Ok(a)) => {
+                    let until = Instant::now() + limits::MRTR_GATHER_WINDOW;
+                    let g = self.gathering.get_or_insert(Gathering {
+                        asked: Vec::new(),
+                        until,
+                    });
+                    g.asked.push(a);
+                    None
+                }
+                Some(Err(e)) => Some(Step::Final(self.finish(Err(e)).await)),
             },
         }
     }
 
-    /// One round of input requests, beginning with `first`: the upstream's
-    /// requests that arrive with it (within [`limits::MRTR_GATHER_WINDOW`],
-    /// at most [`limits::MRTR_ROUND_REQUESTS`]) are asked in the same
-    /// `InputRequiredResult`, as a modern server asks for several inputs at
-    /// once (patterns-mrtr.mdx §InputRequiredResult, `inputRequests` is a
-    /// map); the call is then parked. Anything else the call produced in the
-    /// window is put back for after the retry.
-    async fn gather(&mut self, first: Asked) -> Answer {
-        let mut asked = vec![first];
-        let until = Instant::now() + limits::MRTR_GATHER_WINDOW;
-        while asked.len() < limits::MRTR_ROUND_REQUESTS {
-            let running = self.running.as_mut().expect("a running call");
-            // `next` is cancel-safe: the window's end loses nothing.
-            let Ok(event) = tokio::time::timeout_at(until, running.next()).await else {
-                break;
+    /// Ends the call with `outcome` (it ended, or cannot go on): input
+    /// requests gathered for the next round are refused upstream, and the
+    /// call is dropped (which cancels it upstream if it still runs).
+    async fn finish(&mut self, outcome: Result<Payload, RpcError>) -> Answer {
+        let running = self.running.take();
+        if let Some(g) = self.gathering.take() {
+            let key = running.as_ref().and_then(|r| r.key.clone());
+            let why = match &outcome {
+                Ok(_) => "mcp-edge: the call ended before its caller was asked".to_string(),
+                Err(e) => format!("mcp-edge: {}", e.message),
             };
-            let Event::Asks(m) = event else {
-                running.unget(event);
-                break;
-            };
-            match self.asked(m).await {
-                None => {}
-                Some(Ok(a)) => asked.push(a),
-                Some(Err(e)) => return self.fail(asked, e).await,
+            for a in &g.asked {
+                let e = RpcError::new(protocol::INTERNAL_ERROR, why.clone());
+                answer_upstream(&self.app, &a.id, key.as_deref(), Err(e)).await;
             }
         }
-        let running = self.running.take().expect("a running call");
-        self.park(running, asked).await
-    }
-
-    /// Ends the call with `e`: the requests of this round already taken
-    /// (`asked`) are refused upstream and the call is dropped (which
-    /// cancels it upstream).
-    async fn fail(&mut self, asked: Vec<Asked>, e: RpcError) -> Answer {
-        let running = self.running.take();
-        let key = running.as_ref().and_then(|r| r.key.clone());
-        for a in &asked {
-            let why = RpcError::new(protocol::INTERNAL_ERROR, format!("mcp-edge: {}", e.message));
-            answer_upstream(&self.app, &a.id, key.as_deref(), Err(why)).await;
-        }
         drop(running);
-        self.end(Err(e))
+        self.end(outcome)
     }
 
     /// A server→client request of the upstream: `Some(Ok)` to ask the

@@ -76,9 +76,6 @@ pub(super) struct Running {
     pub rx: mpsc::Receiver<Value>,
     /// Its outcome, once known, while queued messages are still handed out.
     pub done: Option<Result<Payload, RpcError>>,
-    /// A message taken from `rx` and put back ([`Running::unget`]): handed
-    /// out first.
-    pub ahead: Option<Value>,
     /// The key its upstream's requests wait under in the upstream's table of
     /// relayed requests ([`crate::upstream::relay::Pending`]); `None` when
     /// this call cannot be asked anything (not an MRTR method).
@@ -103,9 +100,6 @@ impl Running {
     /// The next thing the call produced. Cancel-safe: the call and the queue
     /// stay in `self` whatever happens to this future.
     pub(super) async fn next(&mut self) -> Event {
-        if let Some(m) = self.ahead.take() {
-            return classify(m);
-        }
         loop {
             if let Some(done) = self.done.take() {
                 return match self.rx.try_recv() {
@@ -124,15 +118,6 @@ impl Running {
                 },
                 out = &mut self.call => self.done = Some(out),
             }
-        }
-    }
-
-    /// Puts back what [`Running::next`] gave: it is given again next time
-    /// (after one message at most was taken; a second replaces it).
-    pub(super) fn unget(&mut self, event: Event) {
-        match event {
-            Event::Note(m) | Event::Asks(m) => self.ahead = Some(m),
-            Event::Done(out) => self.done = Some(out),
         }
     }
 }

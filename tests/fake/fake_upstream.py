@@ -13,7 +13,7 @@ was called by), stats (requests seen, cancellations, current resource
 subscriptions), crash (exits), big(bytes), touch(uri) (sends
 notifications/resources/updated for uri, before its answer), interview(rounds, together)
 (asks the client elicitation/create, sampling/createMessage, roots/list in turn, each
-after the previous answer, or all at once with together; returns the answers as a JSON
+after the previous answer, or all at once with together, each after a log message; returns the answers as a JSON
 list; a refusal is kept in stats' "refused").
 --tools-file FILE: read at every tools/list when it exists, a JSON array of tool
 objects; one named like a built-in tool replaces it, the others are added. With
@@ -251,8 +251,12 @@ def call_tool(id, params):
                     msg["params"] = p
                 send(msg)
                 return rid
-            # together: every request sent at once, before any answer.
-            rids = [ask(i, m, p) for i, (m, p) in enumerate(asks)] if a.get("together") else []
+            def ask_logged(i, method, p):
+                send({"jsonrpc": "2.0", "method": "notifications/message",
+                      "params": {"level": "info", "data": f"asking {method}"}})
+                return ask(i, method, p)
+            # together: every request sent at once (each after a log message), before any answer.
+            rids = [ask_logged(i, m, p) for i, (m, p) in enumerate(asks)] if a.get("together") else []
             for i, (method, p) in enumerate(asks):
                 rid = rids[i] if rids else ask(i, method, p)
                 if not waiting[rid][0].wait(a.get("wait_s", 30)):

@@ -11,7 +11,6 @@ fn running_since(started: Instant) -> Running {
         call: Box::pin(async { Ok(json!("done").into()) }),
         rx,
         done: None,
-        ahead: None,
         key: Some("mrtr:1".into()),
         started,
     }

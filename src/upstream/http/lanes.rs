@@ -14,8 +14,12 @@
 //! (at most `limits::UPSTREAM_CAPABILITY_SESSIONS`; beyond that, calls use the
 //! main session and are counted as refused, `limit="capability_sessions"`),
 //! opened again if the server ends it (404), and ended with DELETE when the
-//! connection closes. The main session stays the one for the catalog,
-//! probes, subscriptions and notifications.
+//! connection closes. A lane is open to calls only once its
+//! `notifications/initialized` was accepted; an open that fails (or whose
+//! caller goes away) leaves it closed, to be opened by the next call. Each
+//! open lane's GET stream is read (`super::notifications`): a server sends
+//! what a session's calls caused there. The main session stays the one for
+//! the catalog, probes and resource subscriptions.
 
 use super::HttpConn;
 use crate::limits::UPSTREAM_CAPABILITY_SESSIONS;
@@ -31,8 +35,12 @@ use std::sync::Mutex;
 
 struct Slot {
     caps: ClientCaps,
-    /// `None` until its `initialize` is answered, and after a 404.
+    /// Set when its `initialize` is answered (so `notifications/initialized`
+    /// can carry it); `None` before, and after an open that failed.
     session: Option<HeaderValue>,
+    /// `session` is open: `notifications/initialized` was accepted. Only
+    /// then do calls and the GET stream use it.
+    ready: bool,
 }
 
 /// The sessions of a legacy HTTP upstream other than the main one; slot
@@ -43,9 +51,13 @@ pub(super) struct Lanes {
     /// Held while a session is opened, so concurrent first calls of one set
     /// open it once.
     opening: tokio::sync::Mutex<()>,
-    /// Rung each time a lane's session opens, so its notification stream
+    /// Rung when a lane's session first opens, so its notification stream
     /// starts ([`HttpConn::read_all_notifications`]).
     opened: tokio::sync::Notify,
+    /// Per lane: rung (to those waiting) each time its session opens, so a
+    /// stream waiting to be asked again after the old session ended goes
+    /// on at once with the new one.
+    reopened: [tokio::sync::Notify; UPSTREAM_CAPABILITY_SESSIONS],
 }
 
 impl Lanes {
@@ -54,6 +66,7 @@ impl Lanes {
             slots: Mutex::new(heapless::Vec::new()),
             opening: tokio::sync::Mutex::new(()),
             opened: tokio::sync::Notify::new(),
+            reopened: std::array::from_fn(|_| tokio::sync::Notify::new()),
         }
     }
 
@@ -61,7 +74,7 @@ impl Lanes {
     fn find(&self, caps: ClientCaps) -> Option<(Lane, bool)> {
         let g = self.slots.lock().expect("lanes lock");
         let i = g.iter().position(|s| s.caps == caps)?;
-        Some((lane_of(i), g[i].session.is_some()))
+        Some((lane_of(i), g[i].ready))
     }
 
     /// A new lane for `caps` (session not open yet); `None` when full.
@@ -70,35 +83,53 @@ impl Lanes {
         g.push(Slot {
             caps,
             session: None,
+            ready: false,
         })
         .ok()?;
         Some(lane_of(g.len() - 1))
     }
 
-    /// The session id of `lane` (not [`Lane::MAIN`]), if open.
-    pub(super) fn session(&self, lane: Lane) -> Option<HeaderValue> {
-        let g = self.slots.lock().expect("lanes lock");
-        g.get(usize::from(lane.0).checked_sub(1)?)?.session.clone()
+    /// The session id of `lane` (not [`Lane::MAIN`]), open or being opened.
+    fn session(&self, lane: Lane) -> Option<HeaderValue> {
+        self.with(lane, |s| s.session.clone()).flatten()
     }
 
-    /// Records (or, with `None`, forgets) the session id of `lane`.
+    /// The session id of `lane` once open.
+    pub(super) fn open_session(&self, lane: Lane) -> Option<HeaderValue> {
+        self.with(lane, |s| s.session.clone().filter(|_| s.ready))
+            .flatten()
+    }
+
+    /// Records (or, with `None`, forgets) the session id of `lane`, not
+    /// open yet.
     pub(super) fn set_session(&self, lane: Lane, session: Option<HeaderValue>) {
-        let mut g = self.slots.lock().expect("lanes lock");
-        if let Some(s) = usize::from(lane.0)
-            .checked_sub(1)
-            .and_then(|i| g.get_mut(i))
-        {
+        self.with(lane, |s| {
             s.session = session;
-        }
+            s.ready = false;
+        });
+    }
+
+    /// `lane`'s session is open: calls and its stream may use it.
+    fn set_ready(&self, lane: Lane) {
+        self.with(lane, |s| s.ready = s.session.is_some());
+    }
+
+    fn with<T>(&self, lane: Lane, f: impl FnOnce(&mut Slot) -> T) -> Option<T> {
+        let mut g = self.slots.lock().expect("lanes lock");
+        let i = usize::from(lane.0).checked_sub(1)?;
+        g.get_mut(i).map(f)
+    }
+
+    /// Waits until `lane`'s session (re)opens; only wakes waiters already
+    /// registered (create and `enable` it before looking).
+    pub(super) fn reopened(&self, lane: Lane) -> Option<tokio::sync::futures::Notified<'_>> {
+        let i = usize::from(lane.0).checked_sub(1)?;
+        Some(self.reopened.get(i)?.notified())
     }
 
     /// The capability set `lane` declares ([`ClientCaps::RELAYED`] for the main one).
     fn caps(&self, lane: Lane) -> ClientCaps {
-        let g = self.slots.lock().expect("lanes lock");
-        usize::from(lane.0)
-            .checked_sub(1)
-            .and_then(|i| g.get(i))
-            .map_or(ClientCaps::RELAYED, |s| s.caps)
+        self.with(lane, |s| s.caps).unwrap_or(ClientCaps::RELAYED)
     }
 
     /// How many lanes there are (open or not); lanes are never removed.
@@ -114,7 +145,29 @@ impl Lanes {
     /// Takes every open session id (the connection closes).
     pub(super) fn take_all(&self) -> Vec<HeaderValue> {
         let mut g = self.slots.lock().expect("lanes lock");
-        g.iter_mut().filter_map(|s| s.session.take()).collect()
+        g.iter_mut()
+            .filter_map(|s| {
+                s.ready = false;
+                s.session.take()
+            })
+            .collect()
+    }
+}
+
+/// Forgets a lane's half-opened session unless the open completed
+/// (an `initialize` answered, then a failure or the caller gone before
+/// `notifications/initialized` was accepted).
+struct Opening<'a> {
+    lanes: &'a Lanes,
+    lane: Lane,
+    done: bool,
+}
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.lanes.set_session(self.lane, None);
+        }
     }
 }
 
@@ -183,6 +236,11 @@ impl HttpConn {
         version: ProtocolVersion,
     ) -> Result<(), SendError> {
         let era = UpstreamEra::Legacy(version);
+        let mut opening = Opening {
+            lanes: &self.lanes,
+            lane,
+            done: false,
+        };
         let id = self
             .next_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -190,15 +248,22 @@ impl HttpConn {
         let msg = crate::protocol::request(json!(id), "initialize", Some(params));
         let req = self.build("initialize", &msg, era, None, lane)?;
         self.exchange(req, "initialize", id, None, lane).await?;
-        if self.lanes.session(lane).is_none() {
+        let Some(session) = self.lanes.session(lane) else {
             return Err(SendError::Transport(
                 "initialize answered without an Mcp-Session-Id".into(),
             ));
-        }
+        };
         let note = crate::protocol::notification("notifications/initialized", None);
-        let req = self.build("notifications/initialized", &note, era, None, lane)?;
+        // The session is not open to calls yet: its id is set here.
+        let mut req = self.build("notifications/initialized", &note, era, None, lane)?;
+        req.headers_mut().insert("mcp-session-id", session);
         self.post_expecting_no_answer(req).await?;
+        opening.done = true;
+        self.lanes.set_ready(lane);
         self.lanes.opened.notify_one();
+        if let Some(i) = usize::from(lane.0).checked_sub(1) {
+            self.lanes.reopened[i].notify_waiters();
+        }
         Ok(())
     }
 
@@ -214,20 +279,19 @@ impl HttpConn {
             return Err(SendError::Transport("404 from a modern upstream".into()));
         };
         let _opening = self.lanes.opening.lock().await;
-        if self.lanes.session(lane) != ended {
-            return Ok(()); // opened again meanwhile
+        match self.lanes.open_session(lane) {
+            Some(now) if Some(&now) != ended.as_ref() => Ok(()), // opened again meanwhile
+            _ => self.open_lane(lane, version).await,
         }
-        self.lanes.set_session(lane, None);
-        self.open_lane(lane, version).await
     }
 
     /// Ends the legacy sessions with DELETE (2025-11-25 transports.mdx
     /// §Session Management): the main one and every caller's lane.
+    /// All at once, each within `limits::SESSION_DELETE_TIMEOUT`.
     pub async fn close(&self) {
         let main = self.session.write().expect("session lock").take();
-        for s in main.into_iter().chain(self.lanes.take_all()) {
-            self.delete(s).await;
-        }
+        let all = main.into_iter().chain(self.lanes.take_all());
+        futures_util::future::join_all(all.map(|s| self.delete(s))).await;
     }
 
     async fn delete(&self, s: HeaderValue) {

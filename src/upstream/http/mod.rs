@@ -351,7 +351,7 @@ impl HttpConn {
         if lane == Lane::MAIN {
             self.session.read().expect("session lock").clone()
         } else {
-            self.lanes.session(lane)
+            self.lanes.open_session(lane)
         }
     }
 

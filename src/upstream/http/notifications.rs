@@ -10,8 +10,9 @@
 //!   list kinds (`../shared/spec/2026-07-28/patterns-subscriptions.mdx`);
 //!   its acknowledgment is skipped, its closing response ends the stream.
 //!
-//! One stream per connection, read by the owner task's monitor as one more
-//! `select!` arm (no task of its own): list_changed wakes the catalog
+//! One stream per legacy session (mcp-edge's own and each lane,
+//! [`super::lanes`]) or one listen stream, read by the owner task's monitor
+//! as one more `select!` arm (no task of its own): list_changed wakes the catalog
 //! refresh, `ping` is answered, other server→client requests are refused
 //! (there is no downstream caller to relay them to), other notifications are
 //! dropped. A server that does not offer the stream (405, or not
@@ -23,6 +24,7 @@
 use super::lanes;
 use super::wire::{chain, is_sse};
 use super::HttpConn;
+use crate::limits::LANE_STREAM_EVENT_BYTES;
 use crate::protocol::{self, sse, Message};
 use crate::upstream::era::{listen_params, UpstreamEra, LISTEN_ID};
 use crate::upstream::relay::Lane;
@@ -90,8 +92,17 @@ impl HttpConn {
 
     /// One session's stream, opened again after it ends; returns when the
     /// server does not offer one.
+    /// A lane's stream is asked again at once when its session is opened
+    /// anew (the server ended the old one).
     async fn keep_reading(&self, lane: Lane, name: &str, again_after: Duration) {
         loop {
+            // Registered before the stream opens: a new session while this
+            // one is read (or failing) is not missed.
+            let reopened = self.lanes.reopened(lane);
+            tokio::pin!(reopened);
+            if let Some(n) = reopened.as_mut().as_pin_mut() {
+                n.enable();
+            }
             match self.read_notifications(lane).await {
                 NotificationsEnd::NotOffered => {
                     tracing::debug!(upstream = %name, lane = lane.0, "no notification stream offered");
@@ -100,7 +111,16 @@ impl HttpConn {
                 NotificationsEnd::Reopen => {}
                 NotificationsEnd::Ended(why) => {
                     tracing::debug!(upstream = %name, lane = lane.0, "notification stream: {}; again in {again_after:?}", crate::logline::printable(&why));
-                    tokio::time::sleep(again_after).await;
+                    let reopened = async {
+                        match reopened.as_mut().as_pin_mut() {
+                            Some(n) => n.await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        () = tokio::time::sleep(again_after) => {}
+                        () = reopened => {}
+                    }
                 }
             }
         }
@@ -151,7 +171,16 @@ impl HttpConn {
     /// Reads the stream's events until it ends (each handled by
     /// [`HttpConn::on_stream_event`]) or its filter changes.
     async fn read_stream(&self, mut body: Incoming, lane: Lane) -> NotificationsEnd {
-        let mut dec = sse::Decoder::new(self.max_bytes);
+        // A lane's stream carries only what is unrelated to a call
+        // (list_changed and the like), so its events are held to less.
+        let (max, limit) = match lane {
+            Lane::MAIN => (self.max_bytes, "result_bytes"),
+            _ => (
+                self.max_bytes.min(LANE_STREAM_EVENT_BYTES),
+                "lane_event_bytes",
+            ),
+        };
+        let mut dec = sse::Decoder::new(max);
         loop {
             let frame = tokio::select! {
                 f = body.frame() => f,
@@ -170,9 +199,9 @@ impl HttpConn {
             };
             let mut events = Vec::new();
             if dec.push(data, &mut |e| events.push(e)).is_err() {
+                metrics::counter!(crate::metrics::REFUSED, "limit" => limit).increment(1);
                 return NotificationsEnd::Ended(format!(
-                    "GET stream: an event over {} bytes (max_result_bytes)",
-                    self.max_bytes
+                    "GET stream: an event over {max} bytes ({limit})"
                 ));
             }
             for e in events {
