@@ -133,6 +133,43 @@ async fn oversized_stdio_answer_fails_only_its_call_and_is_counted() {
     assert_eq!(text_of(&ok).len(), 100);
 }
 
+/// An HTTP upstream's JSON answer whose Content-Length is over
+/// `max_result_bytes` is refused before its body is read: that call gets
+/// -31003, the refusal is counted, and the upstream stays up for the next
+/// call (a refused answer says nothing about its health).
+#[tokio::test]
+async fn oversized_http_answer_fails_only_its_call_and_is_counted() {
+    use support::scripted::{http_block, scripted, Mode};
+    prometheus();
+    let (_u, url) = scripted(Mode::Legacy).await;
+    let gw = start("", &http_block("remote", &url, "max_result_bytes = 4096")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let before = refused("result_bytes");
+    let r = call_tool(
+        addr,
+        &sid,
+        json!(1),
+        "remote__big",
+        json!({"bytes": 100000}),
+    )
+    .await;
+    assert_eq!(
+        r.error_code(),
+        Some(mcp_edge::protocol::UPSTREAM_RESULT_TOO_LARGE),
+        "{}",
+        r.raw
+    );
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("'remote'"));
+    assert!(refused("result_bytes") >= before + 1.0);
+    let ok = call_tool(addr, &sid, json!(2), "remote__big", json!({"bytes": 100})).await;
+    assert_eq!(text_of(&ok).len(), 100, "{}", ok.raw);
+    assert_eq!(gw.app().router.upstreams()[0].attempts(), 1, "no reconnect");
+}
+
 #[tokio::test]
 async fn catalog_entry_and_byte_budgets_drop_the_extra_tools_and_count_them() {
     prometheus();

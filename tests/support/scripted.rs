@@ -321,8 +321,14 @@ async fn answer(
                 {"name": "bad_request", "inputSchema": {"type": "object"}},
                 {"name": "header_mismatch", "inputSchema": {"type": "object"}},
                 {"name": "bad_params", "inputSchema": {"type": "object"}},
-                {"name": "interview", "inputSchema": {"type": "object"}}]}),
+                {"name": "interview", "inputSchema": {"type": "object"}},
+                {"name": "big", "inputSchema": {"type": "object"}}]}),
         ),
+        // A text of `bytes` bytes, answered as JSON with its Content-Length.
+        "tools/call" if body["params"]["name"] == "big" => {
+            let n = body["params"]["arguments"]["bytes"].as_u64().unwrap_or(10);
+            ok(json!({"content": [{"type": "text", "text": "x".repeat(n as usize)}]}))
+        }
         "tools/call" if body["params"]["name"] == "header_mismatch" => resp(
             400,
             json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32020,
