@@ -73,7 +73,7 @@ struct Round {
     audit: Option<Box<audited::Pending>>,
     t0: Instant,
     running: Option<Running>,
-    /// The input requests of the round being gathered ([`Round::gather`]).
+    /// The input requests of the round being gathered ([`Round::on_event`]).
     gathering: Option<Gathering>,
 }
 
