@@ -121,8 +121,10 @@ pub const MRTR_ROUND_REQUESTS: usize = 8;
 /// per other set of client capabilities its callers declared
 /// (`upstream::http::lanes`), so a server that checks them sees the
 /// caller's. 64 sets are possible; callers mostly declare one of a few
-/// (none, all, elicitation only). Beyond this, calls use the main session
-/// (counted: `limit="capability_sessions"`). Kept while the connection lives.
+/// (none, all, elicitation only). Beyond this, or for a set whose session
+/// the server refused to open (a server with one session only), calls use
+/// the main session (counted: `limit="capability_sessions"`). Kept while
+/// the connection lives.
 pub const UPSTREAM_CAPABILITY_SESSIONS: usize = 6;
 /// The largest event read from a lane's GET stream: it carries what is
 /// unrelated to a call (`*/list_changed`, `resources/updated`, `ping`), so

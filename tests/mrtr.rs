@@ -212,6 +212,33 @@ async fn requests_a_stdio_upstream_sends_together_are_asked_in_one_round() {
     assert!(gw.app().parked.is_empty());
 }
 
+/// A server that keeps one session only refuses the session a caller's
+/// capability set would get: that caller's calls go to mcp-edge's own
+/// session instead (for the rest of the connection, without asking again),
+/// and the refusal is counted.
+#[tokio::test]
+async fn a_server_with_one_session_serves_every_caller_in_it() {
+    use support::scripted::{http_block, scripted, Mode};
+    mcp_edge::metrics::prometheus();
+    let refused =
+        || mcp_edge::metrics::read(mcp_edge::metrics::REFUSED, "limit=\"capability_sessions\"");
+    let before = refused();
+    let (u, url) = scripted(Mode::LegacySingle).await;
+    let gw = start("", &http_block("remote", &url, "")).await;
+    let addr = gw.local_addr();
+    let bare = legacy_session(addr, "2025-11-25").await;
+    for id in 1..=3 {
+        let r = call_tool(addr, &bare, json!(id), "remote__hello", json!(null)).await;
+        assert_eq!(text_of(&r), "hello from s0", "call {id}: {}", r.raw);
+    }
+    let inits = u.initialized.lock().unwrap().len();
+    assert_eq!(
+        inits, 2,
+        "mcp-edge's own, and one refused try for the caller's set"
+    );
+    assert!(refused() >= before + 1.0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tampered_or_misdirected_states_are_invalid_params_and_leave_the_call_parked() {
     let gw = start("", &fake_block("a", "legacy", "")).await;

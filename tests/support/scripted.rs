@@ -28,6 +28,10 @@ pub enum Mode {
     /// [`Mode::Legacy`] that also offers a GET stream, which sends one
     /// `notifications/tools/list_changed` and ends.
     LegacyGet,
+    /// [`Mode::Legacy`] with one session at most, as the TypeScript SDK's
+    /// single transport: a second `initialize` gets 400 "Server already
+    /// initialized" while one is live.
+    LegacySingle,
     /// A modern (2026-07-28) server: `server/discover`, no sessions, no
     /// listen stream (404 + -32601).
     Modern,
@@ -284,6 +288,17 @@ async fn answer(
             400,
             json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "Method not found"}}),
         ),
+        "initialize" if u.mode == Mode::LegacySingle && !u.sessions.lock().unwrap().is_empty() => {
+            u.initialized
+                .lock()
+                .unwrap()
+                .push(body["params"]["capabilities"].clone());
+            resp(
+                400,
+                json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32600,
+                    "message": "Invalid Request: Server already initialized"}}),
+            )
+        }
         "initialize" => {
             let sid = format!("s{}", u.generation.fetch_add(1, Ordering::SeqCst));
             let caps = body["params"]["capabilities"].clone();

@@ -11,8 +11,9 @@
 //! the others: it asks, and the caller cannot answer. So a call from a caller
 //! whose declared set differs runs in a session of that set: opened with
 //! `initialize` on its first call, kept for later callers of the same set
-//! (at most `limits::UPSTREAM_CAPABILITY_SESSIONS`; beyond that, calls use the
-//! main session and are counted as refused, `limit="capability_sessions"`),
+//! (at most `limits::UPSTREAM_CAPABILITY_SESSIONS`; beyond that, or when the
+//! server refuses a second session, calls use the main session and are
+//! counted as refused, `limit="capability_sessions"`),
 //! opened again if the server ends it (404), and ended with DELETE when the
 //! connection closes. A lane is open to calls only once its
 //! `notifications/initialized` was accepted; an open that fails (or whose
@@ -41,6 +42,18 @@ struct Slot {
     /// `session` is open: `notifications/initialized` was accepted. Only
     /// then do calls and the GET stream use it.
     ready: bool,
+    /// The server refused to open it: its callers use the main session
+    /// while the connection lives.
+    refused: bool,
+}
+
+/// What [`Lanes::find`] knows of a capability set.
+enum Found {
+    Open(Lane),
+    /// Not open yet, or not any more.
+    Closed(Lane),
+    /// The server would not open a session for it.
+    Refused,
 }
 
 /// The sessions of a legacy HTTP upstream other than the main one; slot
@@ -70,11 +83,15 @@ impl Lanes {
         }
     }
 
-    /// The lane of `caps` and whether its session is open.
-    fn find(&self, caps: ClientCaps) -> Option<(Lane, bool)> {
+    /// The lane of `caps`, if it has one.
+    fn find(&self, caps: ClientCaps) -> Option<Found> {
         let g = self.slots.lock().expect("lanes lock");
         let i = g.iter().position(|s| s.caps == caps)?;
-        Some((lane_of(i), g[i].ready))
+        Some(match (g[i].refused, g[i].ready) {
+            (true, _) => Found::Refused,
+            (false, true) => Found::Open(lane_of(i)),
+            (false, false) => Found::Closed(lane_of(i)),
+        })
     }
 
     /// A new lane for `caps` (session not open yet); `None` when full.
@@ -84,6 +101,7 @@ impl Lanes {
             caps,
             session: None,
             ready: false,
+            refused: false,
         })
         .ok()?;
         Some(lane_of(g.len() - 1))
@@ -198,13 +216,18 @@ impl HttpConn {
             return Ok(Lane::MAIN);
         }
         match self.lanes.find(caps) {
-            Some((lane, true)) => Ok(lane),
+            Some(Found::Open(lane)) => Ok(lane),
+            Some(Found::Refused) => Ok(Lane::MAIN),
             _ => Err((caps, version)),
         }
     }
 
     /// Opens the lane of `caps` (once, however many calls wait for it); the
-    /// main session when the table is full (counted).
+    /// main session when the table is full (counted), and from then on when
+    /// the server refuses to open it: many servers keep one session only
+    /// (the TypeScript SDK's single transport answers a second `initialize`
+    /// with 400 "Server already initialized"), and their callers must not
+    /// lose every call for what they declared.
     pub(super) async fn open_lane_of(
         &self,
         caps: ClientCaps,
@@ -212,8 +235,9 @@ impl HttpConn {
     ) -> Result<Lane, SendError> {
         let _opening = self.lanes.opening.lock().await;
         let lane = match self.lanes.find(caps) {
-            Some((lane, true)) => return Ok(lane),
-            Some((lane, false)) => lane,
+            Some(Found::Open(lane)) => return Ok(lane),
+            Some(Found::Refused) => return Ok(Lane::MAIN),
+            Some(Found::Closed(lane)) => lane,
             None => match self.lanes.add(caps) {
                 Some(lane) => lane,
                 None => {
@@ -223,8 +247,20 @@ impl HttpConn {
                 }
             },
         };
-        self.open_lane(lane, version).await?;
-        Ok(lane)
+        match self.open_lane(lane, version).await {
+            Ok(()) => Ok(lane),
+            Err(e) => {
+                self.lanes.with(lane, |s| s.refused = true);
+                metrics::counter!(crate::metrics::REFUSED, "limit" => "capability_sessions")
+                    .increment(1);
+                tracing::info!(
+                    "{}: a session for callers that declared other client capabilities was refused ({}); they share mcp-edge's session on this connection",
+                    self.shown_url,
+                    crate::logline::printable(&e.to_string())
+                );
+                Ok(Lane::MAIN)
+            }
+        }
     }
 
     /// `initialize` (declaring the lane's capabilities) and
