@@ -133,8 +133,8 @@ async fn oversized_stdio_answer_fails_only_its_call_and_is_counted() {
     assert_eq!(text_of(&ok).len(), 100);
 }
 
-/// An HTTP upstream's JSON answer whose Content-Length is over
-/// `max_result_bytes` is refused before its body is read: that call gets
+/// An HTTP upstream's JSON answer over `max_result_bytes` (by its
+/// Content-Length, or while read) is refused: that call gets
 /// -31003, the refusal is counted, and the upstream stays up for the next
 /// call (a refused answer says nothing about its health).
 #[tokio::test]

@@ -239,6 +239,22 @@ async fn a_server_with_one_session_serves_every_caller_in_it() {
     assert!(refused() >= before + 1.0);
 }
 
+/// A failure that is not a refusal (a 500 while the server restarts) sends
+/// only that call to mcp-edge's session: the next call opens the caller's own.
+#[tokio::test]
+async fn a_passing_failure_to_open_a_callers_session_is_tried_again() {
+    use support::scripted::{http_block, scripted, Mode};
+    let (u, url) = scripted(Mode::LegacyFlaky).await;
+    let gw = start("", &http_block("remote", &url, "")).await;
+    let addr = gw.local_addr();
+    let bare = legacy_session(addr, "2025-11-25").await;
+    let r = call_tool(addr, &bare, json!(1), "remote__hello", json!(null)).await;
+    assert_eq!(text_of(&r), "hello from s0", "{}", r.raw);
+    let r = call_tool(addr, &bare, json!(2), "remote__hello", json!(null)).await;
+    assert_eq!(text_of(&r), "hello from s1", "{}", r.raw);
+    assert_eq!(u.initialized.lock().unwrap().len(), 3);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tampered_or_misdirected_states_are_invalid_params_and_leave_the_call_parked() {
     let gw = start("", &fake_block("a", "legacy", "")).await;

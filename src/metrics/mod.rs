@@ -31,7 +31,12 @@ pub use handles::{count_request, LazyCounter};
 ///   idle connection closed to free a place; `peer_connections`: one
 ///   closed or refused over its peer's share; `tls_handshake`: a downstream
 ///   connection whose TLS handshake failed or timed out.
-/// - `result_bytes`: an upstream answer over `result_max_bytes`;
+/// - `result_bytes`: an upstream answer (or an event of an HTTP upstream's
+///   main notification stream) over `max_result_bytes`; `lane_event_bytes`:
+///   an event of a lane's GET stream over `limits::LANE_STREAM_EVENT_BYTES`;
+///   `capability_sessions`: a caller's capability set given no session of
+///   its own with a legacy HTTP upstream (the lanes full, or the server
+///   refused one), its calls in mcp-edge's session;
 ///   `catalog_entries`, `catalog_bytes`: an upstream's catalog over its
 ///   bounds; `unknown_id`: an upstream's response to an id not in flight
 ///   (never sent, already answered, or given up), dropped.

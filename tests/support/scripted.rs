@@ -32,6 +32,9 @@ pub enum Mode {
     /// single transport: a second `initialize` gets 400 "Server already
     /// initialized" while one is live.
     LegacySingle,
+    /// [`Mode::Legacy`] whose second `initialize` (only) fails with a
+    /// plain 500, as during a restart.
+    LegacyFlaky,
     /// A modern (2026-07-28) server: `server/discover`, no sessions, no
     /// listen stream (404 + -32601).
     Modern,
@@ -298,6 +301,15 @@ async fn answer(
                 json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32600,
                     "message": "Invalid Request: Server already initialized"}}),
             )
+        }
+        "initialize" if u.mode == Mode::LegacyFlaky && u.initialized.lock().unwrap().len() == 1 => {
+            u.initialized
+                .lock()
+                .unwrap()
+                .push(body["params"]["capabilities"].clone());
+            let mut r = http::Response::new(Full::new(Bytes::from("restarting")));
+            *r.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+            r
         }
         "initialize" => {
             let sid = format!("s{}", u.generation.fetch_add(1, Ordering::SeqCst));

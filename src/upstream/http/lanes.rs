@@ -127,6 +127,11 @@ impl Lanes {
         });
     }
 
+    /// The server refused to open `lane`'s session.
+    pub(super) fn refused(&self, lane: Lane) -> bool {
+        self.with(lane, |s| s.refused).unwrap_or(false)
+    }
+
     /// `lane`'s session is open: calls and its stream may use it.
     fn set_ready(&self, lane: Lane) {
         self.with(lane, |s| s.ready = s.session.is_some());
@@ -186,6 +191,18 @@ impl Drop for Opening<'_> {
         if !self.done {
             self.lanes.set_session(self.lane, None);
         }
+    }
+}
+
+/// Whether a failed `initialize` is the server saying no (a JSON-RPC error,
+/// or an HTTP 4xx other than 408 and 429), not a passing failure.
+fn refusal(e: &SendError) -> bool {
+    match e {
+        SendError::Rpc(_) => true,
+        SendError::Http { status, .. } => {
+            (400..500).contains(status) && ![408, 429].contains(status)
+        }
+        _ => false,
     }
 }
 
@@ -249,6 +266,16 @@ impl HttpConn {
         };
         match self.open_lane(lane, version).await {
             Ok(()) => Ok(lane),
+            // Not a refusal (the network, a restart, a busy server): this
+            // call goes to the main session, the next one tries again.
+            Err(e) if !refusal(&e) => {
+                tracing::debug!(
+                    "{}: a caller's session could not be opened ({}); this call uses mcp-edge's",
+                    self.shown_url,
+                    crate::logline::printable(&e.to_string())
+                );
+                Ok(Lane::MAIN)
+            }
             Err(e) => {
                 self.lanes.with(lane, |s| s.refused = true);
                 metrics::counter!(crate::metrics::REFUSED, "limit" => "capability_sessions")

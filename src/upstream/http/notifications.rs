@@ -55,8 +55,9 @@ impl HttpConn {
     /// `max_result_bytes` ends the stream.
     pub async fn read_notifications(&self, lane: Lane) -> NotificationsEnd {
         let era = *self.era.read().expect("era lock");
-        if lane != Lane::MAIN && era == UpstreamEra::Modern {
-            return NotificationsEnd::NotOffered; // lanes are legacy sessions
+        // Lanes are legacy sessions; a refused one has no stream.
+        if lane != Lane::MAIN && (era == UpstreamEra::Modern || self.lanes.refused(lane)) {
+            return NotificationsEnd::NotOffered;
         }
         match self.open_notifications(era, lane).await {
             Ok(body) => self.read_stream(body, lane).await,
