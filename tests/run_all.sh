@@ -3,7 +3,8 @@
 #   0. tests/gates.sh              fmt --check, clippy -D warnings, cargo deny (bans licenses sources),
 #                                  tests/structure.rs (module layering, no circles, function/file length)
 #   1. tests/interop/setup.sh      install the pinned real MCP peers into tests/interop/ (fast when present)
-#   2. cargo nextest run --all-targets + cargo test --doc   (cargo test --all-targets when nextest is absent),
+#   2. cargo nextest run --all-targets --no-fail-fast + cargo test --doc   (cargo test --all-targets --no-fail-fast
+#      when nextest is absent: one failing test never hides the others),
 #      then tests/properties.rs with --nocapture (prints each property's case count)
 #   3. tests/interop/conformance.sh  official MCP conformance suite (0.1.16) against the release gateway
 #      tests/interop/conformance_v2.sh  conformance 0.2.0-alpha.12, --requirements 2025-11-25 and 2026-07-28
@@ -48,10 +49,10 @@ bash tests/interop/setup.sh   # fatal on failure: nothing below can run without 
 
 stage "2/7 cargo tests"
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --all-targets --no-tests=warn || failed+=("cargo nextest")
+  cargo nextest run --all-targets --no-fail-fast --no-tests=warn || failed+=("cargo nextest")
   cargo test --doc || failed+=("cargo test --doc")
 else
-  cargo test --all-targets || failed+=("cargo test")
+  cargo test --all-targets --no-fail-fast || failed+=("cargo test")
 fi
 # The property tests again with their output, so the log shows each
 # property's case count (nextest prints output only on failure); ~1 s.
