@@ -12,6 +12,8 @@
 //! |---|---|
 //! | [`limits`] | every capacity, timeout, default and accepted range, in one place (per-entry byte costs are [`budget`]'s, wire codes [`protocol`]'s, metric names [`metrics`]') |
 //! | [`fault`] | test-only faults (`MCP_EDGE_TEST_FAULT`, cargo feature `test-faults`) that the watchdog must catch |
+//! | [`backoff`] | exponential backoff with jitter that only lengthens: the one retry schedule (upstream reconnects, token requests) |
+//! | [`jwt`] | signing keys for OAuth client assertions (`private_key_jwt`, RFC 7523): PEM keys, ES256/RS256, JWK thumbprints |
 //! | [`alloc`] | the counting global allocator (live/peak heap) and RSS |
 //! | [`metrics`] | metric names, the Prometheus recorder, heap gauges, the request-duration histogram (fixed atomic buckets) and metric handles resolved once |
 //! | [`logline`] | log hygiene: upstream text made printable (control bytes escaped), the token bucket behind client rates and log line budgets |
@@ -27,6 +29,7 @@
 //! | [`subscriptions`] | the fixed table of downstream resource subscriptions (who wants which URI from which upstream) |
 //! | [`tasks`] | the tasks extension (`io.modelcontextprotocol/tasks`): the fixed table of tasks handed to callers under gateway task ids (upstream, its task id, owner, expiry) and the extension's wire rules |
 //! | [`pins`] | tool pins: each upstream tool's definition hashed, compared with the hash pinned for it, withheld under `trust = "pin"` until approved; the pins file |
+//! | [`oauth`] | the OAuth 2.1 client of HTTP upstreams: discovery (RFC 9728, RFC 8414), token requests (client credentials, refresh, authorization code with PKCE), the token file, one renewal in flight per upstream with backoff and parking |
 //! | [`upstream`] | the per-upstream handle and the one connection interface over the transports (`stdio`, `http`, `builtin`); era probe, in-flight table, id remap |
 //! | [`router`] | aggregated catalog, exposed-name mapping, list merge, call routing |
 //! | [`supervisor`] | the owner task per upstream (connect, reconnect); with [`gateway`], the only spawner of long-lived tasks |
@@ -43,16 +46,19 @@
 pub mod access;
 pub mod alloc;
 pub mod audit;
+pub mod backoff;
 pub mod budget;
 pub mod config;
 pub mod drain;
 pub mod fault;
 pub mod gateway;
 pub mod http;
+pub mod jwt;
 pub mod limits;
 pub mod logline;
 pub mod metrics;
 pub mod notify;
+pub mod oauth;
 pub mod pins;
 pub mod protocol;
 pub mod reaper;

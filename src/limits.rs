@@ -541,3 +541,30 @@ pub const MAX_AUDIT_MAX_BYTES: usize = 1 << 30;
 pub const DEFAULT_AUDIT_KEEP: usize = 5;
 /// Largest accepted `audit.keep` (the smallest is 1).
 pub const MAX_AUDIT_KEEP: usize = 100;
+
+/// One OAuth request (a metadata document, a token or registration request)
+/// waits at most this long for its whole answer.
+pub const OAUTH_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// A whole token renewal (discovery included) takes at most this long;
+/// every caller waiting for it waits at most this long too.
+pub const OAUTH_RENEWAL_TIMEOUT: Duration = Duration::from_secs(20);
+/// Largest OAuth answer read (metadata, token, registration): 64 KiB.
+pub const OAUTH_BODY_BYTES: usize = 64 * 1024;
+/// An access token is renewed once this fraction of its lifetime has
+/// passed (three quarters: a 10-second token at 7.5 s, an hour's at 45 min).
+pub const OAUTH_REFRESH_AT: f64 = 0.75;
+/// Lifetime assumed for an access token that comes without `expires_in`.
+pub const OAUTH_DEFAULT_LIFETIME: Duration = Duration::from_secs(3600);
+/// Scope step-ups (403 `insufficient_scope`) asked for per token; past
+/// this the call fails (refusals counted as `limit="oauth_step_up"`).
+pub const OAUTH_STEP_UPS: u32 = 2;
+/// Scopes kept per upstream (configured, challenged and stepped up, their
+/// union): at most 64, each at most 256 bytes.
+pub const OAUTH_MAX_SCOPES: usize = 64;
+/// First delay after a failed token request; doubled per failure, with
+/// jitter, up to [`OAUTH_BACKOFF_CAP`]; a `Retry-After` is the floor.
+pub const OAUTH_BACKOFF_INITIAL: Duration = Duration::from_secs(1);
+/// Longest delay between token requests after failures.
+pub const OAUTH_BACKOFF_CAP: Duration = Duration::from_secs(300);
+/// Longest `Retry-After` of a token endpoint honoured (a day).
+pub const OAUTH_RETRY_AFTER_CAP: Duration = Duration::from_secs(86_400);

@@ -360,6 +360,28 @@ fn print_status(body: &str) {
             u["tools"].as_u64().unwrap_or(0),
             u["detail"].as_str().unwrap_or(""),
         );
+        if let Some(o) = u["oauth"].as_object() {
+            let until = o.get("valid_until_unix").and_then(|v| v.as_u64());
+            let last = &o.get("last_token_request").cloned().unwrap_or_default();
+            println!(
+                "{:<16} oauth {}: token {}{}{}",
+                "",
+                o.get("grant").and_then(|v| v.as_str()).unwrap_or(""),
+                mcp_edge::logline::printable(o.get("token").and_then(|v| v.as_str()).unwrap_or("")),
+                until
+                    .map(|t| format!(
+                        ", valid until {}",
+                        httpdate::fmt_http_date(
+                            std::time::UNIX_EPOCH + std::time::Duration::from_secs(t)
+                        )
+                    ))
+                    .unwrap_or_default(),
+                last["outcome"]
+                    .as_str()
+                    .map(|x| format!(", last token request: {x}"))
+                    .unwrap_or_default(),
+            );
+        }
         let withheld = u["withheld"].as_array().map_or(0, Vec::len);
         if withheld > 0 {
             println!(

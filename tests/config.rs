@@ -303,6 +303,7 @@ fn full_example_resolves_every_key() {
             url,
             headers,
             bearer_token_file,
+            oauth: None,
         } => {
             assert_eq!(url, "https://mcp.example.com/mcp");
             assert_eq!(headers["X-Tenant"].expose(), "acme");
@@ -421,6 +422,7 @@ fn mcp_servers_with_url() {
             url,
             headers,
             bearer_token_file,
+            oauth: None,
         } => {
             assert_eq!(url, "https://mcp.example.com/mcp");
             assert_eq!(headers["Authorization"].expose(), "Bearer fixture-secret");
@@ -756,4 +758,33 @@ fn admin_listen_and_metrics_listen_together_name_both_keys() {
     let msg = e.to_string();
     assert!(msg.starts_with("c.toml: server.metrics_listen: "), "{msg}");
     assert!(msg.contains("server.admin_listen"), "{msg}");
+}
+
+/// `[upstream.oauth]` as `check-config` shows it: every key, file paths
+/// but never what the files hold, in a form that loads again.
+#[test]
+fn oauth_tables_render_without_secrets_and_load_again() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/config/valid/oauth_client_credentials.toml");
+    let cfg = Config::load(&path).unwrap();
+    let shown = cfg.render_masked();
+    assert!(shown.contains("grant = \"client_credentials\""), "{shown}");
+    assert!(
+        shown.contains("client_secret_file = \"tests/fixtures/config/oauth-secret.txt\""),
+        "{shown}"
+    );
+    assert!(shown.contains("resource = \"\""), "{shown}");
+    assert!(shown.contains("grant = \"authorization_code\""), "{shown}");
+    let debug = format!("{cfg:?}");
+    for text in [&shown, &debug] {
+        assert!(!text.contains("fixture-client-secret"), "{text}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let again = dir.path().join("again.toml");
+    std::fs::write(&again, &shown).unwrap();
+    let reloaded = Config::load(&again).unwrap_or_else(|e| panic!("{e}\n{shown}"));
+    assert_eq!(
+        format!("{:?}", reloaded.upstreams[0].transport),
+        format!("{:?}", cfg.upstreams[0].transport)
+    );
 }

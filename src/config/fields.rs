@@ -43,7 +43,7 @@ impl Kind {
 
 /// Keys only valid with one transport.
 pub(super) const STDIO_KEYS: [&str; 4] = ["command", "args", "env", "cwd"];
-pub(super) const HTTP_KEYS: [&str; 3] = ["url", "headers", "bearer_token_file"];
+pub(super) const HTTP_KEYS: [&str; 4] = ["url", "headers", "bearer_token_file", "oauth"];
 
 /// Rejects the first present key (`present[i]` ↔ `keys[i]`) of a transport
 /// other than `kind`; `selector` is how the format spells the transport key
@@ -176,7 +176,7 @@ pub(super) fn check_headers(
             return Err(ctx.err(&k, "is set by the HTTP transport and can't be configured"));
         }
         if lower == "authorization" && has_bearer_file {
-            return Err(ctx.err(&k, "conflicts with bearer_token_file; use one or the other"));
+            return Err(ctx.err(&k, "conflicts with bearer_token_file or [upstream.oauth], which set Authorization; use one or the other"));
         }
         if seen.contains(&parsed) {
             return Err(ctx.err(&k, "duplicate header (names are case-insensitive)"));

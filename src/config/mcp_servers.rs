@@ -285,6 +285,7 @@ fn entry_http(
         url: fields::check_url(ctx, &k("url"), url)?,
         headers: fields::check_headers(ctx, &k("headers"), headers, false)?,
         bearer_token_file: None,
+        oauth: None,
     })
 }
 

@@ -165,8 +165,10 @@ mod fields;
 mod mcp_servers;
 mod net_validate;
 mod network;
+mod oauth;
 pub use network::{check_client_name, token_sha256};
 pub use network::{AuditConfig, AuditSink, ClientConfig, Credential, Rate, Secret, TlsConfig};
+pub use oauth::{is_secure_url, read_private_key, read_secret, ClientAuth, Grant, OAuthConfig};
 mod raw;
 mod render;
 pub use render::mask_url;
@@ -410,6 +412,8 @@ pub enum Transport {
         headers: BTreeMap<String, Secret<String>>,
         /// File holding a bearer token, read at each connect (`Authorization: Bearer …`).
         bearer_token_file: Option<PathBuf>,
+        /// `[upstream.oauth]`: access tokens from an authorization server.
+        oauth: Option<Box<OAuthConfig>>,
     },
     /// The in-process `edge` tools.
     Builtin,

@@ -81,6 +81,20 @@ pub(super) struct RawAudit {
     pub arguments: Option<bool>,
 }
 
+/// `[upstream.oauth]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawOAuth {
+    pub grant: Option<String>,
+    pub client_id: Option<String>,
+    pub client_secret_file: Option<String>,
+    pub private_key_file: Option<String>,
+    pub client_metadata_url: Option<String>,
+    pub scopes: Option<Vec<String>>,
+    pub token_endpoint: Option<String>,
+    pub resource: Option<String>,
+}
+
 /// `[watchdog]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -103,6 +117,7 @@ pub(super) struct RawUpstream {
     pub url: Option<String>,
     pub headers: Option<BTreeMap<String, String>>,
     pub bearer_token_file: Option<String>,
+    pub oauth: Option<RawOAuth>,
     // common
     pub enabled: Option<bool>,
     pub required: Option<bool>,

@@ -230,6 +230,7 @@ fn transport_keys(o: &mut String, transport: &Transport) {
             url,
             headers,
             bearer_token_file,
+            oauth,
         } => {
             kv(o, "url", quote(&mask_url(url)));
             let headers = headers.keys().map(|k| (k.as_str(), MASK.to_owned()));
@@ -237,6 +238,9 @@ fn transport_keys(o: &mut String, transport: &Transport) {
             match bearer_token_file {
                 Some(p) => kv(o, "bearer_token_file", quote(&path(p))),
                 None => o.push_str("# bearer_token_file: not set\n"),
+            }
+            if let Some(a) = oauth {
+                kv(o, "oauth", oauth_table(a));
             }
         }
         Transport::Builtin => {}
@@ -269,15 +273,42 @@ impl fmt::Debug for Transport {
                 url,
                 headers,
                 bearer_token_file,
+                oauth,
             } => f
                 .debug_struct("Http")
                 .field("url", &mask_url(url))
                 .field("headers", headers)
                 .field("bearer_token_file", bearer_token_file)
+                .field("oauth", oauth)
                 .finish(),
             Transport::Builtin => f.write_str("Builtin"),
         }
     }
+}
+
+/// `[upstream.oauth]` as an inline table (the same keys; file paths, never
+/// what the files hold).
+fn oauth_table(a: &super::OAuthConfig) -> String {
+    use super::ClientAuth;
+    let mut e = vec![format!("grant = {}", quote(a.grant.as_str()))];
+    let mut opt = |k: &str, v: &Option<String>| {
+        if let Some(v) = v {
+            e.push(format!("{k} = {}", quote(v)));
+        }
+    };
+    opt("client_id", &a.client_id);
+    opt("client_metadata_url", &a.client_metadata_url);
+    opt("token_endpoint", &a.token_endpoint);
+    opt("resource", &a.resource);
+    match &a.auth {
+        ClientAuth::Secret(p) => e.push(format!("client_secret_file = {}", quote(&path(p)))),
+        ClientAuth::PrivateKey(p) => e.push(format!("private_key_file = {}", quote(&path(p)))),
+        ClientAuth::None => {}
+    }
+    if let Some(s) = &a.scopes {
+        e.push(format!("scopes = {}", array(s)));
+    }
+    format!("{{ {} }}", e.join(", "))
 }
 
 /// An env value as shown: secret-looking names are masked whole; any other

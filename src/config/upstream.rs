@@ -77,6 +77,7 @@ fn transport_keys(ctx: &Ctx, base: &str, kind: Kind, raw: &RawUpstream) -> Resul
         raw.url.is_some(),
         raw.headers.is_some(),
         raw.bearer_token_file.is_some(),
+        raw.oauth.is_some(),
     ];
     let selector = "transport = ";
     foreign_keys(
@@ -120,7 +121,7 @@ fn stdio(ctx: &Ctx, base: &str, raw: &mut RawUpstream) -> Result<Transport> {
     })
 }
 
-/// `url`, `headers`, `bearer_token_file`, taken out of `raw`.
+/// `url`, `headers`, `bearer_token_file`, `[upstream.oauth]`, taken out of `raw`.
 fn http(ctx: &Ctx, base: &str, raw: &mut RawUpstream) -> Result<Transport> {
     let k = |f: &str| format!("{base}.{f}");
     let url = raw
@@ -132,11 +133,28 @@ fn http(ctx: &Ctx, base: &str, raw: &mut RawUpstream) -> Result<Transport> {
         .take()
         .map(|b| bearer_token_file(ctx, &k("bearer_token_file"), &b))
         .transpose()?;
+    let oauth = raw
+        .oauth
+        .take()
+        .map(|o| super::oauth::oauth(ctx, base, o))
+        .transpose()?;
+    if oauth.is_some() && bearer.is_some() {
+        return Err(ctx.err(
+            k("bearer_token_file"),
+            "conflicts with [upstream.oauth]: tokens come from the authorization server; use one or the other",
+        ));
+    }
     let headers = raw.headers.take().unwrap_or_default();
     Ok(Transport::Http {
         url: check_url(ctx, &k("url"), url)?,
-        headers: check_headers(ctx, &k("headers"), headers, bearer.is_some())?,
+        headers: check_headers(
+            ctx,
+            &k("headers"),
+            headers,
+            bearer.is_some() || oauth.is_some(),
+        )?,
         bearer_token_file: bearer,
+        oauth: oauth.map(Box::new),
     })
 }
 

@@ -82,6 +82,7 @@ pub(super) fn finish(
             check_pair(ctx, (base, up), (other_base, other))?;
         }
         check_trust(ctx, base, up, &server)?;
+        check_login_store(ctx, base, up, &server)?;
     }
     if upstreams.iter().all(|(_, u)| !u.enabled) {
         tracing::warn!(file = %ctx.path().display(), "every upstream is disabled");
@@ -112,6 +113,28 @@ fn check_trust(ctx: &Ctx, base: &str, up: &UpstreamConfig, server: &ServerConfig
                  set one, or use trust = \"auto\"",
                 up.name
             ),
+        ));
+    }
+    Ok(())
+}
+
+/// `grant = "authorization_code"` keeps what a person's login gave
+/// (`<state_directory>/oauth/NAME.json`): without a state directory the
+/// login could not reach the running gateway nor survive a restart.
+fn check_login_store(
+    ctx: &Ctx,
+    base: &str,
+    up: &UpstreamConfig,
+    server: &ServerConfig,
+) -> Result<()> {
+    let Transport::Http { oauth: Some(o), .. } = &up.transport else {
+        return Ok(());
+    };
+    if o.grant == super::Grant::AuthorizationCode && server.state_directory.is_none() {
+        return Err(ctx.err(
+            format!("{base}.oauth.grant"),
+            "\"authorization_code\" needs server.state_directory (or $STATE_DIRECTORY): \
+             `mcp-edge login` stores the tokens there for the gateway to use",
         ));
     }
     Ok(())

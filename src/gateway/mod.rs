@@ -97,6 +97,8 @@ struct Shared {
     /// The tool pins (`<state_directory>/tool-pins.json`, or in memory).
     pins: Arc<Pins>,
     max_pending: usize,
+    /// `server.state_directory`: where OAuth token files live.
+    state_directory: Option<std::path::PathBuf>,
 }
 
 impl Shared {
@@ -108,8 +110,30 @@ impl Shared {
             self.catalog_gen.clone(),
             self.subscriptions.clone(),
             self.pins.clone(),
+            oauth_client(c, self.state_directory.as_deref()),
         )
     }
+}
+
+/// The OAuth client of an HTTP upstream with `[upstream.oauth]`.
+fn oauth_client(
+    c: &UpstreamConfig,
+    state_directory: Option<&std::path::Path>,
+) -> Option<Arc<crate::oauth::OAuth>> {
+    let crate::config::Transport::Http {
+        url,
+        oauth: Some(o),
+        ..
+    } = &c.transport
+    else {
+        return None;
+    };
+    Some(Arc::new(crate::oauth::OAuth::new(
+        &c.name,
+        url,
+        o,
+        state_directory,
+    )))
 }
 
 impl Gateway {
@@ -147,6 +171,7 @@ impl Gateway {
             )),
             pins: Arc::new(pins(&config)?),
             max_pending: s.max_pending_server_requests,
+            state_directory: s.state_directory.clone(),
         };
         let upstreams: Vec<Arc<Upstream>> = (config.upstreams.iter().enumerate())
             .map(|(i, c)| shared.upstream(i, c))

@@ -100,6 +100,7 @@ pub fn status(app: &App) -> Value {
                 "pinned": u.pinned(),
                 "withheld": u.withheld().iter().map(|w| w.to_json()).collect::<Vec<_>>(),
                 "stderr_tail": u.stderr_tail(),
+                "oauth": u.oauth_status(),
             })
         })
         .collect();

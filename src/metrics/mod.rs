@@ -62,6 +62,10 @@ pub use handles::{count_request, LazyCounter};
 ///   started, `limits::MAX_TRACKED_CHILDREN` full; `descendants`: processes
 ///   a stop left out past `limits::MAX_DESCENDANTS`.
 pub const REFUSED: &str = "mcp_edge_refused_total";
+/// Counter: token requests of an upstream's OAuth client, labels
+/// `upstream` and `outcome` (`ok`, `invalid_client`, `invalid_grant`,
+/// `unavailable`, `unreachable`, `discovery_failed`, `refused`).
+pub const OAUTH_REQUESTS: &str = "mcp_edge_oauth_requests_total";
 /// Counter `{reason}`: sessions removed (`idle`, `deleted`).
 pub const SESSIONS_EVICTED: &str = "mcp_edge_sessions_evicted_total";
 /// Gauge: sessions in the table.

@@ -8,7 +8,7 @@
 //! for shutdown. The retry policy ([`backoff`]) and its persistence across
 //! restarts ([`persist`]) live here and nowhere else.
 
-pub mod backoff;
+pub use crate::backoff;
 pub(crate) mod owner;
 pub mod persist;
 

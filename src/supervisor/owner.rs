@@ -8,8 +8,8 @@
 //! operator asks; `Retry-After` (429/503) is a floor for the next attempt.
 //! Every wait also listens for shutdown.
 
-use super::backoff::{jitter_unit, Backoff};
 use super::persist::{unix_ms_after, Persist, Saved};
+use crate::backoff::{jitter_unit, Backoff};
 use crate::limits;
 use crate::upstream::{
     era, handshake, Abandoned, Catalog, Conn, Driver, Negotiated, Opened, SendError, Upstream,
@@ -54,9 +54,16 @@ impl Failure {
     fn from_send(step: &str, e: &SendError) -> End {
         End::Failed(Failure {
             reason: format!("{step}: {e}"),
-            auth: matches!(e, SendError::Auth(_)),
+            auth: match e {
+                SendError::Auth(_) => true,
+                SendError::OAuth(o) => o.parks(),
+                _ => false,
+            },
+            // A token endpoint's Retry-After, or the time until its next
+            // token request, is the floor of the next connect attempt.
             retry_after: match e {
                 SendError::RetryAfter { after, .. } => Some(*after),
+                SendError::OAuth(o) => o.retry_after(),
                 _ => None,
             },
             was_stable: false,
@@ -330,13 +337,13 @@ async fn cancel_abandoned(
 /// Parked: wait for the credential file to change (checked by mtime every
 /// [`limits::CREDENTIAL_CHECK_PERIOD`]), an operator, or shutdown. True to try again.
 async fn await_credentials(up: &Upstream, shutdown: &mut watch::Receiver<bool>) -> bool {
-    let seen = Conn::credential_mtime(&up.config);
+    let seen = up.credential_mtimes();
     let mut tick = tokio::time::interval(limits::CREDENTIAL_CHECK_PERIOD);
     tick.tick().await;
     loop {
         tokio::select! {
             _ = tick.tick() => {
-                if Conn::credential_mtime(&up.config) != seen {
+                if up.credential_mtimes() != seen {
                     tracing::info!(upstream = %up.name(), "credential file changed; trying again");
                     return true;
                 }

@@ -100,7 +100,12 @@ impl Conn {
                 })
             }
             Transport::Http { .. } => {
-                let (c, abandoned) = http::HttpConn::new(&up.config, list_changed, up.relay_ctx())?;
+                let (c, abandoned) = http::HttpConn::new(
+                    &up.config,
+                    list_changed,
+                    up.relay_ctx(),
+                    up.oauth.clone(),
+                )?;
                 Ok(Opened {
                     conn: Conn::Http(Box::new(c)),
                     driver: Box::pin(std::future::pending()),
@@ -112,20 +117,6 @@ impl Conn {
                 driver: Box::pin(std::future::pending()),
                 abandoned: Abandoned::none(),
             }),
-        }
-    }
-
-    /// When the credential file `config` names (an HTTP upstream's
-    /// `bearer_token_file`) was last modified; `None` without one.
-    pub fn credential_mtime(
-        config: &crate::config::UpstreamConfig,
-    ) -> Option<std::time::SystemTime> {
-        match &config.transport {
-            crate::config::Transport::Http {
-                bearer_token_file: Some(p),
-                ..
-            } => std::fs::metadata(p).and_then(|m| m.modified()).ok(),
-            _ => None,
         }
     }
 

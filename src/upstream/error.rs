@@ -58,6 +58,15 @@ pub enum CallError {
         /// What failed.
         reason: String,
     },
+    /// No access token for the upstream (its authorization server refused,
+    /// is down, or a login is needed): the upstream itself was not asked.
+    #[error("upstream '{name}' has no access token: {reason}")]
+    NoToken {
+        /// Upstream name.
+        name: String,
+        /// Why ([`crate::oauth::OAuthError`], never a token).
+        reason: String,
+    },
     /// The upstream answered with a JSON-RPC error: forwarded unchanged.
     #[error("{0}")]
     Rpc(RpcError),
@@ -93,6 +102,10 @@ impl CallError {
                 let secs = retry_in.as_secs_f64().ceil() as u64;
                 return RpcError::new(protocol::UPSTREAM_UNAVAILABLE, self.to_string())
                     .with_data(serde_json::json!({"upstream": name, "retryAfterSeconds": secs}));
+            }
+            CallError::NoToken { name, .. } => {
+                return RpcError::new(protocol::UPSTREAM_UNAVAILABLE, self.to_string())
+                    .with_data(serde_json::json!({"upstream": name, "reason": "oauth"}));
             }
             CallError::Refused { name, status } => {
                 return RpcError::new(protocol::INTERNAL_ERROR, self.to_string())
@@ -147,4 +160,8 @@ pub enum SendError {
     /// Connection lost, bad framing, I/O error.
     #[error("{0}")]
     Transport(String),
+    /// No access token could be had from the upstream's authorization
+    /// server (`[upstream.oauth]`).
+    #[error("no access token: {0}")]
+    OAuth(Box<crate::oauth::OAuthError>),
 }

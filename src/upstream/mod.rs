@@ -84,6 +84,9 @@ pub struct Upstream {
     subs_lock: tokio::sync::Mutex<()>,
     /// Last 16 KiB of a stdio child's stderr.
     pub(crate) stderr_tail: Arc<std::sync::Mutex<ring::Ring>>,
+    /// The OAuth client of an HTTP upstream with `[upstream.oauth]`: its
+    /// tokens and renewal state outlive each connection.
+    pub(crate) oauth: Option<Arc<crate::oauth::OAuth>>,
     /// Calls being answered right now (a reload drains them before a stop).
     calls: crate::drain::Drain,
     /// When it was created (gateway start, or the reload that started it):
@@ -176,6 +179,7 @@ impl Upstream {
         catalog_gen: Arc<watch::Sender<ListGens>>,
         subscriptions: Arc<crate::subscriptions::Subscriptions>,
         pins: Arc<crate::pins::Pins>,
+        oauth: Option<Arc<crate::oauth::OAuth>>,
     ) -> Arc<Self> {
         let initial = Status::initial(config.enabled);
         let now = Instant::now();
@@ -212,7 +216,45 @@ impl Upstream {
             ))),
             calls: crate::drain::Drain::new(),
             created: now,
+            oauth,
         })
+    }
+
+    /// When each credential file it depends on was last modified
+    /// (`bearer_token_file`; `[upstream.oauth]`'s secret or key file and its
+    /// token file, which `mcp-edge login` writes): a parked upstream tries
+    /// again when one changes.
+    pub fn credential_mtimes(&self) -> Vec<Option<std::time::SystemTime>> {
+        let mtime = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        let crate::config::Transport::Http {
+            bearer_token_file,
+            oauth,
+            ..
+        } = &self.config.transport
+        else {
+            return Vec::new();
+        };
+        let mut files: Vec<&std::path::Path> =
+            bearer_token_file.iter().map(|p| p.as_path()).collect();
+        if let Some(o) = oauth {
+            if let crate::config::ClientAuth::Secret(p) | crate::config::ClientAuth::PrivateKey(p) =
+                &o.auth
+            {
+                files.push(p);
+            }
+        }
+        if let Some(p) = self.oauth.as_ref().and_then(|o| o.store_path()) {
+            files.push(p);
+        }
+        files.into_iter().map(mtime).collect()
+    }
+
+    /// Its OAuth client's state for `/status` (grant, token state, valid
+    /// until, last token request); `null` without `[upstream.oauth]`.
+    pub fn oauth_status(&self) -> serde_json::Value {
+        self.oauth
+            .as_ref()
+            .map_or(serde_json::Value::Null, |o| o.status())
     }
 
     /// Its name.
@@ -458,6 +500,23 @@ impl Upstream {
             SendError::RetryAfter { after, .. } => {
                 let retry_in = self.set_retry_floor(after);
                 CallError::RetryLater { name, retry_in }
+            }
+            // The connection is fine; only its token is missing. Parked
+            // kinds (refused client, refused grant, no login) take the
+            // upstream down as a 401 does; the others fail this call only,
+            // so calls succeed again as soon as a token can be had.
+            SendError::OAuth(e) => {
+                if e.parks() {
+                    self.lose(Loss {
+                        reason: e.to_string(),
+                        auth: true,
+                        conn: generation,
+                    });
+                }
+                CallError::NoToken {
+                    name,
+                    reason: e.to_string(),
+                }
             }
             other => {
                 let auth = matches!(other, SendError::Auth(_));

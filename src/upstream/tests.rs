@@ -17,6 +17,7 @@ fn builtin_upstream() -> Arc<Upstream> {
         Arc::new(watch::channel(ListGens::default()).0),
         Arc::new(crate::subscriptions::Subscriptions::new(1)),
         Arc::new(crate::pins::Pins::in_memory()),
+        None,
     )
 }
 

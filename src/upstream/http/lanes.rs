@@ -367,10 +367,7 @@ impl HttpConn {
         for (k, v) in &self.headers {
             req.headers_mut().insert(k.clone(), v.clone());
         }
-        let _ = tokio::time::timeout(
-            crate::limits::SESSION_DELETE_TIMEOUT,
-            self.client.request(req),
-        )
-        .await;
+        let _ =
+            tokio::time::timeout(crate::limits::SESSION_DELETE_TIMEOUT, self.authorized(req)).await;
     }
 }

@@ -69,6 +69,19 @@ pub struct HttpConn {
     /// Rung when `listen_uris` changed: the open listen stream ends and is
     /// opened again at once with the new filter.
     relisten: Notify,
+    /// Where its access tokens come from (`[upstream.oauth]`); shared with
+    /// the upstream, so tokens outlive this connection.
+    oauth: Option<Arc<crate::oauth::OAuth>>,
+}
+
+/// A copy of a request with a body that is one buffer (every request
+/// mcp-edge sends upstream), for sending it again with a new token.
+fn copy_request(req: &Request<Full<Bytes>>) -> Request<Full<Bytes>> {
+    let mut again = Request::new(req.body().clone());
+    *again.method_mut() = req.method().clone();
+    *again.uri_mut() = req.uri().clone();
+    *again.headers_mut() = req.headers().clone();
+    again
 }
 
 /// Queues a legacy call's id for `notifications/cancelled` unless disarmed:
@@ -122,11 +135,13 @@ impl HttpConn {
         cfg: &UpstreamConfig,
         list_changed: Arc<Notify>,
         ctx: RelayCtx,
+        oauth: Option<Arc<crate::oauth::OAuth>>,
     ) -> Result<(Self, mpsc::Receiver<(u64, Lane)>), SetupError> {
         let Transport::Http {
             url,
             headers,
             bearer_token_file,
+            ..
         } = &cfg.transport
         else {
             return Err(SetupError("not an http upstream".into()));
@@ -158,6 +173,7 @@ impl HttpConn {
         }
         let (abandoned, abandoned_rx) = mpsc::channel(cfg.max_in_flight.max(1));
         let conn = HttpConn {
+            oauth,
             abandoned,
             param_headers: RwLock::new(Default::default()),
             listen_uris: std::sync::Mutex::new(Vec::new()),
@@ -419,10 +435,7 @@ impl HttpConn {
         relay: Option<&Relay>,
         lane: Lane,
     ) -> Result<Payload, SendError> {
-        let resp =
-            self.client.request(req).await.map_err(|e| {
-                SendError::Transport(format!("POST {}: {}", self.shown_url, chain(&e)))
-            })?;
+        let resp = self.authorized(req).await?;
         let status = resp.status();
         refused(&resp)?;
         if method == "initialize" && status.is_success() {
@@ -444,6 +457,80 @@ impl HttpConn {
         }
     }
 
+    /// Sends `req`, with the upstream's access token when it has
+    /// `[upstream.oauth]` (MCP authorization §Access Token Usage); after a
+    /// 401, or a 403 `insufficient_scope`, once more with a new token
+    /// (§Scope Challenge Handling). Other answers are returned as they came.
+    pub(super) fn authorized(
+        &self,
+        req: Request<Full<Bytes>>,
+    ) -> impl std::future::Future<Output = Result<http::Response<hyper::body::Incoming>, SendError>> + '_
+    {
+        use futures_util::future::{Either, TryFutureExt};
+        match &self.oauth {
+            // Boxed: the token dance is large and only OAuth upstreams pay for it.
+            Some(oauth) => Either::Left(Box::pin(self.with_token(oauth, req))),
+            // Sent at once: the caller's future holds only hyper's.
+            None => {
+                let method = req.method().clone();
+                Either::Right(
+                    self.client
+                        .request(req)
+                        .map_err(move |e| self.transport(&method, e)),
+                )
+            }
+        }
+    }
+
+    async fn with_token(
+        &self,
+        oauth: &crate::oauth::OAuth,
+        mut req: Request<Full<Bytes>>,
+    ) -> Result<http::Response<hyper::body::Incoming>, SendError> {
+        let sent = oauth
+            .authorization()
+            .await
+            .map_err(|e| SendError::OAuth(Box::new(e)))?;
+        let mut again = copy_request(&req);
+        if let Some(h) = &sent {
+            req.headers_mut().insert(header::AUTHORIZATION, h.clone());
+        }
+        let method = req.method().clone();
+        let resp = self
+            .client
+            .request(req)
+            .await
+            .map_err(|e| self.transport(&method, e))?;
+        let status = resp.status().as_u16();
+        if status != 401 && status != 403 {
+            return Ok(resp);
+        }
+        let challenge = crate::oauth::Challenge::parse(
+            resp.headers()
+                .get_all(header::WWW_AUTHENTICATE)
+                .iter()
+                .filter_map(|v| v.to_str().ok()),
+        );
+        let next = match (status, challenge) {
+            (401, c) => oauth.unauthorized(sent.as_ref(), c).await,
+            (_, Some(c)) if c.insufficient_scope() => {
+                oauth.insufficient_scope(sent.as_ref(), c).await
+            }
+            _ => return Ok(resp),
+        };
+        let next = next.map_err(|e| SendError::OAuth(Box::new(e)))?;
+        drop(resp);
+        again.headers_mut().insert(header::AUTHORIZATION, next);
+        self.client
+            .request(again)
+            .await
+            .map_err(|e| self.transport(&method, e))
+    }
+
+    fn transport(&self, method: &Method, e: hyper_util::client::legacy::Error) -> SendError {
+        SendError::Transport(format!("{method} {}: {}", self.shown_url, chain(&e)))
+    }
+
     /// POSTs a JSON-RPC response (to a request the upstream sent) in the
     /// session of `lane`, where the request came from.
     pub async fn respond(&self, msg: &Value, lane: Lane) -> Result<(), SendError> {
@@ -454,10 +541,7 @@ impl HttpConn {
 
     /// POSTs a notification or response: any 2xx (202 Accepted) is success.
     async fn post_expecting_no_answer(&self, req: Request<Full<Bytes>>) -> Result<(), SendError> {
-        let resp =
-            self.client.request(req).await.map_err(|e| {
-                SendError::Transport(format!("POST {}: {}", self.shown_url, chain(&e)))
-            })?;
+        let resp = self.authorized(req).await?;
         let status = resp.status();
         let _ = resp.into_body().collect().await;
         if status.is_success() {

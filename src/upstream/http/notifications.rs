@@ -22,7 +22,7 @@
 //! offering one.
 
 use super::lanes;
-use super::wire::{chain, is_sse};
+use super::wire::is_sse;
 use super::HttpConn;
 use crate::limits::LANE_STREAM_EVENT_BYTES;
 use crate::protocol::{self, sse, Message};
@@ -139,10 +139,10 @@ impl HttpConn {
             UpstreamEra::Modern => self.listen_request(),
         };
         let req = req.map_err(NotificationsEnd::Ended)?;
-        let resp =
-            self.client.request(req).await.map_err(|e| {
-                NotificationsEnd::Ended(format!("{}: {}", self.shown_url, chain(&e)))
-            })?;
+        let resp = self
+            .authorized(req)
+            .await
+            .map_err(|e| NotificationsEnd::Ended(format!("{}: {e}", self.shown_url)))?;
         let status = resp.status();
         let refused = match era {
             UpstreamEra::Legacy(_) => status == StatusCode::METHOD_NOT_ALLOWED,

@@ -1,0 +1,437 @@
+//! The OAuth 2.1 client of an HTTP upstream (MCP authorization, 2025-11-25
+//! and 2026-07-28 `basic/authorization`; the `oauth-client-credentials`
+//! extension, SEP-1046, for machine-to-machine).
+//!
+//! One [`OAuth`] per upstream, kept across reconnects by the upstream. Its
+//! token in hand is read without waiting ([`OAuth::authorization`]); every
+//! token request runs under one async lock, so one request is in flight per
+//! upstream and every concurrent caller that needs a new token waits for
+//! that one (two refreshes racing with a rotating refresh token would
+//! lose the grant). A rotated refresh token is written to the token file
+//! before it is used again.
+//!
+//! Renewal is ahead of expiry (once [`limits::OAUTH_REFRESH_AT`] of the
+//! lifetime has passed), and after a 401 once. A failed renewal keeps the
+//! token in hand while it is valid and backs off (exponentially, with
+//! jitter, `Retry-After` as a floor); `invalid_client` parks until the
+//! secret or key file changes, `invalid_grant` (and an `authorization_code`
+//! upstream without tokens) until `mcp-edge login` writes the token file.
+//! While parked or backing off, a caller without a valid token fails at
+//! once with the reason.
+
+pub mod challenge;
+pub mod discovery;
+pub mod fetch;
+mod renew;
+pub mod store;
+pub mod token;
+
+pub use challenge::Challenge;
+use renew::Renewal;
+
+use crate::config::{Grant, OAuthConfig};
+use crate::limits;
+use http::HeaderValue;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
+
+/// Why no token could be had. The message names the reason, never a token.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum OAuthError {
+    /// The HTTP client could not be set up.
+    #[error("OAuth set-up: {0}")]
+    Setup(String),
+    /// Discovery failed or found something unacceptable.
+    #[error("authorization server discovery: {0}")]
+    Discovery(String),
+    /// An authorization server could not be reached or did not answer.
+    #[error("authorization server unreachable: {0}")]
+    Unreachable(String),
+    /// The token endpoint is overloaded or down (429/5xx).
+    #[error("token endpoint unavailable: {reason}")]
+    Unavailable {
+        /// What it answered.
+        reason: String,
+        /// Its `Retry-After`.
+        retry_after: Option<Duration>,
+    },
+    /// The client's credentials were refused (`invalid_client`): parked
+    /// until the secret or key file changes.
+    #[error("the authorization server refused the client ({0}); parked until the secret or key file changes")]
+    InvalidClient(String),
+    /// The grant was refused (`invalid_grant`): parked until a login.
+    #[error("the authorization server refused the grant ({0}); needs `mcp-edge login`")]
+    InvalidGrant(String),
+    /// No tokens yet for an `authorization_code` upstream.
+    #[error("not logged in; run `mcp-edge login` for this upstream")]
+    NeedsLogin,
+    /// Another refusal of a token request.
+    #[error("the token request was refused ({0})")]
+    Refused(String),
+    /// The answer could not be used.
+    #[error("unusable answer from the authorization server: {0}")]
+    BadAnswer(String),
+    /// A renewal failed recently; the next is not before `retry_in`.
+    #[error("no valid access token ({reason}); next token request in {}s", retry_in.as_secs_f64().ceil() as u64)]
+    BackingOff {
+        /// The last failure.
+        reason: String,
+        /// Until the next attempt.
+        retry_in: Duration,
+    },
+    /// The token file could not be read or written.
+    #[error("{0}")]
+    Store(String),
+    /// More scope was asked for than [`limits::OAUTH_STEP_UPS`] allows.
+    #[error("the upstream keeps asking for more scope ({0}); given up after {n} step-ups", n = limits::OAUTH_STEP_UPS)]
+    StepUpLimit(String),
+}
+
+impl OAuthError {
+    /// True when only a change of credentials or a login can help (the
+    /// supervisor parks the upstream).
+    pub fn parks(&self) -> bool {
+        matches!(
+            self,
+            OAuthError::InvalidClient(_) | OAuthError::InvalidGrant(_) | OAuthError::NeedsLogin
+        )
+    }
+
+    /// How long no token request is worth trying: the authorization
+    /// server's `Retry-After`, or what is left of the backoff delay.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            OAuthError::Unavailable { retry_after, .. } => *retry_after,
+            OAuthError::BackingOff { retry_in, .. } => Some(*retry_in).filter(|d| !d.is_zero()),
+            _ => None,
+        }
+    }
+
+    /// The metric outcome label of a failed token request.
+    fn outcome(&self) -> &'static str {
+        match self {
+            OAuthError::InvalidClient(_) => "invalid_client",
+            OAuthError::InvalidGrant(_) => "invalid_grant",
+            OAuthError::Unavailable { .. } => "unavailable",
+            OAuthError::Unreachable(_) => "unreachable",
+            OAuthError::Discovery(_) => "discovery_failed",
+            _ => "refused",
+        }
+    }
+}
+
+/// The token in hand.
+#[derive(Clone)]
+struct Token {
+    /// `Bearer …`, marked sensitive.
+    header: HeaderValue,
+    /// When to renew ahead of expiry.
+    refresh_at: Instant,
+    /// When it expires.
+    expires_at: Instant,
+    /// The same as wall-clock time, for `/status`.
+    expires_unix: u64,
+}
+
+/// What `/status` shows of the token state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Shown {
+    /// Nothing asked for yet.
+    None,
+    /// A token is in hand.
+    Valid,
+    /// A renewal is in flight.
+    Refreshing,
+    /// Renewals fail; backing off.
+    BackingOff,
+    /// Parked until credentials change or a login.
+    Parked(String),
+}
+
+/// The part read by every call and by `/status` (short critical sections).
+struct View {
+    token: Option<Token>,
+    shown: Shown,
+    last_outcome: Option<(String, SystemTime)>,
+}
+
+/// The OAuth client of one upstream.
+pub struct OAuth {
+    name: String,
+    cfg: OAuthConfig,
+    /// The upstream's URL.
+    url: String,
+    /// `<state_directory>/oauth/NAME.json`, when there is a state directory.
+    store: Option<PathBuf>,
+    /// The HTTP client (its set-up error, if it had one, fails every renewal).
+    fetch: Result<fetch::Fetch, OAuthError>,
+    view: Mutex<View>,
+    /// Held for the whole of each renewal: one token request in flight.
+    renewal: tokio::sync::Mutex<Renewal>,
+}
+
+impl OAuth {
+    /// The client of upstream `name` at `url`, with the token file under
+    /// `state_directory` loaded if there is one (a file that cannot be read
+    /// is logged and treated as none: the next token request replaces it).
+    pub fn new(
+        name: &str,
+        url: &str,
+        cfg: &OAuthConfig,
+        state_directory: Option<&std::path::Path>,
+    ) -> OAuth {
+        let store = state_directory.map(|d| store::path(d, name));
+        let stored = store.as_deref().and_then(|p| match store::load(p) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(upstream = %name, "{e}; starting without stored tokens");
+                None
+            }
+        });
+        let token = stored.as_ref().and_then(token_from_store);
+        let renewal = Renewal::new(cfg, stored, store.as_deref());
+        let shown = if token.is_some() {
+            Shown::Valid
+        } else {
+            Shown::None
+        };
+        OAuth {
+            name: name.to_string(),
+            cfg: cfg.clone(),
+            url: url.to_string(),
+            store,
+            fetch: fetch::Fetch::new(),
+            view: Mutex::new(View {
+                token,
+                shown,
+                last_outcome: None,
+            }),
+            renewal: tokio::sync::Mutex::new(renewal),
+        }
+    }
+
+    /// The token file's path, if tokens are kept.
+    pub fn store_path(&self) -> Option<&std::path::Path> {
+        self.store.as_deref()
+    }
+
+    /// `Authorization` for the next request: the token in hand while valid
+    /// (renewed first once it is due, by whichever caller finds it so; the
+    /// others go on with it); `None` before the first challenge taught where
+    /// tokens come from; an error when there is no valid token and none can
+    /// be had now.
+    pub async fn authorization(&self) -> Result<Option<HeaderValue>, OAuthError> {
+        let now = Instant::now();
+        let held = self.held();
+        match &held {
+            Some(t) if now < t.refresh_at => return Ok(Some(t.header.clone())),
+            Some(t) if now < t.expires_at => {
+                if let Ok(mut r) = self.renewal.try_lock() {
+                    let _ = self.renew_locked(&mut r, None, held.as_ref()).await;
+                }
+                return Ok(self.held().map(|t| t.header).or(Some(t.header.clone())));
+            }
+            _ => {}
+        }
+        let mut r = self.wait_for_renewal().await?;
+        if let Some(t) = self.held().filter(|t| Instant::now() < t.expires_at) {
+            return Ok(Some(t.header)); // renewed while we waited
+        }
+        if !r.knows_where() && self.cfg.grant == Grant::ClientCredentials {
+            return Ok(None); // first contact: the 401 says where
+        }
+        self.renew_locked(&mut r, None, held.as_ref())
+            .await
+            .map(Some)
+    }
+
+    /// After a 401 to a request sent with `sent`: a new token (unless a
+    /// concurrent caller already got one), discovered anew from the
+    /// challenge if it names metadata or nothing is known yet.
+    pub async fn unauthorized(
+        &self,
+        sent: Option<&HeaderValue>,
+        challenge: Option<Challenge>,
+    ) -> Result<HeaderValue, OAuthError> {
+        let mut r = self.wait_for_renewal().await?;
+        if let Some(t) = self.held() {
+            if Some(&t.header) != sent && Instant::now() < t.expires_at {
+                return Ok(t.header);
+            }
+        }
+        // The token sent was refused: it is not in hand any more.
+        self.view().token = None;
+        r.learn(challenge, true);
+        self.renew_locked(&mut r, None, None).await
+    }
+
+    /// After a 403 with `insufficient_scope`: a token with the union of the
+    /// scopes held and asked for, at most [`limits::OAUTH_STEP_UPS`] times.
+    pub async fn insufficient_scope(
+        &self,
+        sent: Option<&HeaderValue>,
+        challenge: Challenge,
+    ) -> Result<HeaderValue, OAuthError> {
+        let mut r = self.wait_for_renewal().await?;
+        if let Some(t) = self.held() {
+            if Some(&t.header) != sent && Instant::now() < t.expires_at {
+                return Ok(t.header);
+            }
+        }
+        let asked = challenge.scope.clone().unwrap_or_default();
+        if !r.step_up(&asked) {
+            metrics::counter!(crate::metrics::REFUSED, "limit" => "oauth_step_up").increment(1);
+            return Err(OAuthError::StepUpLimit(asked));
+        }
+        self.view().token = None;
+        r.learn(Some(challenge), false);
+        self.renew_locked(&mut r, None, None).await
+    }
+
+    /// What `/status` shows: grant, token state, valid until, last
+    /// token-endpoint outcome. Never a token.
+    pub fn status(&self) -> Value {
+        let v = self.view();
+        let state = match &v.shown {
+            Shown::None => "none".to_string(),
+            Shown::Valid => "valid".to_string(),
+            Shown::Refreshing => "refreshing".to_string(),
+            Shown::BackingOff => "backing_off".to_string(),
+            Shown::Parked(why) => format!("parked: {why}"),
+        };
+        let mut s = json!({"grant": self.cfg.grant.as_str(), "token": state});
+        if let Some(t) = &v.token {
+            s["valid_until_unix"] = t.expires_unix.into();
+        }
+        if let Some((o, at)) = &v.last_outcome {
+            s["last_token_request"] = json!({"outcome": o, "at_unix": unix(*at)});
+        }
+        s
+    }
+
+    fn view(&self) -> std::sync::MutexGuard<'_, View> {
+        self.view.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn held(&self) -> Option<Token> {
+        self.view().token.clone()
+    }
+
+    /// The renewal lock, waited for at most [`limits::OAUTH_RENEWAL_TIMEOUT`].
+    async fn wait_for_renewal(&self) -> Result<tokio::sync::MutexGuard<'_, Renewal>, OAuthError> {
+        tokio::time::timeout(limits::OAUTH_RENEWAL_TIMEOUT, self.renewal.lock())
+            .await
+            .map_err(|_| OAuthError::Unreachable("a token request in flight did not finish".into()))
+    }
+
+    /// One renewal under the lock: refused at once while parked or backing
+    /// off; otherwise discovery if needed, then the token request, the
+    /// result stored, shown and counted.
+    async fn renew_locked(
+        &self,
+        r: &mut Renewal,
+        _why: Option<&str>,
+        held: Option<&Token>,
+    ) -> Result<HeaderValue, OAuthError> {
+        let now = Instant::now();
+        r.gate(now)?;
+        self.view().shown = Shown::Refreshing;
+        let sent = held.map(|t| &t.header);
+        let fetch = self.fetch.as_ref().map_err(Clone::clone)?;
+        let work = r.renew(fetch, &self.url, &self.cfg, self.store.as_deref(), sent);
+        let outcome = match tokio::time::timeout(limits::OAUTH_RENEWAL_TIMEOUT, work).await {
+            Ok(o) => o,
+            Err(_) => Err(OAuthError::Unreachable(format!(
+                "no token within {:?}",
+                limits::OAUTH_RENEWAL_TIMEOUT
+            ))),
+        };
+        self.settle(r, outcome, held)
+    }
+
+    /// Records a renewal's outcome: the new token in hand, or the failure
+    /// (backoff or parking) with the old token kept while valid.
+    fn settle(
+        &self,
+        r: &mut Renewal,
+        outcome: Result<renew::Renewed, OAuthError>,
+        held: Option<&Token>,
+    ) -> Result<HeaderValue, OAuthError> {
+        let label = match &outcome {
+            Ok(_) => "ok",
+            Err(e) => e.outcome(),
+        };
+        metrics::counter!(crate::metrics::OAUTH_REQUESTS, "upstream" => self.name.clone(), "outcome" => label)
+            .increment(1);
+        let mut v = self.view();
+        v.last_outcome = Some((label.to_string(), SystemTime::now()));
+        match outcome {
+            Ok(new) => {
+                let t = token_now(&new.header, new.lifetime);
+                v.token = Some(t);
+                v.shown = Shown::Valid;
+                Ok(new.header)
+            }
+            Err(e) => {
+                let now = Instant::now();
+                r.failed(&e, now, self.store.as_deref());
+                v.shown = match r.parked_why() {
+                    Some(why) => Shown::Parked(why),
+                    None => Shown::BackingOff,
+                };
+                if let Some(t) = held.filter(|t| now < t.expires_at) {
+                    tracing::warn!(upstream = %self.name, "token renewal failed, the token in hand is used while valid: {e}");
+                    if v.token.is_none() {
+                        v.token = Some(t.clone());
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+/// A token in hand from an answer's lifetime, starting now.
+fn token_now(header: &HeaderValue, lifetime: Duration) -> Token {
+    let now = Instant::now();
+    Token {
+        header: header.clone(),
+        refresh_at: now + lifetime.mul_f64(limits::OAUTH_REFRESH_AT),
+        expires_at: now + lifetime,
+        expires_unix: unix(SystemTime::now() + lifetime),
+    }
+}
+
+/// The stored access token as a token in hand, if it is still valid.
+fn token_from_store(s: &store::Stored) -> Option<Token> {
+    let at = s.access_token.as_deref()?;
+    let mut header = HeaderValue::from_str(&format!("Bearer {at}")).ok()?;
+    header.set_sensitive(true);
+    let now = unix(SystemTime::now());
+    let expires = s
+        .expires_at
+        .unwrap_or(now + limits::OAUTH_DEFAULT_LIFETIME.as_secs());
+    let left = expires.checked_sub(now).filter(|l| *l > 0)?;
+    let issued = s.issued_at.unwrap_or(now).min(now);
+    let lifetime = expires.saturating_sub(issued).max(left);
+    let refresh_in = (lifetime as f64 * limits::OAUTH_REFRESH_AT) as u64;
+    let since = now - issued;
+    let inst = Instant::now();
+    Some(Token {
+        header,
+        refresh_at: inst + Duration::from_secs(refresh_in.saturating_sub(since)),
+        expires_at: inst + Duration::from_secs(left),
+        expires_unix: expires,
+    })
+}
+
+fn unix(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests;
