@@ -542,6 +542,9 @@ pub const DEFAULT_AUDIT_KEEP: usize = 5;
 /// Largest accepted `audit.keep` (the smallest is 1).
 pub const MAX_AUDIT_KEEP: usize = 100;
 
+/// Default loopback port of `mcp-edge login`'s redirect URI
+/// (`http://127.0.0.1:8739/callback`; `--port` sets another).
+pub const DEFAULT_LOGIN_PORT: u16 = 8739;
 /// One OAuth request (a metadata document, a token or registration request)
 /// waits at most this long for its whole answer.
 pub const OAUTH_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);

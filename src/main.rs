@@ -61,6 +61,19 @@ enum Command {
         #[command(subcommand)]
         action: ToolsAction,
     },
+    /// Log in once to an upstream whose `[upstream.oauth]` grant is
+    /// `authorization_code`: prints the authorization URL, waits for the
+    /// browser's redirect to http://127.0.0.1:PORT/callback (or the
+    /// redirect URL pasted on stdin), stores the tokens under
+    /// `server.state_directory`. The running gateway picks them up.
+    Login {
+        /// The upstream's name.
+        name: String,
+        /// The loopback port of the redirect URI (reach it from another
+        /// machine with `ssh -L PORT:127.0.0.1:PORT box`).
+        #[arg(long, default_value_t = mcp_edge::limits::DEFAULT_LOGIN_PORT)]
+        port: u16,
+    },
     /// Client tokens for `[[client]]` tables.
     Token {
         #[command(subcommand)]
@@ -151,6 +164,7 @@ fn main() -> ExitCode {
         Some(Command::Token {
             action: TokenAction::New { name },
         }) => token_new(&name),
+        Some(Command::Login { name, port }) => report(login(cli.config.as_deref(), &name, port)),
         Some(Command::Serve) | None => match serve(cli.config, cli.board.as_deref()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -159,6 +173,48 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+/// `login NAME`: the upstream's authorization-code login
+/// ([`mcp_edge::oauth::login`]), tokens to its token file.
+fn login(config: Option<&std::path::Path>, name: &str, port: u16) -> anyhow::Result<()> {
+    use mcp_edge::config::{Grant, Transport};
+    let path = config.context("login needs --config FILE (the gateway's config)")?;
+    let cfg = Config::load(path)?;
+    let up = cfg
+        .upstreams
+        .iter()
+        .find(|u| u.name == name)
+        .with_context(|| format!("{}: no upstream named {name:?}", path.display()))?;
+    let Transport::Http {
+        url,
+        oauth: Some(oauth),
+        ..
+    } = &up.transport
+    else {
+        anyhow::bail!("upstream {name:?} has no [upstream.oauth] table: nothing to log in to");
+    };
+    if oauth.grant != Grant::AuthorizationCode {
+        anyhow::bail!("upstream {name:?} uses grant = \"{}\": the gateway gets its tokens itself, no login needed", oauth.grant.as_str());
+    }
+    let dir = cfg
+        .server
+        .state_directory
+        .as_deref()
+        .context("server.state_directory is not set: the tokens have nowhere to go")?;
+    let store = mcp_edge::oauth::store::path(dir, name);
+    let login = mcp_edge::oauth::login::Login {
+        name,
+        url,
+        cfg: oauth,
+        store: &store,
+        port,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(login.run(&mut std::io::stdout()))
+        .with_context(|| format!("login to upstream {name:?}"))
 }
 
 /// Logs on stderr: level from `MCP_EDGE_LOG` or `RUST_LOG` (default info);

@@ -10,6 +10,9 @@
 #      tests/interop/conformance_v2.sh  conformance 0.2.0-alpha.12, --requirements 2025-11-25 and 2026-07-28
 #                                    (incl. the tasks scenarios), fixture direct vs through mcp-edge with the
 #                                    fixture as legacy and as modern upstream; fails on any gateway regression
+#      tests/interop/conformance_oauth.sh  its client side: every auth/* scenario of both requirement sets
+#                                    (+ client-credentials-basic/-jwt), mcp-edge with the scenario's server
+#                                    as an [upstream.oauth] upstream (tests/interop/oauth_client.py); table printed
 #   4. tests/interop/readme_smoke.sh the README's `cargo run --release` + Inspector CLI lines
 #   5. tests/arm.sh                  ARM: aarch64 test suite under qemu-user, release builds for aarch64-gnu,
 #                                    armv7 and aarch64-musl (glibc <= 2.31, musl static), each run under qemu
@@ -62,6 +65,7 @@ ci_prune "$TARGET/debug"
 stage "3/7 conformance: tests/interop/conformance.sh, tests/interop/conformance_v2.sh"
 bash tests/interop/conformance.sh || failed+=("conformance")
 bash tests/interop/conformance_v2.sh || failed+=("conformance v2")
+bash tests/interop/conformance_oauth.sh || failed+=("conformance oauth")
 
 stage "4/7 README run command: tests/interop/readme_smoke.sh"
 bash tests/interop/readme_smoke.sh || failed+=("readme smoke")

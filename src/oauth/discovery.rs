@@ -42,6 +42,9 @@ pub struct Metadata {
     pub iss_parameter: bool,
     /// The protected resource's `resource`, when it published one.
     pub resource: Option<String>,
+    /// The authorization server lists `offline_access` among its scopes
+    /// (asked for at login, for a refresh token; SEP-2207).
+    pub offline_access: bool,
 }
 
 impl Metadata {
@@ -175,6 +178,8 @@ fn parse_as(doc: &Value, issuer: &str) -> Result<Metadata, OAuthError> {
             .and_then(Value::as_bool)
             .unwrap_or(false),
         resource: None,
+        offline_access: strings(doc.get("scopes_supported"))
+            .is_some_and(|s| s.iter().any(|x| x == "offline_access")),
     })
 }
 

@@ -86,6 +86,34 @@ impl Fetch {
         self.send(req, url).await
     }
 
+    /// POSTs an MCP request without credentials, for the upstream's
+    /// challenge: its status and `WWW-Authenticate` values.
+    pub async fn post_probe(
+        &self,
+        url: &str,
+        doc: &Value,
+    ) -> Result<(u16, Vec<String>), OAuthError> {
+        let req = Request::builder()
+            .method(Method::POST)
+            .uri(url)
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json, text/event-stream")
+            .body(Full::new(Bytes::from(doc.to_string())))
+            .map_err(|e| OAuthError::Setup(format!("{url}: {e}")))?;
+        let work = self.client.request(req);
+        let resp = tokio::time::timeout(limits::OAUTH_REQUEST_TIMEOUT, work)
+            .await
+            .map_err(|_| OAuthError::Unreachable(format!("{url}: no answer")))?
+            .map_err(|e| OAuthError::Unreachable(format!("{url}: {}", chain(&e))))?;
+        let values = resp
+            .headers()
+            .get_all(header::WWW_AUTHENTICATE)
+            .iter()
+            .filter_map(|v| v.to_str().ok().map(str::to_string))
+            .collect();
+        Ok((resp.status().as_u16(), values))
+    }
+
     /// POSTs a JSON document (dynamic client registration, RFC 7591 §3.1).
     pub async fn post_json(&self, url: &str, doc: &Value) -> Result<Answer, OAuthError> {
         secure(url)?;

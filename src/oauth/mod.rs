@@ -22,6 +22,7 @@
 pub mod challenge;
 pub mod discovery;
 pub mod fetch;
+pub mod login;
 mod renew;
 pub mod store;
 pub mod token;
@@ -65,9 +66,10 @@ pub enum OAuthError {
     /// The grant was refused (`invalid_grant`): parked until a login.
     #[error("the authorization server refused the grant ({0}); needs `mcp-edge login`")]
     InvalidGrant(String),
-    /// No tokens yet for an `authorization_code` upstream.
-    #[error("not logged in; run `mcp-edge login` for this upstream")]
-    NeedsLogin,
+    /// An `authorization_code` upstream without tokens, or whose server
+    /// asks for scopes only a person can grant.
+    #[error("needs a login ({0}); run `mcp-edge login` for this upstream")]
+    NeedsLogin(String),
     /// Another refusal of a token request.
     #[error("the token request was refused ({0})")]
     Refused(String),
@@ -96,7 +98,7 @@ impl OAuthError {
     pub fn parks(&self) -> bool {
         matches!(
             self,
-            OAuthError::InvalidClient(_) | OAuthError::InvalidGrant(_) | OAuthError::NeedsLogin
+            OAuthError::InvalidClient(_) | OAuthError::InvalidGrant(_) | OAuthError::NeedsLogin(_)
         )
     }
 

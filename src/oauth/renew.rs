@@ -194,7 +194,7 @@ impl Renewal {
             .client_id
             .clone()
             .or_else(|| self.stored.client_id.clone())
-            .ok_or(OAuthError::NeedsLogin)?;
+            .ok_or_else(|| OAuthError::NeedsLogin("no client id: not logged in yet".into()))?;
         let resource = self.resource(cfg, &meta, url);
         let refresh = self.stored.refresh_token.clone();
         let ep = Endpoint {
@@ -212,7 +212,7 @@ impl Renewal {
             (None, Grant::ClientCredentials) => GrantRequest::ClientCredentials {
                 scope: scope.as_deref(),
             },
-            (None, Grant::AuthorizationCode) => return Err(OAuthError::NeedsLogin),
+            (None, Grant::AuthorizationCode) => return Err(self.needs_login(store)),
         };
         let issued = match token::request(fetch, &ep, &request).await {
             // A refresh token refused: a client_credentials client mints anew.
@@ -228,6 +228,25 @@ impl Renewal {
             other => other?,
         };
         self.keep(issued, &meta, store)
+    }
+
+    /// No refresh token: only a person's login helps. Scopes the upstream
+    /// asked for are written to the token file for `mcp-edge login` to ask for.
+    fn needs_login(&mut self, store: Option<&Path>) -> OAuthError {
+        let wanted = (!self.asked.is_empty()).then(|| self.asked.join(" "));
+        if let (Some(p), Some(w)) = (store, &wanted) {
+            if self.stored.wanted_scope.as_ref() != Some(w) {
+                self.stored.wanted_scope = wanted.clone();
+                if store::save(p, &self.stored).is_ok() {
+                    self.stored_mtime = store::mtime(p);
+                }
+            }
+        }
+        OAuthError::NeedsLogin(match wanted {
+            Some(w) => format!("the upstream asks for scope {w:?}"),
+            None if self.stored.access_token.is_some() => "no refresh token".into(),
+            None => "not logged in yet".into(),
+        })
     }
 
     /// The token file, read again when it changed since last read: its
@@ -364,6 +383,7 @@ impl Renewal {
         let now = super::unix(SystemTime::now());
         let token = issued.access_token.expose().clone();
         self.stored.access_token = Some(token.clone());
+        self.stored.wanted_scope = None;
         self.stored.issued_at = Some(now);
         self.stored.expires_at = Some(now + lifetime.as_secs());
         if let Some(r) = issued.refresh_token {

@@ -45,6 +45,10 @@ pub struct Stored {
     /// Its `token_endpoint_auth_method`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth_method: Option<String>,
+    /// Scopes the upstream asked for (403 `insufficient_scope`) that only a
+    /// new login can grant: the next `mcp-edge login` asks for them too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wanted_scope: Option<String>,
 }
 
 impl std::fmt::Debug for Stored {
