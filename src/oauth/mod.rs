@@ -35,8 +35,9 @@ use crate::limits;
 use http::HeaderValue;
 use serde_json::{json, Value};
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
+use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
 /// Why no token could be had. The message names the reason, never a token.
@@ -172,7 +173,7 @@ pub struct OAuth {
     fetch: Result<fetch::Fetch, OAuthError>,
     view: Mutex<View>,
     /// Held for the whole of each renewal: one token request in flight.
-    renewal: tokio::sync::Mutex<Renewal>,
+    renewal: Arc<tokio::sync::Mutex<Renewal>>,
 }
 
 impl OAuth {
@@ -211,7 +212,7 @@ impl OAuth {
                 shown,
                 last_outcome: None,
             }),
-            renewal: tokio::sync::Mutex::new(renewal),
+            renewal: Arc::new(tokio::sync::Mutex::new(renewal)),
         }
     }
 
@@ -220,68 +221,64 @@ impl OAuth {
         self.store.as_deref()
     }
 
-    /// `Authorization` for the next request: the token in hand while valid
-    /// (renewed first once it is due, by whichever caller finds it so; the
-    /// others go on with it); `None` before the first challenge taught where
-    /// tokens come from; an error when there is no valid token and none can
-    /// be had now.
-    pub async fn authorization(&self) -> Result<Option<HeaderValue>, OAuthError> {
+    /// `Authorization` for the next request: the token in hand while valid;
+    /// once it is due, the first caller to find it so starts its renewal
+    /// and every caller goes on with it meanwhile; `None` before the first
+    /// challenge taught where tokens come from; an error when there is no
+    /// valid token and none can be had now.
+    pub async fn authorization(self: &Arc<Self>) -> Result<Option<HeaderValue>, OAuthError> {
         let now = Instant::now();
         let held = self.held();
         match &held {
             Some(t) if now < t.refresh_at => return Ok(Some(t.header.clone())),
             Some(t) if now < t.expires_at => {
-                if let Ok(mut r) = self.renewal.try_lock() {
-                    let _ = self.renew_locked(&mut r, None, held.as_ref()).await;
+                if let Ok(r) = self.renewal.clone().try_lock_owned() {
+                    // Not awaited: it finishes on its own and the next
+                    // caller finds the new token.
+                    drop(self.renew(r, held.clone()));
                 }
-                return Ok(self.held().map(|t| t.header).or(Some(t.header.clone())));
+                return Ok(Some(t.header.clone()));
             }
             _ => {}
         }
-        let mut r = self.wait_for_renewal().await?;
+        let r = self.wait_for_renewal().await?;
         if let Some(t) = self.held().filter(|t| Instant::now() < t.expires_at) {
             return Ok(Some(t.header)); // renewed while we waited
         }
         if !r.knows_where() && self.cfg.grant == Grant::ClientCredentials {
             return Ok(None); // first contact: the 401 says where
         }
-        self.renew_locked(&mut r, None, held.as_ref())
-            .await
-            .map(Some)
+        self.renew(r, held).await.map(Some)
     }
 
     /// After a 401 to a request sent with `sent`: a new token (unless a
     /// concurrent caller already got one), discovered anew from the
     /// challenge if it names metadata or nothing is known yet.
     pub async fn unauthorized(
-        &self,
+        self: &Arc<Self>,
         sent: Option<&HeaderValue>,
         challenge: Option<Challenge>,
     ) -> Result<HeaderValue, OAuthError> {
         let mut r = self.wait_for_renewal().await?;
-        if let Some(t) = self.held() {
-            if Some(&t.header) != sent && Instant::now() < t.expires_at {
-                return Ok(t.header);
-            }
+        if let Some(t) = self.renewed_since(sent) {
+            return Ok(t);
         }
         // The token sent was refused: it is not in hand any more.
         self.view().token = None;
         r.learn(challenge, true);
-        self.renew_locked(&mut r, None, None).await
+        self.renew(r, None).await
     }
 
     /// After a 403 with `insufficient_scope`: a token with the union of the
     /// scopes held and asked for, at most [`limits::OAUTH_STEP_UPS`] times.
     pub async fn insufficient_scope(
-        &self,
+        self: &Arc<Self>,
         sent: Option<&HeaderValue>,
         challenge: Challenge,
     ) -> Result<HeaderValue, OAuthError> {
         let mut r = self.wait_for_renewal().await?;
-        if let Some(t) = self.held() {
-            if Some(&t.header) != sent && Instant::now() < t.expires_at {
-                return Ok(t.header);
-            }
+        if let Some(t) = self.renewed_since(sent) {
+            return Ok(t);
         }
         let asked = challenge.scope.clone().unwrap_or_default();
         if !r.step_up(&asked) {
@@ -290,7 +287,13 @@ impl OAuth {
         }
         self.view().token = None;
         r.learn(Some(challenge), false);
-        self.renew_locked(&mut r, None, None).await
+        self.renew(r, None).await
+    }
+
+    /// The token in hand if it is valid and not the one `sent`.
+    fn renewed_since(&self, sent: Option<&HeaderValue>) -> Option<HeaderValue> {
+        let t = self.held()?;
+        (Some(&t.header) != sent && Instant::now() < t.expires_at).then_some(t.header)
     }
 
     /// What `/status` shows: grant, token state, valid until, last
@@ -323,10 +326,33 @@ impl OAuth {
     }
 
     /// The renewal lock, waited for at most [`limits::OAUTH_RENEWAL_TIMEOUT`].
-    async fn wait_for_renewal(&self) -> Result<tokio::sync::MutexGuard<'_, Renewal>, OAuthError> {
-        tokio::time::timeout(limits::OAUTH_RENEWAL_TIMEOUT, self.renewal.lock())
-            .await
-            .map_err(|_| OAuthError::Unreachable("a token request in flight did not finish".into()))
+    async fn wait_for_renewal(&self) -> Result<OwnedMutexGuard<Renewal>, OAuthError> {
+        tokio::time::timeout(
+            limits::OAUTH_RENEWAL_TIMEOUT,
+            self.renewal.clone().lock_owned(),
+        )
+        .await
+        .map_err(|_| OAuthError::Unreachable("a token request in flight did not finish".into()))
+    }
+
+    /// One renewal under the lock `r`, run as a task of its own that ends
+    /// with it (at most [`limits::OAUTH_RENEWAL_TIMEOUT`]) whether or not
+    /// anyone still waits for it: a token request dropped half-way (every
+    /// caller gone) could lose a rotated refresh token the server has
+    /// already replaced. At most one per upstream (it holds the lock).
+    fn renew(
+        self: &Arc<Self>,
+        mut r: OwnedMutexGuard<Renewal>,
+        held: Option<Token>,
+    ) -> impl std::future::Future<Output = Result<HeaderValue, OAuthError>> {
+        let me = self.clone();
+        // The sanctioned exception: short-lived, bounded, one per upstream.
+        #[allow(clippy::disallowed_methods)]
+        let task = tokio::spawn(async move { me.renew_locked(&mut r, held.as_ref()).await });
+        async move {
+            task.await
+                .unwrap_or_else(|e| Err(OAuthError::Setup(format!("token renewal: {e}"))))
+        }
     }
 
     /// One renewal under the lock: refused at once while parked or backing
@@ -335,7 +361,6 @@ impl OAuth {
     async fn renew_locked(
         &self,
         r: &mut Renewal,
-        _why: Option<&str>,
         held: Option<&Token>,
     ) -> Result<HeaderValue, OAuthError> {
         let now = Instant::now();

@@ -484,7 +484,7 @@ impl HttpConn {
 
     async fn with_token(
         &self,
-        oauth: &crate::oauth::OAuth,
+        oauth: &Arc<crate::oauth::OAuth>,
         mut req: Request<Full<Bytes>>,
     ) -> Result<http::Response<hyper::body::Incoming>, SendError> {
         let sent = oauth
