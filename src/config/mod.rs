@@ -63,7 +63,20 @@
 //! retry_after_cap = "1h"                        # humantime, 1s..=24h
 //! connect_on_demand = false
 //! startup_timeout = "30s"                       # humantime, 1s..=10m
+//!
+//! [upstream.oauth]                              # http only: access tokens from an authorization server
+//! grant = "client_credentials"                  # required: "client_credentials" | "authorization_code" (mcp-edge login)
+//! client_id = "edge-box-17"                     # required for client_credentials
+//! client_secret_file = "$CREDENTIALS_DIRECTORY/s" # or private_key_file (PEM, EC P-256 / RSA: private_key_jwt); read now and at each use
+//! client_metadata_url = "https://h/c.json"      # https with a path: CIMD client id (authorization_code without client_id)
+//! scopes = ["mcp:tools"]                        # absent: the challenge's, else scopes_supported
+//! token_endpoint = "https://sso/token"          # https (http only on loopback); only for servers without metadata
+//! resource = ""                                 # RFC 8707; absent: the resource's own, else url; "" leaves it out
 //! ```
+//!
+//! `[upstream.oauth]` ([`OAuthConfig`]) conflicts with `bearer_token_file`
+//! and an `Authorization` header; `authorization_code` needs
+//! `server.state_directory` (tokens live in `<dir>/oauth/NAME.json`).
 //!
 //! `transport` may be omitted when exactly one of `command` / `url` is given
 //! (it is then `stdio` / `http`). A key that does not belong to the upstream's
@@ -122,7 +135,8 @@
 //! `server.state_directory` (default: the first path of the
 //! `STATE_DIRECTORY` environment variable, which systemd's `StateDirectory=`
 //! sets; unset = none) must be absolute. The supervisor persists
-//! per-upstream backoff state in `<dir>/upstreams.json`, and the tool pins
+//! per-upstream backoff state in `<dir>/upstreams.json`, OAuth tokens in
+//! `<dir>/oauth/NAME.json` ([`crate::oauth::store`]), and the tool pins
 //! ([`crate::pins`]) are kept in `<dir>/tool-pins.json`; without a directory
 //! both live in memory only, so `trust = "pin"` on any upstream then is an
 //! error naming `upstream[N].trust` and `server.state_directory` (pins that

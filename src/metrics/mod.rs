@@ -60,7 +60,10 @@ pub use handles::{count_request, LazyCounter};
 /// - `pins_file_bytes`: tool pins not written because the file would pass
 ///   `limits::PINS_FILE_MAX_BYTES`; `tracked_children`: a stdio child not
 ///   started, `limits::MAX_TRACKED_CHILDREN` full; `descendants`: processes
-///   a stop left out past `limits::MAX_DESCENDANTS`.
+///   a stop left out past `limits::MAX_DESCENDANTS`; `oauth_step_up`: a
+///   403 `insufficient_scope` past `limits::OAUTH_STEP_UPS`; `oauth_scopes`:
+///   a scope past `limits::OAUTH_MAX_SCOPES`; `oauth_body_bytes`: an
+///   authorization server's answer over `limits::OAUTH_BODY_BYTES`.
 pub const REFUSED: &str = "mcp_edge_refused_total";
 /// Counter: token requests of an upstream's OAuth client, labels
 /// `upstream` and `outcome` (`ok`, `invalid_client`, `invalid_grant`,

@@ -143,7 +143,18 @@ impl Fetch {
             let body = Limited::new(resp.into_body(), limits::OAUTH_BODY_BYTES)
                 .collect()
                 .await
-                .map_err(|e| OAuthError::Unreachable(format!("{url}: body: {e}")))?
+                .map_err(|e| {
+                    if e.is::<http_body_util::LengthLimitError>() {
+                        metrics::counter!(crate::metrics::REFUSED, "limit" => "oauth_body_bytes")
+                            .increment(1);
+                        OAuthError::BadAnswer(format!(
+                            "{url}: answer over {} bytes",
+                            limits::OAUTH_BODY_BYTES
+                        ))
+                    } else {
+                        OAuthError::Unreachable(format!("{url}: body: {e}"))
+                    }
+                })?
                 .to_bytes();
             let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
             Ok(Answer {

@@ -111,10 +111,15 @@ impl Renewal {
     }
 
     fn add_scopes(&mut self, scope: &str) {
-        for s in scope.split(' ').filter(|s| !s.is_empty() && s.len() <= 256) {
-            if !self.asked.iter().any(|a| a == s) && self.asked.len() < limits::OAUTH_MAX_SCOPES {
-                self.asked.push(s.to_string());
+        for s in scope.split(' ').filter(|s| !s.is_empty()) {
+            if self.asked.iter().any(|a| a == s) {
+                continue;
             }
+            if s.len() > 256 || self.asked.len() >= limits::OAUTH_MAX_SCOPES {
+                metrics::counter!(crate::metrics::REFUSED, "limit" => "oauth_scopes").increment(1);
+                continue;
+            }
+            self.asked.push(s.to_string());
         }
     }
 

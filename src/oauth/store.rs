@@ -121,11 +121,34 @@ pub fn save(path: &Path, stored: &Stored) -> Result<(), StoreError> {
         .and_then(|()| f.sync_all())
         .map_err(|e| err(format!("writing {}: {e}", tmp.display())))?;
     drop(f);
+    hand_over(dir, &tmp)
+        .map_err(|e| err(format!("changing the owner of {}: {e}", tmp.display())))?;
     std::fs::rename(&tmp, path).map_err(|e| err(format!("renaming into place: {e}")))?;
     if let Ok(d) = std::fs::File::open(dir) {
         let _ = d.sync_all();
     }
     Ok(())
+}
+
+/// Run as root (`sudo mcp-edge login`), the `oauth` directory and the file
+/// are given to the owner of the state directory above them: the service's
+/// user (systemd's `DynamicUser=` owns its `StateDirectory=`), which must
+/// read them. Otherwise nothing changes.
+fn hand_over(dir: &Path, file: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(());
+    }
+    let Some(state) = dir.parent() else {
+        return Ok(());
+    };
+    let owner = std::fs::metadata(state)?;
+    if owner.uid() == 0 {
+        return Ok(());
+    }
+    std::os::unix::fs::chown(dir, Some(owner.uid()), Some(owner.gid()))?;
+    std::os::unix::fs::chown(file, Some(owner.uid()), Some(owner.gid()))
 }
 
 /// The file's modification time (`None` without a file): a login by
