@@ -172,6 +172,9 @@ pub struct OAuth {
     /// The HTTP client (its set-up error, if it had one, fails every renewal).
     fetch: Result<fetch::Fetch, OAuthError>,
     view: Mutex<View>,
+    /// Set by each new connection: the next renewal reads the discovered
+    /// metadata again (cached between reconnects, never per call).
+    stale_metadata: std::sync::atomic::AtomicBool,
     /// Held for the whole of each renewal: one token request in flight.
     renewal: Arc<tokio::sync::Mutex<Renewal>>,
 }
@@ -212,8 +215,16 @@ impl OAuth {
                 shown,
                 last_outcome: None,
             }),
+            stale_metadata: false.into(),
             renewal: Arc::new(tokio::sync::Mutex::new(renewal)),
         }
+    }
+
+    /// A new connection to the upstream: discovered metadata is read again
+    /// at the next renewal.
+    pub fn connection_opened(&self) {
+        self.stale_metadata
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The token file's path, if tokens are kept.
@@ -365,6 +376,12 @@ impl OAuth {
     ) -> Result<HeaderValue, OAuthError> {
         let now = Instant::now();
         r.gate(now)?;
+        if self
+            .stale_metadata
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            r.forget_discovered();
+        }
         self.view().shown = Shown::Refreshing;
         let sent = held.map(|t| &t.header);
         let fetch = self.fetch.as_ref().map_err(Clone::clone)?;

@@ -94,9 +94,15 @@ impl Renewal {
             if c.resource_metadata.is_some() {
                 self.resource_metadata = c.resource_metadata;
             }
-            if self.meta.as_ref().is_some_and(|m| m.issuer.is_some()) {
-                self.meta = None; // discovered documents are read again
-            }
+            self.forget_discovered();
+        }
+    }
+
+    /// Drops discovered metadata (not an explicit `token_endpoint`): read
+    /// again at the next renewal.
+    pub(super) fn forget_discovered(&mut self) {
+        if self.meta.as_ref().is_some_and(|m| m.issuer.is_some()) {
+            self.meta = None;
         }
     }
 

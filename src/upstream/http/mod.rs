@@ -172,6 +172,9 @@ impl HttpConn {
             map.insert(header::AUTHORIZATION, v);
         }
         let (abandoned, abandoned_rx) = mpsc::channel(cfg.max_in_flight.max(1));
+        if let Some(o) = &oauth {
+            o.connection_opened();
+        }
         let conn = HttpConn {
             oauth,
             abandoned,
