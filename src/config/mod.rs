@@ -63,20 +63,10 @@
 //! retry_after_cap = "1h"                        # humantime, 1s..=24h
 //! connect_on_demand = false
 //! startup_timeout = "30s"                       # humantime, 1s..=10m
-//!
-//! [upstream.oauth]                              # http only: access tokens from an authorization server
-//! grant = "client_credentials"                  # required: "client_credentials" | "authorization_code" (mcp-edge login)
-//! client_id = "edge-box-17"                     # required for client_credentials
-//! client_secret_file = "$CREDENTIALS_DIRECTORY/s" # or private_key_file (PEM, EC P-256 / RSA: private_key_jwt); read now and at each use
-//! client_metadata_url = "https://h/c.json"      # https with a path: CIMD client id (authorization_code without client_id)
-//! scopes = ["mcp:tools"]                        # absent: the challenge's, else scopes_supported
-//! token_endpoint = "https://sso/token"          # https (http only on loopback); only for servers without metadata
-//! resource = ""                                 # RFC 8707; absent: the resource's own, else url; "" leaves it out
 //! ```
 //!
-//! `[upstream.oauth]` ([`OAuthConfig`]) conflicts with `bearer_token_file`
-//! and an `Authorization` header; `authorization_code` needs
-//! `server.state_directory` (tokens live in `<dir>/oauth/NAME.json`).
+//! An http upstream may have an `[upstream.oauth]` table ([`OAuthConfig`]:
+//! its keys, defaults and rules are in that type's module).
 //!
 //! `transport` may be omitted when exactly one of `command` / `url` is given
 //! (it is then `stdio` / `http`). A key that does not belong to the upstream's
@@ -156,7 +146,6 @@
 //! JSON can't express (`call_timeout`, `max_in_flight`, `max_result_bytes`,
 //! `max_catalog_entries`, `max_catalog_bytes`, the supervisor keys, ...).
 
-use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -188,6 +177,8 @@ mod render;
 pub use render::mask_url;
 mod server;
 mod tls;
+mod transport;
+pub use transport::Transport;
 mod trust;
 pub use trust::Trust;
 mod upstream;
@@ -395,42 +386,6 @@ pub struct UpstreamConfig {
     pub startup_timeout: Duration,
     /// How to reach it.
     pub transport: Transport,
-}
-
-/// How an upstream is reached (`upstream.transport`). `Debug` masks
-/// secrets as `check-config` does (URL credentials, header values, secret
-/// env values and args).
-#[derive(Clone, PartialEq)]
-pub enum Transport {
-    /// A child process speaking newline-delimited JSON-RPC on stdin/stdout.
-    /// `command` is non-empty; `cwd` `None` = inherit.
-    Stdio {
-        /// Program to run (looked up on `PATH` when not absolute).
-        command: String,
-        /// Its arguments.
-        args: Vec<String>,
-        /// Extra environment variables (on top of mcp-edge's own, minus `NOTIFY_SOCKET`/`WATCHDOG_*`).
-        env: BTreeMap<String, String>,
-        /// Working directory; `None` = inherit.
-        cwd: Option<PathBuf>,
-    },
-    /// A remote streamable-HTTP server. `url` is a validated http(s) URL
-    /// (no fragment); `headers` names are valid HTTP header names and values
-    /// valid header values; `bearer_token_file` is the path with
-    /// `$CREDENTIALS_DIRECTORY/` already expanded (the file is read by the
-    /// transport, not here).
-    Http {
-        /// The MCP endpoint, `http://` or `https://`.
-        url: String,
-        /// Extra request headers (values are secrets: masked in `check-config`).
-        headers: BTreeMap<String, Secret<String>>,
-        /// File holding a bearer token, read at each connect (`Authorization: Bearer …`).
-        bearer_token_file: Option<PathBuf>,
-        /// `[upstream.oauth]`: access tokens from an authorization server.
-        oauth: Option<Box<OAuthConfig>>,
-    },
-    /// The in-process `edge` tools.
-    Builtin,
 }
 
 /// Why a config could not be loaded. `Display` always starts with the file.

@@ -1,0 +1,43 @@
+//! How an upstream is reached: the [`Transport`] of an `[[upstream]]`
+//! (its `Debug`, masking secrets as `check-config` does, is in `render`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use super::{OAuthConfig, Secret};
+
+/// How an upstream is reached (`upstream.transport`). `Debug` masks
+/// secrets as `check-config` does (URL credentials, header values, secret
+/// env values and args).
+#[derive(Clone, PartialEq)]
+pub enum Transport {
+    /// A child process speaking newline-delimited JSON-RPC on stdin/stdout.
+    /// `command` is non-empty; `cwd` `None` = inherit.
+    Stdio {
+        /// Program to run (looked up on `PATH` when not absolute).
+        command: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Extra environment variables (on top of mcp-edge's own, minus `NOTIFY_SOCKET`/`WATCHDOG_*`).
+        env: BTreeMap<String, String>,
+        /// Working directory; `None` = inherit.
+        cwd: Option<PathBuf>,
+    },
+    /// A remote streamable-HTTP server. `url` is a validated http(s) URL
+    /// (no fragment); `headers` names are valid HTTP header names and values
+    /// valid header values; `bearer_token_file` is the path with
+    /// `$CREDENTIALS_DIRECTORY/` already expanded (the file is read by the
+    /// transport, not here).
+    Http {
+        /// The MCP endpoint, `http://` or `https://`.
+        url: String,
+        /// Extra request headers (values are secrets: masked in `check-config`).
+        headers: BTreeMap<String, Secret<String>>,
+        /// File holding a bearer token, read at each connect (`Authorization: Bearer …`).
+        bearer_token_file: Option<PathBuf>,
+        /// `[upstream.oauth]`: access tokens from an authorization server.
+        oauth: Option<Box<OAuthConfig>>,
+    },
+    /// The in-process `edge` tools.
+    Builtin,
+}
