@@ -3,8 +3,9 @@
 #
 # Runs @modelcontextprotocol/conformance 0.2.0-alpha.12 (tests/interop/.conf2; Node 22 from .node22)
 # `conformance client --scenario auth/X --spec-version V` for every auth/* client scenario the
-# 2025-11-25 and 2026-07-28 requirements name, at each of those versions it belongs to, plus the
-# extension scenarios auth/client-credentials-basic and auth/client-credentials-jwt at both. The
+# 2025-11-25 and 2026-07-28 requirements name, at each of those versions it belongs to, the two
+# 2025-03-26 fall-back scenarios, and the extension scenarios auth/client-credentials-basic and
+# auth/client-credentials-jwt at both. The
 # client command is tests/interop/oauth_client.py: mcp-edge with the scenario's server as an HTTP
 # upstream with [upstream.oauth], `mcp-edge login` where the grant needs a person, a tool called
 # through the gateway.
@@ -50,6 +51,7 @@ mkdir -p "$OUT"
 runs="$("$CONF" list --client 2>/dev/null | "$PY" -c '
 import re, sys
 want = ("2025-11-25", "2026-07-28")
+also = ("2025-03-26",)  # the 2025-03-26 fall-backs the issue names
 for line in sys.stdin:
     m = re.match(r"\s*-\s+(auth/\S+)\s+\[([^\]]*)\]", line)
     if not m:
@@ -63,6 +65,8 @@ for line in sys.stdin:
     for v in versions:
         if v in want:
             print(name, v, "req")
+        elif v in also:
+            print(name, v, "old")
 ')"
 [ -n "$runs" ] || die "conformance list --client named no auth scenarios"
 if [ -n "${CONFORMANCE_OAUTH_ONLY:-}" ]; then
