@@ -556,6 +556,12 @@ pub const OAUTH_BODY_BYTES: usize = 64 * 1024;
 /// An access token is renewed once this fraction of its lifetime has
 /// passed (three quarters: a 10-second token at 7.5 s, an hour's at 45 min).
 pub const OAUTH_REFRESH_AT: f64 = 0.75;
+/// An access token is taken as expired this fraction of its lifetime
+/// early (at most [`OAUTH_EXPIRY_MARGIN_MAX`]): `expires_in` counts from
+/// when the server issued it, and its `exp` is in whole seconds.
+pub const OAUTH_EXPIRY_MARGIN: f64 = 0.1;
+/// The most an access token is taken as expired early: 30 s.
+pub const OAUTH_EXPIRY_MARGIN_MAX: Duration = Duration::from_secs(30);
 /// Lifetime assumed for an access token that comes without `expires_in`.
 pub const OAUTH_DEFAULT_LIFETIME: Duration = Duration::from_secs(3600);
 /// Scope step-ups (403 `insufficient_scope`) asked for per token; past
@@ -568,6 +574,6 @@ pub const OAUTH_MAX_SCOPES: usize = 64;
 /// jitter, up to [`OAUTH_BACKOFF_CAP`]; a `Retry-After` is the floor.
 pub const OAUTH_BACKOFF_INITIAL: Duration = Duration::from_secs(1);
 /// Longest delay between token requests after failures.
-pub const OAUTH_BACKOFF_CAP: Duration = Duration::from_secs(300);
+pub const OAUTH_BACKOFF_CAP: Duration = Duration::from_secs(60);
 /// Longest `Retry-After` of a token endpoint honoured (a day).
 pub const OAUTH_RETRY_AFTER_CAP: Duration = Duration::from_secs(86_400);

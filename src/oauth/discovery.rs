@@ -196,10 +196,18 @@ fn fallback_endpoints(origin: &str) -> Metadata {
     }
 }
 
-/// Issuers compare as exact strings (RFC 8414 §3.3 "identical"; RFC 9207
-/// §2.4: no normalization, a trailing `/` is a different issuer).
+/// The metadata's `issuer` against the one it was fetched for: identical
+/// (RFC 8414 §3.3), except that an issuer without a path and the same with
+/// `/` are one URI (RFC 3986 §6.2.3; the official SDKs compare so, and the
+/// Python SDK's own server publishes `https://h/` for `https://h`). Any
+/// other difference, a trailing `/` after a path included, is another
+/// issuer. (The redirect's `iss`, RFC 9207 §2.4, is compared exactly with
+/// the issuer the metadata names: see `login`.)
 pub fn same_issuer(a: &str, b: &str) -> bool {
     a == b
+        || (a.trim_end_matches('/') == b.trim_end_matches('/')
+            && path_of(a).is_empty()
+            && path_of(b).is_empty())
 }
 
 /// `scheme://authority` of `url`.
@@ -362,10 +370,15 @@ mod tests {
     fn as_metadata_issuer_must_match() {
         let doc = serde_json::json!({"issuer": "https://evil.example", "token_endpoint": "https://evil.example/token"});
         assert!(parse_as(&doc, "https://a.example").is_err());
+        let doc = serde_json::json!({"issuer": "https://a.example/t/", "token_endpoint": "https://a.example/token"});
+        assert!(
+            parse_as(&doc, "https://a.example/t").is_err(),
+            "a trailing / after a path is another issuer"
+        );
         let doc = serde_json::json!({"issuer": "https://a.example/", "token_endpoint": "https://a.example/token"});
         assert!(
-            parse_as(&doc, "https://a.example").is_err(),
-            "a trailing / is another issuer"
+            parse_as(&doc, "https://a.example").is_ok(),
+            "without a path, / and nothing are one URI"
         );
         let doc = serde_json::json!({"issuer": "https://a.example", "token_endpoint": "http://a.example/token"});
         assert!(

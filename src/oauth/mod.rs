@@ -354,13 +354,18 @@ impl OAuth {
     }
 }
 
-/// A token in hand from an answer's lifetime, starting now.
+/// A token in hand from an answer's lifetime, starting now: renewed at
+/// three quarters of it, taken as expired a little early (a tenth, at
+/// most [`limits::OAUTH_EXPIRY_MARGIN_MAX`]).
 fn token_now(header: &HeaderValue, lifetime: Duration) -> Token {
     let now = Instant::now();
+    let margin = lifetime
+        .mul_f64(limits::OAUTH_EXPIRY_MARGIN)
+        .min(limits::OAUTH_EXPIRY_MARGIN_MAX);
     Token {
         header: header.clone(),
         refresh_at: now + lifetime.mul_f64(limits::OAUTH_REFRESH_AT),
-        expires_at: now + lifetime,
+        expires_at: now + lifetime - margin,
         expires_unix: unix(SystemTime::now() + lifetime),
     }
 }
@@ -378,12 +383,18 @@ fn token_from_store(s: &store::Stored) -> Option<Token> {
     let issued = s.issued_at.unwrap_or(now).min(now);
     let lifetime = expires.saturating_sub(issued).max(left);
     let refresh_in = (lifetime as f64 * limits::OAUTH_REFRESH_AT) as u64;
+    let margin = Duration::from_secs(lifetime)
+        .mul_f64(limits::OAUTH_EXPIRY_MARGIN)
+        .min(limits::OAUTH_EXPIRY_MARGIN_MAX);
+    let left = Duration::from_secs(left)
+        .checked_sub(margin)
+        .filter(|l| !l.is_zero())?;
     let since = now - issued;
     let inst = Instant::now();
     Some(Token {
         header,
         refresh_at: inst + Duration::from_secs(refresh_in.saturating_sub(since)),
-        expires_at: inst + Duration::from_secs(left),
+        expires_at: inst + left,
         expires_unix: expires,
     })
 }

@@ -23,7 +23,8 @@ pub(super) struct Renewed {
 
 /// Parked: until the files it depends on change.
 struct Park {
-    why: String,
+    /// The refusal that parked it, answered again while parked.
+    error: OAuthError,
     files: Vec<std::path::PathBuf>,
     seen: Vec<Option<SystemTime>>,
 }
@@ -134,10 +135,7 @@ impl Renewal {
         if let Some(p) = &self.parked {
             let seen: Vec<_> = p.files.iter().map(|f| store::mtime(f)).collect();
             if seen == p.seen {
-                return Err(OAuthError::BackingOff {
-                    reason: format!("parked: {}", p.why),
-                    retry_in: Duration::ZERO,
-                });
+                return Err(p.error.clone());
             }
             self.parked = None;
             self.failures = 0;
@@ -156,7 +154,7 @@ impl Renewal {
 
     /// Why it is parked, if it is.
     pub(super) fn parked_why(&self) -> Option<String> {
-        self.parked.as_ref().map(|p| p.why.clone())
+        self.parked.as_ref().map(|p| p.error.to_string())
     }
 
     /// Schedules after a failed renewal: parked, or the next try after the
@@ -169,7 +167,7 @@ impl Renewal {
             };
             let seen = files.iter().map(|f| store::mtime(f)).collect();
             self.parked = Some(Park {
-                why: e.to_string(),
+                error: e.clone(),
                 files,
                 seen,
             });

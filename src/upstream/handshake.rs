@@ -70,13 +70,17 @@ pub async fn open(conn: &Conn, era: EraPreference) -> Result<Negotiated, Handsha
         EraPreference::Legacy => initialize(conn).await,
         EraPreference::Auto => match discover(conn, limits::ERA_PROBE_TIMEOUT).await {
             Ok(n) => Ok(n),
-            // Refused credentials or "come back later" say nothing about the
-            // era: no fallback request (it would be refused the same way).
+            // Refused credentials, no token to be had, or "come back later"
+            // say nothing about the era: no fallback request (it would be
+            // refused the same way, and its error would hide this one).
             // Neither does an upstream we could not reach at all.
             Err(
                 e @ HandshakeError::Send {
                     source:
-                        SendError::Auth(_) | SendError::RetryAfter { .. } | SendError::Transport(_),
+                        SendError::Auth(_)
+                        | SendError::OAuth(_)
+                        | SendError::RetryAfter { .. }
+                        | SendError::Transport(_),
                     ..
                 },
             ) => Err(e),
