@@ -9,6 +9,8 @@
 #                  and @modelcontextprotocol/conformance; .node22/bin/{node,conformance} (put .node22/bin first on PATH)
 #   .conf2         npm ci from node22-conf2/package.json + package-lock.json: @modelcontextprotocol/conformance
 #                  0.2.0-alpha.12 (both spec revisions), run with .node22's Node: .conf2/node_modules/.bin/conformance
+#   .oauth         npm ci from node22-oauth/package.json + package-lock.json: oidc-provider 9.13.3 (the OAuth
+#                  authorization server of tests/oauth.rs, run by oauth_as.mjs with .node22's Node)
 # Idempotent: each step is skipped when its result is present and matches the pinned inputs (a stamp holding
 # the lock file's sha256 plus a version probe), so a second run takes seconds. Fails loudly on any error.
 # Env: PYTHON (default python3, needs >= 3.10 with venv), NPM (default npm).
@@ -113,5 +115,15 @@ npm_ci "$HERE/.conf2"
 CONF2_V="$(PATH="$HERE/.node22/bin:$PATH" .conf2/node_modules/.bin/conformance --version)"
 [ "$CONF2_V" = "0.2.0-alpha.12" ] || die ".conf2 conformance is $CONF2_V, expected 0.2.0-alpha.12"
 say ".conf2: conformance $CONF2_V (run with PATH=$HERE/.node22/bin:\$PATH)"
+
+# ---------------------------------------------------------------- .oauth: oidc-provider (tests/oauth.rs)
+mkdir -p .oauth
+for f in package.json package-lock.json; do
+  cmp -s "node22-oauth/$f" ".oauth/$f" || cp "node22-oauth/$f" ".oauth/$f"
+done
+npm_ci "$HERE/.oauth"
+OIDC_V="$(.node22/bin/node -p "require('./.oauth/node_modules/oidc-provider/package.json').version")"
+[ "$OIDC_V" = "9.13.3" ] || die ".oauth oidc-provider is $OIDC_V, expected 9.13.3"
+say ".oauth: oidc-provider $OIDC_V (run with $HERE/.node22/bin/node)"
 
 say "done in $(( $(date +%s) - T0 ))s"
