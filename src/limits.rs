@@ -564,16 +564,30 @@ pub const OAUTH_EXPIRY_MARGIN: f64 = 0.1;
 pub const OAUTH_EXPIRY_MARGIN_MAX: Duration = Duration::from_secs(30);
 /// Lifetime assumed for an access token that comes without `expires_in`.
 pub const OAUTH_DEFAULT_LIFETIME: Duration = Duration::from_secs(3600);
-/// Scope step-ups (403 `insufficient_scope`) asked for per token; past
-/// this the call fails (refusals counted as `limit="oauth_step_up"`).
+/// Scope step-ups (403 `insufficient_scope`) asked for between two
+/// ordinary token requests; past this the call fails (refusals counted as
+/// `limit="oauth_step_up"`).
 pub const OAUTH_STEP_UPS: u32 = 2;
 /// Scopes kept per upstream (configured, challenged and stepped up, their
 /// union): at most 64, each at most 256 bytes.
 pub const OAUTH_MAX_SCOPES: usize = 64;
-/// First delay after a failed token request; doubled per failure, with
-/// jitter, up to [`OAUTH_BACKOFF_CAP`]; a `Retry-After` is the floor.
+/// First delay after a failed token request; multiplied by
+/// [`OAUTH_BACKOFF_FACTOR`] per failure, with jitter, up to
+/// [`OAUTH_BACKOFF_CAP`]; a `Retry-After` is the floor (at most the
+/// upstream's `retry_after_cap`).
 pub const OAUTH_BACKOFF_INITIAL: Duration = Duration::from_secs(1);
+/// Growth of the token-request backoff per failure: 1 s, 1.5 s, 2.25 s, …
+/// (after a 20 s outage the next try comes within about 8 s).
+pub const OAUTH_BACKOFF_FACTOR: f64 = 1.5;
+/// Shortest access-token lifetime believed (`expires_in: 0` or 1 would
+/// otherwise mean a token request per call).
+pub const OAUTH_MIN_LIFETIME: Duration = Duration::from_secs(2);
+/// Longest access-token lifetime believed: a year.
+pub const OAUTH_MAX_LIFETIME: Duration = Duration::from_secs(365 * 86_400);
+/// Lifetime of a `private_key_jwt` client assertion (RFC 7523 §3 `exp`).
+pub const OAUTH_ASSERTION_LIFETIME: Duration = Duration::from_secs(60);
+/// How often a call looks whether the token file changed (a login by
+/// `mcp-edge login` while the gateway runs): at most once a second.
+pub const OAUTH_FILE_CHECK_PERIOD: Duration = Duration::from_secs(1);
 /// Longest delay between token requests after failures.
 pub const OAUTH_BACKOFF_CAP: Duration = Duration::from_secs(60);
-/// Longest `Retry-After` of a token endpoint honoured (a day).
-pub const OAUTH_RETRY_AFTER_CAP: Duration = Duration::from_secs(86_400);

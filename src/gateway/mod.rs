@@ -102,7 +102,19 @@ struct Shared {
 }
 
 impl Shared {
-    fn upstream(&self, id: usize, c: &UpstreamConfig) -> Arc<Upstream> {
+    /// A new upstream for `c`; `previous` is the one it replaces (a
+    /// reload), whose OAuth client it keeps when its URL and
+    /// `[upstream.oauth]` are unchanged: one renewal lock per grant, never
+    /// two instances refreshing the same token.
+    fn upstream(
+        &self,
+        id: usize,
+        c: &UpstreamConfig,
+        previous: Option<&Upstream>,
+    ) -> Arc<Upstream> {
+        let oauth = previous
+            .and_then(|p| p.oauth_for(c))
+            .or_else(|| oauth_client(c, self.state_directory.as_deref()));
         Upstream::new(
             id,
             c.clone(),
@@ -110,7 +122,7 @@ impl Shared {
             self.catalog_gen.clone(),
             self.subscriptions.clone(),
             self.pins.clone(),
-            oauth_client(c, self.state_directory.as_deref()),
+            oauth,
         )
     }
 }
@@ -133,6 +145,7 @@ fn oauth_client(
         url,
         o,
         state_directory,
+        c.retry_after_cap,
     )))
 }
 
@@ -174,7 +187,7 @@ impl Gateway {
             state_directory: s.state_directory.clone(),
         };
         let upstreams: Vec<Arc<Upstream>> = (config.upstreams.iter().enumerate())
-            .map(|(i, c)| shared.upstream(i, c))
+            .map(|(i, c)| shared.upstream(i, c, None))
             .collect();
         let router = Router::new(
             upstreams.clone(),

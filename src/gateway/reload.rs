@@ -214,7 +214,8 @@ impl Gateway {
             fresh: Vec::new(),
         };
         for c in &new.upstreams {
-            match old.iter().find(|o| o.name() == c.name) {
+            let previous = old.iter().find(|o| o.name() == c.name);
+            match previous {
                 Some(o) if o.config == *c => {
                     plan.report.unchanged.push(c.name.clone());
                     plan.set.push(o.clone());
@@ -223,7 +224,9 @@ impl Gateway {
                 Some(_) => plan.report.restarted.push(c.name.clone()),
                 None => plan.report.started.push(c.name.clone()),
             }
-            let up = self.shared.upstream(self.next_id, c);
+            let up = self
+                .shared
+                .upstream(self.next_id, c, previous.map(|p| &**p));
             self.next_id += 1;
             plan.set.push(up.clone());
             plan.fresh.push(up);

@@ -34,7 +34,7 @@ pub struct Metadata {
     pub auth_methods: Option<Vec<String>>,
     /// `code_challenge_methods_supported`.
     pub code_challenge_methods: Option<Vec<String>>,
-    /// `scopes_supported` of the protected resource (else of the AS).
+    /// `scopes_supported` of the protected resource.
     pub scopes_supported: Option<Vec<String>>,
     /// `client_id_metadata_document_supported`.
     pub cimd: bool,
@@ -103,9 +103,10 @@ pub async fn discover(
             )))
         }
     };
-    if prm_scopes.is_some() {
-        meta.scopes_supported = prm_scopes;
-    }
+    // The default scope comes from the resource alone (§Scope Selection
+    // Strategy); the server's own list only says whether it offers
+    // `offline_access`.
+    meta.scopes_supported = prm_scopes;
     meta.resource = resource;
     Ok(meta)
 }
@@ -118,7 +119,13 @@ async fn protected_resource(
     from_challenge: Option<&str>,
 ) -> Result<Option<Value>, OAuthError> {
     let candidates = match from_challenge {
-        Some(u) => vec![u.to_string()],
+        Some(u) => {
+            // Where the resource says: on its own origin, or https elsewhere.
+            if origin(u)? != origin(url)? {
+                secure(u)?;
+            }
+            vec![u.to_string()]
+        }
         None => well_known(url, "oauth-protected-resource")?,
     };
     for c in &candidates {

@@ -35,6 +35,11 @@ pub enum OAuthError {
     /// asks for scopes only a person can grant.
     #[error("needs a login ({0}); run `mcp-edge login` for this upstream")]
     NeedsLogin(String),
+    /// The upstream asks for scope that only a person can grant (an
+    /// `authorization_code` upstream's step-up): this call fails; the
+    /// scope is written to the token file for the next `mcp-edge login`.
+    #[error("needs a login for more scope ({0:?}); run `mcp-edge login` for this upstream")]
+    MoreScope(String),
     /// Another refusal of a token request.
     #[error("the token request was refused ({0})")]
     Refused(String),

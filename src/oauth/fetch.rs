@@ -18,8 +18,7 @@ use std::time::Duration;
 type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 /// An answer: status, `Retry-After` (parsed), the body as JSON (`Null`
-/// when it is not JSON).
-#[derive(Debug)]
+/// when it is not JSON). No `Debug`: a token answer's body holds tokens.
 pub struct Answer {
     /// HTTP status.
     pub status: u16,

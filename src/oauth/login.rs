@@ -48,6 +48,8 @@ struct Pending {
     client: Client,
     resource: Option<String>,
     scope: Option<Vec<String>>,
+    /// The challenge's `resource_metadata`, kept for the gateway.
+    resource_metadata: Option<String>,
 }
 
 /// The client this login is, at this authorization server.
@@ -143,20 +145,21 @@ impl Login<'_> {
             ),
         };
         let scope = self.scope(&meta, challenge.as_ref());
+        let resource_metadata = challenge.and_then(|c| c.resource_metadata);
         Ok(Pending {
-            state: random_text(24),
-            verifier: random_text(48),
+            state: random_text(24)?,
+            verifier: random_text(48)?,
             redirect_uri,
             meta,
             client,
             resource,
             scope,
+            resource_metadata,
         })
     }
 
     /// Configured id (with its secret or key), a CIMD URL, or a new
-    /// registration; a registration kept in the token file is reused at
-    /// the same authorization server.
+    /// registration (each login registers anew: the redirect port may differ).
     async fn client(
         &self,
         fetch: &Fetch,
@@ -278,10 +281,11 @@ impl Login<'_> {
             scope: issued.scope,
             issuer: p.meta.issuer.clone(),
             token_endpoint: Some(p.meta.token_endpoint.clone()),
-            client_id: p.client.registered.as_ref().map(|_| p.client.id.clone()),
+            client_id: Some(p.client.id.clone()),
             client_secret,
             auth_method,
             wanted_scope: None,
+            resource_metadata: p.resource_metadata.clone(),
         };
         store::save(self.store, &stored).map_err(|e| OAuthError::Store(e.to_string()))
     }
@@ -438,8 +442,8 @@ fn check_redirect(query: &str, p: &Pending) -> Result<String, OAuthError> {
 }
 
 /// `n` random bytes as base64url (PKCE verifier, `state`).
-fn random_text(n: usize) -> String {
+fn random_text(n: usize) -> Result<String, OAuthError> {
     let mut b = vec![0u8; n];
-    let _ = getrandom::fill(&mut b);
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
+    getrandom::fill(&mut b).map_err(|e| OAuthError::Setup(format!("no random numbers: {e}")))?;
+    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b))
 }

@@ -30,7 +30,7 @@ pub mod store;
 pub mod token;
 
 pub use challenge::Challenge;
-use renew::Renewal;
+use renew::{Purpose, Renewal};
 
 use crate::config::{Grant, OAuthConfig};
 use crate::limits;
@@ -75,6 +75,12 @@ struct View {
     token: Option<Token>,
     shown: Shown,
     last_outcome: Option<(String, SystemTime)>,
+    /// The last renewal failed (callers without a valid token fail at once).
+    failing: bool,
+    /// When a call next looks whether the token file changed.
+    file_check_at: Instant,
+    /// The token file's modification time as last seen by a call.
+    file_mtime: Option<SystemTime>,
 }
 
 /// The OAuth client of one upstream.
@@ -104,6 +110,7 @@ impl OAuth {
         url: &str,
         cfg: &OAuthConfig,
         state_directory: Option<&std::path::Path>,
+        retry_after_cap: Duration,
     ) -> OAuth {
         let store = state_directory.map(|d| store::path(d, name));
         let stored = store.as_deref().and_then(|p| match store::load(p) {
@@ -114,7 +121,8 @@ impl OAuth {
             }
         });
         let token = stored.as_ref().and_then(token_from_store);
-        let renewal = Renewal::new(cfg, stored, store.as_deref());
+        let file_mtime = store.as_deref().and_then(store::mtime);
+        let renewal = Renewal::new(cfg, stored, store.as_deref(), retry_after_cap);
         let shown = if token.is_some() {
             Shown::Valid
         } else {
@@ -130,6 +138,9 @@ impl OAuth {
                 token,
                 shown,
                 last_outcome: None,
+                failing: false,
+                file_check_at: Instant::now() + limits::OAUTH_FILE_CHECK_PERIOD,
+                file_mtime,
             }),
             stale_metadata: false.into(),
             renewal: Arc::new(tokio::sync::Mutex::new(renewal)),
@@ -152,21 +163,36 @@ impl OAuth {
     /// once it is due, the first caller to find it so starts its renewal
     /// and every caller goes on with it meanwhile; `None` before the first
     /// challenge taught where tokens come from; an error when there is no
-    /// valid token and none can be had now.
+    /// valid token and none can be had now (at once after a failed renewal:
+    /// the retry runs on its own, and the next caller finds its outcome).
     pub async fn authorization(self: &Arc<Self>) -> Result<Option<HeaderValue>, OAuthError> {
         let now = Instant::now();
-        let held = self.held();
+        let (held, failing) = self.look(now);
         match &held {
             Some(t) if now < t.refresh_at => return Ok(Some(t.header.clone())),
             Some(t) if now < t.expires_at => {
                 if let Ok(r) = self.renewal.clone().try_lock_owned() {
                     // Not awaited: it finishes on its own and the next
                     // caller finds the new token.
-                    drop(self.renew(r, held.clone()));
+                    drop(self.renew(r, held.clone(), Purpose::Renew));
                 }
                 return Ok(Some(t.header.clone()));
             }
             _ => {}
+        }
+        if failing {
+            // Never wait on a failing authorization server: parked or
+            // backing off, its own error; else the retry runs on its own.
+            let Ok(mut r) = self.renewal.clone().try_lock_owned() else {
+                return Err(self.last_failure());
+            };
+            r.gate(now, self.store.as_deref())?;
+            if !r.failing() {
+                // New credentials or a login ended it: ask now.
+                return self.renew(r, held, Purpose::Renew).await.map(Some);
+            }
+            drop(self.renew(r, held, Purpose::Renew));
+            return Err(self.last_failure());
         }
         let r = self.wait_for_renewal().await?;
         if let Some(t) = self.held().filter(|t| Instant::now() < t.expires_at) {
@@ -175,7 +201,39 @@ impl OAuth {
         if !r.knows_where() && self.cfg.grant == Grant::ClientCredentials {
             return Ok(None); // first contact: the 401 says where
         }
-        self.renew(r, held).await.map(Some)
+        self.renew(r, held, Purpose::Renew).await.map(Some)
+    }
+
+    /// The token in hand (none once the token file changed: a login's
+    /// tokens are read by the next renewal) and whether renewals fail.
+    fn look(&self, now: Instant) -> (Option<Token>, bool) {
+        let mut v = self.view();
+        if now >= v.file_check_at {
+            v.file_check_at = now + limits::OAUTH_FILE_CHECK_PERIOD;
+            let changed = self.store.as_deref().is_some_and(|p| {
+                store::mtime(p).is_some_and(|m| v.file_mtime.is_none_or(|seen| seen != m))
+            });
+            if changed {
+                v.file_mtime = self.store.as_deref().and_then(store::mtime);
+                v.token = None;
+                v.failing = false;
+            }
+        }
+        (v.token.clone(), v.failing)
+    }
+
+    /// What the last failed renewal said, for a caller that does not wait
+    /// for the retry under way.
+    fn last_failure(&self) -> OAuthError {
+        let v = self.view();
+        let reason = match &v.shown {
+            Shown::Parked(why) => why.clone(),
+            _ => "the last token request failed; another is under way".into(),
+        };
+        OAuthError::BackingOff {
+            reason,
+            retry_in: Duration::ZERO,
+        }
     }
 
     /// After a 401 to a request sent with `sent`: a new token (unless a
@@ -193,11 +251,15 @@ impl OAuth {
         // The token sent was refused: it is not in hand any more.
         self.view().token = None;
         r.learn(challenge, true);
-        self.renew(r, None).await
+        self.renew(r, None, Purpose::Renew).await
     }
 
     /// After a 403 with `insufficient_scope`: a token with the union of the
-    /// scopes held and asked for, at most [`limits::OAUTH_STEP_UPS`] times.
+    /// scopes configured, granted and asked for, at most
+    /// [`limits::OAUTH_STEP_UPS`] times between ordinary token requests.
+    /// The token in hand stays in hand; a refused scope fails this call
+    /// only. An `authorization_code` upstream needs a person for it (a
+    /// refresh may not widen scope): [`OAuthError::MoreScope`].
     pub async fn insufficient_scope(
         self: &Arc<Self>,
         sent: Option<&HeaderValue>,
@@ -207,14 +269,17 @@ impl OAuth {
         if let Some(t) = self.renewed_since(sent) {
             return Ok(t);
         }
-        let asked = challenge.scope.clone().unwrap_or_default();
-        if !r.step_up(&asked) {
-            metrics::counter!(crate::metrics::REFUSED, "limit" => "oauth_step_up").increment(1);
-            return Err(OAuthError::StepUpLimit(asked));
+        // A login since (with the scope, perhaps): its token first.
+        let sent_token = self.held();
+        if let Some(fresh) = r.reload(self.store.as_deref(), sent)? {
+            return self.settle(&mut r, Ok(fresh), sent_token.as_ref(), Purpose::Renew);
         }
-        self.view().token = None;
-        r.learn(Some(challenge), false);
-        self.renew(r, None).await
+        let wanted = r.step_up(&self.cfg, challenge.scope.as_deref().unwrap_or_default())?;
+        if self.cfg.grant == Grant::AuthorizationCode {
+            return Err(r.want_login(wanted, self.store.as_deref()).await);
+        }
+        let held = self.held();
+        self.renew(r, held, Purpose::StepUp).await
     }
 
     /// The token in hand if it is valid and not the one `sent`.
@@ -263,22 +328,30 @@ impl OAuth {
     }
 
     /// One renewal under the lock `r`, run as a task of its own that ends
-    /// with it (at most [`limits::OAUTH_RENEWAL_TIMEOUT`]) whether or not
-    /// anyone still waits for it: a token request dropped half-way (every
-    /// caller gone) could lose a rotated refresh token the server has
-    /// already replaced. At most one per upstream (it holds the lock).
+    /// with it whether or not anyone still waits for it: a token request
+    /// dropped half-way (every caller gone) could lose a rotated refresh
+    /// token the server has already replaced. At most one per upstream (it
+    /// holds the lock). Callers wait for it at most
+    /// [`limits::OAUTH_RENEWAL_TIMEOUT`]; the task goes on without them.
     fn renew(
         self: &Arc<Self>,
         mut r: OwnedMutexGuard<Renewal>,
         held: Option<Token>,
+        why: Purpose,
     ) -> impl std::future::Future<Output = Result<HeaderValue, OAuthError>> {
         let me = self.clone();
         // The sanctioned exception: short-lived, bounded, one per upstream.
         #[allow(clippy::disallowed_methods)]
-        let task = tokio::spawn(async move { me.renew_locked(&mut r, held.as_ref()).await });
+        let task = tokio::spawn(async move { me.renew_locked(&mut r, held.as_ref(), why).await });
         async move {
-            task.await
-                .unwrap_or_else(|e| Err(OAuthError::Setup(format!("token renewal: {e}"))))
+            match tokio::time::timeout(limits::OAUTH_RENEWAL_TIMEOUT, task).await {
+                Ok(Ok(outcome)) => outcome,
+                Ok(Err(e)) => Err(OAuthError::Setup(format!("token renewal: {e}"))),
+                Err(_) => Err(OAuthError::Unreachable(format!(
+                    "no token within {:?}; the request goes on",
+                    limits::OAUTH_RENEWAL_TIMEOUT
+                ))),
+            }
         }
     }
 
@@ -289,9 +362,10 @@ impl OAuth {
         &self,
         r: &mut Renewal,
         held: Option<&Token>,
+        why: Purpose,
     ) -> Result<HeaderValue, OAuthError> {
-        let now = Instant::now();
-        r.gate(now)?;
+        r.gate(Instant::now(), self.store.as_deref())?;
+        let fetch = self.fetch.as_ref().map_err(Clone::clone)?;
         if self
             .stale_metadata
             .swap(false, std::sync::atomic::Ordering::Relaxed)
@@ -300,16 +374,16 @@ impl OAuth {
         }
         self.view().shown = Shown::Refreshing;
         let sent = held.map(|t| &t.header);
-        let fetch = self.fetch.as_ref().map_err(Clone::clone)?;
-        let work = r.renew(fetch, &self.url, &self.cfg, self.store.as_deref(), sent);
-        let outcome = match tokio::time::timeout(limits::OAUTH_RENEWAL_TIMEOUT, work).await {
-            Ok(o) => o,
-            Err(_) => Err(OAuthError::Unreachable(format!(
-                "no token within {:?}",
-                limits::OAUTH_RENEWAL_TIMEOUT
-            ))),
-        };
-        self.settle(r, outcome, held)
+        let outcome = r
+            .renew(
+                fetch,
+                (&self.url, &self.cfg),
+                self.store.as_deref(),
+                sent,
+                why,
+            )
+            .await;
+        self.settle(r, outcome, held, why)
     }
 
     /// Records a renewal's outcome: the new token in hand, or the failure
@@ -319,28 +393,36 @@ impl OAuth {
         r: &mut Renewal,
         outcome: Result<renew::Renewed, OAuthError>,
         held: Option<&Token>,
+        why: Purpose,
     ) -> Result<HeaderValue, OAuthError> {
         let label = match &outcome {
+            Ok(new) if new.from_file => "token_file",
             Ok(_) => "ok",
             Err(e) => e.outcome(),
         };
-        metrics::counter!(crate::metrics::OAUTH_REQUESTS, "upstream" => self.name.clone(), "outcome" => label)
-            .increment(1);
+        if label != "token_file" {
+            metrics::counter!(crate::metrics::OAUTH_REQUESTS, "upstream" => self.name.clone(), "outcome" => label)
+                .increment(1);
+        }
+        let now = Instant::now();
+        if let Err(e) = &outcome {
+            r.failed(e, now, self.store.as_deref(), why);
+        }
         let mut v = self.view();
         v.last_outcome = Some((label.to_string(), SystemTime::now()));
+        v.failing = r.failing();
+        v.file_mtime = r.stored_mtime(); // its own writes are no login
         match outcome {
             Ok(new) => {
-                let t = token_now(&new.header, new.lifetime);
-                v.token = Some(t);
+                v.token = Some(token_now(&new.header, new.lifetime));
                 v.shown = Shown::Valid;
                 Ok(new.header)
             }
             Err(e) => {
-                let now = Instant::now();
-                r.failed(&e, now, self.store.as_deref());
                 v.shown = match r.parked_why() {
                     Some(why) => Shown::Parked(why),
-                    None => Shown::BackingOff,
+                    None if v.failing => Shown::BackingOff,
+                    None => Shown::Valid,
                 };
                 if let Some(t) = held.filter(|t| now < t.expires_at) {
                     tracing::warn!(upstream = %self.name, "token renewal failed, the token in hand is used while valid: {e}");

@@ -2,13 +2,15 @@
 //! renewal lock: what discovery found, the refresh token, the scopes, the
 //! client registered, and the failure schedule (backoff, parking).
 
-use super::discovery::{canonical_resource, discover, Metadata};
+mod pick;
+
+use super::discovery::{discover, Metadata};
 use super::fetch::Fetch;
 use super::store::{self, Stored};
-use super::token::{self, Credentials, Endpoint, GrantRequest};
+use super::token::{self, Endpoint, GrantRequest};
 use super::{Challenge, OAuthError};
 use crate::backoff::{jitter_unit, Backoff};
-use crate::config::{ClientAuth, Grant, OAuthConfig, Secret};
+use crate::config::{ClientAuth, Grant, OAuthConfig};
 use crate::limits;
 use http::HeaderValue;
 use std::path::Path;
@@ -19,6 +21,8 @@ use tokio::time::Instant;
 pub(super) struct Renewed {
     pub header: HeaderValue,
     pub lifetime: Duration,
+    /// Read from the token file (a login), not asked for.
+    pub from_file: bool,
 }
 
 /// Parked: until the files it depends on change.
@@ -29,14 +33,30 @@ struct Park {
     seen: Vec<Option<SystemTime>>,
 }
 
+/// What a renewal is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Purpose {
+    /// A token to replace one expired, refused or due.
+    Renew,
+    /// A token with more scope (a 403 `insufficient_scope`); a refusal of
+    /// the scope fails only the call that asked, with no backoff.
+    StepUp,
+}
+
 /// Renewal state (see the module doc).
 pub(super) struct Renewal {
     meta: Option<Metadata>,
     /// The challenge's `resource_metadata`, for the next discovery.
     resource_metadata: Option<String>,
-    /// Scopes asked for by challenges (and step-ups), their union.
+    /// Scopes asked for by challenges (and granted step-ups), their union.
     asked: Vec<String>,
+    /// Step-ups since the last ordinary token request.
     step_ups: u32,
+    /// The scope a step-up in progress asks for.
+    step: Option<String>,
+    /// The stored tokens and client belong to another issuer than the one
+    /// discovered now: none of them is sent there.
+    foreign: bool,
     /// The token file as last read or written.
     stored: Stored,
     stored_mtime: Option<SystemTime>,
@@ -46,17 +66,26 @@ pub(super) struct Renewal {
     parked: Option<Park>,
     /// Files whose change ends `invalid_client` parking.
     client_files: Vec<std::path::PathBuf>,
+    /// The upstream's `retry_after_cap`: the longest `Retry-After` honoured.
+    retry_after_cap: Duration,
 }
 
 impl Renewal {
-    pub(super) fn new(cfg: &OAuthConfig, stored: Option<Stored>, store: Option<&Path>) -> Renewal {
+    pub(super) fn new(
+        cfg: &OAuthConfig,
+        stored: Option<Stored>,
+        store: Option<&Path>,
+        retry_after_cap: Duration,
+    ) -> Renewal {
+        // A registered client's credentials live in the token file, which
+        // `mcp-edge login` rewrites.
         let client_files = match &cfg.auth {
             ClientAuth::Secret(p) | ClientAuth::PrivateKey(p) => vec![p.clone()],
-            ClientAuth::None => Vec::new(),
+            ClientAuth::None => store.map(Path::to_path_buf).into_iter().collect(),
         };
         let backoff = Backoff::new(
             limits::OAUTH_BACKOFF_INITIAL,
-            1.5,
+            limits::OAUTH_BACKOFF_FACTOR,
             limits::OAUTH_BACKOFF_CAP,
         )
         .expect("constant backoff policy is valid");
@@ -66,6 +95,8 @@ impl Renewal {
             resource_metadata: None,
             asked: Vec::new(),
             step_ups: 0,
+            step: None,
+            foreign: false,
             stored: stored.unwrap_or_default(),
             stored_mtime: store.and_then(store::mtime),
             backoff,
@@ -73,6 +104,7 @@ impl Renewal {
             next_try: None,
             parked: None,
             client_files,
+            retry_after_cap,
         }
     }
 
@@ -107,14 +139,40 @@ impl Renewal {
         }
     }
 
-    /// Counts a step-up to `scope`; false past [`limits::OAUTH_STEP_UPS`].
-    pub(super) fn step_up(&mut self, scope: &str) -> bool {
+    /// Starts a step-up to `scope`: the union of the scopes configured,
+    /// granted, asked before and asked now, at most
+    /// [`limits::OAUTH_STEP_UPS`] times between ordinary token requests.
+    pub(super) fn step_up(&mut self, cfg: &OAuthConfig, scope: &str) -> Result<String, OAuthError> {
         if self.step_ups >= limits::OAUTH_STEP_UPS {
-            return false;
+            metrics::counter!(crate::metrics::REFUSED, "limit" => "oauth_step_up").increment(1);
+            return Err(OAuthError::StepUpLimit(scope.to_string()));
         }
         self.step_ups += 1;
-        self.add_scopes(scope);
-        true
+        let granted = self.stored.scope.clone().unwrap_or_default();
+        let mut union: Vec<String> = cfg.scopes.clone().unwrap_or_default();
+        let more = [granted.as_str(), &self.asked.join(" "), scope].join(" ");
+        for s in more.split(' ').filter(|s| !s.is_empty()) {
+            if !union.iter().any(|u| u == s) && union.len() < limits::OAUTH_MAX_SCOPES {
+                union.push(s.to_string());
+            }
+        }
+        let union = union.join(" ");
+        self.step = Some(union.clone());
+        Ok(union)
+    }
+
+    /// A person must grant `wanted` (an `authorization_code` upstream: a
+    /// refresh may not widen scope, RFC 6749 §6): written to the token file
+    /// for the next `mcp-edge login`.
+    pub(super) async fn want_login(&mut self, wanted: String, store: Option<&Path>) -> OAuthError {
+        self.step = None;
+        if let Some(p) = store {
+            if self.stored.wanted_scope.as_deref() != Some(&wanted) {
+                self.stored.wanted_scope = Some(wanted.clone());
+                let _ = self.save(p).await;
+            }
+        }
+        OAuthError::MoreScope(wanted)
     }
 
     fn add_scopes(&mut self, scope: &str) {
@@ -130,8 +188,20 @@ impl Renewal {
         }
     }
 
-    /// Refuses at once while parked (unless its files changed) or backing off.
-    pub(super) fn gate(&mut self, now: Instant) -> Result<(), OAuthError> {
+    /// True after a failed renewal until one succeeds (callers without a
+    /// valid token then fail at once rather than wait for a retry).
+    pub(super) fn failing(&self) -> bool {
+        self.failures > 0 || self.parked.is_some()
+    }
+
+    /// Refuses at once while parked (unless its files changed) or backing
+    /// off; a token file written meanwhile (a login) ends either.
+    pub(super) fn gate(&mut self, now: Instant, store: Option<&Path>) -> Result<(), OAuthError> {
+        if store.is_some_and(|p| store::mtime(p) != self.stored_mtime) {
+            self.parked = None;
+            self.failures = 0;
+            self.next_try = None;
+        }
         if let Some(p) = &self.parked {
             let seen: Vec<_> = p.files.iter().map(|f| store::mtime(f)).collect();
             if seen == p.seen {
@@ -152,6 +222,12 @@ impl Renewal {
         Ok(())
     }
 
+    /// The token file's modification time after this renewal's last read
+    /// or write (a call that sees another one knows of a login).
+    pub(super) fn stored_mtime(&self) -> Option<SystemTime> {
+        self.stored_mtime
+    }
+
     /// Why it is parked, if it is.
     pub(super) fn parked_why(&self) -> Option<String> {
         self.parked.as_ref().map(|p| p.error.to_string())
@@ -159,7 +235,18 @@ impl Renewal {
 
     /// Schedules after a failed renewal: parked, or the next try after the
     /// backoff delay (at least the server's `Retry-After`).
-    pub(super) fn failed(&mut self, e: &OAuthError, now: Instant, store: Option<&Path>) {
+    pub(super) fn failed(
+        &mut self,
+        e: &OAuthError,
+        now: Instant,
+        store: Option<&Path>,
+        why: Purpose,
+    ) {
+        self.step = None;
+        if why == Purpose::StepUp && matches!(e, OAuthError::Refused(_) | OAuthError::BadAnswer(_))
+        {
+            return; // the scope was refused: that call fails, nothing else
+        }
         if e.parks() {
             let files = match e {
                 OAuthError::InvalidClient(_) => self.client_files.clone(),
@@ -176,36 +263,56 @@ impl Renewal {
         self.failures = self.failures.saturating_add(1);
         let mut delay = self.backoff.delay(self.failures, jitter_unit());
         if let Some(ra) = e.retry_after() {
-            delay = delay.max(ra.min(limits::OAUTH_RETRY_AFTER_CAP));
+            delay = delay.max(ra.min(self.retry_after_cap));
         }
         self.next_try = Some((now + delay, e.to_string()));
     }
 
     /// One renewal: a newer token file first (a login, another process),
-    /// then discovery if needed, then the token request; the answer stored
-    /// before it is used.
+    /// then discovery if needed (bounded by [`limits::OAUTH_RENEWAL_TIMEOUT`]),
+    /// then the token request, which once sent is never cut short (its
+    /// answer may carry a rotated refresh token); the answer stored before
+    /// it is used.
     pub(super) async fn renew(
         &mut self,
         fetch: &Fetch,
-        url: &str,
-        cfg: &OAuthConfig,
+        up: (&str, &OAuthConfig),
         store: Option<&Path>,
         held: Option<&HeaderValue>,
+        why: Purpose,
     ) -> Result<Renewed, OAuthError> {
-        if let Some(fresh) = self.reload(store, held)? {
-            return Ok(fresh);
+        let (url, cfg) = up;
+        if why == Purpose::Renew {
+            if let Some(fresh) = self.reload(store, held)? {
+                return Ok(fresh);
+            }
         }
-        let meta = self.metadata(fetch, url).await?;
-        let grant = self.grant(cfg);
-        let scope = self.scope(cfg, &meta, &grant);
+        let meta = tokio::time::timeout(limits::OAUTH_RENEWAL_TIMEOUT, self.metadata(fetch, url))
+            .await
+            .map_err(|_| {
+                OAuthError::Unreachable(format!(
+                    "discovery took over {:?}",
+                    limits::OAUTH_RENEWAL_TIMEOUT
+                ))
+            })??;
+        if self.foreign && cfg.auth != ClientAuth::None {
+            return Err(OAuthError::Discovery(format!(
+                "the upstream now names another authorization server ({}, tokens were from {}); \
+                 the configured credentials are not sent there: check the config, then remove the token file",
+                meta.issuer.as_deref().unwrap_or("?"),
+                self.stored.issuer.as_deref().unwrap_or("?")
+            )));
+        }
+        let scope = match why {
+            Purpose::StepUp => self.step.clone(),
+            Purpose::Renew => self.scope(cfg, &meta),
+        };
         let credentials = self.credentials(cfg, &meta)?;
-        let client_id = cfg
-            .client_id
-            .clone()
-            .or_else(|| self.stored.client_id.clone())
-            .ok_or_else(|| OAuthError::NeedsLogin("no client id: not logged in yet".into()))?;
+        let client_id = self.client_id(cfg)?;
         let resource = self.resource(cfg, &meta, url);
-        let refresh = self.stored.refresh_token.clone();
+        let refresh = (!self.foreign && why == Purpose::Renew)
+            .then(|| self.stored.refresh_token.clone())
+            .flatten();
         let ep = Endpoint {
             url: &meta.token_endpoint,
             issuer: meta.issuer.as_deref(),
@@ -213,42 +320,60 @@ impl Renewal {
             credentials: &credentials,
             resource: resource.as_deref(),
         };
-        let request = match (&refresh, grant) {
-            (Some(t), _) => GrantRequest::Refresh {
-                token: t,
-                scope: scope.as_deref(),
-            },
-            (None, Grant::ClientCredentials) => GrantRequest::ClientCredentials {
-                scope: scope.as_deref(),
-            },
-            (None, Grant::AuthorizationCode) => return Err(self.needs_login(store)),
+        let issued = self
+            .ask(
+                fetch,
+                &ep,
+                cfg.grant,
+                refresh.as_deref(),
+                scope.as_deref(),
+                store,
+            )
+            .await?;
+        let renewed = self.keep(issued, &meta, store).await?;
+        match self.step.take() {
+            Some(granted) => self.add_scopes(&granted),
+            None => self.step_ups = 0,
+        }
+        Ok(renewed)
+    }
+
+    /// The token request: with the refresh token if there is one (a
+    /// `client_credentials` client whose refresh token is refused mints
+    /// anew), else `client_credentials`, else only a login helps.
+    async fn ask(
+        &mut self,
+        fetch: &Fetch,
+        ep: &Endpoint<'_>,
+        grant: Grant,
+        refresh: Option<&str>,
+        scope: Option<&str>,
+        store: Option<&Path>,
+    ) -> Result<token::Issued, OAuthError> {
+        let request = match (refresh, grant) {
+            (Some(t), _) => GrantRequest::Refresh { token: t, scope },
+            (None, Grant::ClientCredentials) => GrantRequest::ClientCredentials { scope },
+            (None, Grant::AuthorizationCode) => return Err(self.needs_login(store).await),
         };
-        let issued = match token::request(fetch, &ep, &request).await {
-            // A refresh token refused: a client_credentials client mints anew.
+        match token::request(fetch, ep, &request).await {
             Err(OAuthError::InvalidGrant(_))
                 if refresh.is_some() && grant == Grant::ClientCredentials =>
             {
                 self.stored.refresh_token = None;
-                let again = GrantRequest::ClientCredentials {
-                    scope: scope.as_deref(),
-                };
-                token::request(fetch, &ep, &again).await?
+                token::request(fetch, ep, &GrantRequest::ClientCredentials { scope }).await
             }
-            other => other?,
-        };
-        self.keep(issued, &meta, store)
+            other => other,
+        }
     }
 
     /// No refresh token: only a person's login helps. Scopes the upstream
     /// asked for are written to the token file for `mcp-edge login` to ask for.
-    fn needs_login(&mut self, store: Option<&Path>) -> OAuthError {
+    async fn needs_login(&mut self, store: Option<&Path>) -> OAuthError {
         let wanted = (!self.asked.is_empty()).then(|| self.asked.join(" "));
         if let (Some(p), Some(w)) = (store, &wanted) {
             if self.stored.wanted_scope.as_ref() != Some(w) {
                 self.stored.wanted_scope = wanted.clone();
-                if store::save(p, &self.stored).is_ok() {
-                    self.stored_mtime = store::mtime(p);
-                }
+                let _ = self.save(p).await;
             }
         }
         OAuthError::NeedsLogin(match wanted {
@@ -260,7 +385,7 @@ impl Renewal {
 
     /// The token file, read again when it changed since last read: its
     /// access token is used as it is while valid and not the one refused.
-    fn reload(
+    pub(super) fn reload(
         &mut self,
         store: Option<&Path>,
         held: Option<&HeaderValue>,
@@ -277,7 +402,8 @@ impl Renewal {
             return Ok(None);
         };
         self.stored = s;
-        self.meta = None;
+        self.foreign = false;
+        self.forget_discovered();
         let Some(t) = super::token_from_store(&self.stored) else {
             return Ok(None);
         };
@@ -288,131 +414,109 @@ impl Renewal {
         Ok(Some(Renewed {
             header: t.header,
             lifetime,
+            from_file: true,
         }))
     }
 
+    /// The metadata: cached, else discovered (from the last challenge's
+    /// `resource_metadata`, else the token file's, else the well-known
+    /// locations), else the token file's `token_endpoint` when discovery
+    /// fails. Tokens of another issuer than the one found are not sent.
     async fn metadata(&mut self, fetch: &Fetch, url: &str) -> Result<Metadata, OAuthError> {
         if let Some(m) = &self.meta {
             return Ok(m.clone());
         }
-        let m = match (&self.resource_metadata, &self.stored.token_endpoint) {
-            (None, Some(te)) => Metadata {
-                issuer: self.stored.issuer.clone(),
-                ..Metadata::explicit(te)
-            },
-            _ => discover(fetch, url, self.resource_metadata.as_deref()).await?,
+        let rm = (self.resource_metadata.clone()).or_else(|| self.stored.resource_metadata.clone());
+        let m = match (
+            discover(fetch, url, rm.as_deref()).await,
+            &self.stored.token_endpoint,
+        ) {
+            (Ok(m), _) => m,
+            (Err(e), Some(te)) => {
+                tracing::warn!(
+                    "discovery failed ({e}); using the token endpoint of the token file"
+                );
+                Metadata {
+                    issuer: self.stored.issuer.clone(),
+                    ..Metadata::explicit(te)
+                }
+            }
+            (Err(e), None) => return Err(e),
         };
-        if self.stored.issuer.is_some() && m.issuer.is_some() && self.stored.issuer != m.issuer {
-            // Another authorization server: nothing issued by the old one is sent there.
-            self.stored = Stored::default();
-        }
+        self.foreign = match (&self.stored.issuer, &m.issuer) {
+            (Some(old), Some(new)) => !super::discovery::same_issuer(old, new),
+            _ => false,
+        };
+        self.stored.resource_metadata = rm;
         self.meta = Some(m.clone());
         Ok(m)
     }
 
-    fn grant(&self, cfg: &OAuthConfig) -> Grant {
-        cfg.grant
-    }
-
-    /// `scope`: configured, else what challenges asked (their union), else
-    /// the resource's `scopes_supported`, else none. A refresh asks for
-    /// scopes only to step up.
-    fn scope(&self, cfg: &OAuthConfig, meta: &Metadata, _grant: &Grant) -> Option<String> {
-        let mut list: Vec<String> = match (&cfg.scopes, self.asked.is_empty()) {
-            (Some(s), _) => s.clone(),
-            (None, false) => Vec::new(),
-            (None, true) if self.stored.refresh_token.is_some() => return None,
-            (None, true) => meta.scopes_supported.clone().unwrap_or_default(),
-        };
-        for a in &self.asked {
-            if !list.contains(a) {
-                list.push(a.clone());
-            }
-        }
-        (!list.is_empty()).then(|| list.join(" "))
-    }
-
-    /// How the client authenticates: the configured secret (Basic unless
-    /// the server allows only `client_secret_post`) or key, else what a
-    /// registration gave.
-    fn credentials(&self, cfg: &OAuthConfig, meta: &Metadata) -> Result<Credentials, OAuthError> {
-        let methods = meta.auth_methods.as_deref().unwrap_or(&[]);
-        let allows = |m: &str| methods.iter().any(|x| x == m);
-        match &cfg.auth {
-            ClientAuth::Secret(p) => {
-                let s =
-                    Secret::new(crate::config::read_secret(p).map_err(OAuthError::InvalidClient)?);
-                Ok(
-                    if !allows("client_secret_basic") && allows("client_secret_post") {
-                        Credentials::Post(s)
-                    } else {
-                        Credentials::Basic(s)
-                    },
-                )
-            }
-            ClientAuth::PrivateKey(p) => Ok(Credentials::Jwt(p.clone())),
-            ClientAuth::None => Ok(
-                match (
-                    &self.stored.client_secret,
-                    self.stored.auth_method.as_deref(),
-                ) {
-                    (Some(s), Some("client_secret_post")) => {
-                        Credentials::Post(Secret::new(s.clone()))
-                    }
-                    (Some(s), _) => Credentials::Basic(Secret::new(s.clone())),
-                    (None, _) => Credentials::Public,
-                },
-            ),
-        }
-    }
-
-    /// RFC 8707 `resource`: configured (`""` leaves it out), else the
-    /// protected resource's own `resource`, else the upstream's URL.
-    fn resource(&self, cfg: &OAuthConfig, meta: &Metadata, url: &str) -> Option<String> {
-        match cfg.resource.as_deref() {
-            Some("") => None,
-            Some(r) => Some(r.to_string()),
-            None => Some(
-                meta.resource
-                    .clone()
-                    .unwrap_or_else(|| canonical_resource(url)),
-            ),
-        }
-    }
-
     /// Stores a token answer (a rotated refresh token before anything uses
-    /// it) and resets the failure schedule.
-    fn keep(
+    /// it) and resets the failure schedule. The lifetime is bounded
+    /// ([`limits::OAUTH_MIN_LIFETIME`] ..= [`limits::OAUTH_MAX_LIFETIME`]):
+    /// `expires_in: 0` must not mean a request per call, nor a huge one an
+    /// overflow.
+    async fn keep(
         &mut self,
         issued: token::Issued,
         meta: &Metadata,
         store: Option<&Path>,
     ) -> Result<Renewed, OAuthError> {
-        let lifetime = issued.expires_in.unwrap_or(limits::OAUTH_DEFAULT_LIFETIME);
+        let lifetime = issued
+            .expires_in
+            .unwrap_or(limits::OAUTH_DEFAULT_LIFETIME)
+            .clamp(limits::OAUTH_MIN_LIFETIME, limits::OAUTH_MAX_LIFETIME);
         let now = super::unix(SystemTime::now());
         let token = issued.access_token.expose().clone();
-        self.stored.access_token = Some(token.clone());
+        let mut header = HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|_| OAuthError::BadAnswer("access_token is not a header value".into()))?;
+        header.set_sensitive(true);
+        self.stored.access_token = Some(token);
         self.stored.wanted_scope = None;
         self.stored.issued_at = Some(now);
-        self.stored.expires_at = Some(now + lifetime.as_secs());
+        self.stored.expires_at = Some(now.saturating_add(lifetime.as_secs()));
         if let Some(r) = issued.refresh_token {
             self.stored.refresh_token = Some(r.expose().clone());
         }
         if issued.scope.is_some() {
             self.stored.scope = issued.scope;
         }
+        if self.foreign {
+            // Tokens of the new server replace the old server's client too.
+            (
+                self.stored.client_id,
+                self.stored.client_secret,
+                self.stored.auth_method,
+            ) = (None, None, None);
+            self.foreign = false;
+        }
         self.stored.issuer = meta.issuer.clone();
         self.stored.token_endpoint = Some(meta.token_endpoint.clone());
         if let Some(p) = store {
-            store::save(p, &self.stored).map_err(|e| OAuthError::Store(e.to_string()))?;
-            self.stored_mtime = store::mtime(p);
+            self.save(p).await?;
         }
         self.failures = 0;
         self.next_try = None;
         self.parked = None;
-        let mut header = HeaderValue::from_str(&format!("Bearer {token}"))
-            .map_err(|_| OAuthError::BadAnswer("access_token is not a header value".into()))?;
-        header.set_sensitive(true);
-        Ok(Renewed { header, lifetime })
+        Ok(Renewed {
+            header,
+            lifetime,
+            from_file: false,
+        })
+    }
+
+    /// Writes the token file on the blocking pool (its fsyncs must not
+    /// stall the runtime; the renewal lock keeps writes in order).
+    async fn save(&mut self, p: &Path) -> Result<(), OAuthError> {
+        let (path, stored) = (p.to_path_buf(), self.stored.clone());
+        let written = tokio::task::spawn_blocking(move || {
+            store::save(&path, &stored).map(|()| store::mtime(&path))
+        })
+        .await
+        .map_err(|e| OAuthError::Store(format!("writing the token file: {e}")))?
+        .map_err(|e| OAuthError::Store(e.to_string()))?;
+        self.stored_mtime = written;
+        Ok(())
     }
 }

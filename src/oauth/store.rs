@@ -11,9 +11,9 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-/// What the file holds.
+/// What the file holds. Unknown fields are ignored (a file written by a
+/// newer mcp-edge still gives its tokens to an older one).
 #[derive(Serialize, Deserialize, Default, Clone)]
-#[serde(deny_unknown_fields)]
 pub struct Stored {
     /// The access token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -33,9 +33,13 @@ pub struct Stored {
     /// The issuer the tokens (and the registered client) belong to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issuer: Option<String>,
-    /// Its token endpoint (refreshes after a restart need no discovery).
+    /// Its token endpoint (used after a restart when discovery fails).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_endpoint: Option<String>,
+    /// Where the protected-resource metadata was (a challenge's
+    /// `resource_metadata`), for discovery after a restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_metadata: Option<String>,
     /// A client registered dynamically or by metadata document.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_id: Option<String>,
@@ -110,10 +114,11 @@ pub fn save(path: &Path, stored: &Stored) -> Result<(), StoreError> {
         .map_err(|e| err(format!("creating {}: {e}", dir.display())))?;
     let tmp = path.with_extension("json.tmp");
     let bytes = serde_json::to_vec_pretty(stored).map_err(|e| err(e.to_string()))?;
+    // A leftover of an interrupted write (perhaps another user's) goes first.
+    let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
         .open(&tmp)
         .map_err(|e| err(format!("creating {}: {e}", tmp.display())))?;

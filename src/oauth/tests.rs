@@ -149,6 +149,7 @@ async fn setup(script: Vec<Reply>) -> Setup {
         "http://127.0.0.1:9/mcp",
         &cfg,
         Some(dir.path()),
+        Duration::from_secs(3600),
     ));
     Setup { fake, dir, oauth }
 }
@@ -186,8 +187,8 @@ async fn fifty_callers_share_one_token_request() {
 #[tokio::test]
 async fn a_rotated_refresh_token_is_stored_before_it_is_used() {
     let s = setup(vec![
-        Reply::Token(1, Some("rt-1")),
-        Reply::Token(1, Some("rt-2")),
+        Reply::Token(2, Some("rt-1")),
+        Reply::Token(2, Some("rt-2")),
         Reply::Token(60, Some("rt-3")),
     ])
     .await;
@@ -196,7 +197,7 @@ async fn a_rotated_refresh_token_is_stored_before_it_is_used() {
         "at-1"
     );
     for want in ["at-2", "at-3"] {
-        tokio::time::sleep(Duration::from_millis(1100)).await; // expired
+        tokio::time::sleep(Duration::from_millis(2000)).await; // expired (at 1.8 s)
         let h = s.oauth.authorization().await.unwrap().unwrap();
         assert_eq!(bearer(&h), want);
     }
@@ -210,12 +211,13 @@ async fn a_rotated_refresh_token_is_stored_before_it_is_used() {
 #[tokio::test]
 async fn a_failed_renewal_keeps_the_token_in_hand_and_backs_off() {
     let s = setup(vec![
-        Reply::Token(2, None),
+        Reply::Token(10, None),
         Reply::Error(503, "temporarily_unavailable", Some(30)),
     ])
     .await;
     let first = s.oauth.authorization().await.unwrap().unwrap();
-    tokio::time::sleep(Duration::from_millis(1600)).await; // past three quarters
+    // Past three quarters (7.5 s), before it is taken as expired (9 s).
+    tokio::time::sleep(Duration::from_millis(7700)).await;
     assert_eq!(
         s.oauth.authorization().await.unwrap().unwrap(),
         first,
@@ -229,7 +231,7 @@ async fn a_failed_renewal_keeps_the_token_in_hand_and_backs_off() {
     }
     assert_eq!(s.fake.hits(), 2);
     assert_eq!(s.oauth.authorization().await.unwrap().unwrap(), first);
-    tokio::time::sleep(Duration::from_millis(500)).await; // expired now
+    tokio::time::sleep(Duration::from_millis(1500)).await; // expired now
     let e = s.oauth.authorization().await.unwrap_err();
     assert!(
         matches!(e, OAuthError::BackingOff { retry_in, .. } if retry_in > Duration::from_secs(20)),
@@ -290,6 +292,7 @@ async fn a_restart_with_a_valid_stored_token_asks_for_none() {
         "http://127.0.0.1:9/mcp",
         &cfg,
         Some(s.dir.path()),
+        Duration::from_secs(3600),
     ));
     assert_eq!(again.authorization().await.unwrap().unwrap(), before);
     assert_eq!(s.fake.hits(), 1);

@@ -143,7 +143,12 @@ fn client_auth(
                 .map_or(0, |d| d.as_secs());
             let aud = ep.issuer.unwrap_or(ep.url);
             let jwt = key
-                .client_assertion(ep.client_id, aud, now, 60)
+                .client_assertion(
+                    ep.client_id,
+                    aud,
+                    now,
+                    crate::limits::OAUTH_ASSERTION_LIFETIME.as_secs(),
+                )
                 .map_err(|e| OAuthError::InvalidClient(e.to_string()))?;
             form.push(("client_id", ep.client_id.to_string()));
             form.push((
@@ -172,6 +177,13 @@ pub fn basic(id: &str, secret: &str) -> HeaderValue {
 fn answer(a: super::fetch::Answer) -> Result<Issued, OAuthError> {
     let s = |k: &str| a.body.get(k).and_then(Value::as_str).map(str::to_string);
     if (200..300).contains(&a.status) {
+        // RFC 6749 §5.1: a token of another type (DPoP, …) is not sent as Bearer.
+        if let Some(t) = s("token_type").filter(|t| !t.eq_ignore_ascii_case("bearer")) {
+            return Err(OAuthError::BadAnswer(format!(
+                "token_type {:?}: only Bearer tokens are used",
+                crate::logline::printable(&t)
+            )));
+        }
         let token = s("access_token")
             .filter(|t| !t.is_empty() && HeaderValue::from_str(&format!("Bearer {t}")).is_ok())
             .ok_or_else(|| {

@@ -249,6 +249,30 @@ impl Upstream {
         files.into_iter().map(mtime).collect()
     }
 
+    /// Its OAuth client, for an upstream of config `c` that replaces it:
+    /// kept when the URL and `[upstream.oauth]` are the same (its tokens,
+    /// its renewal lock and its failure schedule go on).
+    pub fn oauth_for(&self, c: &UpstreamConfig) -> Option<Arc<crate::oauth::OAuth>> {
+        use crate::config::Transport::Http;
+        match (&self.config.transport, &c.transport) {
+            (
+                Http {
+                    url: a,
+                    oauth: Some(x),
+                    ..
+                },
+                Http {
+                    url: b,
+                    oauth: Some(y),
+                    ..
+                },
+            ) if a == b && x == y && self.config.retry_after_cap == c.retry_after_cap => {
+                self.oauth.clone()
+            }
+            _ => None,
+        }
+    }
+
     /// Its OAuth client's state for `/status` (grant, token state, valid
     /// until, last token request); `null` without `[upstream.oauth]`.
     pub fn oauth_status(&self) -> serde_json::Value {

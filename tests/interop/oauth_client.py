@@ -191,7 +191,9 @@ def needs_login(answer):
 
 
 def wait_ready(gw, seconds=15):
-    """After a login: until the gateway has read the new token file and reconnected."""
+    """After a login: until the gateway has read the new token file and reconnected (a parked
+    upstream looks at its files every few seconds; a ready one's calls look every second)."""
+    time.sleep(1.1)
     deadline = time.time() + seconds
     while time.time() < deadline:
         try:

@@ -514,6 +514,7 @@ impl HttpConn {
                 .iter()
                 .filter_map(|v| v.to_str().ok()),
         );
+        let step_up = status == 403;
         let next = match (status, challenge) {
             (401, c) => oauth.unauthorized(sent.as_ref(), c).await,
             (_, Some(c)) if c.insufficient_scope() => {
@@ -524,10 +525,16 @@ impl HttpConn {
         let next = next.map_err(|e| SendError::OAuth(Box::new(e)))?;
         drop(resp);
         again.headers_mut().insert(header::AUTHORIZATION, next);
-        self.client
-            .request(again)
-            .await
-            .map_err(|e| self.transport(&method, e))
+        let resp = (self.client.request(again).await).map_err(|e| self.transport(&method, e))?;
+        if step_up && resp.status() == http::StatusCode::FORBIDDEN {
+            // Still not enough scope: this call's refusal, not the
+            // upstream's credentials (other tools keep working).
+            return Err(SendError::Http {
+                status: 403,
+                rpc: None,
+            });
+        }
+        Ok(resp)
     }
 
     fn transport(&self, method: &Method, e: hyper_util::client::legacy::Error) -> SendError {
