@@ -1010,7 +1010,7 @@ async fn a_refused_client_parks_the_upstream_not_just_its_token_requests() {
         if seen.last() != Some(&state) {
             seen.push(state.clone());
         }
-        if state == "parked" {
+        if state == "awaiting_credentials" {
             break;
         }
         assert!(

@@ -303,3 +303,156 @@ async fn a_restart_with_a_valid_stored_token_asks_for_none() {
     );
     assert_eq!(mode & 0o777, 0o600);
 }
+
+fn write_store(dir: &std::path::Path, s: &store::Stored) {
+    store::save(&store::path(dir, "crm"), s).unwrap();
+}
+
+fn login_config(token_endpoint: &str) -> OAuthConfig {
+    OAuthConfig {
+        grant: Grant::AuthorizationCode,
+        client_id: None,
+        auth: ClientAuth::None,
+        client_metadata_url: Some("https://site.example/mcp-edge.json".into()),
+        scopes: None,
+        token_endpoint: Some(token_endpoint.to_string()),
+        resource: None,
+    }
+}
+
+#[tokio::test]
+async fn a_refused_step_up_fails_its_call_only_and_keeps_the_token() {
+    let s = setup(vec![
+        Reply::Token(60, None),
+        Reply::Error(400, "invalid_scope", None),
+    ])
+    .await;
+    let t1 = s.oauth.authorization().await.unwrap().unwrap();
+    let c = Challenge {
+        scope: Some("admin".into()),
+        error: Some("insufficient_scope".into()),
+        resource_metadata: None,
+    };
+    let e = s.oauth.insufficient_scope(Some(&t1), c).await.unwrap_err();
+    assert!(matches!(e, OAuthError::Refused(_)) && !e.parks(), "{e}");
+    assert_eq!(s.oauth.authorization().await.unwrap().unwrap(), t1, "kept");
+    assert_eq!(s.oauth.status()["token"], "valid");
+    let forms = s.fake.forms.lock().unwrap().clone();
+    assert!(forms[1].contains("scope=admin"), "{forms:?}");
+    assert_eq!(s.fake.hits(), 2);
+}
+
+#[tokio::test]
+async fn a_refusal_met_by_the_background_renewal_parks_for_the_supervisor() {
+    let s = setup(vec![
+        Reply::Token(4, None),
+        Reply::Error(401, "invalid_client", None),
+    ])
+    .await;
+    s.oauth.authorization().await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(3100)).await; // due (3 s), valid (3.6 s)
+    s.oauth.authorization().await.unwrap().unwrap(); // starts the renewal
+    for _ in 0..100 {
+        if s.oauth.status()["token"]
+            .as_str()
+            .unwrap()
+            .starts_with("parked")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await; // expired
+    let e = s.oauth.authorization().await.unwrap_err();
+    assert!(e.parks(), "{e}");
+    assert_eq!(s.fake.hits(), 2);
+}
+
+#[tokio::test]
+async fn expires_in_is_bounded_both_ways() {
+    let s = setup(vec![Reply::Token(0, None), Reply::Token(u64::MAX, None)]).await;
+    for _ in 0..5 {
+        s.oauth.authorization().await.unwrap().unwrap();
+    }
+    assert_eq!(s.fake.hits(), 1, "a zero lifetime is taken as the minimum");
+    tokio::time::sleep(limits::OAUTH_MIN_LIFETIME).await;
+    assert_eq!(
+        bearer(&s.oauth.authorization().await.unwrap().unwrap()),
+        "at-2"
+    );
+    let file = store::load(&store::path(s.dir.path(), "crm"))
+        .unwrap()
+        .unwrap();
+    assert!(file.expires_at.unwrap() < u64::MAX / 2, "no overflow");
+}
+
+#[tokio::test]
+async fn a_login_after_a_refused_registration_is_picked_up() {
+    let fake = Fake::start(vec![Reply::Error(401, "invalid_client", None)]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let stored = store::Stored {
+        refresh_token: Some("rt".into()),
+        client_id: Some("dyn-1".into()),
+        client_secret: Some("sec".into()),
+        token_endpoint: Some(fake.url.clone()),
+        ..Default::default()
+    };
+    write_store(dir.path(), &stored);
+    let cfg = login_config(&fake.url);
+    let o = Arc::new(OAuth::new(
+        "crm",
+        "http://127.0.0.1:9/mcp",
+        &cfg,
+        Some(dir.path()),
+        Duration::from_secs(3600),
+    ));
+    assert!(o.authorization().await.unwrap_err().parks());
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let now = unix(SystemTime::now());
+    write_store(
+        dir.path(),
+        &store::Stored {
+            access_token: Some("fresh".into()),
+            issued_at: Some(now),
+            expires_at: Some(now + 3600),
+            client_id: Some("dyn-2".into()),
+            ..stored
+        },
+    );
+    tokio::time::sleep(limits::OAUTH_FILE_CHECK_PERIOD).await;
+    assert_eq!(bearer(&o.authorization().await.unwrap().unwrap()), "fresh");
+    assert_eq!(fake.hits(), 1);
+}
+
+#[tokio::test]
+async fn a_client_id_metadata_document_client_refreshes() {
+    let fake = Fake::start(vec![Reply::Token(60, Some("rt-2"))]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let now = unix(SystemTime::now());
+    write_store(
+        dir.path(),
+        &store::Stored {
+            access_token: Some("old".into()),
+            issued_at: Some(now - 100),
+            expires_at: Some(now - 10),
+            refresh_token: Some("rt-1".into()),
+            token_endpoint: Some(fake.url.clone()),
+            ..Default::default()
+        },
+    );
+    let cfg = login_config(&fake.url);
+    let o = Arc::new(OAuth::new(
+        "crm",
+        "http://127.0.0.1:9/mcp",
+        &cfg,
+        Some(dir.path()),
+        Duration::from_secs(3600),
+    ));
+    assert_eq!(bearer(&o.authorization().await.unwrap().unwrap()), "at-1");
+    let form = fake.forms.lock().unwrap()[0].clone();
+    assert!(
+        form.contains("client_id=https%3A%2F%2Fsite.example%2Fmcp-edge.json"),
+        "{form}"
+    );
+    assert!(form.contains("refresh_token=rt-1"), "{form}");
+}
