@@ -292,8 +292,13 @@ impl OAuth {
     /// token-endpoint outcome. Never a token.
     pub fn status(&self) -> Value {
         let v = self.view();
+        let expired = v
+            .token
+            .as_ref()
+            .is_none_or(|t| Instant::now() >= t.expires_at);
         let state = match &v.shown {
             Shown::None => "none".to_string(),
+            Shown::Valid if expired => "expired".to_string(),
             Shown::Valid => "valid".to_string(),
             Shown::Refreshing => "refreshing".to_string(),
             Shown::BackingOff => "backing_off".to_string(),
