@@ -16,10 +16,10 @@
 //! | [`jwt`] | signing keys for OAuth client assertions (`private_key_jwt`, RFC 7523): PEM keys, ES256/RS256, JWK thumbprints |
 //! | [`alloc`] | the counting global allocator (live/peak heap) and RSS |
 //! | [`metrics`] | metric names, the Prometheus recorder, heap gauges, the request-duration histogram (fixed atomic buckets) and metric handles resolved once |
-//! | [`logline`] | log hygiene: upstream text made printable (control bytes escaped), the token bucket behind client rates and log line budgets |
+//! | [`logline`] | log hygiene: upstream text made printable (control bytes escaped), errors with their sources, the token bucket behind client rates and log line budgets |
 //! | [`notify`] | sd-notify (`READY=1`, `STATUS=`, `STOPPING=1`, `RELOADING=1`) and the watchdog pinger, reading a small health view |
 //! | [`reaper`] | child processes: mcp-edge as child subreaper, the stdio children tokio waits for, orphans reaped by pid, a stopped child's escaped descendants found (`/proc`, an environment marker) and stopped |
-//! | [`protocol`] | JSON-RPC envelope, error codes, era and version rules, SSE codec |
+//! | [`protocol`] | JSON-RPC envelope, error codes, era and version rules, SSE codec, `Retry-After` |
 //! | [`config`] | TOML and `mcpServers` JSON → validated [`config::Config`]; board profiles |
 //! | [`audit`] | the audit log: one JSON line per call, a bounded queue in front of one writer thread; rotated file or journal |
 //! | [`budget`] | the worst-case live heap a config allows (capacity × measured cost) |

@@ -10,6 +10,23 @@ use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// An error with its sources, e.g. `client error (Connect): tcp connect
+/// error: Connection refused (os error 111)`, so "refused", "unknown host"
+/// and "TLS handshake" are told apart in logs and status.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
+}
+
 /// `text` with every control character escaped: `\n`, `\r`, `\t`, `\0`,
 /// and `\xNN` for the rest of C0, DEL and C1 (U+0080–U+009F); invalid UTF-8
 /// becomes U+FFFD. Printable text (any script) is kept as it is and not

@@ -359,6 +359,20 @@ pub fn routed_name<'a>(method: &str, params: Option<&'a Value>) -> Option<&'a st
     params?.get(key)?.as_str()
 }
 
+/// Parses `Retry-After` (RFC 9110 §10.2.3): delta-seconds or an HTTP-date
+/// (relative to `now`; a date in the past means zero).
+pub fn parse_retry_after(v: &str, now: std::time::SystemTime) -> Option<std::time::Duration> {
+    let v = v.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(std::time::Duration::from_secs(secs));
+    }
+    let when = httpdate::parse_http_date(v).ok()?;
+    Some(
+        when.duration_since(now)
+            .unwrap_or(std::time::Duration::ZERO),
+    )
+}
+
 pub mod caps;
 pub mod envelope;
 pub mod param_headers;
@@ -367,3 +381,27 @@ pub mod sse;
 
 pub use caps::ClientCaps;
 pub use raw::{split_response, Outgoing, Payload, RawResult, ResultType};
+
+#[cfg(test)]
+mod retry_after_tests {
+    use super::parse_retry_after;
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    #[test]
+    fn retry_after_both_forms() {
+        let now = UNIX_EPOCH + Duration::from_secs(784_111_777); // Sun, 06 Nov 1994 08:49:37 GMT
+        assert_eq!(
+            parse_retry_after("120", now),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:51:37 GMT", now),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after("soon", SystemTime::now()), None);
+    }
+}

@@ -103,7 +103,9 @@ impl Fetch {
         let resp = tokio::time::timeout(limits::OAUTH_REQUEST_TIMEOUT, work)
             .await
             .map_err(|_| OAuthError::Unreachable(format!("{url}: no answer")))?
-            .map_err(|e| OAuthError::Unreachable(format!("{url}: {}", chain(&e))))?;
+            .map_err(|e| {
+                OAuthError::Unreachable(format!("{url}: {}", crate::logline::error_chain(&e)))
+            })?;
         let values = resp
             .headers()
             .get_all(header::WWW_AUTHENTICATE)
@@ -128,17 +130,15 @@ impl Fetch {
 
     async fn send(&self, req: Request<Full<Bytes>>, url: &str) -> Result<Answer, OAuthError> {
         let work = async {
-            let resp = self
-                .client
-                .request(req)
-                .await
-                .map_err(|e| OAuthError::Unreachable(format!("{url}: {}", chain(&e))))?;
+            let resp = self.client.request(req).await.map_err(|e| {
+                OAuthError::Unreachable(format!("{url}: {}", crate::logline::error_chain(&e)))
+            })?;
             let status = resp.status().as_u16();
             let retry_after = resp
                 .headers()
                 .get(header::RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
-                .and_then(|v| retry_after(v, std::time::SystemTime::now()));
+                .and_then(|v| crate::protocol::parse_retry_after(v, std::time::SystemTime::now()));
             let body = Limited::new(resp.into_body(), limits::OAUTH_BODY_BYTES)
                 .collect()
                 .await
@@ -238,29 +238,6 @@ pub fn pct_decode(s: &str) -> String {
 
 fn hex(b: u8) -> Option<u8> {
     (b as char).to_digit(16).map(|d| d as u8)
-}
-
-fn retry_after(v: &str, now: std::time::SystemTime) -> Option<Duration> {
-    let v = v.trim();
-    if let Ok(secs) = v.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    let when = httpdate::parse_http_date(v).ok()?;
-    Some(when.duration_since(now).unwrap_or(Duration::ZERO))
-}
-
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let t = c.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        cur = c.source();
-    }
-    s
 }
 
 #[cfg(test)]

@@ -11,9 +11,11 @@ mod answer;
 mod lanes;
 mod notifications;
 mod wire;
+use crate::logline::error_chain as chain;
+pub use crate::protocol::parse_retry_after;
 pub use notifications::NotificationsEnd;
-use wire::{chain, is_sse, refused};
-pub use wire::{header_safe, parse_retry_after};
+pub use wire::header_safe;
+use wire::{is_sse, refused};
 
 use super::era::UpstreamEra;
 use super::relay::{Lane, Relay, RelayCtx};

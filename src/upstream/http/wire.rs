@@ -1,6 +1,6 @@
 //! HTTP details shared by calls and the notification stream: the status
 //! codes that refuse a request as a whole (401/403, 429/503 with
-//! `Retry-After`), SSE detection, error chains, header value encoding.
+//! `Retry-After`), SSE detection, header value encoding.
 
 use super::SendError;
 use base64::Engine;
@@ -8,7 +8,6 @@ use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::{Body as _, Incoming};
-use std::time::Duration;
 
 /// `Err` when the upstream refused the request as a whole: 401/403 (the
 /// challenge, `WWW-Authenticate`, stays here: never passed downstream), or
@@ -23,7 +22,7 @@ pub(super) fn refused<B>(resp: &http::Response<B>) -> Result<(), SendError> {
             .headers()
             .get(header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
+            .and_then(|v| crate::protocol::parse_retry_after(v, std::time::SystemTime::now()));
         if let Some(after) = after {
             return Err(SendError::RetryAfter {
                 status: status.as_u16(),
@@ -85,34 +84,6 @@ pub(super) async fn read_body(mut body: Incoming, max: usize) -> Result<Bytes, S
     })
 }
 
-/// An error with its sources, e.g. `client error (Connect): tcp connect
-/// error: Connection refused (os error 111)`, so "refused", "unknown host"
-/// and "TLS handshake" are told apart in logs and status.
-pub(super) fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let t = c.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        cur = c.source();
-    }
-    s
-}
-
-/// Parses `Retry-After` (RFC 9110 §10.2.3): delta-seconds or an HTTP-date
-/// (relative to `now`; a date in the past means zero).
-pub fn parse_retry_after(v: &str, now: std::time::SystemTime) -> Option<Duration> {
-    let v = v.trim();
-    if let Ok(secs) = v.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    let when = httpdate::parse_http_date(v).ok()?;
-    Some(when.duration_since(now).unwrap_or(Duration::ZERO))
-}
-
 /// Encodes a value for `Mcp-Name` (§Value Encoding): plain when it is visible
 /// ASCII without edge whitespace and not sentinel-shaped, else `=?base64?…?=`.
 pub fn header_safe(v: &str) -> HeaderValue {
@@ -131,28 +102,4 @@ pub fn header_safe(v: &str) -> HeaderValue {
         )
     };
     HeaderValue::from_str(&s).unwrap_or_else(|_| HeaderValue::from_static(""))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_retry_after;
-    use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-    #[test]
-    fn retry_after_both_forms() {
-        let now = UNIX_EPOCH + Duration::from_secs(784_111_777); // Sun, 06 Nov 1994 08:49:37 GMT
-        assert_eq!(
-            parse_retry_after("120", now),
-            Some(Duration::from_secs(120))
-        );
-        assert_eq!(
-            parse_retry_after("Sun, 06 Nov 1994 08:51:37 GMT", now),
-            Some(Duration::from_secs(120))
-        );
-        assert_eq!(
-            parse_retry_after("Sun, 06 Nov 1994 08:00:00 GMT", now),
-            Some(Duration::ZERO)
-        );
-        assert_eq!(parse_retry_after("soon", SystemTime::now()), None);
-    }
 }
