@@ -28,6 +28,14 @@ pub enum OAuthError {
     /// until the secret or key file changes.
     #[error("the authorization server refused the client ({0}); parked until the secret or key file changes")]
     InvalidClient(String),
+    /// The client's secret or key file could not be read or used (no
+    /// request was sent): parked until the file changes.
+    #[error("the client's secret or key cannot be used ({0}); parked until the file changes")]
+    ClientFile(String),
+    /// The authorization response of `mcp-edge login` was refused (state,
+    /// iss, an error from the server, no code).
+    #[error("login refused: {0}")]
+    Login(String),
     /// The grant was refused (`invalid_grant`): parked until a login.
     #[error("the authorization server refused the grant ({0}); needs `mcp-edge login`")]
     InvalidGrant(String),
@@ -68,7 +76,10 @@ impl OAuthError {
     pub fn parks(&self) -> bool {
         matches!(
             self,
-            OAuthError::InvalidClient(_) | OAuthError::InvalidGrant(_) | OAuthError::NeedsLogin(_)
+            OAuthError::InvalidClient(_)
+                | OAuthError::ClientFile(_)
+                | OAuthError::InvalidGrant(_)
+                | OAuthError::NeedsLogin(_)
         )
     }
 
@@ -90,6 +101,8 @@ impl OAuthError {
             OAuthError::Unavailable { .. } => "unavailable",
             OAuthError::Unreachable(_) => "unreachable",
             OAuthError::Discovery(_) => "discovery_failed",
+            OAuthError::ClientFile(_) => "client_file",
+            OAuthError::NeedsLogin(_) | OAuthError::MoreScope(_) => "needs_login",
             _ => "refused",
         }
     }

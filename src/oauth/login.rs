@@ -169,9 +169,8 @@ impl Login<'_> {
         if let Some(id) = &self.cfg.client_id {
             let credentials = match &self.cfg.auth {
                 ClientAuth::Secret(p) => {
-                    let s = Secret::new(
-                        crate::config::read_secret(p).map_err(OAuthError::InvalidClient)?,
-                    );
+                    let s =
+                        Secret::new(crate::config::read_secret(p).map_err(OAuthError::ClientFile)?);
                     let m = meta.auth_methods.as_deref().unwrap_or(&[]);
                     let only_post = !m.iter().any(|x| x == "client_secret_basic")
                         && m.iter().any(|x| x == "client_secret_post");
@@ -409,28 +408,28 @@ fn check_redirect(query: &str, p: &Pending) -> Result<String, OAuthError> {
     };
     if let Some(e) = get("error") {
         let d = get("error_description").unwrap_or_default();
-        return Err(OAuthError::Refused(
+        return Err(OAuthError::Login(
             crate::logline::printable(&format!("authorization denied: {e} {d}")).into_owned(),
         ));
     }
     if get("state").as_deref() != Some(p.state.as_str()) {
-        return Err(OAuthError::Refused(
+        return Err(OAuthError::Login(
             "the redirect's state does not match this login".into(),
         ));
     }
     match (get("iss"), &p.meta.issuer) {
         (Some(iss), Some(want)) if &iss != want => {
-            return Err(OAuthError::Refused(format!(
+            return Err(OAuthError::Login(format!(
                 "the redirect's iss {iss:?} is not the authorization server {want:?}"
             )))
         }
         (Some(iss), None) => {
-            return Err(OAuthError::Refused(format!(
+            return Err(OAuthError::Login(format!(
                 "the redirect carries iss {iss:?} but the issuer is unknown"
             )))
         }
         (None, _) if p.meta.iss_parameter => {
-            return Err(OAuthError::Refused(
+            return Err(OAuthError::Login(
                 "the redirect lacks iss, which the authorization server advertises".into(),
             ))
         }
@@ -438,7 +437,7 @@ fn check_redirect(query: &str, p: &Pending) -> Result<String, OAuthError> {
     }
     get("code")
         .filter(|c| !c.is_empty())
-        .ok_or_else(|| OAuthError::Refused("the redirect carries no code".into()))
+        .ok_or_else(|| OAuthError::Login("the redirect carries no code".into()))
 }
 
 /// `n` random bytes as base64url (PKCE verifier, `state`).

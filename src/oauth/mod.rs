@@ -81,6 +81,9 @@ struct View {
     file_check_at: Instant,
     /// The token file's modification time as last seen by a call.
     file_mtime: Option<SystemTime>,
+    /// The last failure and when the next token request may go, for the
+    /// callers that fail at once meanwhile.
+    last_error: Option<(String, Option<Instant>)>,
 }
 
 /// The OAuth client of one upstream.
@@ -97,6 +100,9 @@ pub struct OAuth {
     /// Set by each new connection: the next renewal reads the discovered
     /// metadata again (cached between reconnects, never per call).
     stale_metadata: std::sync::atomic::AtomicBool,
+    /// Rung when a token arrives after failures (the supervisor's wait for
+    /// its next connect attempt ends).
+    ready: tokio::sync::Notify,
     /// Held for the whole of each renewal: one token request in flight.
     renewal: Arc<tokio::sync::Mutex<Renewal>>,
 }
@@ -141,10 +147,17 @@ impl OAuth {
                 failing: false,
                 file_check_at: Instant::now() + limits::OAUTH_FILE_CHECK_PERIOD,
                 file_mtime,
+                last_error: None,
             }),
             stale_metadata: false.into(),
+            ready: tokio::sync::Notify::new(),
             renewal: Arc::new(tokio::sync::Mutex::new(renewal)),
         }
+    }
+
+    /// Ends when a token arrives after failed renewals.
+    pub async fn token_ready(&self) {
+        self.ready.notified().await
     }
 
     /// A new connection to the upstream: discovered metadata is read again
@@ -226,13 +239,16 @@ impl OAuth {
     /// for the retry under way.
     fn last_failure(&self) -> OAuthError {
         let v = self.view();
-        let reason = match &v.shown {
-            Shown::Parked(why) => why.clone(),
-            _ => "the last token request failed; another is under way".into(),
+        let (reason, next) = match (&v.shown, &v.last_error) {
+            (Shown::Parked(why), _) => (why.clone(), None),
+            (_, Some((e, next))) => (e.clone(), *next),
+            _ => ("a token request is under way".into(), None),
         };
         OAuthError::BackingOff {
             reason,
-            retry_in: Duration::ZERO,
+            retry_in: next.map_or(Duration::ZERO, |n| {
+                n.saturating_duration_since(Instant::now())
+            }),
         }
     }
 
@@ -421,9 +437,15 @@ impl OAuth {
             Ok(new) => {
                 v.token = Some(token_now(&new.header, new.lifetime));
                 v.shown = Shown::Valid;
+                if v.last_error.take().is_some() {
+                    self.ready.notify_waiters();
+                }
                 Ok(new.header)
             }
             Err(e) => {
+                if v.failing {
+                    v.last_error = Some((e.to_string(), r.next_try()));
+                }
                 v.shown = match r.parked_why() {
                     Some(why) => Shown::Parked(why),
                     None if v.failing => Shown::BackingOff,

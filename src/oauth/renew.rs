@@ -228,6 +228,11 @@ impl Renewal {
         self.stored_mtime
     }
 
+    /// When the next token request may go, while backing off.
+    pub(super) fn next_try(&self) -> Option<Instant> {
+        self.next_try.as_ref().map(|(at, _)| *at)
+    }
+
     /// Why it is parked, if it is.
     pub(super) fn parked_why(&self) -> Option<String> {
         self.parked.as_ref().map(|p| p.error.to_string())
@@ -249,7 +254,9 @@ impl Renewal {
         }
         if e.parks() {
             let files = match e {
-                OAuthError::InvalidClient(_) => self.client_files.clone(),
+                OAuthError::InvalidClient(_) | OAuthError::ClientFile(_) => {
+                    self.client_files.clone()
+                }
                 _ => store.map(Path::to_path_buf).into_iter().collect(),
             };
             let seen = files.iter().map(|f| store::mtime(f)).collect();

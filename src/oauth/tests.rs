@@ -456,3 +456,32 @@ async fn a_client_id_metadata_document_client_refreshes() {
     );
     assert!(form.contains("refresh_token=rt-1"), "{form}");
 }
+
+#[tokio::test]
+async fn after_failures_callers_fail_at_once_with_the_cause_and_a_token_wakes_the_waiter() {
+    let s = setup(vec![Reply::Error(503, "temporarily_unavailable", None)]).await;
+    let e = s.oauth.authorization().await.unwrap_err();
+    assert!(matches!(e, OAuthError::Unavailable { .. }), "{e}");
+    let e = s.oauth.authorization().await.unwrap_err();
+    assert!(
+        e.to_string().contains("HTTP 503"),
+        "the cause, not a generic line: {e}"
+    );
+    assert_eq!(s.fake.hits(), 1);
+    let waiter = {
+        let o = s.oauth.clone();
+        async move { o.token_ready().await }
+    };
+    let retry = async {
+        tokio::time::sleep(limits::OAUTH_BACKOFF_INITIAL.mul_f64(1.3)).await;
+        // Fails at once; the retry it starts gets a token on its own.
+        assert!(s.oauth.authorization().await.is_err());
+    };
+    let (woke, ()) = tokio::join!(tokio::time::timeout(Duration::from_secs(10), waiter), retry);
+    assert!(woke.is_ok(), "the waiter was woken by the token");
+    assert_eq!(s.fake.hits(), 2);
+    assert_eq!(
+        bearer(&s.oauth.authorization().await.unwrap().unwrap()),
+        "at-2"
+    );
+}

@@ -137,7 +137,7 @@ fn client_auth(
         }
         Credentials::Basic(secret) => Ok(Some(basic(ep.client_id, secret.expose()))),
         Credentials::Jwt(path) => {
-            let key = crate::config::read_private_key(path).map_err(OAuthError::InvalidClient)?;
+            let key = crate::config::read_private_key(path).map_err(OAuthError::ClientFile)?;
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs());
@@ -149,7 +149,7 @@ fn client_auth(
                     now,
                     crate::limits::OAUTH_ASSERTION_LIFETIME.as_secs(),
                 )
-                .map_err(|e| OAuthError::InvalidClient(e.to_string()))?;
+                .map_err(|e| OAuthError::ClientFile(e.to_string()))?;
             form.push(("client_id", ep.client_id.to_string()));
             form.push((
                 "client_assertion_type",

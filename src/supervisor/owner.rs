@@ -39,6 +39,11 @@ struct Failure {
     retry_after: Option<Duration>,
     /// It had been Ready for `stable_period`: the backoff starts over.
     was_stable: bool,
+    /// Only an access token was missing (its authorization server failed,
+    /// not the upstream): the next attempt follows the token requests'
+    /// schedule (`limits::OAUTH_BACKOFF_CAP` at most), and a token that
+    /// arrives meanwhile ends the wait.
+    token_only: bool,
 }
 
 impl Failure {
@@ -48,6 +53,7 @@ impl Failure {
             auth: false,
             retry_after: None,
             was_stable: false,
+            token_only: false,
         })
     }
 
@@ -67,6 +73,7 @@ impl Failure {
                 _ => None,
             },
             was_stable: false,
+            token_only: matches!(e, SendError::OAuth(o) if !o.parks()),
         })
     }
 }
@@ -196,6 +203,7 @@ async fn serve(
             auth: loss.auth,
             retry_after: None,
             was_stable: false,
+            token_only: false,
         }),
         _ = up.signals.reconnect.notified() => End::Reconnect,
         _ = shutdown.changed() => End::Shutdown,
@@ -495,7 +503,10 @@ impl Owner {
         let failures = self.failures;
         let base = self.policy.base_delay(failures);
         let mut delay = self.policy.delay(failures, jitter_unit());
-        if let Some(ra) = f.retry_after {
+        if f.token_only {
+            delay = (f.retry_after.unwrap_or(limits::OAUTH_BACKOFF_INITIAL))
+                .clamp(limits::OAUTH_BACKOFF_INITIAL, limits::OAUTH_BACKOFF_CAP);
+        } else if let Some(ra) = f.retry_after {
             delay = delay.max(up.set_retry_floor(ra));
         }
         let now = Instant::now();
@@ -515,8 +526,20 @@ impl Owner {
                 tracing::info!(upstream = %up.name(), "early attempt requested by a call (connect_on_demand)");
             }
             _ = up.signals.reconnect.notified() => self.failures = 0,
+            _ = token_ready(&up) => {
+                tracing::info!(upstream = %up.name(), "an access token arrived; trying again");
+            }
             _ = shutdown.changed() => return false,
         }
         true
+    }
+}
+
+/// Ends when the upstream's OAuth client gets a token after failing;
+/// pending without `[upstream.oauth]`.
+async fn token_ready(up: &Upstream) {
+    match up.oauth.as_ref() {
+        Some(o) => o.token_ready().await,
+        None => std::future::pending().await,
     }
 }

@@ -53,8 +53,7 @@ impl Renewal {
         let allows = |m: &str| methods.iter().any(|x| x == m);
         match &cfg.auth {
             ClientAuth::Secret(p) => {
-                let s =
-                    Secret::new(crate::config::read_secret(p).map_err(OAuthError::InvalidClient)?);
+                let s = Secret::new(crate::config::read_secret(p).map_err(OAuthError::ClientFile)?);
                 Ok(
                     if !allows("client_secret_basic") && allows("client_secret_post") {
                         Credentials::Post(s)
