@@ -47,6 +47,7 @@ SKIP=(
   "a_reload_that_removes_an_upstream_stops_its_escaped_grandchildren|qemu-user 7.2 refuses prctl(PR_SET_CHILD_SUBREAPER) (EINVAL), so the gateway cannot be a subreaper under emulation"
   "sixty_seconds_of_calls_with_ten_second_tokens_all_succeed|60 s of real-time calls against the Node authorization server (tests/oauth.rs); under qemu it measures emulation, natively it runs in stage 2"
   "fifty_callers_across_rotating_refreshes_never_lose_the_grant|50 concurrent callers for 35 s (tests/oauth.rs); under qemu it measures emulation, natively it runs in stage 2"
+  "an_upstream_down_for_want_of_a_token_recovers_within_seconds_of_the_server|a timed 45 s outage (tests/oauth.rs); natively it runs in stage 2"
   "an_authorization_server_outage_fails_calls_fast_backs_off_and_recovers|a timed 20 s outage of the Node authorization server (tests/oauth.rs); natively it runs in stage 2"
 )
 

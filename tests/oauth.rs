@@ -1149,3 +1149,67 @@ async fn the_python_sdks_own_metadata_with_a_trailing_slash_issuer_works() {
     assert_eq!(e, None, "/status oauth: {}", oauth_status(&gw).await);
     assert_eq!(auth.token_requests().len(), 1);
 }
+
+/// A new user's finding: after an outage long enough for the upstream to be
+/// marked down (its health probes cannot get a token), it came back only at
+/// the reconnect backoff's next attempt, minutes later. An upstream down
+/// only for want of a token is tried again on the token requests' schedule
+/// (at most a minute apart) and at once when a token arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_down_for_want_of_a_token_recovers_within_seconds_of_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut auth, mcp) = peers(dir.path(), 10, false).await;
+    write_secret(&dir.path().join("secret"), SECRET);
+    let cfg = gateway_config(
+        &dir.path().join("state"),
+        &mcp.url(),
+        &dir.path().join("secret"),
+        "client_credentials",
+    )
+    .replace(
+        "\n\n[upstream.oauth]",
+        "\nhealth_interval = \"1s\"\nprobe_timeout = \"500ms\"\nprobe_misses = 1\nbackoff_initial = \"2s\"\n\n[upstream.oauth]",
+    );
+    let gw = Running::start(dir.path(), &cfg).await;
+    let sid = legacy_session(gw.addr, "2025-11-25").await;
+    assert!(echo(gw.addr, &sid, 1, "before").await.is_none());
+    auth.stop();
+    // Down once the token has expired (9 s) and a probe missed; with the
+    // reconnect backoff (2 s doubling) its attempts would then be about
+    // 2, 4, 8 and 16 s apart, the next one some 27 s after the return.
+    let start = Instant::now();
+    let mut down = false;
+    while start.elapsed() < Duration::from_secs(45) {
+        let state = gw.status().await["upstreams"][0]["state"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        down |= state == "backoff";
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        down,
+        "the upstream was never marked down: {}",
+        gw.status().await
+    );
+    auth.run().await;
+    let back = Instant::now();
+    let mut id = 1;
+    loop {
+        id += 1;
+        if echo(gw.addr, &sid, id, "after").await.is_none() {
+            break;
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(20),
+            "no call succeeded within 20 s of the authorization server's return: {}\n{}",
+            gw.status().await,
+            gw.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!(
+        "down for want of a token: first call succeeded {:?} after the server returned",
+        back.elapsed()
+    );
+}
