@@ -485,3 +485,28 @@ async fn after_failures_callers_fail_at_once_with_the_cause_and_a_token_wakes_th
         "at-2"
     );
 }
+
+#[tokio::test]
+async fn step_ups_stop_at_the_limit() {
+    let s = setup(vec![]).await;
+    let mut sent = s.oauth.authorization().await.unwrap().unwrap();
+    let c = || Challenge {
+        scope: Some("more".into()),
+        error: Some("insufficient_scope".into()),
+        resource_metadata: None,
+    };
+    for _ in 0..limits::OAUTH_STEP_UPS {
+        sent = s.oauth.insufficient_scope(Some(&sent), c()).await.unwrap();
+    }
+    let e = s
+        .oauth
+        .insufficient_scope(Some(&sent), c())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, OAuthError::StepUpLimit(_)) && !e.parks(), "{e}");
+    assert_eq!(
+        s.fake.hits(),
+        1 + limits::OAUTH_STEP_UPS as usize,
+        "no request past the limit"
+    );
+}
