@@ -347,6 +347,13 @@ pub const CONNECTION_YIELD_GRACE: Duration = Duration::from_millis(250);
 /// Largest request body the admin listener reads (`POST /tools/approve`):
 /// 64 KiB; larger ones get 413 (`mcp_edge_refused_total{limit="admin_body"}`).
 pub const ADMIN_BODY_BYTES: usize = 64 * 1024;
+/// File name of the operator socket (`server.admin_socket`'s default).
+pub const ADMIN_SOCKET_NAME: &str = "admin.sock";
+/// `sun_path` of `sockaddr_un` (unix(7)): a socket path and its NUL.
+pub const UNIX_SOCKET_PATH_MAX: usize = 108;
+/// Parents the operator socket follows from a peer toward pid 1 (a longer
+/// chain is refused: `mcp_edge_refused_total{limit="admin_peer"}`).
+pub const ADMIN_PEER_ANCESTRY: usize = 1024;
 /// How long a connection closed to admit a new one may take to send what
 /// hyper still holds of its last response before it is dropped.
 pub const CONNECTION_CLOSE_FLUSH: Duration = Duration::from_secs(5);

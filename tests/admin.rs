@@ -1,5 +1,6 @@
 //! The admin listener (`server.admin_listen`): /metrics, /healthz, /readyz,
-//! /status, the reconnect action, and the `mcp-edge status` CLI against it.
+//! /status, read-only; the reconnect action on the operator socket
+//! (`server.admin_socket`), and the `mcp-edge status` CLI against them.
 
 mod support;
 use serde_json::Value;
@@ -56,8 +57,17 @@ async fn parse_with_prometheus_client(text: &str) -> String {
 async fn status_metrics_readiness_and_reconnect() {
     mcp_edge::metrics::prometheus();
     let upstreams = "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n\n[[upstream]]\nname = \"dead\"\ntransport = \"stdio\"\ncommand = \"/nonexistent/server\"\n";
-    let gw = start("admin_listen = \"127.0.0.1:0\"", upstreams).await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = format!(
+        "admin_listen = \"127.0.0.1:0\"\nadmin_socket = \"{}/admin.sock\"",
+        dir.path().display()
+    );
+    let gw = start(&server, upstreams).await;
     let admin = gw.admin_addr().expect("admin listener bound");
+    let socket = gw
+        .admin_socket()
+        .expect("operator socket bound")
+        .to_path_buf();
     assert_eq!(get(admin, "GET", "/healthz").await.0, 200);
     assert_eq!(get(admin, "GET", "/readyz").await.0, 200);
     let (status, body) = get(admin, "GET", "/status").await;
@@ -85,10 +95,20 @@ async fn status_metrics_readiness_and_reconnect() {
             "{name} missing from parsed families:\n{parsed}"
         );
     }
-    // Operator action: an immediate attempt.
+    // The TCP listener is read-only: no stderr tail, no action.
+    assert!(v["upstreams"][1]["stderr_tail"].is_null(), "{v}");
+    let (code, body) = get(admin, "POST", "/upstreams/dead/reconnect").await;
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("server.admin_socket"), "{body}");
+    let (_, full) = operator_request(&socket, "GET", "/status", &[], "").await;
+    let full: Value = serde_json::from_str(&full).unwrap();
+    assert!(full["upstreams"][1]["stderr_tail"].is_string(), "{full}");
+    assert_eq!(v["admin_socket"], socket.display().to_string());
+    // Operator action on the operator socket: an immediate attempt.
     let dead = gw.app().router.upstreams()[1].clone();
     let before = dead.attempts();
-    assert_eq!(get(admin, "POST", "/upstreams/dead/reconnect").await.0, 202);
+    let reconnect = |p: &'static str| operator_request(&socket, "POST", p, &[], "");
+    assert_eq!(reconnect("/upstreams/dead/reconnect").await.0, 202);
     for _ in 0..100 {
         if dead.attempts() > before {
             break;
@@ -99,7 +119,7 @@ async fn status_metrics_readiness_and_reconnect() {
         dead.attempts() > before,
         "reconnect did not trigger an attempt"
     );
-    assert_eq!(get(admin, "POST", "/upstreams/nope/reconnect").await.0, 404);
+    assert_eq!(reconnect("/upstreams/nope/reconnect").await.0, 404);
     // The CLI renders the same document as a table.
     let url = format!("http://{admin}");
     let out = tokio::task::spawn_blocking(move || {
@@ -142,7 +162,8 @@ async fn raw_status(addr: std::net::SocketAddr, method: &str, path: &str, extra:
 /// A web page can reach a loopback port: every admin route refuses what a
 /// browser sends (an `Origin`), and a `Host` other than loopback or the
 /// admin address (DNS rebinding), so a page can neither read `/status` nor
-/// force reconnects; the same requests without those headers are served.
+/// force reconnects; the same requests without those headers are served
+/// (the reads: actions are not served on TCP at all).
 #[tokio::test]
 async fn browsers_are_refused_on_every_admin_route() {
     mcp_edge::metrics::prometheus();
@@ -167,6 +188,7 @@ async fn browsers_are_refused_on_every_admin_route() {
             "{method} {path}"
         );
         let served = raw_status(admin, method, path, &local).await;
-        assert!(served == 200 || served == 202, "{method} {path}: {served}");
+        let want = if method == "GET" { 200 } else { 403 };
+        assert_eq!(served, want, "{method} {path}");
     }
 }

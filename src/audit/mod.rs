@@ -68,9 +68,11 @@
 //! with `"arguments_omitted":true` instead of its arguments.
 
 mod line;
+mod operator;
 mod sink;
 
 pub use line::{Entry, Outcome, Record, SESSION_ID_CHARS};
+pub use operator::{Action, Operator};
 pub use sink::{AuditError, Journal, RotatingFile, Sink, JOURNAL_IDENTIFIER, JOURNAL_SOCKET};
 
 use crate::config::{AuditConfig, AuditSink};
@@ -165,11 +167,20 @@ impl Audit {
         if !self.arguments {
             r.arguments = None;
         }
-        let Some(entry) = Entry::new(r) else {
-            self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
-            metrics::counter!(crate::metrics::AUDIT_WRITE_ERRORS).increment(1);
-            return;
-        };
+        match Entry::new(r) {
+            Some(entry) => self.queue(entry),
+            None => self.write_error(),
+        }
+    }
+
+    /// A line that could not be made: counted as a write error.
+    fn write_error(&self) {
+        self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!(crate::metrics::AUDIT_WRITE_ERRORS).increment(1);
+    }
+
+    /// Queues `entry` for the writer; never waits (see [`Audit::record`]).
+    fn queue(&self, entry: Entry) {
         let cost = entry.cost();
         let before = self
             .counters

@@ -30,6 +30,7 @@ pub(super) fn server() -> ServerConfig {
                 .expect("limits::DEFAULT_ADMIN_LISTEN is a socket address"),
         ),
         state_directory: None,
+        admin_socket: None,
         tls: None,
         allow_unauthenticated: false,
     }

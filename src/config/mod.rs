@@ -29,6 +29,7 @@
 //! tool_names = "strict"                         # "strict" | "spec"
 //! admin_listen = "127.0.0.1:9737"               # admin IP:port (default; port 0 when listen's is 0) or "off"
 //! state_directory = "/var/lib/mcp-edge"         # optional absolute path, default $STATE_DIRECTORY
+//! admin_socket = "/run/mcp-edge/admin.sock"     # operator socket (0600) or "off"; default $RUNTIME_DIRECTORY/admin.sock, else <state_directory>/admin.sock
 //!
 //! [watchdog]                                    # whole section optional
 //! required_grace = "5m"                         # humantime, 1s..=24h: how long a required upstream may be down
@@ -176,6 +177,7 @@ mod raw;
 mod render;
 pub use render::mask_url;
 mod server;
+mod socket;
 mod tls;
 mod transport;
 pub use transport::Transport;
@@ -296,6 +298,13 @@ pub struct ServerConfig {
     /// first path of `$STATE_DIRECTORY`). `None` = state kept in memory only.
     /// [`ServerConfig::default`] does not read the environment: `None`.
     pub state_directory: Option<PathBuf>,
+    /// The operator's Unix socket (`admin_socket`): every admin action that
+    /// changes state is served only there, to root or the gateway's own
+    /// user and never to a descendant of the gateway (`http::operator`).
+    /// Default `$RUNTIME_DIRECTORY/admin.sock` (systemd's
+    /// `RuntimeDirectory=`), else `<state_directory>/admin.sock`; `None` =
+    /// `"off"`, or neither directory is known.
+    pub admin_socket: Option<PathBuf>,
     /// HTTPS on `listen` (`tls_cert`, `tls_key`, `tls_client_ca`); `None` =
     /// plain HTTP.
     pub tls: Option<TlsConfig>,
@@ -517,6 +526,9 @@ impl Config {
             tracing::warn!("ignoring the STATE_DIRECTORY environment variable: {e}");
             None
         });
+        server.admin_socket = socket::admin_socket_default(env, server.state_directory.as_deref())
+            .ok()
+            .flatten();
         Config {
             server,
             upstreams: vec![ctx.upstream_defaults("edge".to_owned(), Transport::Builtin)],

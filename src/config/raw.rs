@@ -52,6 +52,7 @@ pub(super) struct RawServer {
     /// Deprecated alias of `admin_listen`.
     pub metrics_listen: Option<String>,
     pub state_directory: Option<String>,
+    pub admin_socket: Option<String>,
     pub tls_cert: Option<String>,
     pub tls_key: Option<String>,
     pub tls_client_ca: Option<String>,

@@ -81,6 +81,10 @@ fn server(o: &mut String, s: &ServerConfig) {
         Some(p) => kv(o, "state_directory", quote(&path(p))),
         None => o.push_str("# state_directory: not set (backoff state is kept in memory only)\n"),
     }
+    match &s.admin_socket {
+        Some(p) => kv(o, "admin_socket", quote(&path(p))),
+        None => o.push_str("admin_socket = \"off\"  # no operator socket: nothing can approve tools or force reconnects\n"),
+    }
     match &s.tls {
         Some(t) => {
             kv(o, "tls_cert", quote(&path(&t.cert)));

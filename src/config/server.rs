@@ -9,13 +9,14 @@ use std::time::Duration;
 use super::ctx::{is_name_char, Ctx, Result};
 use super::raw::RawServer;
 use super::tls::{tls, RawTls};
-use super::values::{duration, int, ints};
+use super::values::{absolute_dir, duration, int, ints};
 use super::{ServerConfig, ToolNameRule};
 use crate::limits;
 
 /// Environment variable that defaults `state_directory` (systemd's
 /// `StateDirectory=` sets it; several directories are `:`-separated).
 const STATE_DIRECTORY_VAR: &str = "STATE_DIRECTORY";
+
 /// What `check-config` notes when the deprecated alias is used.
 const METRICS_LISTEN_NOTE: &str =
     "server.metrics_listen is deprecated; rename it to server.admin_listen";
@@ -36,6 +37,8 @@ pub(super) fn server(ctx: &Ctx, raw: RawServer) -> Result<ServerConfig> {
     let tool_names = tool_names(ctx, raw.tool_names.as_deref(), d.tool_names)?;
     let (session_idle_timeout, session_min_idle_before_evict) = session_idle(ctx, &raw, &d)?;
     let state_directory = state_directory(ctx, raw.state_directory.as_deref())?;
+    let admin_socket =
+        super::socket::admin_socket(ctx, raw.admin_socket.as_deref(), state_directory.as_deref())?;
     let tls = tls(
         ctx,
         RawTls {
@@ -54,6 +57,7 @@ pub(super) fn server(ctx: &Ctx, raw: RawServer) -> Result<ServerConfig> {
         tool_names,
         admin_listen,
         state_directory,
+        admin_socket,
         tls,
         allow_unauthenticated: raw.allow_unauthenticated.unwrap_or(d.allow_unauthenticated),
         ..d
@@ -323,21 +327,6 @@ pub(super) fn state_directory_from_env(
             "unset, and the first path of the STATE_DIRECTORY environment variable, {first:?}, {m}"
         )
     })
-}
-
-/// A non-empty absolute path without NUL; the error completes "`<value>` …".
-fn absolute_dir(s: &str) -> std::result::Result<PathBuf, String> {
-    if s.is_empty() {
-        return Err("must not be empty (omit it for no state directory)".to_owned());
-    }
-    if s.contains('\0') {
-        return Err("must not contain a NUL character".to_owned());
-    }
-    let p = PathBuf::from(s);
-    if !p.is_absolute() {
-        return Err("must be an absolute path".to_owned());
-    }
-    Ok(p)
 }
 
 fn socket_addr(ctx: &Ctx, key: &str, s: &str) -> Result<SocketAddr> {

@@ -223,7 +223,7 @@ mod tests {
     fn load(text: &str, creds: Option<&str>) -> Result<Config> {
         let env = move |k: &str| match k {
             "CREDENTIALS_DIRECTORY" => creds.map(OsString::from),
-            "STATE_DIRECTORY" => None,
+            "STATE_DIRECTORY" | "RUNTIME_DIRECTORY" => None,
             other => panic!("unexpected env lookup {other}"),
         };
         Config::from_toml_str_with_env(text, Path::new("t.toml"), &env)

@@ -121,3 +121,18 @@ pub(super) fn duration(
     }
     Ok(d)
 }
+
+/// A non-empty absolute path without NUL; the error completes "`<value>` …".
+pub(super) fn absolute_dir(s: &str) -> std::result::Result<std::path::PathBuf, String> {
+    if s.is_empty() {
+        return Err("must not be empty (omit it for no state directory)".to_owned());
+    }
+    if s.contains('\0') {
+        return Err("must not contain a NUL character".to_owned());
+    }
+    let p = std::path::PathBuf::from(s);
+    if !p.is_absolute() {
+        return Err("must be an absolute path".to_owned());
+    }
+    Ok(p)
+}

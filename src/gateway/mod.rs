@@ -52,6 +52,9 @@ pub enum GatewayError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The operator socket (`server.admin_socket`) could not be bound.
+    #[error(transparent)]
+    Operator(#[from] crate::http::operator::BindError),
     /// The audit log (`[audit]`) could not start: its file cannot be
     /// opened for appending, or the journal is not there.
     #[error("cannot start the audit log")]
@@ -186,6 +189,11 @@ impl Gateway {
             max_pending: s.max_pending_server_requests,
             state_directory: s.state_directory.clone(),
         };
+        // After the pins: a state directory at fault is reported as such.
+        let operator = match &s.admin_socket {
+            Some(p) => Some(crate::http::operator::Socket::bind(p)?),
+            None => None,
+        };
         let upstreams: Vec<Arc<Upstream>> = (config.upstreams.iter().enumerate())
             .map(|(i, c)| shared.upstream(i, c, None))
             .collect();
@@ -215,7 +223,7 @@ impl Gateway {
         metrics::gauge!(crate::metrics::SESSIONS_CAPACITY).set(s.session_capacity as f64);
         let (shutdown, _) = watch::channel(false);
         let admin_addr = admin.as_ref().and_then(|l| l.local_addr().ok());
-        let tasks = root_tasks(&app, listener, admin, &shutdown);
+        let tasks = root_tasks(&app, listener, (admin, operator), &shutdown);
         Ok(Gateway {
             watchdog: Arc::new(std::sync::Mutex::new(config.watchdog.clone())),
             next_id: upstreams.len(),
@@ -240,6 +248,11 @@ impl Gateway {
     /// The bound admin address (`server.admin_listen`), if any.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin_addr
+    }
+
+    /// The operator socket (`server.admin_socket`), if any.
+    pub fn admin_socket(&self) -> Option<&std::path::Path> {
+        self.app.server.admin_socket.as_deref()
     }
 
     /// The downstream face's state (sessions, router, upstreams).
@@ -364,7 +377,7 @@ fn persist(config: &Config, upstreams: &[Arc<Upstream>]) -> Option<Arc<Persist>>
 fn root_tasks(
     app: &Arc<App>,
     listener: TcpListener,
-    admin: Option<TcpListener>,
+    (admin, operator): (Option<TcpListener>, Option<crate::http::operator::Socket>),
     shutdown: &watch::Sender<bool>,
 ) -> Vec<OwnedTask> {
     let mut tasks = vec![
@@ -380,6 +393,10 @@ fn root_tasks(
     ];
     if let Some(l) = admin {
         let serve = crate::http::admin::serve(l, app.clone(), shutdown.subscribe());
+        tasks.push(OwnedTask::spawn(serve));
+    }
+    if let Some(socket) = operator {
+        let serve = crate::http::operator::serve(socket, app.clone(), shutdown.subscribe());
         tasks.push(OwnedTask::spawn(serve));
     }
     tasks

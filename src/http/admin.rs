@@ -1,5 +1,8 @@
-//! The admin listener (`server.admin_listen`, loopback by default): routes
-//! for operators and Prometheus, never for MCP clients.
+//! The admin routes, for operators and Prometheus, never for MCP clients:
+//! served read-only (`GET`s) on the TCP admin listener
+//! (`server.admin_listen`, loopback by default), and whole on the operator
+//! socket (`server.admin_socket`, [`super::operator`]) to a checked peer.
+//! On TCP every action is 403 and `/status` has no stderr tails.
 //!
 //! - `GET /metrics`: Prometheus text format 0.0.4 (metrics-exporter-prometheus).
 //! - `GET /healthz`: 200 while the process serves.
@@ -10,12 +13,12 @@
 //!   state, detail, retry_in_secs, attempts, probes_ok, probes_missed,
 //!   stderr_tail}], tls: {cert, not_after, client_ca} | null, …}` (`tls`: the
 //!   certificate new connections get, paths only, never key material).
-//! - `POST /upstreams/NAME/reconnect`: an immediate attempt (resets backoff
-//!   and parking); 404 for an unknown name.
+//! - `POST /upstreams/NAME/reconnect` (operator socket): an immediate
+//!   attempt (resets backoff and parking); 404 for an unknown name.
 //! - `GET /tools?upstream=NAME`: every tool the upstream lists now with
 //!   its whole definition (withheld ones too, so an operator sees what an
 //!   approval would serve), `now_sha256` (its digest) and `pinned_sha256`.
-//! - `POST /tools/approve` with `{"upstream": NAME, "tool": TOOL, "expect":
+//! - `POST /tools/approve` (operator socket) with `{"upstream": NAME, "tool": TOOL, "expect":
 //!   DIGEST}` (`tool` optional: every tool the upstream withholds;
 //!   `expect` optional, needs `tool`: the digest, or a prefix of at least
 //!   12 hex characters, the operator reviewed): pins the definitions
@@ -31,8 +34,8 @@
 //!   one, the CLI does not), a `Host` that is not loopback or the admin
 //!   address (403: DNS rebinding), a `Content-Type` other than
 //!   `application/json` (415: a cross-site form cannot send it without a
-//!   preflight). This keeps browsers out; it does not keep out a process
-//!   of the same machine (see "Tool pins" in `docs/architecture.md`).
+//!   preflight). Local processes are kept out by the operator socket's
+//!   peer check (see "The operator socket" in `docs/architecture.md`).
 //!
 //! Every route, not only the approval, refuses a request with an `Origin`
 //! header or a `Host` that is not loopback or the admin address (403): a
@@ -44,6 +47,7 @@
 //! with the pinned and the current hash prefix, or `unverified`).
 
 use super::App;
+pub use crate::audit::Operator;
 use crate::upstream::Status;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
@@ -70,8 +74,16 @@ fn text(
     r
 }
 
-/// The `/status` document.
+/// The `/status` document, as the operator socket serves it (with each
+/// stdio upstream's stderr tail).
 pub fn status(app: &App) -> Value {
+    status_for(app, true)
+}
+
+/// The `/status` document; `tails`: with stderr tails (the operator socket
+/// only: a child's stderr may carry what it should not tell every local
+/// process).
+pub fn status_for(app: &App, tails: bool) -> Value {
     let now = Instant::now();
     let upstreams: Vec<Value> = app
         .router
@@ -99,7 +111,7 @@ pub fn status(app: &App) -> Value {
                 "trust": u.config.trust.as_str(),
                 "pinned": u.pinned(),
                 "withheld": u.withheld().iter().map(|w| w.to_json()).collect::<Vec<_>>(),
-                "stderr_tail": u.stderr_tail(),
+                "stderr_tail": if tails { json!(u.stderr_tail()) } else { Value::Null },
                 "oauth": u.oauth_status(),
             })
         })
@@ -121,6 +133,7 @@ pub fn status(app: &App) -> Value {
                 .map(|d| d.join(crate::pins::FILE_NAME).display().to_string()),
         },
         "pid": std::process::id(),
+        "admin_socket": app.server.admin_socket.as_ref().map(|p| p.display().to_string()),
         "listen": app.listen_addr.to_string(),
         // Names only: no credential, digest or subject is shown.
         "access": {
@@ -225,8 +238,11 @@ fn tools(app: &App, query: Option<&str>) -> Response<Full<Bytes>> {
     json_answer(StatusCode::OK, body)
 }
 
-/// `POST /tools/approve` (see the module docs).
-async fn approve(app: &App, body: hyper::body::Incoming) -> Response<Full<Bytes>> {
+/// `POST /tools/approve`'s body read and checked: the ask and its
+/// `expect`, or the error answer.
+async fn approval(
+    body: hyper::body::Incoming,
+) -> Result<(Approve, Option<String>), Response<Full<Bytes>>> {
     use http_body_util::BodyExt;
     let error = |status, message: String| json_answer(status, json!({"error": message}));
     let limit = crate::limits::ADMIN_BODY_BYTES;
@@ -235,59 +251,79 @@ async fn approve(app: &App, body: hyper::body::Incoming) -> Response<Full<Bytes>
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             metrics::counter!(crate::metrics::REFUSED, "limit" => "admin_body").increment(1);
             let m = format!("body over {limit} bytes (limits::ADMIN_BODY_BYTES)");
-            return error(StatusCode::PAYLOAD_TOO_LARGE, m);
+            return Err(error(StatusCode::PAYLOAD_TOO_LARGE, m));
         }
         Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("cannot read the body: {e}"),
-            )
+            let m = format!("cannot read the body: {e}");
+            return Err(error(StatusCode::BAD_REQUEST, m));
         }
     };
-    let ask: Approve = match serde_json::from_slice(&bytes) {
-        Ok(a) => a,
-        Err(e) => {
-            let m = format!("expected {{\"upstream\": NAME, \"tool\": TOOL, \"expect\": DIGEST}} (tool and expect optional): {e}");
-            return error(StatusCode::BAD_REQUEST, m);
-        }
-    };
+    let ask: Approve = serde_json::from_slice(&bytes).map_err(|e| {
+        let m = format!("expected {{\"upstream\": NAME, \"tool\": TOOL, \"expect\": DIGEST}} (tool and expect optional): {e}");
+        error(StatusCode::BAD_REQUEST, m)
+    })?;
     let expect = match (&ask.expect, &ask.tool) {
         (None, _) => None,
         (Some(_), None) => {
             let m = "\"expect\" needs \"tool\": one digest is for one tool".to_owned();
-            return error(StatusCode::BAD_REQUEST, m);
+            return Err(error(StatusCode::BAD_REQUEST, m));
         }
-        (Some(e), Some(_)) => match expected(e) {
-            Some(e) => Some(e),
-            None => {
-                let m =
-                    format!("\"expect\" {e:?} is not 12 to 64 hex characters of a SHA-256 digest");
-                return error(StatusCode::BAD_REQUEST, m);
-            }
-        },
+        (Some(e), Some(_)) => Some(expected(e).ok_or_else(|| {
+            let m = format!("\"expect\" {e:?} is not 12 to 64 hex characters of a SHA-256 digest");
+            error(StatusCode::BAD_REQUEST, m)
+        })?),
+    };
+    Ok((ask, expect))
+}
+
+/// `POST /tools/approve` from `op` (see the module docs): each tool
+/// approved is logged and audited with the operator's uid and pid.
+async fn approve(app: &App, op: Operator, body: hyper::body::Incoming) -> Response<Full<Bytes>> {
+    let (ask, expect) = match approval(body).await {
+        Ok(a) => a,
+        Err(answer) => return answer,
+    };
+    let audit = |tool: Option<&str>, outcome| {
+        if let Some(a) = &app.audit {
+            a.operator(op.audited("tools/approve", Some(&ask.upstream), tool, outcome));
+        }
     };
     let ups = app.router.upstreams();
     let Some(up) = ups.iter().find(|u| u.name() == ask.upstream) else {
+        audit(ask.tool.as_deref(), "not_found");
         let m = format!("no upstream named {:?}", ask.upstream);
-        return error(StatusCode::NOT_FOUND, m);
+        return json_answer(StatusCode::NOT_FOUND, json!({"error": m}));
     };
     let listed = |ws: &[crate::pins::Withheld]| ws.iter().map(|w| w.to_json()).collect::<Vec<_>>();
-    match up.approve(ask.tool.as_deref(), expect.as_deref()).await {
+    let result = up.approve(ask.tool.as_deref(), expect.as_deref()).await;
+    let done = match &result {
+        Ok(approved) => approved.as_slice(),
+        Err(crate::upstream::ApproveError::NotSaved { approved, .. }) => approved.as_slice(),
+        Err(_) => &[],
+    };
+    for w in done {
+        let tool = crate::logline::printable(&w.tool);
+        tracing::info!(upstream = %up.name(), %tool, uid = op.uid, pid = op.pid, "tool approved on the operator socket by uid {} (pid {})", op.uid, op.pid);
+        audit(Some(&w.tool), "ok");
+    }
+    match result {
         Ok(approved) => json_answer(
             StatusCode::OK,
             json!({"upstream": up.name(), "approved": listed(&approved), "withheld": listed(&up.withheld())}),
         ),
         Err(e) => {
             use crate::upstream::ApproveError::{NotSaved, NotWithheld, Stale};
-            let (status, approved, now) = match &e {
-                NotWithheld { .. } => (StatusCode::NOT_FOUND, None, None),
-                Stale { now, .. } => (StatusCode::CONFLICT, None, Some(now.hex())),
+            let (status, approved, now, outcome) = match &e {
+                NotWithheld { .. } => (StatusCode::NOT_FOUND, None, None, "not_found"),
+                Stale { now, .. } => (StatusCode::CONFLICT, None, Some(now.hex()), "conflict"),
                 NotSaved { approved, .. } => (
                     StatusCode::INTERNAL_SERVER_ERROR,
                     Some(listed(approved)),
                     None,
+                    "not_saved",
                 ),
             };
+            audit(ask.tool.as_deref(), outcome);
             json_answer(
                 status,
                 json!({"error": e.to_string(), "approved": approved, "now_sha256": now}),
@@ -296,24 +332,75 @@ async fn approve(app: &App, body: hyper::body::Incoming) -> Response<Full<Bytes>
     }
 }
 
-async fn route(
+/// Who asks, by where the request came in.
+#[derive(Debug, Clone)]
+pub enum Asker {
+    /// The TCP admin listener: read-only routes only.
+    Listener(std::net::SocketAddr),
+    /// The operator socket, a peer that passed its check (the socket's
+    /// module, `operator`).
+    Operator(Operator),
+    /// The operator socket, a peer that did not, and why: 403 on every route.
+    Refused(String),
+}
+
+/// The routes that change state: served on the operator socket only.
+fn changes_state(method: &Method) -> bool {
+    method != Method::GET && method != Method::HEAD
+}
+
+/// Refuses what this asker may not do: the status and reason.
+fn guard(asker: &Asker, req: &Request<hyper::body::Incoming>) -> Result<(), (StatusCode, String)> {
+    let approving = req.method() == Method::POST && req.uri().path() == "/tools/approve";
+    match asker {
+        Asker::Refused(why) => Err((
+            StatusCode::FORBIDDEN,
+            format!("the operator socket serves root and the gateway's user, never a process the gateway started: {why}"),
+        )),
+        Asker::Listener(local) => {
+            browser_guard(req.headers(), *local)?;
+            if changes_state(req.method()) {
+                let m = "the TCP admin listener is read-only: actions that change state are served on the operator socket (server.admin_socket), as the mcp-edge command uses it";
+                return Err((StatusCode::FORBIDDEN, m.to_owned()));
+            }
+            Ok(())
+        }
+        Asker::Operator(_) if approving => approve_guard(req.headers()),
+        Asker::Operator(_) => Ok(()),
+    }
+}
+
+/// Serves one admin request from `asker` (the TCP listener or the
+/// operator socket).
+pub(super) async fn route(
     app: Arc<App>,
-    local: std::net::SocketAddr,
+    asker: Asker,
     req: Request<hyper::body::Incoming>,
 ) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_string();
-    let approving = req.method() == Method::POST && path == "/tools/approve";
-    let guard = browser_guard(req.headers(), local).and_then(|()| match approving {
-        true => approve_guard(req.headers()),
-        false => Ok(()),
-    });
-    if let Err((status, why)) = guard {
+    if let Err((status, why)) = guard(&asker, &req) {
         metrics::counter!(crate::metrics::FORBIDDEN).increment(1);
         tracing::debug!("admin: {} {path} refused ({status}): {why}", req.method());
         return json_answer(status, json!({"error": why}));
     }
-    if approving {
-        return approve(&app, req.into_body()).await;
+    let operator = match &asker {
+        Asker::Operator(op) => Some(*op),
+        _ => None,
+    };
+    match (req.method(), operator) {
+        (&Method::POST, Some(op)) if path == "/tools/approve" => {
+            return approve(&app, op, req.into_body()).await
+        }
+        (&Method::POST, Some(op))
+            if path.starts_with("/upstreams/") && path.ends_with("/reconnect") =>
+        {
+            return reconnect(
+                &app,
+                op,
+                &path["/upstreams/".len()..path.len() - "/reconnect".len()],
+            );
+        }
+        _ => {}
     }
     if req.method() == Method::GET && path == "/tools" {
         return tools(&app, req.uri().query());
@@ -339,36 +426,40 @@ async fn route(
                 )
             }
         }
-        (&Method::GET, "/status") => {
-            text(StatusCode::OK, status(&app).to_string(), "application/json")
-        }
-        (&Method::POST, p) if p.starts_with("/upstreams/") && p.ends_with("/reconnect") => {
-            let name = &p["/upstreams/".len()..p.len() - "/reconnect".len()];
-            match app
-                .router
-                .upstreams()
-                .iter()
-                .find(|u| u.name() == name && u.config.enabled)
-            {
-                Some(u) => {
-                    u.force_reconnect();
-                    tracing::info!(upstream = %name, "operator asked for an immediate attempt");
-                    text(
-                        StatusCode::ACCEPTED,
-                        format!("reconnecting {name}\n"),
-                        "text/plain",
-                    )
-                }
-                None => text(
-                    StatusCode::NOT_FOUND,
-                    format!("no enabled upstream named {name:?}\n"),
-                    "text/plain",
-                ),
-            }
-        }
+        (&Method::GET, "/status") => text(
+            StatusCode::OK,
+            status_for(&app, operator.is_some()).to_string(),
+            "application/json",
+        ),
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found: /metrics /healthz /readyz /status /tools?upstream=NAME, POST /upstreams/NAME/reconnect, POST /tools/approve\n",
+            "not found: /metrics /healthz /readyz /status /tools?upstream=NAME; on the operator socket also POST /upstreams/NAME/reconnect, POST /tools/approve\n",
+            "text/plain",
+        ),
+    }
+}
+
+/// `POST /upstreams/NAME/reconnect` from `op` (operator socket only).
+fn reconnect(app: &App, op: Operator, name: &str) -> Response<Full<Bytes>> {
+    let ups = app.router.upstreams();
+    let found = ups.iter().find(|u| u.name() == name && u.config.enabled);
+    let outcome = if found.is_some() { "ok" } else { "not_found" };
+    if let Some(audit) = &app.audit {
+        audit.operator(op.audited("upstreams/reconnect", Some(name), None, outcome));
+    }
+    match found {
+        Some(u) => {
+            u.force_reconnect();
+            tracing::info!(upstream = %name, uid = op.uid, pid = op.pid, "operator asked for an immediate attempt");
+            text(
+                StatusCode::ACCEPTED,
+                format!("reconnecting {name}\n"),
+                "text/plain",
+            )
+        }
+        None => text(
+            StatusCode::NOT_FOUND,
+            format!("no enabled upstream named {name:?}\n"),
             "text/plain",
         ),
     }
@@ -389,7 +480,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, mut shutdown: watch::Re
         let a = app.clone();
         let svc = hyper::service::service_fn(move |req| {
             let a = a.clone();
-            async move { Ok::<_, std::convert::Infallible>(route(a, local, req).await) }
+            async move { Ok::<_, std::convert::Infallible>(route(a, Asker::Listener(local), req).await) }
         });
         let _ = tokio::time::timeout(
             crate::limits::ADMIN_CONNECTION_TIMEOUT,

@@ -27,6 +27,7 @@ pub mod listen;
 pub mod media;
 pub mod modern;
 pub mod mrtr;
+pub mod operator;
 pub mod parked;
 pub mod reply;
 mod request;

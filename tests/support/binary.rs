@@ -34,10 +34,20 @@ impl Running {
     /// (up to 30 s) for `/readyz`. `config` has its `listen` and
     /// `admin_listen` on 127.0.0.1 with fixed ports.
     pub async fn start(dir: &Path, config: &str) -> Running {
+        Running::start_as(dir, config, None).await
+    }
+
+    /// [`Running::start`] as user and group `uid` (the test runs as root).
+    pub async fn start_as(dir: &Path, config: &str, uid: Option<u32>) -> Running {
+        use std::os::unix::process::CommandExt;
         let path = dir.join("config.toml");
         std::fs::write(&path, config).unwrap();
         let log = dir.join("stderr.log");
-        let child = super::gateway_command()
+        let mut command = super::gateway_command();
+        if let Some(u) = uid {
+            command.uid(u).gid(u);
+        }
+        let child = command
             .args(["serve", "--config"])
             .arg(&path)
             .env("RUST_LOG", "debug")

@@ -244,6 +244,38 @@ pub fn gateway_command() -> std::process::Command {
     c
 }
 
+/// `method path` with `headers` and `body` over the operator socket at
+/// `socket` (`server.admin_socket`): the status and the body.
+pub async fn operator_request(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    let io = tokio::net::UnixStream::connect(socket)
+        .await
+        .expect("operator socket");
+    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "localhost");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req
+        .body(Full::new(bytes::Bytes::from(body.to_owned())))
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// A port that was free on 127.0.0.1 a moment ago.
 /// Never the same port twice in one test binary: the kernel may hand a
 /// just-released port out again, and two calls in a row (`listen` and

@@ -1,0 +1,295 @@
+//! The operator socket (`server.admin_socket`): a Unix socket, mode 0600,
+//! where the admin routes that change state are served (tool approval,
+//! reconnect; [`super::admin`]). The TCP admin listener serves only the
+//! read-only routes: any local process can reach a loopback port, and a
+//! stdio server mcp-edge starts must not approve its own tools.
+//!
+//! Each connection's peer is read with `SO_PEERCRED` (unix(7)) and served
+//! only when it is root or the gateway's own user **and** does not descend
+//! from the gateway: stdio children, and whatever they start, run as the
+//! gateway's user, so the uid alone cannot tell the operator from them.
+//! The parent links are read from `/proc/<pid>/stat` up to pid 1; since
+//! mcp-edge is the child subreaper of what it starts ([`crate::reaper`]),
+//! a descendant whose parent exited (`setsid`, a double fork) is
+//! re-parented to mcp-edge and still found. A peer that cannot be checked
+//! (no pid, an unreadable `/proc` entry, a chain past
+//! [`limits::ADMIN_PEER_ANCESTRY`]) is refused. The gateway's own process
+//! (an in-process test) is served.
+//!
+//! A refused peer gets 403 with the reason on every route, is logged with
+//! its uid and pid, audited, and counted
+//! (`mcp_edge_refused_total{limit="admin_peer"}`).
+
+use super::admin::{self, Asker, Operator};
+use super::App;
+use crate::limits;
+use crate::reaper::procfs::{Lookup, Proc};
+use hyper_util::rt::TokioIo;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::net::UnixListener;
+use tokio::sync::watch;
+
+/// Binding the operator socket failed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot open the operator socket {path}: {source}; set server.admin_socket to a path in a directory mcp-edge may write, or \"off\"")]
+pub struct BindError {
+    path: PathBuf,
+    #[source]
+    source: std::io::Error,
+}
+
+/// The bound operator socket; the file is removed when this is dropped.
+pub struct Socket {
+    listener: UnixListener,
+    path: PathBuf,
+    /// The socket file's device and inode: another gateway's socket bound
+    /// at the same path since is left alone.
+    file: (u64, u64),
+}
+
+impl Socket {
+    /// Binds `path` (its directory must exist; a stale socket left by an
+    /// earlier run is replaced, any other file refused) and sets its mode
+    /// to 0600.
+    pub fn bind(path: &Path) -> Result<Socket, BindError> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+        let fail = |source| BindError {
+            path: path.to_path_buf(),
+            source,
+        };
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if m.file_type().is_socket() => std::fs::remove_file(path).map_err(fail)?,
+            Ok(_) => {
+                let e = std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    "a file that is not a socket is in the way",
+                );
+                return Err(fail(e));
+            }
+            Err(_) => {}
+        }
+        let listener = UnixListener::bind(path).map_err(fail)?;
+        let meta = std::fs::symlink_metadata(path).map_err(fail)?;
+        let socket = Socket {
+            listener,
+            path: path.to_path_buf(),
+            file: (meta.dev(), meta.ino()),
+        };
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(fail)?;
+        Ok(socket)
+    }
+
+    /// Where it is bound.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        let ours =
+            std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.file);
+        if ours {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Why a peer is not served.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// Neither root nor the gateway's user.
+    #[error("uid {uid} is neither root nor the gateway's user (uid {gateway})")]
+    User {
+        /// The peer's uid.
+        uid: u32,
+        /// The gateway's effective uid.
+        gateway: u32,
+    },
+    /// A process the gateway started, or one of theirs.
+    #[error("pid {pid} descends from the gateway (pid {gateway}): a stdio server or a process it started")]
+    Descendant {
+        /// The peer's pid.
+        pid: i32,
+        /// The gateway's pid.
+        gateway: i32,
+    },
+    /// The peer could not be checked.
+    #[error("pid {pid}: its ancestry cannot be read from /proc ({why})")]
+    Unchecked {
+        /// The peer's pid (0: none given).
+        pid: i32,
+        /// What failed.
+        why: &'static str,
+    },
+}
+
+/// Whether the peer `uid`/`pid` is the operator (see the module docs).
+pub fn check(uid: u32, pid: Option<i32>) -> Result<Operator, Refused> {
+    // SAFETY: geteuid and getpid cannot fail.
+    let (me, gateway) = unsafe { (libc::geteuid(), libc::getpid()) };
+    if uid != 0 && uid != me {
+        return Err(Refused::User { uid, gateway: me });
+    }
+    let Some(pid) = pid.filter(|&p| p > 0) else {
+        let why = "no peer pid";
+        return Err(Refused::Unchecked { pid: 0, why });
+    };
+    if pid != gateway {
+        descends(pid, gateway, &|p| Proc::lookup(p))?;
+    }
+    Ok(Operator { uid, pid })
+}
+
+/// Follows `pid`'s parents (through `lookup`) to pid 1: an error when
+/// `ancestor` is among them or the chain cannot be read.
+fn descends(pid: i32, ancestor: i32, lookup: &dyn Fn(i32) -> Lookup) -> Result<(), Refused> {
+    let mut at = pid;
+    for _ in 0..limits::ADMIN_PEER_ANCESTRY {
+        let parent = match lookup(at) {
+            Lookup::Found(p) => p.ppid,
+            Lookup::Gone => return Err(Refused::Unchecked { pid, why: "gone" }),
+            Lookup::Unknown => {
+                return Err(Refused::Unchecked {
+                    pid,
+                    why: "unreadable",
+                })
+            }
+        };
+        if parent == ancestor {
+            return Err(Refused::Descendant {
+                pid,
+                gateway: ancestor,
+            });
+        }
+        if parent <= 1 {
+            return Ok(());
+        }
+        at = parent;
+    }
+    Err(Refused::Unchecked {
+        pid,
+        why: "too many parents",
+    })
+}
+
+/// Serves the admin routes on the operator socket until shutdown, one
+/// connection at a time (as the TCP admin listener does), each within
+/// [`limits::ADMIN_CONNECTION_TIMEOUT`].
+pub async fn serve(socket: Socket, app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        let stream = tokio::select! {
+            r = socket.listener.accept() => match r { Ok((s, _)) => s, Err(_) => continue },
+            _ = shutdown.changed() => return,
+        };
+        let asker = match stream.peer_cred() {
+            Ok(c) => match check(c.uid(), c.pid()) {
+                Ok(op) => Asker::Operator(op),
+                Err(why) => refused(&app, c.uid(), c.pid(), why),
+            },
+            Err(e) => {
+                tracing::warn!("operator socket: cannot read the peer's credentials: {e}");
+                continue;
+            }
+        };
+        let a = app.clone();
+        let svc = hyper::service::service_fn(move |req| {
+            let (a, asker) = (a.clone(), asker.clone());
+            async move { Ok::<_, std::convert::Infallible>(admin::route(a, asker, req).await) }
+        });
+        let _ = tokio::time::timeout(
+            limits::ADMIN_CONNECTION_TIMEOUT,
+            hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc),
+        )
+        .await;
+    }
+}
+
+/// A refused peer: logged, audited and counted; its requests get 403.
+fn refused(app: &App, uid: u32, pid: Option<i32>, why: Refused) -> Asker {
+    metrics::counter!(crate::metrics::REFUSED, "limit" => "admin_peer").increment(1);
+    let pid = pid.unwrap_or(0);
+    tracing::warn!(uid, pid, "operator socket: peer refused: {why}");
+    if let Some(audit) = &app.audit {
+        let op = Operator { uid, pid };
+        audit.operator(op.audited("admin", None, None, "refused"));
+    }
+    Asker::Refused(why.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proc(pid: i32, ppid: i32) -> Lookup {
+        Lookup::Found(Proc {
+            pid,
+            ppid,
+            pgrp: pid,
+            sid: pid,
+            state: b'S',
+            start: 1,
+        })
+    }
+
+    /// 1 ← 10 (gateway) ← 20 ← 30; 1 ← 40 ← 50.
+    fn table(p: i32) -> Lookup {
+        match p {
+            10 => proc(10, 1),
+            20 => proc(20, 10),
+            30 => proc(30, 20),
+            40 => proc(40, 1),
+            50 => proc(50, 40),
+            _ => Lookup::Gone,
+        }
+    }
+
+    #[test]
+    fn a_descendant_at_any_depth_is_refused_and_others_pass() {
+        for p in [20, 30] {
+            assert_eq!(
+                descends(p, 10, &table),
+                Err(Refused::Descendant {
+                    pid: p,
+                    gateway: 10
+                })
+            );
+        }
+        assert_eq!(descends(50, 10, &table), Ok(()));
+        assert_eq!(descends(40, 10, &table), Ok(()));
+    }
+
+    #[test]
+    fn an_unreadable_or_endless_chain_is_refused() {
+        let gone = descends(99, 10, &table);
+        assert!(matches!(gone, Err(Refused::Unchecked { pid: 99, .. })));
+        let unknown = descends(5, 10, &|_| Lookup::Unknown);
+        assert!(matches!(unknown, Err(Refused::Unchecked { .. })));
+        // A cycle (pids reused while walking) ends at the bound.
+        let cycle = descends(7, 10, &|p| proc(p, if p == 7 { 8 } else { 7 }));
+        assert!(matches!(cycle, Err(Refused::Unchecked { .. })));
+    }
+
+    #[test]
+    fn the_peer_user_is_checked_before_its_ancestry() {
+        // SAFETY: cannot fail.
+        let me = unsafe { libc::geteuid() };
+        let other = if me == 65534 { 65533 } else { 65534 };
+        assert!(matches!(check(other, Some(1)), Err(Refused::User { .. })));
+        // This very process: served. A real child of it: refused.
+        let mine = i32::try_from(std::process::id()).unwrap();
+        assert!(check(me, Some(mine)).is_ok());
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let pid = i32::try_from(child.id()).unwrap();
+        let r = check(me, Some(pid));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(matches!(r, Err(Refused::Descendant { .. })), "{r:?}");
+        assert!(matches!(check(me, None), Err(Refused::Unchecked { .. })));
+    }
+}
