@@ -513,6 +513,8 @@ pub const AUDIT_CLOSE_GRACE: Duration = Duration::from_secs(5);
 /// period, with the number not logged; every one is counted in
 /// `mcp_edge_audit_write_errors_total`.
 pub const AUDIT_ERROR_LOG_PERIOD: Duration = Duration::from_secs(60);
+/// Bytes kept of a client-supplied name or URI in an audit or log line (cut: `…[cut N bytes]`).
+pub const AUDIT_FIELD_BYTES: usize = 256;
 
 // ---- network: clients, tokens, audit log ----
 
