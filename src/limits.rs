@@ -525,6 +525,10 @@ pub const MAX_CLIENTS: usize = 64;
 /// (trimmed): shorter ones are refused as guessable. `mcp-edge token new`
 /// prints 48.
 pub const MIN_CLIENT_TOKEN_LEN: usize = 16;
+/// Fewest distinct characters in a `client.token_file` token (fewer: repeated or a tiny alphabet).
+pub const MIN_TOKEN_SYMBOLS: usize = 8;
+/// Fewest bits in a `client.token_file` token, estimated as length × log2(its character classes' size).
+pub const MIN_TOKEN_BITS: u32 = 128;
 /// Random bytes in a token made by `mcp-edge token new` (base64url, 43
 /// characters after the `mcpe_` prefix).
 pub const CLIENT_TOKEN_BYTES: usize = 32;
