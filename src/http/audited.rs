@@ -22,7 +22,6 @@ fn audited(method: &str) -> Option<&'static str> {
 /// router (a modern request's headers against its body, `-32020`; its
 /// `_meta`, `-32602`/`-32022`; a removed method): `"error"` with the code
 /// answered, `upstream` and `original` null (not routed).
-#[allow(clippy::too_many_arguments)]
 pub(super) fn refused(
     app: &App,
     id: &Value,
@@ -129,11 +128,13 @@ impl Pending {
     }
 
     /// What to audit if the call this round parks is never taken back
-    /// (`"input_expired"`): this round's record, kept with the parked call.
+    /// (`"input_expired"`): this round's record without its arguments (the
+    /// round's own line has them), kept with the parked call.
     pub(super) fn parked(&self) -> Option<Box<Expiry>> {
         let mut record = self.record.clone()?;
         record.outcome = Outcome::InputExpired;
         record.response_bytes = 0;
+        record.arguments = None;
         Some(Box::new(Expiry {
             record,
             t0: self.t0,
