@@ -19,7 +19,9 @@ fn audited(method: &str) -> Option<&'static str> {
 }
 
 /// Audits a call its era's own checks refused before it reached the
-/// router (a modern request's headers against its body, `-32020`; its
+/// router (a modern request's headers against its body, `-32020`,
+/// `../shared/spec/2026-07-28/transports-streamable-http.mdx` §Server
+/// Validation; its
 /// `_meta`, `-32602`/`-32022`; a removed method): `"error"` with the code
 /// answered, `upstream` and `original` null (not routed).
 pub(super) fn refused(
@@ -155,7 +157,10 @@ impl Pending {
 
 /// The audit record of a parked call ([`Pending::parked`]), written when
 /// the call expires unclaimed ([`Expiry::expired`]); dropped unwritten when
-/// a retry takes the call back.
+/// a retry takes the call back. (Servers "MUST NOT assume that clients
+/// will ... retry the original request",
+/// `../shared/spec/2026-07-28/patterns-mrtr.mdx` §Server Requirements
+/// (Basic Workflow): a round never retried is legal, and the log says so.)
 pub(super) struct Expiry {
     record: Record,
     t0: Instant,
