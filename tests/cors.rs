@@ -160,4 +160,18 @@ async fn duplicate_hosts_and_foreign_absolute_targets_are_refused() {
         assert_eq!(raw_status(addr, &head).await, want, "{head}");
     }
     gw.shutdown().await;
+    // The admin listener: two Host headers are a 400 there too.
+    let server = "admin_listen = \"127.0.0.1:0\"";
+    let gw = start(
+        server,
+        "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
+    )
+    .await;
+    let admin = gw.admin_addr().unwrap();
+    let host = format!("host: {admin}\r\n");
+    let one = format!("GET /healthz HTTP/1.1\r\n{host}");
+    let two = format!("{one}{host}");
+    assert_eq!(raw_status(admin, &two).await, 400);
+    assert_eq!(raw_status(admin, &one).await, 200);
+    gw.shutdown().await;
 }
