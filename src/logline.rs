@@ -28,12 +28,15 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 /// `text` with every control character escaped: `\n`, `\r`, `\t`, `\0`,
-/// and `\xNN` for the rest of C0, DEL and C1 (U+0080–U+009F); invalid UTF-8
-/// becomes U+FFFD. Printable text (any script) is kept as it is and not
-/// copied.
+/// and `\xNN` for the rest of C0, DEL and C1 (U+0080–U+009F); Unicode
+/// format characters (general category Cf: bidi overrides and isolates,
+/// zero-width characters, U+00AD, U+FEFF, …) and the line and paragraph
+/// separators (U+2028, U+2029) as `\u{XXXX}`, so nothing reorders, hides
+/// or breaks what a reviewer reads; invalid UTF-8 becomes U+FFFD.
+/// Printable text (any script) is kept as it is and not copied.
 pub fn printable<T: AsRef<[u8]> + ?Sized>(text: &T) -> Cow<'_, str> {
     let text = String::from_utf8_lossy(text.as_ref());
-    if !text.chars().any(char::is_control) {
+    if !text.chars().any(|c| c.is_control() || is_format(c)) {
         return text;
     }
     let mut out = String::with_capacity(text.len() + 8);
@@ -46,10 +49,41 @@ pub fn printable<T: AsRef<[u8]> + ?Sized>(text: &T) -> Cow<'_, str> {
             c if c.is_control() => {
                 let _ = write!(out, "\\x{:02X}", u32::from(c));
             }
+            c if is_format(c) => {
+                let _ = write!(out, "\\u{{{:04X}}}", u32::from(c));
+            }
             c => out.push(c),
         }
     }
     Cow::Owned(out)
+}
+
+/// A Unicode format character (general category Cf, Unicode 16) or a line
+/// or paragraph separator (Zl, Zp): invisible, yet they reorder (U+202E),
+/// hide (U+200B) or break (U+2028) the text around them.
+pub fn is_format(c: char) -> bool {
+    matches!(u32::from(c),
+        0xAD | 0x600..=0x605 | 0x61C | 0x6DD | 0x70F | 0x890..=0x891 | 0x8E2
+        | 0x180E | 0x200B..=0x200F | 0x2028..=0x202E | 0x2060..=0x2064
+        | 0x2066..=0x206F | 0xFEFF | 0xFFF9..=0xFFFB | 0x110BD | 0x110CD
+        | 0x13430..=0x1343F | 0x1BCA0..=0x1BCA3 | 0x1D173..=0x1D17A
+        | 0xE0001 | 0xE0020..=0xE007F)
+}
+
+/// `text` cut to at most `max` bytes (on a character boundary) and marked
+/// `…[cut N bytes]` with the number of bytes left out, then made
+/// [`printable`]: how a client-supplied field (a name, a URI) goes into an
+/// audit or log line, so no client can make one line cost more than that.
+pub fn capped(text: &str, max: usize) -> Cow<'_, str> {
+    if text.len() <= max {
+        return printable(text);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = text.len() - end;
+    Cow::Owned(format!("{}…[cut {cut} bytes]", printable(&text[..end])))
 }
 
 /// A token bucket: `count` at once, refilled at `count / per`.
@@ -138,6 +172,32 @@ mod tests {
         assert_eq!(printable("x\u{85}y\u{9b}z"), "x\\x85y\\x9Bz");
         // Invalid UTF-8 (a lone continuation byte, a raw C1 byte).
         assert_eq!(printable(b"a\x80b\x9bc\xff"), "a\u{FFFD}b\u{FFFD}c\u{FFFD}");
+    }
+
+    #[test]
+    fn format_characters_and_separators_are_escaped() {
+        assert_eq!(printable("a\u{202E}b"), "a\\u{202E}b");
+        assert_eq!(printable("x\u{2028}y\u{2029}"), "x\\u{2028}y\\u{2029}");
+        assert_eq!(
+            printable("\u{200B}\u{FEFF}\u{AD}"),
+            "\\u{200B}\\u{FEFF}\\u{00AD}"
+        );
+        assert_eq!(
+            printable("\u{2066}\u{61C}\u{E0041}"),
+            "\\u{2066}\\u{061C}\\u{E0041}"
+        );
+        assert_eq!(printable("\u{85}"), "\\x85");
+    }
+
+    #[test]
+    fn long_fields_are_cut_on_a_char_boundary_and_marked() {
+        assert_eq!(capped("short", 8), "short");
+        assert_eq!(capped("abcdefghij", 4), "abcd…[cut 6 bytes]");
+        // "é" is two bytes: a cut inside it keeps the character out.
+        assert_eq!(capped("aébc", 2), "a…[cut 4 bytes]");
+        assert_eq!(capped("\u{202E}xyz", 4), "\\u{202E}x…[cut 2 bytes]");
+        let huge = "n".repeat(1 << 20);
+        assert!(capped(&huge, 256).len() < 300);
     }
 
     #[test]

@@ -163,3 +163,118 @@ async fn calls_are_answered_while_the_audit_writer_is_blocked() {
         audit.dropped()
     );
 }
+
+/// A gateway with one `[[client]]` ([`FLOOD_TOKEN`]), the builtin `edge`
+/// upstream, bodies up to 2 MiB and an audit file of at most 1 MiB.
+async fn client_gateway(dir: &Path) -> Gateway {
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"off\"\nmax_body_bytes = {}\n\n\
+         [[client]]\nname = \"flooder\"\ntoken_sha256 = \"{}\"\n\n\
+         [audit]\npath = \"{}/audit.jsonl\"\nmax_bytes = {}\nkeep = 5\n\n\
+         [[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
+        2 << 20,
+        support::binary::sha256_hex(FLOOD_TOKEN),
+        dir.display(),
+        1 << 20,
+    );
+    let c = Config::from_toml_str(&text, Path::new("test.toml")).expect("valid test config");
+    let gw = Gateway::start(c).await.expect("starts");
+    gw.wait_upstreams(std::time::Duration::from_secs(10)).await;
+    gw
+}
+
+const FLOOD_TOKEN: &str = "mcpe_Flood-client-token-0123456789abcdefGHIJ";
+
+/// The audit file's lines once there are at least `n` of them.
+async fn audit_lines(path: &Path, n: usize) -> Vec<serde_json::Value> {
+    for _ in 0..200 {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.lines().count() >= n {
+            return text
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("fewer than {n} audit lines in {}", path.display());
+}
+
+/// Issue 23: 60 refused `tools/call`s with 1 MiB names from a client leave
+/// the audit log under 1 MiB, unrotated: each name is refused before it is
+/// looked up (-32602, `limit="name_length"`) and written cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_calls_with_1_mib_names_do_not_flush_the_audit_log() {
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = client_gateway(dir.path()).await;
+    let addr = gw.local_addr();
+    let auth = format!("Bearer {FLOOD_TOKEN}");
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}});
+    let r = support::post(addr, &[("authorization", &auth)], &init).await;
+    assert_eq!(r.status, 200, "{}", r.raw);
+    let sid = r.header("mcp-session-id").unwrap().to_string();
+    let name = format!("edge__{}", "n".repeat(1 << 20));
+    for i in 1..=60 {
+        let call = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+            "params": {"name": name, "arguments": {}}});
+        let h = [("authorization", auth.as_str()), ("mcp-session-id", &sid)];
+        let r = support::post(addr, &h, &call).await;
+        assert_eq!((r.status, r.error_code()), (200, Some(-32602)), "{i}");
+        assert!(r.raw.len() < 4096, "the answer does not echo the name");
+    }
+    let path = dir.path().join("audit.jsonl");
+    let lines = audit_lines(&path, 60).await;
+    gw.shutdown().await;
+    let size = std::fs::metadata(&path).unwrap().len();
+    println!(
+        "audit log after 60 calls with 1 MiB names: {size} bytes, {} lines",
+        lines.len()
+    );
+    assert!(size < 1 << 20, "{size} bytes");
+    assert!(!dir.path().join("audit.jsonl.1").exists(), "rotated");
+    assert_eq!(lines.len(), 60);
+    for l in &lines {
+        assert_eq!(
+            (l["client"].as_str(), l["outcome"].as_str()),
+            (Some("flooder"), Some("refused"))
+        );
+        let n = l["name"].as_str().unwrap();
+        assert!(
+            n.starts_with("edge__nnn") && n.ends_with(" bytes]") && n.len() < 300,
+            "{n}"
+        );
+    }
+}
+
+/// Issue 23: a modern call refused for a header that does not match its
+/// body (-32020) is audited, as an error with that code, not routed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_header_mismatch_is_audited() {
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = client_gateway(dir.path()).await;
+    let auth = format!("Bearer {FLOOD_TOKEN}");
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "edge__uptime", "arguments": {}, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let h = [
+        ("authorization", auth.as_str()),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "edge__other"),
+    ];
+    let r = support::post(gw.local_addr(), &h, &body).await;
+    assert_eq!((r.status, r.error_code()), (400, Some(-32020)), "{}", r.raw);
+    let lines = audit_lines(&dir.path().join("audit.jsonl"), 1).await;
+    gw.shutdown().await;
+    let l = &lines[0];
+    assert_eq!(l["outcome"], "error", "{l}");
+    assert_eq!(l["code"], -32020, "{l}");
+    assert_eq!(l["name"], "edge__uptime", "{l}");
+    assert_eq!(l["upstream"], serde_json::Value::Null, "{l}");
+    assert_eq!(l["client"], "flooder", "{l}");
+}

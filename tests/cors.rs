@@ -114,3 +114,64 @@ async fn a_foreign_origin_gets_403_without_cors_headers() {
     }
     gw.shutdown().await;
 }
+
+/// The status line's code of a raw HTTP/1.1 `head` (and an `initialize`)
+/// sent to `addr`.
+async fn raw_status(addr: std::net::SocketAddr, head: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let msg = format!(
+        "{head}content-type: application/json\r\naccept: application/json, text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(msg.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out).await;
+    let text = String::from_utf8_lossy(&out);
+    text.split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Issue 23: two `Host` or two `Authorization` headers are a 400 (not
+/// "the first wins"); an absolute-form target's authority passes the same
+/// check as `Host` (403) and must be `Host`'s (400).
+#[tokio::test]
+async fn duplicate_hosts_and_foreign_absolute_targets_are_refused() {
+    let gw = start(
+        "",
+        "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
+    )
+    .await;
+    let addr = gw.local_addr();
+    let port = addr.port();
+    let cases = [
+        (format!("POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nhost: evil.example\r\n"), 400),
+        (format!("POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nauthorization: Bearer a\r\nauthorization: Bearer b\r\n"), 400),
+        (format!("POST http://evil.example/mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"), 403),
+        (format!("POST http://localhost:{port}/mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"), 400),
+        // The control: one Host; an absolute target naming Host's authority.
+        (format!("POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"), 200),
+        (format!("POST http://127.0.0.1:{port}/mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"), 200),
+    ];
+    for (head, want) in cases {
+        assert_eq!(raw_status(addr, &head).await, want, "{head}");
+    }
+    gw.shutdown().await;
+    // The admin listener: two Host headers are a 400 there too.
+    let server = "admin_listen = \"127.0.0.1:0\"";
+    let gw = start(
+        server,
+        "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
+    )
+    .await;
+    let admin = gw.admin_addr().unwrap();
+    let host = format!("host: {admin}\r\n");
+    let one = format!("GET /healthz HTTP/1.1\r\n{host}");
+    let two = format!("{one}{host}");
+    assert_eq!(raw_status(admin, &two).await, 400);
+    assert_eq!(raw_status(admin, &one).await, 200);
+    gw.shutdown().await;
+}

@@ -440,6 +440,48 @@ async fn an_expired_call_is_refused_upstream_cancelled_and_its_state_dead() {
     );
 }
 
+/// Issue 23: a round that never completes is audited as such when its
+/// parked call expires (`"input_expired"`), after the round's own line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_round_is_audited_as_input_expired() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = format!(
+        "\n[audit]\npath = \"{}/audit.jsonl\"\n",
+        dir.path().display()
+    );
+    let gw = start("", &(fake_block("a", "legacy", "") + &audit)).await;
+    let caps: Value = serde_json::from_str(ALL_CAPS).unwrap();
+    let r1 = modern_call(gw.local_addr(), 1, "a__interview", caps, json!({}), &[]).await;
+    asked(&r1);
+    let later = tokio::time::Instant::now() + mcp_edge::limits::PARKED_CALL_TTL;
+    assert_eq!(mcp_edge::http::mrtr::expire(gw.app(), later).await, 1);
+    let path = dir.path().join("audit.jsonl");
+    let mut lines = Vec::new();
+    for _ in 0..100 {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        lines = text
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .collect();
+        if lines.len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let outcomes: Vec<_> = lines
+        .iter()
+        .map(|l| (l["name"].clone(), l["outcome"].clone()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            (json!("a__interview"), json!("ok")),
+            (json!("a__interview"), json!("input_expired"))
+        ]
+    );
+    assert_eq!(lines[1]["upstream"], "a");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_clients_state_is_refused() {
     let (alice, bob) = (

@@ -1,6 +1,10 @@
 //! One audit record and its JSON line (the format is in the parent's docs).
 
+use crate::limits::AUDIT_FIELD_BYTES;
+use crate::logline::{capped, is_format};
 use serde::Serialize;
+use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::time::SystemTime;
 
 /// Characters of a legacy session id written to the log: enough to tell
@@ -26,6 +30,10 @@ pub enum Outcome {
     /// The caller went away (closed its connection or stream) before the
     /// answer: the call may have run upstream (`"disconnected"`).
     Disconnected,
+    /// A modern call parked for its caller's `inputResponses` (an MRTR
+    /// round) that no retry took back before it expired: cancelled
+    /// upstream (`"input_expired"`).
+    InputExpired,
 }
 
 impl Outcome {
@@ -38,6 +46,7 @@ impl Outcome {
             Outcome::Timeout => "timeout",
             Outcome::Refused => "refused",
             Outcome::Disconnected => "disconnected",
+            Outcome::InputExpired => "input_expired",
         }
     }
 
@@ -126,7 +135,13 @@ impl Entry {
     /// Serializes `r` (arguments only if `r.arguments` is `Some`). `None`
     /// if serde_json fails (it cannot for these types; counted as a write
     /// error by the caller rather than unwrapped).
-    pub fn new(r: Record) -> Option<Entry> {
+    pub fn new(mut r: Record) -> Option<Entry> {
+        // Client-supplied: capped and made printable, in the line and in
+        // the journal's fields alike.
+        r.exposed = capped(&r.exposed, AUDIT_FIELD_BYTES).into_owned();
+        r.original = r
+            .original
+            .map(|o| capped(&o, AUDIT_FIELD_BYTES).into_owned());
         let session = match &r.session {
             None => "modern".to_string(),
             Some(id) => format!("legacy:{}", prefix(id, SESSION_ID_CHARS)),
@@ -152,7 +167,7 @@ impl Entry {
             line.pop(); // the closing brace
             arguments_at = Some(line.len());
             line.push_str(",\"arguments\":");
-            line.push_str(&args);
+            line.push_str(&escape_format(&args));
             line.push('}');
         }
         // Growing by doubling may have left up to half of it unused; the
@@ -193,4 +208,26 @@ fn prefix(s: &str, n: usize) -> &str {
         Some((i, _)) => &s[..i],
         None => s,
     }
+}
+
+/// `json` with every C1 control and Unicode format character (which
+/// serde_json writes raw) as a JSON `\uXXXX` escape: the same value, and
+/// no raw one in the file. They can only occur inside strings.
+fn escape_format(json: &str) -> Cow<'_, str> {
+    let odd = |c: char| is_format(c) || ('\u{80}'..='\u{9F}').contains(&c);
+    if !json.chars().any(odd) {
+        return Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if !odd(c) {
+            out.push(c);
+            continue;
+        }
+        let mut units = [0u16; 2];
+        for u in c.encode_utf16(&mut units) {
+            let _ = write!(out, "\\u{:04x}", u);
+        }
+    }
+    Cow::Owned(out)
 }

@@ -14,13 +14,13 @@
 //! | `session` | `"modern"`, or `"legacy:"` + the first 8 characters of the `Mcp-Session-Id` (the whole id is a bearer secret) |
 //! | `method` | `tools/call`, `prompts/get` or `resources/read` |
 //! | `upstream` | the upstream's name; `null` when the call was not routed (unknown name, refused) |
-//! | `name` | the exposed tool or prompt name, or the resource URI |
-//! | `original` | the name at the upstream; `null` when not routed |
-//! | `outcome` | `ok`, `tool_error` (`isError: true`), `error` (a JSON-RPC error), `timeout`, `refused` (outside the client's `allow`/`deny`, or a tool withheld by its pin under `trust = "pin"`; a request over its `rate` gets 429 at the door and no line), `disconnected` (the caller went away before the answer; the call may have run) |
+//! | `name` | the exposed tool or prompt name, or the resource URI, as the client sent it: at most [`AUDIT_FIELD_BYTES`](crate::limits::AUDIT_FIELD_BYTES) bytes of it (the rest cut, marked `…[cut N bytes]`), control and Unicode format characters escaped ([`crate::logline::capped`]) |
+//! | `original` | the name at the upstream; `null` when not routed (capped and escaped like `name`) |
+//! | `outcome` | `ok`, `tool_error` (`isError: true`), `error` (a JSON-RPC error), `timeout`, `refused` (outside the client's `allow`/`deny`, or a tool withheld by its pin under `trust = "pin"`; a request over its `rate` gets 429 at the door and no line), `disconnected` (the caller went away before the answer; the call may have run), `input_expired` (a modern call parked for its caller's `inputResponses` that no retry took back in time: cancelled upstream; a line of its own, after the round's) |
 //! | `code` | the JSON-RPC error code; present only with `"outcome":"error"` |
 //! | `duration_ms` | from the request's arrival to its answer |
 //! | `request_bytes`, `response_bytes` | downstream body sizes |
-//! | `arguments` | the call's arguments, last; present only with `arguments = true` |
+//! | `arguments` | the call's arguments, last; present only with `arguments = true` (C1 and Unicode format characters as JSON `\uXXXX` escapes) |
 //!
 //! ```text
 //! {"time":"2026-12-01T17:00:00.123Z","client":"build-agent","session":"modern","method":"tools/call","upstream":"files","name":"files__read_file","original":"read_file","outcome":"ok","duration_ms":3,"request_bytes":120,"response_bytes":456}

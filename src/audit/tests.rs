@@ -89,6 +89,7 @@ fn no_arguments_or_code_key_unless_there_and_unknowns_are_marked() {
         Outcome::Timeout,
         Outcome::Refused,
         Outcome::Disconnected,
+        Outcome::InputExpired,
     ]
     .iter()
     .map(|o| o.as_str())
@@ -101,9 +102,35 @@ fn no_arguments_or_code_key_unless_there_and_unknowns_are_marked() {
             "error",
             "timeout",
             "refused",
-            "disconnected"
+            "disconnected",
+            "input_expired"
         ]
     );
+}
+
+#[test]
+fn client_supplied_fields_are_capped_and_escaped() {
+    let mut r = full(1);
+    r.exposed = format!("evil\u{202E}{}", "n".repeat(1 << 20));
+    r.original = Some("x\u{2028}y\u{85}".into());
+    r.arguments = Some(serde_json::json!({"q": "a\u{202E}b\u{85}c"}));
+    let e = Entry::new(r).expect("serializes");
+    assert!(e.line.len() < 1024, "{} bytes", e.line.len());
+    assert!(!e.line.chars().any(invisible), "{}", e.line);
+    let v: Value = serde_json::from_str(&e.line).expect("still JSON");
+    let name = v["name"].as_str().unwrap();
+    assert!(name.starts_with("evil\\u{202E}nnn"), "{name}");
+    let cut = (1 << 20) + "evil\u{202E}".len() - crate::limits::AUDIT_FIELD_BYTES;
+    assert!(name.ends_with(&format!("…[cut {cut} bytes]")), "{name}");
+    assert_eq!(v["original"], "x\\u{2028}y\\x85");
+    // Arguments keep their value (JSON escapes), with no raw character.
+    assert_eq!(v["arguments"]["q"], "a\u{202E}b\u{85}c");
+    assert!(e.line.contains("a\\u202eb\\u0085c"), "{}", e.line);
+    assert_eq!(e.name, name, "the journal's field is the line's");
+}
+
+fn invisible(c: char) -> bool {
+    crate::logline::is_format(c) || ('\u{80}'..='\u{9f}').contains(&c)
 }
 
 #[tokio::test]
@@ -279,7 +306,9 @@ async fn journal_entries_are_native_protocol_datagrams() {
     let sink = Sink::Journal(Journal::connect(&socket).expect("connect"));
     let (audit, writer) = Audit::start_with(sink, true).expect("start");
     let mut r = plain(1);
-    r.exposed = "file:///a\nb".into(); // a newline: the binary form
+    // A newline (a configured name's): the binary form. A client's is escaped.
+    r.client = Some("two\nlines".into());
+    r.exposed = "file:///a\nb".into();
     audit.record(r);
     // Too large for one datagram: sent without its arguments.
     let mut big = full(2);
@@ -305,17 +334,18 @@ async fn journal_entries_are_native_protocol_datagrams() {
         ]
     );
     let message: Value = serde_json::from_str(&f[0].1).expect("MESSAGE is the JSON line");
-    assert_eq!(message["name"], "file:///a\nb");
+    assert_eq!(message["name"], "file:///a\\nb");
+    assert_eq!(message["client"], "two\nlines");
     let values: Vec<&str> = f[1..].iter().map(|(_, v)| v.as_str()).collect();
     assert_eq!(
         values,
         [
             "mcp-edge-audit",
             "6",
-            "-",
+            "two\nlines",
             "resources/read",
             "-",
-            "file:///a\nb",
+            "file:///a\\nb",
             "ok"
         ]
     );

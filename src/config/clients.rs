@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::ctx::{Ctx, Result};
-use super::fields::bearer_token_file as expand_path;
+use super::fields::secret_file;
 use super::raw::RawClient;
 use super::{check_client_name, token_sha256, ClientConfig, Credential, Rate, Secret};
 use crate::limits;
@@ -62,7 +62,7 @@ pub(super) fn client(ctx: &Ctx, base: &str, raw: RawClient, mtls: bool) -> Resul
 /// `token_file`: path expanded, file read, content trimmed and checked,
 /// only its digest kept.
 fn token_file(ctx: &Ctx, key: &str, s: &str) -> Result<Credential> {
-    let path: PathBuf = expand_path(ctx, key, s)?;
+    let path: PathBuf = secret_file(ctx, key, s)?;
     let shown = path.display();
     let text = std::fs::read_to_string(&path)
         .map_err(|e| ctx.err(key, format!("cannot read {shown}: {e}")))?;
@@ -86,9 +86,51 @@ fn token_file(ctx: &Ctx, key: &str, s: &str) -> Result<Credential> {
             ),
         ));
     }
+    if let Some(why) = weak(token) {
+        return Err(ctx.err(
+            key,
+            format!(
+                "the token in {shown} {why}, too easy to guess; \
+                 make one with `mcp-edge token new NAME`"
+            ),
+        ));
+    }
     Ok(Credential::Token {
         sha256: Secret::new(token_sha256(token)),
         file: Some(path),
+    })
+}
+
+/// Why `token` (printable ASCII) is too weak, if it is: fewer than
+/// [`limits::MIN_TOKEN_SYMBOLS`] distinct characters (repeated, or a tiny
+/// alphabet), or fewer than [`limits::MIN_TOKEN_BITS`] bits estimated as
+/// length × log2(alphabet), the alphabet being the character classes it
+/// uses (26 lower, 26 upper, 10 digits, 32 symbols): generous to random
+/// hex (`openssl rand -hex 16`: 165 bits), hard on short or one-class
+/// tokens. `mcp-edge token new` makes 48 characters of four classes.
+fn weak(token: &str) -> Option<String> {
+    let b = token.as_bytes();
+    let mut seen = [false; 128];
+    b.iter().for_each(|&c| seen[usize::from(c & 0x7f)] = true);
+    let distinct = seen.iter().filter(|&&s| s).count();
+    if distinct < limits::MIN_TOKEN_SYMBOLS {
+        return Some(format!(
+            "has only {distinct} distinct characters (at least {} needed)",
+            limits::MIN_TOKEN_SYMBOLS
+        ));
+    }
+    let class = |f: fn(&u8) -> bool, n: u32| if b.iter().any(f) { n } else { 0 };
+    let alphabet = class(u8::is_ascii_lowercase, 26)
+        + class(u8::is_ascii_uppercase, 26)
+        + class(u8::is_ascii_digit, 10)
+        + class(u8::is_ascii_punctuation, 32);
+    let bits = b.len() as f64 * f64::from(alphabet).log2();
+    (bits < f64::from(limits::MIN_TOKEN_BITS)).then(|| {
+        format!(
+            "holds about {bits:.0} bits ({} characters of an alphabet of {alphabet}; at least {} needed)",
+            b.len(),
+            limits::MIN_TOKEN_BITS
+        )
     })
 }
 
@@ -287,12 +329,12 @@ mod tests {
     fn token_file_is_read_trimmed_and_kept_as_digest() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("tok");
-        std::fs::write(&p, "  mcpe_0123456789abcdef\n").unwrap();
+        std::fs::write(&p, "  mcpe_0123456789abcdefghijk\n").unwrap();
         let c = one(&format!("name = \"a\"\ntoken_file = {p:?}"), false).unwrap();
         assert_eq!(
             c.credential,
             Credential::Token {
-                sha256: Secret::new(token_sha256("mcpe_0123456789abcdef")),
+                sha256: Secret::new(token_sha256("mcpe_0123456789abcdefghijk")),
                 file: Some(p.clone()),
             }
         );
@@ -301,6 +343,12 @@ mod tests {
             ("\n", "is empty"),
             ("short-token", "mcp-edge token new"),
             ("with space 0123456789", "printable ASCII"),
+            ("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "only 1 distinct"),
+            (
+                "abababababababababababababababababababab",
+                "mcp-edge token new",
+            ),
+            ("0123456789012345", "about 53 bits"),
         ] {
             std::fs::write(&p, content).unwrap();
             let e = one(&text, false).unwrap_err();

@@ -16,6 +16,8 @@ pub(super) struct Ctx<'a> {
     path: &'a Path,
     env: &'a dyn Fn(&str) -> Option<OsString>,
     board: Option<&'a Board>,
+    /// Notes made while checking keys ([`Ctx::note`]), for [`super::Config::notes`].
+    notes: std::cell::RefCell<Vec<String>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -24,7 +26,18 @@ impl<'a> Ctx<'a> {
             path,
             env,
             board: None,
+            notes: Default::default(),
         }
+    }
+
+    /// Keeps `note` for `check-config` (and the warning at start).
+    pub(super) fn note(&self, note: String) {
+        self.notes.borrow_mut().push(note);
+    }
+
+    /// The notes made so far, taken.
+    pub(super) fn take_notes(&self) -> Vec<String> {
+        self.notes.take()
     }
 
     /// Defaults come from `board`'s profile where it sets them.

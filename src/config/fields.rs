@@ -195,6 +195,37 @@ pub(super) fn check_headers(
         .collect())
 }
 
+/// A secret file's path (`token_file`, `bearer_token_file`,
+/// `client_secret_file`, `private_key_file`, `tls_key`), expanded as
+/// [`bearer_token_file`], and its mode: group- or world-writable is refused
+/// (whoever can write it chooses the credential, or swaps the key);
+/// world-readable is a note (and so a warning at start). Mode bits, not
+/// `access()`: the gateway may run as root. A file not there yet is left
+/// to the reader that names it.
+pub(super) fn secret_file(ctx: &Ctx, key: &str, s: &str) -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = bearer_token_file(ctx, key, s)?;
+    let Ok(meta) = std::fs::metadata(&path) else {
+        return Ok(path);
+    };
+    let mode = meta.permissions().mode() & 0o7777;
+    let shown = path.display();
+    if mode & 0o022 != 0 {
+        let who = if mode & 0o002 != 0 { "world" } else { "group" };
+        return Err(ctx.err(
+            key,
+            format!("{shown} is {who}-writable (mode {mode:04o}); chmod 600 it"),
+        ));
+    }
+    if mode & 0o004 != 0 {
+        ctx.note(format!(
+            "{key}: {shown} is readable by every user (mode {mode:04o}); chmod 600 it \
+             (or 640 with the gateway's group), or hand it over with LoadCredential="
+        ));
+    }
+    Ok(path)
+}
+
 /// Path, with a leading `$CREDENTIALS_DIRECTORY/` expanded.
 pub(super) fn bearer_token_file(ctx: &Ctx, key: &str, s: &str) -> Result<PathBuf> {
     if s.is_empty() {

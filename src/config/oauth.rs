@@ -22,7 +22,7 @@
 use std::path::PathBuf;
 
 use super::ctx::{Ctx, Result};
-use super::fields::{bearer_token_file as expand_path, check_url};
+use super::fields::{check_url, secret_file};
 use super::raw::RawOAuth;
 
 /// How tokens are obtained.
@@ -153,13 +153,13 @@ fn client_auth(ctx: &Ctx, base: &str, raw: &RawOAuth) -> Result<ClientAuth> {
         )),
         (Some(s), None) => {
             let key = k("client_secret_file");
-            let path = expand_path(ctx, &key, s)?;
+            let path = secret_file(ctx, &key, s)?;
             read_secret(&path).map_err(|m| ctx.err(&key, m))?;
             Ok(ClientAuth::Secret(path))
         }
         (None, Some(s)) => {
             let key = k("private_key_file");
-            let path = expand_path(ctx, &key, s)?;
+            let path = secret_file(ctx, &key, s)?;
             read_private_key(&path).map_err(|m| ctx.err(&key, m))?;
             Ok(ClientAuth::PrivateKey(path))
         }

@@ -14,7 +14,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::ctx::{Ctx, Result};
-use super::fields::bearer_token_file as expand_path;
+use super::fields::{bearer_token_file as expand_path, secret_file};
 use super::TlsConfig;
 
 const CERT: &str = "server.tls_cert";
@@ -54,7 +54,7 @@ pub(super) fn tls(ctx: &Ctx, raw: RawTls) -> Result<Option<TlsConfig>> {
                 "missing: server.tls_key is set; HTTPS needs both tls_cert and tls_key",
             ))
         }
-        (Some(c), Some(k)) => (expand_path(ctx, CERT, c)?, expand_path(ctx, KEY, k)?),
+        (Some(c), Some(k)) => (expand_path(ctx, CERT, c)?, secret_file(ctx, KEY, k)?),
     };
     let client_ca = raw
         .client_ca
@@ -264,8 +264,11 @@ pub(super) mod testing {
         let client_cert = client.signed_by(&client_key, &issuer).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let write = |name: &str, text: String| {
+            use std::os::unix::fs::PermissionsExt;
             let p = dir.path().join(name);
             std::fs::write(&p, text).unwrap();
+            // Private, as a key must be (a world-readable one is a note).
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
             p
         };
         Files {

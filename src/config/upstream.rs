@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use super::ctx::{Ctx, Result};
 use super::fields::{
-    bearer_token_file, check_args, check_command, check_cwd, check_env, check_headers, check_name,
-    check_url, foreign_keys, Kind, HTTP_KEYS, STDIO_KEYS,
+    check_args, check_command, check_cwd, check_env, check_headers, check_name, check_url,
+    foreign_keys, secret_file, Kind, HTTP_KEYS, STDIO_KEYS,
 };
 use super::raw::RawUpstream;
 use super::values::{duration, durations, float, int, ints};
@@ -131,7 +131,7 @@ fn http(ctx: &Ctx, base: &str, raw: &mut RawUpstream) -> Result<Transport> {
     let bearer = raw
         .bearer_token_file
         .take()
-        .map(|b| bearer_token_file(ctx, &k("bearer_token_file"), &b))
+        .map(|b| secret_file(ctx, &k("bearer_token_file"), &b))
         .transpose()?;
     let oauth = raw
         .oauth

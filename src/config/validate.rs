@@ -32,6 +32,7 @@ pub(super) fn config(ctx: &Ctx, raw: RawConfig) -> Result<Config> {
     cfg.clients = clients;
     cfg.audit = audit;
     cfg.watchdog = watchdog;
+    notes.extend(ctx.take_notes());
     notes.extend(network_notes(&cfg));
     for note in &notes {
         tracing::warn!(file = %ctx.path().display(), "{note}");
@@ -83,6 +84,7 @@ pub(super) fn finish(
         }
         check_trust(ctx, base, up, &server)?;
         check_login_store(ctx, base, up, &server)?;
+        check_separator(ctx, base, up, &server)?;
     }
     if upstreams.iter().all(|(_, u)| !u.enabled) {
         tracing::warn!(file = %ctx.path().display(), "every upstream is disabled");
@@ -97,6 +99,37 @@ pub(super) fn finish(
         source: Some(ctx.path().to_path_buf()),
         notes: Vec::new(),
     })
+}
+
+/// An upstream name or prefix containing `server.tool_name_separator`
+/// (`__`) would make its exposed names ambiguous (`files__*` in a client's
+/// `allow` would also match the tools of an upstream named `files__admin`):
+/// refused, naming the key. (`mcpServers` names: the key is the server's.)
+fn check_separator(
+    ctx: &Ctx,
+    base: &str,
+    up: &UpstreamConfig,
+    server: &ServerConfig,
+) -> Result<()> {
+    let sep = server.tool_name_separator.as_str();
+    let toml = base.starts_with("upstream[");
+    for (field, value) in [("name", &up.name), ("prefix", &up.prefix)] {
+        if !sep.is_empty() && value.contains(sep) {
+            let key = if toml {
+                format!("{base}.{field}")
+            } else {
+                base.to_owned()
+            };
+            return Err(ctx.err(
+                key,
+                format!(
+                    "{value:?} contains the tool name separator {sep:?} \
+                     (server.tool_name_separator): its exposed names would be ambiguous"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `trust = "pin"` needs somewhere to keep the pins across restarts: pins
@@ -265,5 +298,54 @@ mod tests {
             None
         };
         Config::from_toml_str_with_env(&text, Path::new("t.toml"), &env).unwrap();
+    }
+
+    #[test]
+    fn secret_files_writable_by_others_are_refused_readable_ones_noted() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let tok = dir.path().join("tok");
+        std::fs::write(&tok, "mcpe_0123456789abcdefghijk\n").unwrap();
+        let text = format!("{HTTP}bearer_token_file = {tok:?}\n");
+        let client = format!("[[client]]\nname = \"c\"\ntoken_file = {tok:?}\n{HTTP}");
+        for (mode, said) in [
+            (0o664, "group-writable (mode 0664)"),
+            (0o602, "world-writable"),
+        ] {
+            std::fs::set_permissions(&tok, std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = load(&text, None).unwrap_err();
+            assert_eq!(e.key(), Some("upstream[0].bearer_token_file"), "{e}");
+            assert!(
+                e.to_string().contains(said) && e.to_string().contains("chmod 600"),
+                "{e}"
+            );
+            let e = load(&client, None).unwrap_err();
+            assert_eq!(e.key(), Some("client[0].token_file"), "{e}");
+        }
+        std::fs::set_permissions(&tok, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let notes = load(&client, None).unwrap().notes;
+        assert!(
+            notes.iter().any(|n| n.starts_with("client[0].token_file: ")
+                && n.contains("readable by every user (mode 0644)")),
+            "{notes:?}"
+        );
+        for mode in [0o600, 0o640, 0o400] {
+            std::fs::set_permissions(&tok, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert!(load(&client, None).unwrap().notes.is_empty(), "{mode:o}");
+        }
+    }
+
+    #[test]
+    fn a_name_or_prefix_holding_the_separator_is_refused_naming_the_key() {
+        let up = "[[upstream]]\nname = \"e\"\ntransport = \"builtin\"\n";
+        let bad = "[[upstream]]\nname = \"files__admin\"\nurl = \"https://h/mcp\"\n";
+        let e = load(&format!("{up}{bad}"), None).unwrap_err();
+        assert_eq!(e.key(), Some("upstream[1].name"), "{e}");
+        assert!(e.to_string().contains("separator"), "{e}");
+        let e = load(&format!("{up}prefix = \"a__b\"\n"), None).unwrap_err();
+        assert_eq!(e.key(), Some("upstream[0].prefix"), "{e}");
+        // Another separator makes the same name fine.
+        let other = format!("[server]\ntool_name_separator = \".\"\n{bad}");
+        assert!(load(&other, None).is_ok());
     }
 }

@@ -176,6 +176,7 @@ fn browser_guard(
     headers: &http::HeaderMap,
     local: std::net::SocketAddr,
 ) -> Result<(), (StatusCode, String)> {
+    super::checks::one_each(headers).map_err(|why| (StatusCode::BAD_REQUEST, why))?;
     if headers.contains_key(http::header::ORIGIN) {
         let m = "a request with an Origin header (a browser's) is not served here; use the mcp-edge command";
         return Err((StatusCode::FORBIDDEN, m.to_owned()));

@@ -18,6 +18,31 @@ fn audited(method: &str) -> Option<&'static str> {
         .find(|m| *m == method)
 }
 
+/// Audits a call its era's own checks refused before it reached the
+/// router (a modern request's headers against its body, `-32020`,
+/// `../shared/spec/2026-07-28/transports-streamable-http.mdx` §Server
+/// Validation; its
+/// `_meta`, `-32602`/`-32022`; a removed method): `"error"` with the code
+/// answered, `upstream` and `original` null (not routed).
+pub(super) fn refused(
+    app: &App,
+    id: &Value,
+    method: &str,
+    params: Option<&Value>,
+    who: &Who,
+    request_bytes: usize,
+    e: &RpcError,
+) {
+    let Some(mut p) = Pending::start(app, method, params, None, who, request_bytes) else {
+        return;
+    };
+    if let Some(r) = p.record.as_mut() {
+        (r.upstream, r.original) = (None, None);
+        r.outcome = Outcome::Error(e.code);
+    }
+    p.done(&Outgoing::Tree(protocol::error_response(id.clone(), e)));
+}
+
 /// An audited call under way. Dropped before [`Pending::done`] (the
 /// caller closed its connection, so the call's future was dropped), it
 /// still records the call, as `disconnected`.
@@ -104,6 +129,21 @@ impl Pending {
         };
     }
 
+    /// What to audit if the call this round parks is never taken back
+    /// (`"input_expired"`): this round's record without its arguments (the
+    /// round's own line has them), kept with the parked call.
+    pub(super) fn parked(&self) -> Option<Box<Expiry>> {
+        let mut record = self.record.clone()?;
+        record.outcome = Outcome::InputExpired;
+        record.response_bytes = 0;
+        record.arguments = None;
+        Some(Box::new(Expiry {
+            record,
+            t0: self.t0,
+            audit: self.audit.clone(),
+        }))
+    }
+
     /// Hands the record of the call answered with `response` to the writer
     /// (never waits).
     pub(super) fn done(mut self: Box<Self>, response: &Outgoing) {
@@ -112,5 +152,26 @@ impl Pending {
             r.response_bytes = response.len() as u64;
             self.audit.record(r);
         }
+    }
+}
+
+/// The audit record of a parked call ([`Pending::parked`]), written when
+/// the call expires unclaimed ([`Expiry::expired`]); dropped unwritten when
+/// a retry takes the call back. (Servers "MUST NOT assume that clients
+/// will ... retry the original request",
+/// `../shared/spec/2026-07-28/patterns-mrtr.mdx` §Server Requirements
+/// (Basic Workflow): a round never retried is legal, and the log says so.)
+pub(super) struct Expiry {
+    record: Record,
+    t0: Instant,
+    audit: crate::audit::Audit,
+}
+
+impl Expiry {
+    /// Audits the parked call as `input_expired` (never waits).
+    pub(super) fn expired(self) {
+        let mut r = self.record;
+        r.duration_ms = self.t0.elapsed().as_millis() as u64;
+        self.audit.record(r);
     }
 }

@@ -2,6 +2,7 @@
 //! within its limits, batches, and the framing of what one message
 //! produced. Each message is served by [`super::request`].
 
+use super::checks::HeadError;
 use super::era::session_header;
 use super::reply::{refuse, Refusal};
 use super::request::{one, Answer, Outcome};
@@ -26,17 +27,18 @@ where
     B: hyper::body::Body<Data = bytes::Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    if let Err(why) = app.origin.check(req.headers()) {
-        metrics::counter!(crate::metrics::FORBIDDEN).increment(1);
-        if let Some(skipped) = app.refusal_log.allow(Instant::now()) {
-            tracing::info!(skipped, "403: {why}");
+    match app.origin.check_head(req.headers(), req.uri()) {
+        Ok(()) => {}
+        Err(HeadError::Malformed { limit, why }) => {
+            metrics::counter!(crate::metrics::REFUSED, "limit" => limit).increment(1);
+            if let Some(skipped) = app.refusal_log.allow(Instant::now()) {
+                tracing::info!(skipped, "400: {why}");
+            }
+            let m = format!("Bad request: {why}");
+            return refuse(StatusCode::BAD_REQUEST, protocol::INVALID_REQUEST, m)
+                .into_response(Value::Null);
         }
-        return refuse(
-            StatusCode::FORBIDDEN,
-            protocol::INVALID_REQUEST,
-            format!("Forbidden: {why}"),
-        )
-        .into_response(Value::Null);
+        Err(HeadError::Forbidden(why)) => return forbidden(&app, &why),
     }
     let origin = req.headers().get(http::header::ORIGIN).cloned();
     let mut resp = if req.method() == Method::OPTIONS {
@@ -57,6 +59,20 @@ where
         reply::allow_origin(&mut resp, origin);
     }
     resp
+}
+
+/// The 403 of a `Host`, target authority or `Origin` not allowed.
+fn forbidden(app: &App, why: &str) -> Response<Body> {
+    metrics::counter!(crate::metrics::FORBIDDEN).increment(1);
+    if let Some(skipped) = app.refusal_log.allow(Instant::now()) {
+        tracing::info!(skipped, "403: {why}");
+    }
+    refuse(
+        StatusCode::FORBIDDEN,
+        protocol::INVALID_REQUEST,
+        format!("Forbidden: {why}"),
+    )
+    .into_response(Value::Null)
 }
 
 fn get(app: Arc<App>, h: &HeaderMap) -> Response<Body> {

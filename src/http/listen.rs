@@ -33,6 +33,8 @@
 
 use super::streams::{StreamPlace, META_SUBSCRIPTION_ID};
 use super::{App, Body};
+use crate::limits::AUDIT_FIELD_BYTES;
+use crate::logline::capped;
 use crate::protocol::{self, sse, RpcError};
 use crate::subscriptions::{Subscriber, Subscriptions};
 use bytes::Bytes;
@@ -214,7 +216,9 @@ async fn subscribe_all(
         match subscribe(app, who, uri, policy).await {
             Ok(()) => honoured.push(Value::String(uri.into())),
             Err(e) => {
-                tracing::debug!(%uri, "listen: resource subscription not honoured: {}", e.message)
+                // Client-supplied: cut and escaped (logline::capped).
+                let (uri, why) = (capped(uri, AUDIT_FIELD_BYTES), capped(&e.message, 512));
+                tracing::debug!(%uri, "listen: resource subscription not honoured: {why}")
             }
         }
     }

@@ -188,6 +188,7 @@ impl Round {
             done: None,
             key,
             started: Instant::now(),
+            audit: None,
         });
     }
 
@@ -357,7 +358,8 @@ impl Round {
 
     /// Parks `running` until the caller answers `asked`; the round's answer
     /// is the `InputRequiredResult`, or an error when the table is full.
-    async fn park(&mut self, running: Running, asked: Vec<Asked>) -> Answer {
+    async fn park(&mut self, mut running: Running, asked: Vec<Asked>) -> Answer {
+        running.audit = self.audit.as_ref().and_then(|a| a.parked());
         let requests: Map<String, Value> = (asked.iter())
             .map(|a| (a.key.clone(), a.request.clone()))
             .collect();
@@ -544,7 +546,13 @@ pub async fn expire(app: &App, now: Instant) -> usize {
     );
     // Answered together, not one after another: a stuck upstream costs
     // one PARKED_ANSWER_TIMEOUT per sweep, not one per call.
-    let refusals = gone.into_iter().map(|p| refuse_parked(app, p, &why));
+    let refusals = gone.into_iter().map(|mut p| {
+        // Audited as such: the round before it ended in input_required.
+        if let Some(expiry) = p.running.audit.take() {
+            expiry.expired();
+        }
+        refuse_parked(app, p, &why)
+    });
     futures_util::future::join_all(refusals).await;
     if n > 0 {
         metrics::gauge!(crate::metrics::PARKED_CALLS).set(app.parked.len() as f64);

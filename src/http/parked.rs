@@ -84,6 +84,8 @@ pub(super) struct Running {
     /// parked no later than this plus the table's TTL, so a caller that
     /// keeps retrying without answers cannot hold its place for ever.
     pub started: Instant,
+    /// Its audit record if it expires parked (`[audit]` only).
+    pub audit: Option<Box<super::audited::Expiry>>,
 }
 
 /// What [`Running::next`] saw.

@@ -72,8 +72,11 @@ pub(super) async fn one(
             let (era, busy) =
                 decide_era(app, h, &method, params.as_ref()).map_err(|r| (id.clone(), r))?;
             if era == ClientEra::Modern {
-                modern_checks(app, h, &method, params.as_ref(), who.policy())
-                    .map_err(|e| (id.clone(), e))?;
+                if let Err(r) = modern_checks(app, h, &method, params.as_ref(), who.policy()) {
+                    let p = params.as_ref();
+                    audited::refused(app, &id, &method, p, who, request_bytes, &r.1);
+                    return Err((id, r));
+                }
             }
             let mut params = params;
             if let ClientEra::Legacy(..) = &era {

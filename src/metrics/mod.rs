@@ -25,7 +25,12 @@ pub use handles::{count_request, LazyCounter};
 /// - `auth`: a request without valid credentials; `rate`: a client over its
 ///   `rate`; `policy`: a call to a tool its client's policy does not allow;
 ///   `withheld`: a call to a tool withheld by its pin (`trust = "pin"`),
-///   answered as an unknown tool.
+///   answered as an unknown tool; `name_length`: a `tools/call` or
+///   `prompts/get` whose name is longer than any exposed name
+///   (`router::names::LONGEST`), -32602 before any lookup.
+/// - `duplicate_header`: a request with two `Authorization` or two `Host`
+///   headers, 400; `authority`: an absolute-form target whose authority
+///   fails the `Host` check or differs from `Host`, 400.
 /// - `session_capacity`: a legacy session not made, the table full;
 ///   `in_flight`: a call over its upstream's in-flight bound; `idle_connections`: an
 ///   idle connection closed to free a place; `peer_connections`: one

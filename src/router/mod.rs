@@ -377,6 +377,15 @@ impl Router {
                     .get("name")
                     .and_then(Value::as_str)
                     .ok_or_else(|| bad("params.name must be a string"))?;
+                if name.len() > names::LONGEST {
+                    return Err(Miss {
+                        error: RpcError::new(protocol::INVALID_PARAMS, format!(
+                            "Invalid params: params.name is {} bytes, longer than any exposed name ({} at most)",
+                            name.len(), names::LONGEST)),
+                        unknown: false,
+                        refused: Some("name_length"),
+                    });
+                }
                 if method == "tools/call" {
                     name_target("tool", &m.tool_routes, name)
                 } else {

@@ -21,10 +21,14 @@ pub fn fnv1a(s: &str) -> u64 {
     h
 }
 
+/// The longest exposed name under any rule (`Spec`'s): a call to a longer
+/// name cannot match one and is refused before it is looked up.
+pub const LONGEST: usize = 128;
+
 fn max_len(rule: ToolNameRule) -> usize {
     match rule {
         ToolNameRule::Strict => 64,
-        ToolNameRule::Spec => 128,
+        ToolNameRule::Spec => LONGEST,
     }
 }
 

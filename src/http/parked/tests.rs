@@ -13,6 +13,7 @@ fn running_since(started: Instant) -> Running {
         done: None,
         key: Some("mrtr:1".into()),
         started,
+        audit: None,
     }
 }
 

@@ -6,6 +6,11 @@
 
 use std::time::Duration;
 
+mod config;
+mod network;
+pub use config::*;
+pub use network::*;
+
 /// Default downstream listen address (`server.listen`). Port 8737 is the
 /// documented mcp-edge port; loopback only by default (streamable HTTP
 /// §Security: bind to localhost when running locally).
@@ -362,82 +367,6 @@ pub const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// The session sweep runs every `min(session_idle_timeout / 4, this)`.
 pub const SESSION_SWEEP_MAX_PERIOD: Duration = Duration::from_secs(60);
 
-// ---- config defaults (config/*) ----
-// Ranges of config keys checked in `config/*` (defaults are above), and the
-// board profile bounds.
-
-/// Default `server.tool_name_separator`: between upstream prefix and tool name.
-pub const DEFAULT_TOOL_NAME_SEPARATOR: &str = "__";
-/// Longest `server.tool_name_separator`, in characters: 4.
-pub const MAX_TOOL_NAME_SEPARATOR_LEN: usize = 4;
-/// Smallest accepted `server.keepalive`: 1 s.
-pub const MIN_KEEPALIVE: Duration = Duration::from_secs(1);
-/// Largest accepted `server.keepalive`: 60 s.
-pub const MAX_KEEPALIVE: Duration = Duration::from_secs(60);
-/// Ceiling for `server.max_connections` (default [`DEFAULT_MAX_CONNECTIONS`]).
-pub const MAX_CONNECTIONS_CEILING: usize = 65_536;
-/// Longest `server.session_min_idle_before_evict`: 24 h.
-pub const MAX_SESSION_MIN_IDLE_BEFORE_EVICT: Duration = Duration::from_secs(24 * 3600);
-
-/// Smallest accepted `watchdog.required_grace`: 1 s.
-pub const MIN_REQUIRED_GRACE: Duration = Duration::from_secs(1);
-/// Largest accepted `watchdog.required_grace`: 24 h.
-pub const MAX_REQUIRED_GRACE: Duration = Duration::from_secs(24 * 3600);
-
-/// Longest upstream `name` / `prefix` (and `mcpServers` server name), in
-/// characters: 32.
-pub const MAX_UPSTREAM_NAME_LEN: usize = 32;
-/// Smallest accepted `upstream.call_timeout`: 1 s.
-pub const MIN_CALL_TIMEOUT: Duration = Duration::from_secs(1);
-/// Largest accepted `upstream.call_timeout`: 1 h.
-pub const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(3600);
-/// Smallest accepted `upstream.max_result_bytes`: 1 KiB.
-pub const MIN_RESULT_BYTES: usize = 1024;
-/// Ceiling for `upstream.max_result_bytes`: 256 MiB.
-pub const MAX_RESULT_BYTES_CEILING: usize = 256 * 1024 * 1024;
-/// Smallest accepted `upstream.health_interval`: 1 s.
-pub const MIN_HEALTH_INTERVAL: Duration = Duration::from_secs(1);
-/// Largest accepted `upstream.health_interval`: 1 h.
-pub const MAX_HEALTH_INTERVAL: Duration = Duration::from_secs(3600);
-/// Smallest accepted `upstream.probe_timeout`: 100 ms.
-pub const MIN_PROBE_TIMEOUT: Duration = Duration::from_millis(100);
-/// Largest accepted `upstream.probe_timeout`: 5 min.
-pub const MAX_PROBE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
-/// Largest accepted `upstream.probe_misses`: 100.
-pub const MAX_PROBE_MISSES: u32 = 100;
-/// Smallest accepted `upstream.backoff_initial`: 100 ms.
-pub const MIN_BACKOFF_INITIAL: Duration = Duration::from_millis(100);
-/// Largest accepted `upstream.backoff_initial`: 1 h.
-pub const MAX_BACKOFF_INITIAL: Duration = Duration::from_secs(3600);
-/// Smallest accepted `upstream.backoff_factor`: 1.0 (no growth).
-pub const MIN_BACKOFF_FACTOR: f64 = 1.0;
-/// Largest accepted `upstream.backoff_factor`: 10.0.
-pub const MAX_BACKOFF_FACTOR: f64 = 10.0;
-/// Smallest accepted `upstream.backoff_cap`: 1 s.
-pub const MIN_BACKOFF_CAP: Duration = Duration::from_secs(1);
-/// Largest accepted `upstream.backoff_cap`: 24 h.
-pub const MAX_BACKOFF_CAP: Duration = Duration::from_secs(24 * 3600);
-/// Largest accepted `upstream.stable_period`: 24 h (zero is allowed).
-pub const MAX_STABLE_PERIOD: Duration = Duration::from_secs(24 * 3600);
-/// Smallest accepted `upstream.retry_after_cap`: 1 s.
-pub const MIN_RETRY_AFTER_CAP: Duration = Duration::from_secs(1);
-/// Largest accepted `upstream.retry_after_cap`: 24 h.
-pub const MAX_RETRY_AFTER_CAP: Duration = Duration::from_secs(24 * 3600);
-/// Smallest accepted `upstream.startup_timeout`: 1 s.
-pub const MIN_STARTUP_TIMEOUT: Duration = Duration::from_secs(1);
-/// Largest accepted `upstream.startup_timeout`: 10 min.
-pub const MAX_STARTUP_TIMEOUT: Duration = Duration::from_secs(10 * 60);
-
-/// Smallest accepted board profile `heap_budget_bytes`: 4 MiB.
-pub const MIN_HEAP_BUDGET_BYTES: usize = 4 << 20;
-/// Largest accepted board profile `heap_budget_bytes`: 64 GiB, or all a
-/// 32-bit address space can name (`64 << 30` would be 0 on armv7).
-pub const MAX_HEAP_BUDGET_BYTES: usize = if usize::BITS > 32 {
-    (64u64 << 30) as usize
-} else {
-    usize::MAX
-};
-
 // ---- upstream and supervisor internals ----
 
 /// Most `statvfs` calls of the built-in `disk_usage` running at once. A call
@@ -501,100 +430,3 @@ pub const DESCENDANT_POLL: Duration = Duration::from_millis(20);
 pub const REFUSAL_LOG_BURST: u32 = 10;
 /// Log lines about refused requests per second once the burst is spent.
 pub const REFUSAL_LOG_PER_SECOND: u32 = 1;
-
-// ---- audit log ----
-
-/// Records the audit queue holds (`[audit]`): [`crate::audit::Audit::record`]
-/// never waits; a record that finds the queue full is dropped and counted
-/// in `mcp_edge_audit_dropped_total`.
-pub const AUDIT_QUEUE_DEPTH: usize = 1024;
-/// Bytes of serialized records the audit queue holds (with `arguments =
-/// true` a record can be as large as a request body). A record that would
-/// take the queue past this is dropped and counted like a full queue; one
-/// record alone is always admitted, so the worst case is this plus one
-/// request body (`server.max_body_bytes`).
-pub const AUDIT_QUEUE_BYTES: usize = 4 * 1024 * 1024;
-/// How long shutdown waits for the audit writer to write what is queued.
-pub const AUDIT_CLOSE_GRACE: Duration = Duration::from_secs(5);
-/// Audit write errors (disk full, EIO) are logged at most once per this
-/// period, with the number not logged; every one is counted in
-/// `mcp_edge_audit_write_errors_total`.
-pub const AUDIT_ERROR_LOG_PERIOD: Duration = Duration::from_secs(60);
-
-// ---- network: clients, tokens, audit log ----
-
-/// Most `[[client]]` tables in a config: each is checked per request (a
-/// linear scan of names and digests), so the list stays short.
-pub const MAX_CLIENTS: usize = 64;
-/// Fewest characters of a client token read from `client.token_file`
-/// (trimmed): shorter ones are refused as guessable. `mcp-edge token new`
-/// prints 48.
-pub const MIN_CLIENT_TOKEN_LEN: usize = 16;
-/// Random bytes in a token made by `mcp-edge token new` (base64url, 43
-/// characters after the `mcpe_` prefix).
-pub const CLIENT_TOKEN_BYTES: usize = 32;
-/// Largest `N` of `client.rate = "N/s"` (or `/m`, `/h`): requests per
-/// period, and the burst.
-pub const MAX_CLIENT_RATE: u32 = 1_000_000;
-
-/// Default `audit.max_bytes`: a file is rotated before it would grow past
-/// 10 MiB.
-pub const DEFAULT_AUDIT_MAX_BYTES: usize = 10 * 1024 * 1024;
-/// Smallest accepted `audit.max_bytes`: 4 KiB.
-pub const MIN_AUDIT_MAX_BYTES: usize = 4096;
-/// Largest accepted `audit.max_bytes`: 1 GiB (fits a 32-bit `usize`).
-pub const MAX_AUDIT_MAX_BYTES: usize = 1 << 30;
-/// Default `audit.keep`: rotated files kept (`path.1` … `path.5`).
-pub const DEFAULT_AUDIT_KEEP: usize = 5;
-/// Largest accepted `audit.keep` (the smallest is 1).
-pub const MAX_AUDIT_KEEP: usize = 100;
-
-/// Default loopback port of `mcp-edge login`'s redirect URI
-/// (`http://127.0.0.1:8739/callback`; `--port` sets another).
-pub const DEFAULT_LOGIN_PORT: u16 = 8739;
-/// One OAuth request (a metadata document, a token or registration request)
-/// waits at most this long for its whole answer.
-pub const OAUTH_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// A whole token renewal (discovery included) takes at most this long;
-/// every caller waiting for it waits at most this long too.
-pub const OAUTH_RENEWAL_TIMEOUT: Duration = Duration::from_secs(20);
-/// Largest OAuth answer read (metadata, token, registration): 64 KiB.
-pub const OAUTH_BODY_BYTES: usize = 64 * 1024;
-/// An access token is renewed once this fraction of its lifetime has
-/// passed (three quarters: a 10-second token at 7.5 s, an hour's at 45 min).
-pub const OAUTH_REFRESH_AT: f64 = 0.75;
-/// An access token is taken as expired this fraction of its lifetime
-/// early (at most [`OAUTH_EXPIRY_MARGIN_MAX`]): `expires_in` counts from
-/// when the server issued it, and its `exp` is in whole seconds.
-pub const OAUTH_EXPIRY_MARGIN: f64 = 0.1;
-/// The most an access token is taken as expired early: 30 s.
-pub const OAUTH_EXPIRY_MARGIN_MAX: Duration = Duration::from_secs(30);
-/// Lifetime assumed for an access token that comes without `expires_in`.
-pub const OAUTH_DEFAULT_LIFETIME: Duration = Duration::from_secs(3600);
-/// Scope step-ups (403 `insufficient_scope`) asked for between two
-/// ordinary token requests; past this the call fails (refusals counted as
-/// `limit="oauth_step_up"`).
-pub const OAUTH_STEP_UPS: u32 = 2;
-/// Scopes kept per upstream (configured, challenged and stepped up, their
-/// union): at most 64, each at most 256 bytes.
-pub const OAUTH_MAX_SCOPES: usize = 64;
-/// First delay after a failed token request; multiplied by
-/// [`OAUTH_BACKOFF_FACTOR`] per failure, with jitter, up to
-/// [`OAUTH_BACKOFF_CAP`]; a `Retry-After` is the floor (at most the
-/// upstream's `retry_after_cap`).
-pub const OAUTH_BACKOFF_INITIAL: Duration = Duration::from_secs(1);
-/// Growth of the token-request backoff per failure: 1 s, 1.5 s, 2.25 s, …
-/// (after a 20 s outage the next try comes within about 8 s).
-pub const OAUTH_BACKOFF_FACTOR: f64 = 1.5;
-/// Shortest access-token lifetime believed (`expires_in: 0` or 1 would
-/// otherwise mean a token request per call).
-pub const OAUTH_MIN_LIFETIME: Duration = Duration::from_secs(2);
-/// Longest access-token lifetime believed: a year.
-pub const OAUTH_MAX_LIFETIME: Duration = Duration::from_secs(365 * 86_400);
-/// Lifetime of a `private_key_jwt` client assertion (RFC 7523 §3 `exp`).
-pub const OAUTH_ASSERTION_LIFETIME: Duration = Duration::from_secs(60);
-/// How often a call looks whether the token file changed (a login by
-/// `mcp-edge login` while the gateway runs): at most once a second.
-pub const OAUTH_FILE_CHECK_PERIOD: Duration = Duration::from_secs(1);
-/// Longest delay between token requests after failures.
-pub const OAUTH_BACKOFF_CAP: Duration = Duration::from_secs(60);
