@@ -591,3 +591,5 @@ pub const OAUTH_ASSERTION_LIFETIME: Duration = Duration::from_secs(60);
 pub const OAUTH_FILE_CHECK_PERIOD: Duration = Duration::from_secs(1);
 /// Longest delay between token requests after failures.
 pub const OAUTH_BACKOFF_CAP: Duration = Duration::from_secs(60);
+/// At most one warning per this period that a stdio child's sandbox is degraded.
+pub const SANDBOX_WARN_PERIOD: Duration = Duration::from_secs(60);

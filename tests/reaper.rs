@@ -4,6 +4,10 @@
 //! subreaper), reaped when they die, and stopped with the stdio child they
 //! came from (its exit, a reload that removes it) and at gateway exit.
 //! Processes are read from `/proc` here, independently of `mcp_edge::reaper`.
+//!
+//! Also issue 23 part 2, "every stdio server in a sandbox": a hostile stdio
+//! upstream (`tests/fake/hostile.py`) and a `setsid` grandchild of it try
+//! to read the gateway's secrets and environment and to approve tools.
 #![allow(clippy::disallowed_methods)] // the gateway is a child process watched in real time
 
 mod support;
@@ -96,9 +100,12 @@ fn config(upstreams: &str) -> String {
     )
 }
 
+/// A stdio upstream running `sh script`. Unsandboxed: these scripts and
+/// the pid files they write live next to the config, which a sandboxed
+/// child may not reach (the sandbox has its own test below).
 fn stdio_block(name: &str, script: &Path, extra: &str) -> String {
     format!(
-        "[[upstream]]\nname = \"{name}\"\ntransport = \"stdio\"\ncommand = \"sh\"\nargs = [\"{}\"]\n{extra}\n",
+        "[[upstream]]\nname = \"{name}\"\ntransport = \"stdio\"\ncommand = \"sh\"\nargs = [\"{}\"]\nsandbox = \"off\"\n{extra}\n",
         script.display()
     )
 }
@@ -331,5 +338,143 @@ async fn a_reload_that_removes_an_upstream_stops_its_escaped_grandchildren() {
             !alive(pid, start),
             "{what} grandchild {pid} outlived the gateway"
         );
+    }
+}
+
+/// One line of `tests/fake/hostile.py`'s report.
+fn hostile_report(home: &Path, who: &str) -> Vec<serde_json::Value> {
+    let path = home.join(format!("hostile-{who}.jsonl"));
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The secrets a hostile child goes after, laid out as a systemd service
+/// has them: `<base>/creds` (`$CREDENTIALS_DIRECTORY`: a client token, the
+/// TLS key), `<base>/etc/config.toml`, `<base>/state/tool-pins.json`,
+/// `<base>/log/audit.log`.
+fn hostile_layout(base: &Path) -> Vec<(&'static str, std::path::PathBuf)> {
+    for d in ["creds", "etc", "state", "log"] {
+        std::fs::create_dir_all(base.join(d)).unwrap();
+    }
+    let files = [
+        (
+            "credential_token",
+            "creds/client-token",
+            "tok-SECRET-0123456789abcdef",
+        ),
+        (
+            "tls_key",
+            "creds/tls.key",
+            "-----BEGIN PRIVATE KEY-----SECRET",
+        ),
+        (
+            "pins_file",
+            "state/tool-pins.json",
+            r#"{"version": 1, "upstreams": {"other": {"t": "abc"}}}"#,
+        ),
+        ("audit_log", "log/audit.log", "{\"secret\": \"audit\"}\n"),
+    ];
+    let mut out: Vec<_> = files
+        .iter()
+        .map(|(what, rel, body)| {
+            std::fs::write(base.join(rel), body).unwrap();
+            (*what, base.join(rel))
+        })
+        .collect();
+    out.push(("config_file", base.join("etc/config.toml")));
+    out
+}
+
+/// The acceptance of issue 23 part 2 (its Landlock half): every attempt of
+/// the hostile child and of its `setsid` grandchild to read a secret or the
+/// gateway's environment fails; the admin attempts are reported (another
+/// change makes them refuse). Without Landlock those parts are skipped.
+#[tokio::test]
+async fn a_hostile_stdio_upstream_and_its_grandchild_reach_no_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path();
+    let targets = hostile_layout(base);
+    let (creds, state) = (base.join("creds"), base.join("state"));
+    let admin_port = free_port();
+    let mut args = vec![
+        support::repo_path("tests/fake/hostile.py"),
+        "--creds".into(),
+        creds.display().to_string(),
+        "--admin-socket".into(),
+        state.join("admin.sock").display().to_string(),
+        "--admin".into(),
+        format!("127.0.0.1:{admin_port}"),
+    ];
+    for (what, path) in &targets {
+        args.push("--target".into());
+        args.push(format!("{what}={}", path.display()));
+    }
+    args.extend(["--then".into(), support::python_executable()]);
+    args.extend(
+        [support::fake_upstream().display().to_string()]
+            .into_iter()
+            .chain(["--era", "legacy", "--name", "hostile"].map(String::from)),
+    );
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"127.0.0.1:{admin_port}\"\n\
+         state_directory = {state:?}\n\n[audit]\npath = {:?}\n\n\
+         [[upstream]]\nname = \"hostile\"\ncommand = \"python3\"\nargs = {}\ntrust = \"pin\"\n{}\n",
+        free_port(),
+        base.join("log/audit.log"),
+        serde_json::to_string(&args).unwrap(),
+        support::test_grants(),
+    );
+    let secret = Path::new("hunter2-gateway-environment-secret");
+    let mut gw = Running::start_with_env(
+        &base.join("etc"),
+        &config,
+        &[
+            ("CREDENTIALS_DIRECTORY", &creds),
+            ("MCP_EDGE_TEST_SECRET", secret),
+        ],
+    )
+    .await;
+    let home = state.join("children/hostile");
+    let t0 = Instant::now();
+    while hostile_report(&home, "grandchild").is_empty() && t0.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = gw.status().await;
+    gw.terminate().await;
+    let sandbox = &status["upstreams"][0]["sandbox"];
+    println!("sandbox of the hostile upstream: {sandbox:#}");
+    let abi = mcp_edge::sandbox::kernel_abi();
+    match abi {
+        Ok(v) => println!("Landlock ABI {v}"),
+        Err(why) => println!("Landlock unavailable ({why}): the parts that need it are SKIPPED"),
+    }
+    let (child, grandchild) = (
+        hostile_report(&home, "child"),
+        hostile_report(&home, "grandchild"),
+    );
+    assert!(
+        !child.is_empty() && !grandchild.is_empty(),
+        "no report: {}",
+        gw.log_text()
+    );
+    let mut leaks = Vec::new();
+    for a in child.iter().chain(&grandchild) {
+        let (what, ok) = (a["what"].as_str().unwrap(), a["ok"] == true);
+        println!("{} {what} {}: {}", a["who"], a["path"], a["detail"]);
+        let landlock_part = !matches!(what, "admin_socket" | "tcp_approve" | "own_environment");
+        if what == "own_environment" {
+            assert!(!ok, "the child's environment has mcp-edge's variables: {a}");
+        } else if landlock_part && abi.is_err() {
+            println!("  SKIPPED (needs Landlock)");
+        } else if landlock_part && ok {
+            leaks.push(a.to_string());
+        }
+    }
+    assert!(leaks.is_empty(), "reached:\n{}", leaks.join("\n"));
+    if let Ok(v) = abi {
+        assert_eq!(sandbox["landlock"]["abi"], v, "{sandbox}");
+        assert_eq!(sandbox["mode"], "strict");
     }
 }

@@ -174,6 +174,7 @@ pub use network::{AuditConfig, AuditSink, ClientConfig, Credential, Rate, Secret
 pub use oauth::{is_secure_url, read_private_key, read_secret, ClientAuth, Grant, OAuthConfig};
 mod raw;
 mod render;
+mod sandbox;
 pub use render::mask_url;
 mod server;
 mod tls;

@@ -101,6 +101,12 @@ pub fn status(app: &App) -> Value {
                 "withheld": u.withheld().iter().map(|w| w.to_json()).collect::<Vec<_>>(),
                 "stderr_tail": u.stderr_tail(),
                 "oauth": u.oauth_status(),
+                "sandbox": match &u.config.transport {
+                    crate::config::Transport::Stdio { sandbox, cwd, .. } => {
+                        crate::sandbox::describe(sandbox, cwd.as_deref())
+                    }
+                    _ => Value::Null,
+                },
             })
         })
         .collect();

@@ -34,6 +34,11 @@ impl Running {
     /// (up to 30 s) for `/readyz`. `config` has its `listen` and
     /// `admin_listen` on 127.0.0.1 with fixed ports.
     pub async fn start(dir: &Path, config: &str) -> Running {
+        Running::start_with_env(dir, config, &[]).await
+    }
+
+    /// [`Running::start`] with extra environment variables for the gateway.
+    pub async fn start_with_env(dir: &Path, config: &str, env: &[(&str, &Path)]) -> Running {
         let path = dir.join("config.toml");
         std::fs::write(&path, config).unwrap();
         let log = dir.join("stderr.log");
@@ -41,6 +46,7 @@ impl Running {
             .args(["serve", "--config"])
             .arg(&path)
             .env("RUST_LOG", "debug")
+            .envs(env.iter().copied())
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
