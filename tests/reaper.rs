@@ -478,3 +478,66 @@ async fn a_hostile_stdio_upstream_and_its_grandchild_reach_no_secret() {
         assert_eq!(sandbox["mode"], "strict");
     }
 }
+
+/// Issue 23 part 2: `python3` and `node` from the system serve a real MCP
+/// stdio server unchanged under the default sandbox (no `paths_ro`): the
+/// server script lives in the child's working directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python3_and_node_serve_unchanged_under_the_default_sandbox() {
+    let work = tempfile::tempdir().unwrap();
+    let node_ok = std::process::Command::new("node")
+        .arg("-v")
+        .output()
+        .is_ok();
+    let python = Path::new("/usr/bin/python3");
+    if !python.exists() {
+        println!("SKIPPED: no /usr/bin/python3");
+        return;
+    }
+    std::fs::copy(support::fake_upstream(), work.path().join("server.py")).unwrap();
+    std::fs::copy(
+        support::repo_path("tests/fake/hello_node.js"),
+        work.path().join("server.js"),
+    )
+    .unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let cwd = work.path().display();
+    let mut upstreams = format!(
+        "[[upstream]]\nname = \"py\"\ncommand = \"{}\"\nargs = [\"server.py\", \"--era\", \"legacy\", \"--name\", \"py\"]\ncwd = \"{cwd}\"\n",
+        python.display()
+    );
+    if node_ok {
+        upstreams += &format!(
+            "\n[[upstream]]\nname = \"js\"\ncommand = \"node\"\nargs = [\"server.js\"]\ncwd = \"{cwd}\"\n"
+        );
+    } else {
+        println!("SKIPPED (node part): no node on PATH");
+    }
+    let server = format!("state_directory = \"{}\"", state.path().display());
+    let gw = support::start(&server, &upstreams).await;
+    assert_eq!(gw.ready_upstreams(), 1 + usize::from(node_ok));
+    let addr = gw.local_addr();
+    let sid = support::legacy_session(addr, "2025-11-25").await;
+    let r = support::call_tool(
+        addr,
+        &sid,
+        1.into(),
+        "py__echo",
+        serde_json::json!({"text": "hi"}),
+    )
+    .await;
+    assert_eq!(support::text_of(&r), "py:hi", "{:?}", r.body);
+    if node_ok {
+        let r =
+            support::call_tool(addr, &sid, 2.into(), "js__hello", serde_json::Value::Null).await;
+        let text = support::text_of(&r);
+        println!("{text}");
+        assert!(
+            text.starts_with("hello from node") && text.contains("rss true"),
+            "{:?}",
+            r.body
+        );
+        let home = state.path().join("children/js");
+        assert!(text.ends_with(&home.display().to_string()), "{text}");
+    }
+}

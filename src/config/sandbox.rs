@@ -194,3 +194,156 @@ fn check_grant(
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, Transport};
+    use crate::sandbox::Mode;
+    use std::ffi::OsString;
+    use std::path::Path;
+
+    fn load(upstream: &str) -> Result<Config, String> {
+        let env = |n: &str| match n {
+            "CREDENTIALS_DIRECTORY" => Some(OsString::from("/srv/creds")),
+            _ => None,
+        };
+        let text = format!(
+            "[server]\nstate_directory = \"/var/lib/mcp-edge\"\n\
+             [audit]\npath = \"/var/log/mcp-edge/audit.log\"\n\
+             [[upstream]]\nname = \"fs\"\ncommand = \"npx\"\n{upstream}"
+        );
+        Config::from_toml_str_with_env(&text, Path::new("/etc/mcp-edge/config.toml"), &env)
+            .map_err(|e| e.to_string())
+    }
+
+    fn spec(cfg: &Config) -> &crate::sandbox::Spec {
+        match &cfg.upstreams[0].transport {
+            Transport::Stdio { sandbox, .. } => sandbox,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_default_is_strict_with_a_home_in_the_state_directory() {
+        let cfg = load("").unwrap();
+        let s = spec(&cfg);
+        assert_eq!(s.mode, Mode::Strict);
+        assert!(s.network && s.paths_rw.is_empty() && s.paths_ro.is_empty());
+        assert_eq!(s.home, Path::new("/var/lib/mcp-edge/children/fs"));
+        let shown = cfg.render_masked();
+        assert!(shown.contains("sandbox = \"strict\""), "{shown}");
+        assert!(
+            shown.contains("# child home: /var/lib/mcp-edge/children/fs"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn keys_are_read() {
+        let cfg = load(
+            "sandbox = \"strict\"\npaths_rw = [\"/srv/data\"]\npaths_ro = [\"/home/pi/venv\"]\n\
+             network = false\ncwd = \"/srv/data\"\n",
+        )
+        .unwrap();
+        let s = spec(&cfg);
+        assert_eq!(s.paths_rw, [Path::new("/srv/data")]);
+        assert_eq!(s.paths_ro, [Path::new("/home/pi/venv")]);
+        assert!(!s.network);
+        assert_eq!(spec(&load("sandbox = \"off\"\n").unwrap()).mode, Mode::Off);
+    }
+
+    #[test]
+    fn grants_reaching_protected_paths_are_refused_naming_the_key() {
+        for (line, key, what) in [
+            (
+                "paths_ro = [\"/etc/mcp-edge\"]",
+                "upstream[0].paths_ro[0]",
+                "/etc/mcp-edge",
+            ),
+            (
+                "paths_ro = [\"/\"]",
+                "upstream[0].paths_ro[0]",
+                "would reach",
+            ),
+            (
+                "paths_rw = [\"/var/lib/mcp-edge\"]",
+                "upstream[0].paths_rw[0]",
+                "state directory",
+            ),
+            (
+                "paths_rw = [\"/var/lib/mcp-edge/children/other\"]",
+                "upstream[0].paths_rw[0]",
+                "state directory",
+            ),
+            (
+                "paths_ro = [\"/srv\"]",
+                "upstream[0].paths_ro[0]",
+                "CREDENTIALS_DIRECTORY",
+            ),
+            (
+                "paths_ro = [\"/var/log/mcp-edge\"]",
+                "upstream[0].paths_ro[0]",
+                "audit log",
+            ),
+            (
+                "paths_ro = [\"/run/user/0\"]",
+                "upstream[0].paths_ro[0]",
+                "/run",
+            ),
+            ("cwd = \"/var/lib\"", "upstream[0].cwd", "would reach"),
+            (
+                "paths_ro = [\"relative\"]",
+                "upstream[0].paths_ro[0]",
+                "absolute",
+            ),
+            (
+                "paths_ro = [\"/srv/../etc\"]",
+                "upstream[0].paths_ro[0]",
+                "absolute",
+            ),
+            (
+                "sandbox = \"loose\"",
+                "upstream[0].sandbox",
+                "\"strict\" or \"off\"",
+            ),
+            (
+                "sandbox = \"off\"\npaths_ro = [\"/srv\"]",
+                "upstream[0].sandbox",
+                "need \"strict\"",
+            ),
+        ] {
+            let e = load(&format!("{line}\n")).unwrap_err();
+            assert!(e.contains(key) && e.contains(what), "{line}: {e}");
+        }
+        // Inside the child's own home is fine; so is "off" with a protected cwd.
+        load("paths_rw = [\"/var/lib/mcp-edge/children/fs/cache\"]\n").unwrap();
+        load("sandbox = \"off\"\ncwd = \"/var/lib/mcp-edge\"\n").unwrap();
+    }
+
+    #[test]
+    fn env_keys_of_mcp_edge_are_refused() {
+        for name in [
+            "CREDENTIALS_DIRECTORY",
+            "NOTIFY_SOCKET",
+            "WATCHDOG_USEC",
+            "LISTEN_FDS",
+            "MCP_EDGE_CHILD",
+        ] {
+            let e = load(&format!("env = {{ {name} = \"x\" }}\n")).unwrap_err();
+            assert!(e.contains(&format!("upstream[0].env.{name}")), "{e}");
+        }
+    }
+
+    #[test]
+    fn sandbox_keys_belong_to_stdio() {
+        let text =
+            "[[upstream]]\nname = \"h\"\nurl = \"http://127.0.0.1:1/mcp\"\nnetwork = false\n";
+        let e = Config::from_toml_str(text, Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("upstream[0].network") && e.contains("stdio"),
+            "{e}"
+        );
+    }
+}
