@@ -27,6 +27,10 @@ pub enum Unavailable {
     /// `EOPNOTSUPP`: built in, not enabled at boot (`lsm=`).
     #[error("not enabled at boot (EOPNOTSUPP; add landlock to the lsm= boot parameter)")]
     NotEnabled,
+    /// `EPERM`: a seccomp filter refuses the call (systemd's
+    /// `SystemCallFilter=` without the `landlock_*` calls).
+    #[error("refused by a seccomp filter (EPERM; allow landlock_create_ruleset, landlock_add_rule and landlock_restrict_self in SystemCallFilter=)")]
+    Filtered,
 }
 
 /// The running kernel's Landlock ABI version, probed once.
@@ -44,11 +48,12 @@ pub fn kernel_abi() -> Result<i32, Unavailable> {
             )
         };
         if v > 0 {
-            Ok(i32::try_from(v).unwrap_or(i32::MAX))
-        } else if std::io::Error::last_os_error().raw_os_error() == Some(libc::EOPNOTSUPP) {
-            Err(Unavailable::NotEnabled)
-        } else {
-            Err(Unavailable::NotBuilt)
+            return Ok(i32::try_from(v).unwrap_or(i32::MAX));
+        }
+        match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::EOPNOTSUPP) => Err(Unavailable::NotEnabled),
+            Some(libc::EPERM) => Err(Unavailable::Filtered),
+            _ => Err(Unavailable::NotBuilt),
         }
     })
 }
