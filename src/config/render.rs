@@ -270,8 +270,11 @@ fn sandbox_keys(o: &mut String, spec: &crate::sandbox::Spec, cwd: Option<&Path>)
         "# environment: {}",
         d["environment"].as_str().unwrap_or("")
     );
+    if let Some(abi) = d["landlock"].get("abi") {
+        let _ = writeln!(o, "# sandbox landlock: ABI {abi} on this kernel");
+    }
     for key in ["landlock", "enforced", "network", "no_new_privs"] {
-        if let Some(v) = d.get(key) {
+        if let Some(v) = d.get(key).filter(|v| !v.is_object()) {
             let _ = writeln!(
                 o,
                 "# sandbox {key}: {}",

@@ -244,7 +244,10 @@ pub enum SandboxError {
 }
 
 /// Makes `spec`'s home and temp directory, each 0700; an existing one must
-/// be a directory (not a symlink) owned by this user and closed to others.
+/// be a directory (not a symlink) owned by this user and closed to others,
+/// and so must the two above it be owned by this user and not writable by
+/// others (a per-uid directory under a shared `/tmp` made by someone else
+/// is refused).
 pub fn prepare_home(spec: &Spec) -> Result<(), SandboxError> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     let home_err = |path: &Path, reason: String| SandboxError::Home {
@@ -258,6 +261,19 @@ pub fn prepare_home(spec: &Spec) -> Result<(), SandboxError> {
         .map_err(|e| home_err(&spec.tmp(), e.to_string()))?;
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
+    // The two directories above the home (`children` and the state or
+    // per-uid directory) must be ours and closed to writers: whoever can
+    // rename in them could swap the home after the check.
+    let above = spec.home.ancestors().skip(1).take(2);
+    for dir in above {
+        let m = std::fs::metadata(dir).map_err(|e| home_err(dir, e.to_string()))?;
+        if m.uid() != uid || m.mode() & 0o022 != 0 {
+            return Err(home_err(
+                dir,
+                format!("must belong to uid {uid} and be writable by it alone"),
+            ));
+        }
+    }
     for dir in [spec.home.clone(), spec.tmp()] {
         let m = std::fs::symlink_metadata(&dir).map_err(|e| home_err(&dir, e.to_string()))?;
         if !m.is_dir() || m.uid() != uid || m.mode() & 0o077 != 0 {

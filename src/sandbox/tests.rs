@@ -142,6 +142,13 @@ fn home_is_made_private_and_a_foreign_one_refused() {
     assert!(s.tmp().is_dir());
     std::fs::set_permissions(&s.home, std::fs::Permissions::from_mode(0o755)).unwrap();
     assert!(matches!(prepare_home(&s), Err(SandboxError::Home { .. })));
+    std::fs::set_permissions(&s.home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    prepare_home(&s).unwrap();
+    // A directory above it that others may write to (a shared /tmp's).
+    let children = dir.path().join("children");
+    std::fs::set_permissions(&children, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let e = prepare_home(&s).unwrap_err().to_string();
+    assert!(e.contains("writable by it alone"), "{e}");
 }
 
 #[test]
