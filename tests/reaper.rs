@@ -387,55 +387,51 @@ fn hostile_layout(base: &Path) -> Vec<(&'static str, std::path::PathBuf)> {
     out
 }
 
-/// The acceptance of issue 23 part 2 (its Landlock half): every attempt of
-/// the hostile child and of its `setsid` grandchild to read a secret or the
-/// gateway's environment fails; the admin attempts are reported (another
-/// change makes them refuse). Without Landlock those parts are skipped.
-#[tokio::test]
-async fn a_hostile_stdio_upstream_and_its_grandchild_reach_no_secret() {
-    let dir = tempfile::tempdir().unwrap();
-    let base = dir.path();
+/// What one run of the hostile fixture left: `/status` and the child's
+/// and the grandchild's reports.
+struct HostileRun {
+    status: serde_json::Value,
+    reports: Vec<serde_json::Value>,
+}
+
+/// Runs the gateway binary, with `$CREDENTIALS_DIRECTORY` and a secret in
+/// its environment, in front of `tests/fake/hostile.py` (`sandbox_keys` in
+/// its `[[upstream]]`), until the grandchild has reported.
+async fn run_hostile(base: &Path, sandbox_keys: &str) -> HostileRun {
     let targets = hostile_layout(base);
     let (creds, state) = (base.join("creds"), base.join("state"));
     let admin_port = free_port();
-    let mut args = vec![
-        support::repo_path("tests/fake/hostile.py"),
-        "--creds".into(),
-        creds.display().to_string(),
-        "--admin-socket".into(),
-        state.join("admin.sock").display().to_string(),
-        "--admin".into(),
-        format!("127.0.0.1:{admin_port}"),
-    ];
+    let mut args: Vec<String> = vec![support::repo_path("tests/fake/hostile.py")];
+    for (flag, value) in [
+        ("--creds", creds.display().to_string()),
+        (
+            "--admin-socket",
+            state.join("admin.sock").display().to_string(),
+        ),
+        ("--admin", format!("127.0.0.1:{admin_port}")),
+    ] {
+        args.extend([flag.to_string(), value]);
+    }
     for (what, path) in &targets {
-        args.push("--target".into());
-        args.push(format!("{what}={}", path.display()));
+        args.extend(["--target".into(), format!("{what}={}", path.display())]);
     }
     args.extend(["--then".into(), support::python_executable()]);
-    args.extend(
-        [support::fake_upstream().display().to_string()]
-            .into_iter()
-            .chain(["--era", "legacy", "--name", "hostile"].map(String::from)),
-    );
+    args.push(support::fake_upstream().display().to_string());
+    args.extend(["--era", "legacy", "--name", "hostile"].map(String::from));
     let config = format!(
         "[server]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"127.0.0.1:{admin_port}\"\n\
          state_directory = {state:?}\n\n[audit]\npath = {:?}\n\n\
-         [[upstream]]\nname = \"hostile\"\ncommand = \"python3\"\nargs = {}\ntrust = \"pin\"\n{}\n",
+         [[upstream]]\nname = \"hostile\"\ncommand = \"python3\"\nargs = {}\ntrust = \"pin\"\n{sandbox_keys}\n",
         free_port(),
         base.join("log/audit.log"),
         serde_json::to_string(&args).unwrap(),
-        support::test_grants(),
     );
     let secret = Path::new("hunter2-gateway-environment-secret");
-    let mut gw = Running::start_with_env(
-        &base.join("etc"),
-        &config,
-        &[
-            ("CREDENTIALS_DIRECTORY", &creds),
-            ("MCP_EDGE_TEST_SECRET", secret),
-        ],
-    )
-    .await;
+    let env = [
+        ("CREDENTIALS_DIRECTORY", creds.as_path()),
+        ("MCP_EDGE_TEST_SECRET", secret),
+    ];
+    let mut gw = Running::start_with_env(&base.join("etc"), &config, &env).await;
     let home = state.join("children/hostile");
     let t0 = Instant::now();
     while hostile_report(&home, "grandchild").is_empty() && t0.elapsed() < Duration::from_secs(20) {
@@ -443,31 +439,43 @@ async fn a_hostile_stdio_upstream_and_its_grandchild_reach_no_secret() {
     }
     let status = gw.status().await;
     gw.terminate().await;
-    let sandbox = &status["upstreams"][0]["sandbox"];
-    println!("sandbox of the hostile upstream: {sandbox:#}");
+    let mut reports = hostile_report(&home, "child");
+    let grandchild = hostile_report(&home, "grandchild");
+    assert!(
+        !reports.is_empty() && !grandchild.is_empty(),
+        "no report: {}",
+        gw.log_text()
+    );
+    reports.extend(grandchild);
+    for a in &reports {
+        println!("{} {} {}: {}", a["who"], a["what"], a["path"], a["detail"]);
+    }
+    HostileRun { status, reports }
+}
+
+/// The acceptance of issue 23 part 2 (its Landlock half): every attempt of
+/// the hostile child and of its `setsid` grandchild to read a secret or the
+/// gateway's environment fails; the admin attempts are reported (another
+/// change makes them refuse). Without Landlock those parts are skipped.
+#[tokio::test]
+async fn a_hostile_stdio_upstream_and_its_grandchild_reach_no_secret() {
+    let dir = tempfile::tempdir().unwrap();
     let abi = mcp_edge::sandbox::kernel_abi();
     match abi {
         Ok(v) => println!("Landlock ABI {v}"),
         Err(why) => println!("Landlock unavailable ({why}): the parts that need it are SKIPPED"),
     }
-    let (child, grandchild) = (
-        hostile_report(&home, "child"),
-        hostile_report(&home, "grandchild"),
-    );
-    assert!(
-        !child.is_empty() && !grandchild.is_empty(),
-        "no report: {}",
-        gw.log_text()
-    );
+    let run = run_hostile(dir.path(), &support::test_grants()).await;
+    let sandbox = &run.status["upstreams"][0]["sandbox"];
+    println!("sandbox of the hostile upstream: {sandbox:#}");
     let mut leaks = Vec::new();
-    for a in child.iter().chain(&grandchild) {
+    for a in &run.reports {
         let (what, ok) = (a["what"].as_str().unwrap(), a["ok"] == true);
-        println!("{} {what} {}: {}", a["who"], a["path"], a["detail"]);
         let landlock_part = !matches!(what, "admin_socket" | "tcp_approve" | "own_environment");
         if what == "own_environment" {
             assert!(!ok, "the child's environment has mcp-edge's variables: {a}");
         } else if landlock_part && abi.is_err() {
-            println!("  SKIPPED (needs Landlock)");
+            println!("SKIPPED (needs Landlock): {} {what}", a["who"]);
         } else if landlock_part && ok {
             leaks.push(a.to_string());
         }
@@ -477,6 +485,34 @@ async fn a_hostile_stdio_upstream_and_its_grandchild_reach_no_secret() {
         assert_eq!(sandbox["landlock"]["abi"], v, "{sandbox}");
         assert_eq!(sandbox["mode"], "strict");
     }
+}
+
+/// The control: with `sandbox = "off"` the same fixture reads the secrets
+/// and the gateway's environment (its attempts can succeed, so their
+/// failure above is the sandbox's doing); its own environment stays
+/// explicit even then.
+#[tokio::test]
+async fn without_the_sandbox_the_hostile_fixture_reads_the_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = run_hostile(dir.path(), "sandbox = \"off\"").await;
+    let ok = |who: &str, what: &str| {
+        run.reports
+            .iter()
+            .find(|a| a["who"] == who && a["what"] == what)
+            .map(|a| a["ok"] == true)
+    };
+    for who in ["child", "grandchild"] {
+        for what in [
+            "credential_token",
+            "tls_key",
+            "config_file",
+            "gateway_environ",
+        ] {
+            assert_eq!(ok(who, what), Some(true), "{who} {what}");
+        }
+        assert_eq!(ok(who, "own_environment"), Some(false), "{who}");
+    }
+    assert_eq!(run.status["upstreams"][0]["sandbox"]["mode"], "off");
 }
 
 /// Issue 23 part 2: `python3` and `node` from the system serve a real MCP

@@ -254,6 +254,9 @@ pub fn prepare_home(spec: &Spec) -> Result<(), SandboxError> {
         path: path.to_path_buf(),
         reason,
     };
+    if !spec.home.is_absolute() {
+        return Err(home_err(&spec.home, "not an absolute path".into()));
+    }
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)

@@ -110,9 +110,17 @@ pub(super) fn start(l: &Launch<'_>) -> Result<(Child, Incarnation), StartError> 
 /// A strict child that starts with less than its grant: counted each
 /// time, warned about at most once per [`limits::SANDBOX_WARN_PERIOD`].
 fn degraded(l: &Launch<'_>, prepared: &Prepared) {
+    // Missing default paths (`/lib32`, `/etc/pki`, …) are normal; an
+    // operator's path that is missing is not.
+    let operator = |p: &std::path::PathBuf| {
+        l.sandbox.paths_rw.contains(p)
+            || l.sandbox.paths_ro.contains(p)
+            || l.cwd == Some(p.as_path())
+    };
+    let missing: Vec<_> = prepared.missing.iter().filter(|p| operator(p)).collect();
     let reason = if !prepared.landlocked() {
         "landlock_unavailable"
-    } else if !prepared.missing.is_empty() {
+    } else if !missing.is_empty() {
         "path_missing"
     } else {
         return;
@@ -135,8 +143,8 @@ fn degraded(l: &Launch<'_>, prepared: &Prepared) {
         ),
         Ok(_) => tracing::warn!(
             upstream = l.name,
-            missing = ?prepared.missing,
-            "sandbox: granted paths that do not exist were skipped"
+            ?missing,
+            "sandbox: configured paths that do not exist were skipped"
         ),
     }
 }
