@@ -19,6 +19,7 @@
 //! | [`logline`] | log hygiene: upstream text made printable (control bytes escaped), errors with their sources, the token bucket behind client rates and log line budgets |
 //! | [`notify`] | sd-notify (`READY=1`, `STATUS=`, `STOPPING=1`, `RELOADING=1`) and the watchdog pinger, reading a small health view |
 //! | [`reaper`] | child processes: mcp-edge as child subreaper, the stdio children tokio waits for, orphans reaped by pid, a stopped child's escaped descendants found (`/proc`, an environment marker) and stopped |
+//! | [`sandbox`] | the sandbox of stdio children: the default grant and the operator's paths, the explicit environment, the Landlock ruleset built before the spawn and entered between fork and exec (with `no_new_privs`, close-on-exec past stdio) |
 //! | [`protocol`] | JSON-RPC envelope, error codes, era and version rules, SSE codec, `Retry-After` |
 //! | [`config`] | TOML and `mcpServers` JSON → validated [`config::Config`]; board profiles |
 //! | [`audit`] | the audit log: one JSON line per call, a bounded queue in front of one writer thread; rotated file or journal |
@@ -63,6 +64,7 @@ pub mod pins;
 pub mod protocol;
 pub mod reaper;
 pub mod router;
+pub mod sandbox;
 pub mod session;
 pub mod subscriptions;
 pub mod supervisor;

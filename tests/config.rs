@@ -226,6 +226,7 @@ fn minimal_stdio_gets_every_default() {
             args,
             env,
             cwd,
+            ..
         } => {
             assert_eq!(command, "npx");
             assert!(args.is_empty() && env.is_empty() && cwd.is_none());

@@ -15,9 +15,10 @@ use support::peers::{self, ClientKind};
 async fn two_upstreams() -> (mcp_edge::gateway::Gateway, peers::KillOnDrop) {
     let (guard, port) = peers::spawn_fixture_http_server();
     let upstreams = format!(
-        "[[upstream]]\nname = \"everything\"\ntransport = \"stdio\"\ncommand = \"node\"\nargs = [\"{}\", \"stdio\"]\n\n\
+        "[[upstream]]\nname = \"everything\"\ntransport = \"stdio\"\ncommand = \"node\"\nargs = [\"{}\", \"stdio\"]\n{}\n\n\
          [[upstream]]\nname = \"py\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n",
-        peers::server_everything_js().display()
+        peers::server_everything_js().display(),
+        support::test_grants()
     );
     let gw = support::start("", &upstreams).await;
     assert_eq!(gw.ready_upstreams(), 2, "both real upstreams connect");
@@ -134,9 +135,10 @@ async fn upstreams_announce_new_tools_on_their_notification_streams() {
     let upstreams = format!(
         "[[upstream]]\nname = \"py\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:{lport}/mcp\"\n\n\
          [[upstream]]\nname = \"mh\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:{mport}/mcp\"\n\n\
-         [[upstream]]\nname = \"ms\"\ntransport = \"stdio\"\ncommand = \"{}\"\nargs = [\"{}\", \"stdio\"]\n",
+         [[upstream]]\nname = \"ms\"\ntransport = \"stdio\"\ncommand = \"{}\"\nargs = [\"{}\", \"stdio\"]\n{}\n",
         peers::python_v2().display(),
-        peers::fixture_modern_server_py().display()
+        peers::fixture_modern_server_py().display(),
+        support::test_grants()
     );
     let gw = support::start("", &upstreams).await;
     assert_eq!(gw.ready_upstreams(), 3);
@@ -407,9 +409,10 @@ async fn node_fetch_and_python_http_client_read_the_413_of_a_2_mib_body() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_2_modern_client_answers_a_legacy_python_servers_requests() {
     let upstream = format!(
-        "[[upstream]]\nname = \"v1\"\ntransport = \"stdio\"\ncommand = \"{}\"\nargs = [\"{}\"]\n",
+        "[[upstream]]\nname = \"v1\"\ntransport = \"stdio\"\ncommand = \"{}\"\nargs = [\"{}\"]\n{}\n",
         peers::python_v1().display(),
-        peers::interop_dir().join("mrtr_server_v1.py").display()
+        peers::interop_dir().join("mrtr_server_v1.py").display(),
+        support::test_grants()
     );
     let gw = support::start("", &upstream).await;
     assert_eq!(gw.ready_upstreams(), 1);

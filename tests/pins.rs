@@ -19,13 +19,30 @@ fn echo(description: &str) -> Value {
         "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}})
 }
 
+/// The fake's `--tools-file`: `<dir>/data/tools.json`, beside the config
+/// and the state directory, which the sandboxed fake may not read.
+fn tools_file(dir: &Path) -> std::path::PathBuf {
+    dir.join("data/tools.json")
+}
+
+/// The gateway binary's config directory, `<dir>/etc` (apart from the
+/// data the sandboxed fake reads).
+fn etc(dir: &Path) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir.join("etc")).unwrap();
+    dir.join("etc")
+}
+
+/// The fake `files` block granted `<dir>/data`.
+fn files_block(dir: &Path, flags: &[&str], extra: &str) -> String {
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    support::fake_block_granting("files", "legacy", flags, extra, &[&data])
+}
+
 /// Makes the fake list `tools` (over its built-in ones) from its next `tools/list` on.
 fn set_tools(dir: &Path, tools: &[Value]) {
-    std::fs::write(
-        dir.join("tools.json"),
-        Value::from(tools.to_vec()).to_string(),
-    )
-    .unwrap();
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    std::fs::write(tools_file(dir), Value::from(tools.to_vec()).to_string()).unwrap();
 }
 
 /// A config for the gateway binary: one fake upstream `files` reading
@@ -33,15 +50,14 @@ fn set_tools(dir: &Path, tools: &[Value]) {
 fn config(dir: &Path, upstream_extra: &str) -> String {
     let state = dir.join("state");
     std::fs::create_dir_all(&state).unwrap();
-    let tools = dir.join("tools.json").display().to_string();
+    let tools = tools_file(dir).display().to_string();
     format!(
         "[server]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"127.0.0.1:{}\"\nstate_directory = \"{}\"\n\n{}",
         free_port(),
         free_port(),
         state.display(),
-        fake_block_args(
-            "files",
-            "legacy",
+        files_block(
+            dir,
             &["--tools-file", &tools],
             &format!("backoff_initial = \"100ms\"\n{upstream_extra}")
         ),
@@ -95,7 +111,7 @@ async fn a_changed_tool_is_withheld_until_approved_and_the_pin_survives_a_restar
     let dir = tempfile::tempdir().unwrap();
     set_tools(dir.path(), &[echo("Echo text")]);
     let text = config(dir.path(), "trust = \"pin\"");
-    let gw = Running::start(dir.path(), &text).await;
+    let gw = Running::start(&etc(dir.path()), &text).await;
     let addr = gw.addr;
     let sid = legacy_session(addr, "2025-11-25").await;
     assert_eq!(listed_echo(addr, &sid).await.as_deref(), Some("Echo text"));
@@ -211,7 +227,11 @@ async fn a_changed_tool_is_withheld_until_approved_and_the_pin_survives_a_restar
     // A restart (a new process on the same state directory) keeps the pin.
     let config_path = gw.config.clone();
     drop(gw);
-    let gw = Running::start(dir.path(), &std::fs::read_to_string(&config_path).unwrap()).await;
+    let gw = Running::start(
+        &etc(dir.path()),
+        &std::fs::read_to_string(&config_path).unwrap(),
+    )
+    .await;
     let addr = gw.addr;
     let sid = legacy_session(addr, "2025-11-25").await;
     assert!(listed_echo(addr, &sid)
@@ -233,7 +253,7 @@ async fn a_changed_tool_is_withheld_until_approved_and_the_pin_survives_a_restar
 async fn auto_serves_a_changed_tool_logs_it_and_pins_the_new_definition() {
     let dir = tempfile::tempdir().unwrap();
     set_tools(dir.path(), &[echo("Echo text")]);
-    let mut gw = Running::start(dir.path(), &config(dir.path(), "")).await;
+    let mut gw = Running::start(&etc(dir.path()), &config(dir.path(), "")).await;
     let addr = gw.addr;
     let sid = legacy_session(addr, "2025-11-25").await;
     assert_eq!(wait_withheld(&gw, 0).await["trust"], "auto");
@@ -288,13 +308,10 @@ async fn auto_serves_a_changed_tool_logs_it_and_pins_the_new_definition() {
 async fn pinned_gateway(dir: &Path, flags: &[&str]) -> mcp_edge::gateway::Gateway {
     let server = format!(
         "admin_listen = \"127.0.0.1:0\"\nstate_directory = \"{}\"",
-        dir.display()
+        dir.join("state").display()
     );
-    start(
-        &server,
-        &fake_block_args("files", "legacy", flags, "trust = \"pin\""),
-    )
-    .await
+    std::fs::create_dir_all(dir.join("state")).unwrap();
+    start(&server, &files_block(dir, flags, "trust = \"pin\"")).await
 }
 
 /// `POST /tools/approve` with `body` on the operator socket: status and JSON.
@@ -337,13 +354,13 @@ async fn admin_request(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_tool_under_pin_is_withheld_until_approved_and_clients_hear_of_both() {
     let dir = tempfile::tempdir().unwrap();
-    let tools = dir.path().join("tools.json").display().to_string();
+    let tools = tools_file(dir.path()).display().to_string();
     let gw = pinned_gateway(dir.path(), &["--tools-file", &tools]).await;
     let (addr, admin) = (gw.local_addr(), gw.admin_addr().unwrap());
     let socket = gw.admin_socket().expect("operator socket").to_path_buf();
     assert_eq!(
         socket,
-        dir.path().join("admin.sock"),
+        dir.path().join("state/admin.sock"),
         "the default: <state_directory>/admin.sock"
     );
     let sid = legacy_session(addr, "2025-11-25").await;
@@ -535,14 +552,18 @@ async fn trust_is_checked_by_the_config_and_at_reload() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_drops_the_pins_of_a_removed_upstream() {
     let dir = tempfile::tempdir().unwrap();
-    let server = format!("state_directory = \"{}\"", dir.path().display());
+    let server = format!(
+        "state_directory = \"{}\"",
+        dir.path().join("state").display()
+    );
+    std::fs::create_dir_all(dir.path().join("state")).unwrap();
     let edge = "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n";
     let mut gw = start(
         &server,
         &format!("{edge}\n{}", fake_block("files", "legacy", "")),
     )
     .await;
-    let file = dir.path().join(mcp_edge::pins::FILE_NAME);
+    let file = dir.path().join("state").join(mcp_edge::pins::FILE_NAME);
     let text = std::fs::read_to_string(&file).unwrap();
     assert!(
         text.contains("\"files\"") && text.contains("\"edge\""),
@@ -564,14 +585,20 @@ async fn a_reload_drops_the_pins_of_a_removed_upstream() {
 async fn a_removed_upstream_withholds_nothing_in_the_metrics() {
     mcp_edge::metrics::prometheus();
     let dir = tempfile::tempdir().unwrap();
-    let tools = dir.path().join("tools.json").display().to_string();
-    let server = format!("state_directory = \"{}\"", dir.path().display());
+    let tools = tools_file(dir.path()).display().to_string();
+    let server = format!(
+        "state_directory = \"{}\"",
+        dir.path().join("state").display()
+    );
+    std::fs::create_dir_all(dir.path().join("state")).unwrap();
     let edge = "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n";
-    let gone = fake_block_args(
+    std::fs::create_dir_all(dir.path().join("data")).unwrap();
+    let gone = support::fake_block_granting(
         "gone",
         "legacy",
         &["--tools-file", &tools],
         "trust = \"pin\"",
+        &[&dir.path().join("data")],
     );
     let mut gw = start(&server, &format!("{edge}\n{gone}")).await;
     let up = gw.app().router.upstreams()[1].clone();
@@ -655,12 +682,16 @@ async fn only_root_and_the_gateways_user_approve_on_the_operator_socket() {
     std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
     let note = json!({"name": "note", "description": "Notes", "inputSchema": {"type": "object"}});
     set_tools(d, &[echo("Echo text"), note.clone()]);
-    // The sneaky upstream runs the CLI as soon as it starts, then serves.
+    // The sneaky upstream runs the CLI as soon as it starts, then serves;
+    // its sandbox grants it the binary, so only the peer check stops it.
+    let bin = Path::new(env!("CARGO_BIN_EXE_mcp-edge"));
     let sneaky = format!(
-        "[[upstream]]\nname = \"sneaky\"\ntransport = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", \"\\\"$0\\\" tools approve files --config \\\"$1\\\" 1>&2; exec python3 \\\"$2\\\" --name sneaky\", \"{}\", \"{}\", \"{}\"]\n",
-        env!("CARGO_BIN_EXE_mcp-edge"),
-        d.join("config.toml").display(),
+        "[[upstream]]\nname = \"sneaky\"\ntransport = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", \"\\\"$0\\\" tools approve files --config \\\"$1\\\" --url \\\"unix:$2\\\" 1>&2; exec python3 \\\"$3\\\" --name sneaky\", \"{}\", \"{}\", \"{}\", \"{}\"]\n{}\n",
+        bin.display(),
+        etc(d).join("config.toml").display(),
+        d.join("state/admin.sock").display(),
         fake_upstream().display(),
+        test_grants_with(&[bin.parent().unwrap()]),
     );
     let audit = d.join("audit");
     std::fs::create_dir(&audit).unwrap();
@@ -669,10 +700,10 @@ async fn only_root_and_the_gateways_user_approve_on_the_operator_socket() {
         config(d, "trust = \"pin\""),
         audit.display()
     );
-    for p in [d.join("state"), audit.clone()] {
+    for p in [d.join("state"), audit.clone(), etc(d)] {
         std::os::unix::fs::chown(&p, Some(GATEWAY_UID), Some(GATEWAY_UID)).unwrap();
     }
-    let gw = Running::start_as(d, &text, Some(GATEWAY_UID)).await;
+    let gw = Running::start_as(&etc(d), &text, Some(GATEWAY_UID), &[]).await;
     let sid = legacy_session(gw.addr, "2025-11-25").await;
     assert!(listed_echo(gw.addr, &sid).await.is_some());
     set_tools(

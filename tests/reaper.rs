@@ -4,6 +4,10 @@
 //! subreaper), reaped when they die, and stopped with the stdio child they
 //! came from (its exit, a reload that removes it) and at gateway exit.
 //! Processes are read from `/proc` here, independently of `mcp_edge::reaper`.
+//!
+//! Also issue 23 part 2, "every stdio server in a sandbox": a hostile stdio
+//! upstream (`tests/fake/hostile.py`) and a `setsid` grandchild of it try
+//! to read the gateway's secrets and environment and to approve tools.
 #![allow(clippy::disallowed_methods)] // the gateway is a child process watched in real time
 
 mod support;
@@ -96,9 +100,12 @@ fn config(upstreams: &str) -> String {
     )
 }
 
+/// A stdio upstream running `sh script`. Unsandboxed: these scripts and
+/// the pid files they write live next to the config, which a sandboxed
+/// child may not reach (the sandbox has its own test below).
 fn stdio_block(name: &str, script: &Path, extra: &str) -> String {
     format!(
-        "[[upstream]]\nname = \"{name}\"\ntransport = \"stdio\"\ncommand = \"sh\"\nargs = [\"{}\"]\n{extra}\n",
+        "[[upstream]]\nname = \"{name}\"\ntransport = \"stdio\"\ncommand = \"sh\"\nargs = [\"{}\"]\nsandbox = \"off\"\n{extra}\n",
         script.display()
     )
 }
@@ -331,5 +338,248 @@ async fn a_reload_that_removes_an_upstream_stops_its_escaped_grandchildren() {
             !alive(pid, start),
             "{what} grandchild {pid} outlived the gateway"
         );
+    }
+}
+
+/// One line of `tests/fake/hostile.py`'s report.
+fn hostile_report(home: &Path, who: &str) -> Vec<serde_json::Value> {
+    let path = home.join(format!("hostile-{who}.jsonl"));
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The secrets a hostile child goes after, laid out as a systemd service
+/// has them: `<base>/creds` (`$CREDENTIALS_DIRECTORY`: a client token, the
+/// TLS key), `<base>/etc/config.toml`, `<base>/state/tool-pins.json`,
+/// `<base>/log/audit.log`.
+fn hostile_layout(base: &Path) -> Vec<(&'static str, std::path::PathBuf)> {
+    for d in ["creds", "etc", "state", "log"] {
+        std::fs::create_dir_all(base.join(d)).unwrap();
+    }
+    let files = [
+        (
+            "credential_token",
+            "creds/client-token",
+            "tok-SECRET-0123456789abcdef",
+        ),
+        (
+            "tls_key",
+            "creds/tls.key",
+            "-----BEGIN PRIVATE KEY-----SECRET",
+        ),
+        (
+            "pins_file",
+            "state/tool-pins.json",
+            r#"{"version": 1, "upstreams": {"other": {"t": "abc"}}}"#,
+        ),
+        ("audit_log", "log/audit.log", "{\"secret\": \"audit\"}\n"),
+    ];
+    let mut out: Vec<_> = files
+        .iter()
+        .map(|(what, rel, body)| {
+            std::fs::write(base.join(rel), body).unwrap();
+            (*what, base.join(rel))
+        })
+        .collect();
+    out.push(("config_file", base.join("etc/config.toml")));
+    out
+}
+
+/// What one run of the hostile fixture left: `/status` and the child's
+/// and the grandchild's reports.
+struct HostileRun {
+    status: serde_json::Value,
+    reports: Vec<serde_json::Value>,
+}
+
+/// Runs the gateway binary, with `$CREDENTIALS_DIRECTORY` and a secret in
+/// its environment, in front of `tests/fake/hostile.py` (`sandbox_keys` in
+/// its `[[upstream]]`), until the grandchild has reported.
+async fn run_hostile(base: &Path, sandbox_keys: &str) -> HostileRun {
+    let targets = hostile_layout(base);
+    let (creds, state) = (base.join("creds"), base.join("state"));
+    let admin_port = free_port();
+    let mut args: Vec<String> = vec![support::repo_path("tests/fake/hostile.py")];
+    for (flag, value) in [
+        ("--creds", creds.display().to_string()),
+        (
+            "--admin-socket",
+            state.join("admin.sock").display().to_string(),
+        ),
+        ("--admin", format!("127.0.0.1:{admin_port}")),
+    ] {
+        args.extend([flag.to_string(), value]);
+    }
+    for (what, path) in &targets {
+        args.extend(["--target".into(), format!("{what}={}", path.display())]);
+    }
+    args.extend(["--then".into(), support::python_executable()]);
+    args.push(support::fake_upstream().display().to_string());
+    args.extend(["--era", "legacy", "--name", "hostile"].map(String::from));
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"127.0.0.1:{admin_port}\"\n\
+         state_directory = {state:?}\n\n[audit]\npath = {:?}\n\n\
+         [[upstream]]\nname = \"hostile\"\ncommand = \"python3\"\nargs = {}\ntrust = \"pin\"\n{sandbox_keys}\n",
+        free_port(),
+        base.join("log/audit.log"),
+        serde_json::to_string(&args).unwrap(),
+    );
+    let secret = Path::new("hunter2-gateway-environment-secret");
+    let env = [
+        ("CREDENTIALS_DIRECTORY", creds.as_path()),
+        ("MCP_EDGE_TEST_SECRET", secret),
+    ];
+    let mut gw = Running::start_with_env(&base.join("etc"), &config, &env).await;
+    let home = state.join("children/hostile");
+    let t0 = Instant::now();
+    while hostile_report(&home, "grandchild").is_empty() && t0.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = gw.status().await;
+    gw.terminate().await;
+    let mut reports = hostile_report(&home, "child");
+    let grandchild = hostile_report(&home, "grandchild");
+    assert!(
+        !reports.is_empty() && !grandchild.is_empty(),
+        "no report: {}",
+        gw.log_text()
+    );
+    reports.extend(grandchild);
+    for a in &reports {
+        println!("{} {} {}: {}", a["who"], a["what"], a["path"], a["detail"]);
+    }
+    HostileRun { status, reports }
+}
+
+/// The acceptance of issue 23 part 2 (its Landlock half): every attempt of
+/// the hostile child and of its `setsid` grandchild to read a secret or the
+/// gateway's environment fails, and so does every attempt to approve a tool
+/// (the operator socket refuses a descendant; the TCP listener is
+/// read-only). Without Landlock the parts that need it are skipped.
+#[tokio::test]
+async fn a_hostile_stdio_upstream_and_its_grandchild_reach_no_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let abi = mcp_edge::sandbox::kernel_abi();
+    match abi {
+        Ok(v) => println!("Landlock ABI {v}"),
+        Err(why) => println!("Landlock unavailable ({why}): the parts that need it are SKIPPED"),
+    }
+    let run = run_hostile(dir.path(), &support::test_grants()).await;
+    let sandbox = &run.status["upstreams"][0]["sandbox"];
+    println!("sandbox of the hostile upstream: {sandbox:#}");
+    let mut leaks = Vec::new();
+    for a in &run.reports {
+        let (what, ok) = (a["what"].as_str().unwrap(), a["ok"] == true);
+        let landlock_part = !matches!(what, "admin_socket" | "tcp_approve" | "own_environment");
+        if !landlock_part {
+            assert!(!ok, "{} {what}: not refused: {a}", a["who"]);
+        } else if what == "own_environment" {
+            assert!(!ok, "the child's environment has mcp-edge's variables: {a}");
+        } else if landlock_part && abi.is_err() {
+            println!("SKIPPED (needs Landlock): {} {what}", a["who"]);
+        } else if landlock_part && ok {
+            leaks.push(a.to_string());
+        }
+    }
+    assert!(leaks.is_empty(), "reached:\n{}", leaks.join("\n"));
+    if let Ok(v) = abi {
+        assert_eq!(sandbox["landlock"]["abi"], v, "{sandbox}");
+        assert_eq!(sandbox["mode"], "strict");
+    }
+}
+
+/// The control: with `sandbox = "off"` the same fixture reads the secrets
+/// and the gateway's environment (its attempts can succeed, so their
+/// failure above is the sandbox's doing); its own environment stays
+/// explicit even then.
+#[tokio::test]
+async fn without_the_sandbox_the_hostile_fixture_reads_the_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = run_hostile(dir.path(), "sandbox = \"off\"").await;
+    let ok = |who: &str, what: &str| {
+        run.reports
+            .iter()
+            .find(|a| a["who"] == who && a["what"] == what)
+            .map(|a| a["ok"] == true)
+    };
+    for who in ["child", "grandchild"] {
+        for what in [
+            "credential_token",
+            "tls_key",
+            "config_file",
+            "gateway_environ",
+        ] {
+            assert_eq!(ok(who, what), Some(true), "{who} {what}");
+        }
+        assert_eq!(ok(who, "own_environment"), Some(false), "{who}");
+        // Approval is refused without the sandbox too: by the peer check.
+        assert_eq!(ok(who, "admin_socket"), Some(false), "{who}");
+        assert_eq!(ok(who, "tcp_approve"), Some(false), "{who}");
+    }
+    assert_eq!(run.status["upstreams"][0]["sandbox"]["mode"], "off");
+}
+
+/// Issue 23 part 2: `python3` and `node` from the system serve a real MCP
+/// stdio server unchanged under the default sandbox (no `paths_ro`): the
+/// server script lives in the child's working directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python3_and_node_serve_unchanged_under_the_default_sandbox() {
+    let work = tempfile::tempdir().unwrap();
+    let node_ok = std::process::Command::new("node")
+        .arg("-v")
+        .output()
+        .is_ok();
+    let python = Path::new("/usr/bin/python3");
+    if !python.exists() {
+        println!("SKIPPED: no /usr/bin/python3");
+        return;
+    }
+    std::fs::copy(support::fake_upstream(), work.path().join("server.py")).unwrap();
+    std::fs::copy(
+        support::repo_path("tests/fake/hello_node.js"),
+        work.path().join("server.js"),
+    )
+    .unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let cwd = work.path().display();
+    let mut upstreams = format!(
+        "[[upstream]]\nname = \"py\"\ncommand = \"{}\"\nargs = [\"server.py\", \"--era\", \"legacy\", \"--name\", \"py\"]\ncwd = \"{cwd}\"\n",
+        python.display()
+    );
+    if node_ok {
+        upstreams += &format!(
+            "\n[[upstream]]\nname = \"js\"\ncommand = \"node\"\nargs = [\"server.js\"]\ncwd = \"{cwd}\"\n"
+        );
+    } else {
+        println!("SKIPPED (node part): no node on PATH");
+    }
+    let server = format!("state_directory = \"{}\"", state.path().display());
+    let gw = support::start(&server, &upstreams).await;
+    assert_eq!(gw.ready_upstreams(), 1 + usize::from(node_ok));
+    let addr = gw.local_addr();
+    let sid = support::legacy_session(addr, "2025-11-25").await;
+    let r = support::call_tool(
+        addr,
+        &sid,
+        1.into(),
+        "py__echo",
+        serde_json::json!({"text": "hi"}),
+    )
+    .await;
+    assert_eq!(support::text_of(&r), "py:hi", "{:?}", r.body);
+    if node_ok {
+        let r =
+            support::call_tool(addr, &sid, 2.into(), "js__hello", serde_json::Value::Null).await;
+        let text = support::text_of(&r);
+        println!("{text}");
+        assert!(
+            text.starts_with("hello from node") && text.contains("rss true"),
+            "{:?}",
+            r.body
+        );
+        let home = state.path().join("children/js");
+        assert!(text.ends_with(&home.display().to_string()), "{text}");
     }
 }

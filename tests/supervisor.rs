@@ -230,7 +230,13 @@ async fn stdio_children_leave_no_process_behind() {
         p = pids.display(),
         f = fake_upstream().display()
     );
-    let block = format!("[[upstream]]\nname = \"g\"\ntransport = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", {}]\nbackoff_initial = \"100ms\"\n", json!(script));
+    // The sandboxed child writes its pids beside nothing secret: <dir> is granted.
+    let block = format!(
+        "[[upstream]]\nname = \"g\"\ntransport = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", {}]\nbackoff_initial = \"100ms\"\npaths_rw = [{:?}]\n{}\n",
+        json!(script),
+        dir.path().display().to_string(),
+        support::test_grants()
+    );
     let gw = start("", &block).await;
     let addr = gw.local_addr();
     let sid = legacy_session(addr, "2025-11-25").await;
@@ -285,7 +291,11 @@ async fn stdio_children_leave_no_process_behind() {
 async fn a_chatty_stdio_upstream_still_works_and_its_noise_is_counted() {
     mcp_edge::metrics::prometheus();
     let script = format!("echo 'Welcome to the server v1.0!'; echo '[info] starting'; exec python3 {} --era legacy --name chatty", fake_upstream().display());
-    let block = format!("[[upstream]]\nname = \"chatty\"\ntransport = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", {}]\n", json!(script));
+    let block = format!(
+        "[[upstream]]\nname = \"chatty\"\ntransport = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", {}]\n{}\n",
+        json!(script),
+        support::test_grants()
+    );
     let gw = start("", &block).await;
     let sid = legacy_session(gw.local_addr(), "2025-11-25").await;
     let r = call_tool(
@@ -475,7 +485,8 @@ fn sigterm_of_mcp_edge_leaves_no_child_behind() {
     let cfg = dir.path().join("c.toml");
     std::fs::write(
         &cfg,
-        format!("[server]\nlisten = \"127.0.0.1:0\"\n[[upstream]]\nname = \"g\"\ncommand = \"sh\"\nargs = [\"-c\", {}]\n", json!(script)),
+        // Unsandboxed: the pid file lies beside the config, out of a sandbox's reach.
+        format!("[server]\nlisten = \"127.0.0.1:0\"\n[[upstream]]\nname = \"g\"\ncommand = \"sh\"\nargs = [\"-c\", {}]\nsandbox = \"off\"\n", json!(script)),
     )
     .unwrap();
     let mut child = support::gateway_command()

@@ -43,6 +43,8 @@ impl Kind {
 
 /// Keys only valid with one transport.
 pub(super) const STDIO_KEYS: [&str; 4] = ["command", "args", "env", "cwd"];
+/// The sandbox keys of a stdio upstream (TOML only).
+pub(super) const SANDBOX_KEYS: [&str; 4] = ["sandbox", "paths_rw", "paths_ro", "network"];
 pub(super) const HTTP_KEYS: [&str; 4] = ["url", "headers", "bearer_token_file", "oauth"];
 
 /// Rejects the first present key (`present[i]` ↔ `keys[i]`) of a transport
@@ -113,6 +115,13 @@ pub(super) fn check_env(
             ));
         }
         no_nul(ctx, &k, value)?;
+        if crate::sandbox::forbidden_env(name) {
+            return Err(ctx.err(
+                k,
+                "is mcp-edge's own (systemd credentials, notify socket, watchdog, \
+                 socket activation, or the reaper's marker) and never given to a child",
+            ));
+        }
     }
     Ok(env)
 }

@@ -105,7 +105,7 @@ pub(super) fn parse(text: &str, ctx: &Ctx) -> Result<Config> {
     }
     // No [server] section: its defaults, `state_directory` from the environment.
     let server = server(ctx, RawServer::default())?;
-    let cfg = finish(ctx, server, upstreams)?;
+    let cfg = finish(ctx, server, upstreams, None)?;
     check_open_listen(ctx, &cfg.server, &cfg.clients)?;
     Ok(cfg)
 }
@@ -266,6 +266,8 @@ fn entry_stdio(
         cwd: cwd
             .map(|c| fields::check_cwd(ctx, &k("cwd"), c))
             .transpose()?,
+        // The default sandbox; its home is filled in by `finish`.
+        sandbox: crate::sandbox::Spec::strict(std::path::PathBuf::new()),
     })
 }
 

@@ -40,7 +40,11 @@
 //! command = "npx"                               # stdio: required
 //! args = ["-y", "x"]                            # stdio
 //! env = { KEY = "v" }                           # stdio
-//! cwd = "/srv"                                  # stdio
+//! cwd = "/srv"                                  # stdio (granted read-write under sandbox = "strict")
+//! sandbox = "strict"                            # stdio: "strict" (Landlock, no_new_privs) | "off"; env explicit either way
+//! paths_rw = ["/srv/data"]                      # stdio, strict: absolute; never overlapping config/state/credentials/audit, /run
+//! paths_ro = ["/home/pi/venv"]                  # stdio, strict: read and execute beneath
+//! network = true                                # stdio, strict: false closes TCP bind/connect (Landlock ABI 4)
 //! url = "https://h/mcp"                         # http: required
 //! headers = { "X-Api-Key" = "..." }             # http
 //! bearer_token_file = "$CREDENTIALS_DIRECTORY/token"  # http
@@ -175,6 +179,7 @@ pub use network::{AuditConfig, AuditSink, ClientConfig, Credential, Rate, Secret
 pub use oauth::{is_secure_url, read_private_key, read_secret, ClientAuth, Grant, OAuthConfig};
 mod raw;
 mod render;
+mod sandbox;
 pub use render::mask_url;
 mod server;
 mod socket;

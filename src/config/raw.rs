@@ -114,6 +114,10 @@ pub(super) struct RawUpstream {
     pub args: Option<Vec<String>>,
     pub env: Option<BTreeMap<String, String>>,
     pub cwd: Option<String>,
+    pub sandbox: Option<String>,
+    pub paths_rw: Option<Vec<String>>,
+    pub paths_ro: Option<Vec<String>>,
+    pub network: Option<bool>,
     // http
     pub url: Option<String>,
     pub headers: Option<BTreeMap<String, String>>,

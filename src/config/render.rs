@@ -220,6 +220,7 @@ fn transport_keys(o: &mut String, transport: &Transport) {
             args,
             env,
             cwd,
+            sandbox,
         } => {
             kv(o, "command", quote(command));
             kv(o, "args", array(&mask_args(args)));
@@ -229,6 +230,7 @@ fn transport_keys(o: &mut String, transport: &Transport) {
                 Some(c) => kv(o, "cwd", quote(&path(c))),
                 None => o.push_str("# cwd: not set (inherits the working directory)\n"),
             }
+            sandbox_keys(o, sandbox, cwd.as_deref());
         }
         Transport::Http {
             url,
@@ -251,6 +253,47 @@ fn transport_keys(o: &mut String, transport: &Transport) {
     }
 }
 
+/// `sandbox`, `paths_rw`, `paths_ro`, `network`, then as comments what
+/// the child gets on this machine ([`crate::sandbox::describe`]).
+fn sandbox_keys(o: &mut String, spec: &crate::sandbox::Spec, cwd: Option<&Path>) {
+    let strings = |ps: &[std::path::PathBuf]| ps.iter().map(|p| path(p)).collect::<Vec<_>>();
+    kv(o, "sandbox", quote(spec.mode.as_str()));
+    kv(o, "paths_rw", array(&strings(&spec.paths_rw)));
+    kv(o, "paths_ro", array(&strings(&spec.paths_ro)));
+    kv(o, "network", spec.network.to_string());
+    let d = crate::sandbox::describe(spec, cwd);
+    let _ = writeln!(
+        o,
+        "# child home: {} (HOME; TMPDIR {}; each created 0700; <state_directory>/children/NAME, \
+         or without a state_directory <TMPDIR or /tmp>/mcp-edge-<uid>/children/NAME)",
+        d["home"].as_str().unwrap_or(""),
+        d["tmp"].as_str().unwrap_or(""),
+    );
+    let _ = writeln!(
+        o,
+        "# environment: {}",
+        d["environment"].as_str().unwrap_or("")
+    );
+    if let Some(abi) = d["landlock"].get("abi") {
+        let _ = writeln!(o, "# sandbox landlock: ABI {abi} on this kernel");
+    }
+    for key in ["landlock", "enforced", "network", "no_new_privs"] {
+        if let Some(v) = d.get(key).filter(|v| !v.is_object()) {
+            let _ = writeln!(
+                o,
+                "# sandbox {key}: {}",
+                v.as_str().map_or_else(|| v.to_string(), str::to_owned)
+            );
+        }
+    }
+    for key in ["paths_ro", "paths_rw", "missing"] {
+        if let Some(list) = d.get(key).and_then(|v| v.as_array()) {
+            let items: Vec<&str> = list.iter().filter_map(|v| v.as_str()).collect();
+            let _ = writeln!(o, "# sandbox grants {key}: {}", items.join(", "));
+        }
+    }
+}
+
 impl fmt::Debug for Transport {
     /// As `check-config` shows it: URL credentials, header values, secret
     /// env values and secret args masked.
@@ -261,6 +304,7 @@ impl fmt::Debug for Transport {
                 args,
                 env,
                 cwd,
+                sandbox,
             } => {
                 let env: std::collections::BTreeMap<&str, String> = env
                     .iter()
@@ -271,6 +315,7 @@ impl fmt::Debug for Transport {
                     .field("args", &mask_args(args))
                     .field("env", &env)
                     .field("cwd", cwd)
+                    .field("sandbox", sandbox)
                     .finish()
             }
             Transport::Http {

@@ -18,10 +18,14 @@ pub enum Transport {
         command: String,
         /// Its arguments.
         args: Vec<String>,
-        /// Extra environment variables (on top of mcp-edge's own, minus `NOTIFY_SOCKET`/`WATCHDOG_*`).
+        /// The config's environment variables: the child's environment
+        /// is these on top of `PATH`, `HOME`, `TMPDIR`, `LANG`
+        /// ([`crate::sandbox::environment`]), never mcp-edge's own.
         env: BTreeMap<String, String>,
         /// Working directory; `None` = inherit.
         cwd: Option<PathBuf>,
+        /// `sandbox`, `paths_rw`, `paths_ro`, `network`, and the child's home.
+        sandbox: crate::sandbox::Spec,
     },
     /// A remote streamable-HTTP server. `url` is a validated http(s) URL
     /// (no fragment); `headers` names are valid HTTP header names and values

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::ctx::{Ctx, Result};
 use super::fields::{
     check_args, check_command, check_cwd, check_env, check_headers, check_name, check_url,
-    foreign_keys, secret_file, Kind, HTTP_KEYS, STDIO_KEYS,
+    foreign_keys, secret_file, Kind, HTTP_KEYS, SANDBOX_KEYS, STDIO_KEYS,
 };
 use super::raw::RawUpstream;
 use super::values::{duration, durations, float, int, ints};
@@ -79,7 +79,22 @@ fn transport_keys(ctx: &Ctx, base: &str, kind: Kind, raw: &RawUpstream) -> Resul
         raw.bearer_token_file.is_some(),
         raw.oauth.is_some(),
     ];
+    let sandbox_present = [
+        raw.sandbox.is_some(),
+        raw.paths_rw.is_some(),
+        raw.paths_ro.is_some(),
+        raw.network.is_some(),
+    ];
     let selector = "transport = ";
+    foreign_keys(
+        ctx,
+        base,
+        selector,
+        kind,
+        Kind::Stdio,
+        &SANDBOX_KEYS,
+        &sandbox_present,
+    )?;
     foreign_keys(
         ctx,
         base,
@@ -100,7 +115,7 @@ fn transport_keys(ctx: &Ctx, base: &str, kind: Kind, raw: &RawUpstream) -> Resul
     )
 }
 
-/// `command`, `args`, `env`, `cwd`, taken out of `raw`.
+/// `command`, `args`, `env`, `cwd` and the sandbox keys, taken out of `raw`.
 fn stdio(ctx: &Ctx, base: &str, raw: &mut RawUpstream) -> Result<Transport> {
     let k = |f: &str| format!("{base}.{f}");
     let command = raw.command.take().ok_or_else(|| {
@@ -118,6 +133,7 @@ fn stdio(ctx: &Ctx, base: &str, raw: &mut RawUpstream) -> Result<Transport> {
             .take()
             .map(|c| check_cwd(ctx, &k("cwd"), c))
             .transpose()?,
+        sandbox: super::sandbox::keys(ctx, base, raw)?,
     })
 }
 

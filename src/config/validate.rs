@@ -27,10 +27,9 @@ pub(super) fn config(ctx: &Ctx, raw: RawConfig) -> Result<Config> {
     }
     let clients = clients(ctx, &server, raw.client)?;
     let audit = audit(ctx, raw.audit)?;
-    let mut cfg = finish(ctx, server, upstreams)?;
+    let mut cfg = finish(ctx, server, upstreams, audit)?;
     check_open_listen(ctx, &cfg.server, &clients)?;
     cfg.clients = clients;
-    cfg.audit = audit;
     cfg.watchdog = watchdog;
     notes.extend(ctx.take_notes());
     notes.extend(network_notes(&cfg));
@@ -71,12 +70,14 @@ pub(super) fn check_count(ctx: &Ctx, key: &str, what: &str, n: usize) -> Result<
     Ok(())
 }
 
-/// Cross-upstream checks; `upstreams` pairs each with its key path base
+/// Cross-upstream checks, and each stdio child's home and grants
+/// (`config::sandbox`); `upstreams` pairs each with its key path base
 /// (`upstream[1]`, `mcpServers.fs`).
 pub(super) fn finish(
     ctx: &Ctx,
     server: ServerConfig,
     upstreams: Vec<(String, UpstreamConfig)>,
+    audit: Option<super::AuditConfig>,
 ) -> Result<Config> {
     for (i, (base, up)) in upstreams.iter().enumerate() {
         for (other_base, other) in &upstreams[..i] {
@@ -89,12 +90,14 @@ pub(super) fn finish(
     if upstreams.iter().all(|(_, u)| !u.enabled) {
         tracing::warn!(file = %ctx.path().display(), "every upstream is disabled");
     }
+    let (bases, mut ups): (Vec<String>, Vec<UpstreamConfig>) = upstreams.into_iter().unzip();
+    super::sandbox::resolve(ctx, &bases, &server, audit.as_ref(), &mut ups)?;
     Ok(Config {
         server,
-        upstreams: upstreams.into_iter().map(|(_, u)| u).collect(),
+        upstreams: ups,
         watchdog: WatchdogConfig::default(),
         clients: Vec::new(),
-        audit: None,
+        audit,
         board: ctx.board().cloned(),
         source: Some(ctx.path().to_path_buf()),
         notes: Vec::new(),

@@ -113,6 +113,12 @@ pub fn status_for(app: &App, tails: bool) -> Value {
                 "withheld": u.withheld().iter().map(|w| w.to_json()).collect::<Vec<_>>(),
                 "stderr_tail": if tails { json!(u.stderr_tail()) } else { Value::Null },
                 "oauth": u.oauth_status(),
+                "sandbox": match &u.config.transport {
+                    crate::config::Transport::Stdio { sandbox, cwd, .. } => {
+                        crate::sandbox::describe(sandbox, cwd.as_deref())
+                    }
+                    _ => Value::Null,
+                },
             })
         })
         .collect();

@@ -430,3 +430,8 @@ pub const DESCENDANT_POLL: Duration = Duration::from_millis(20);
 pub const REFUSAL_LOG_BURST: u32 = 10;
 /// Log lines about refused requests per second once the burst is spent.
 pub const REFUSAL_LOG_PER_SECOND: u32 = 1;
+
+// ---- child processes: the sandbox ----
+
+/// At most one warning per this period that a stdio child's sandbox is degraded.
+pub const SANDBOX_WARN_PERIOD: Duration = Duration::from_secs(60);

@@ -112,6 +112,9 @@ pub const OWNER_TASKS: &str = "mcp_edge_upstream_owner_tasks";
 pub const MONITORS: &str = "mcp_edge_upstream_monitors";
 /// Counter `{upstream}`: stdout lines of a stdio upstream that were not JSON-RPC (skipped).
 pub const STDOUT_NOISE: &str = "mcp_edge_upstream_stdout_noise_total";
+/// Counter `{upstream, reason}`: stdio children started with a weaker sandbox
+/// than configured (`landlock_unavailable`, `path_missing`).
+pub const SANDBOX_DEGRADED: &str = "mcp_edge_sandbox_degraded_total";
 /// Counter: downstream requests that waited for an upstream's first connect
 /// attempt before being routed (right after a start or reload).
 pub const REQUESTS_HELD: &str = "mcp_edge_requests_held_total";

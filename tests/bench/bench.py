@@ -183,10 +183,24 @@ class Target:
         self.failed = None
 
 
-def edge_config(port, admin, upstream, echo, echo_era, http_url):
+def sandbox_keys(binary, echo, _cache={}):
+    """Whether `binary` knows `paths_ro` (issue 23): then the sandboxed echo is granted its directory."""
+    if binary not in _cache:
+        import tempfile
+        with tempfile.NamedTemporaryFile("w", suffix=".toml") as f:
+            f.write(f'[[upstream]]\nname = "e"\ncommand = "{echo}"\npaths_ro = ["{os.path.dirname(echo)}"]\n')
+            f.flush()
+            r = subprocess.run([binary, "check-config", f.name], capture_output=True)
+        _cache[binary] = r.returncode == 0
+    return _cache[binary]
+
+
+def edge_config(port, admin, upstream, echo, echo_era, http_url, grant=False):
     cfg = f'[server]\nlisten = "127.0.0.1:{port}"\nadmin_listen = "127.0.0.1:{admin}"\n\n[[upstream]]\n'
     if upstream == "stdio":
         cfg += f'name = "echo"\ncommand = "{echo}"\nera = "{echo_era}"\n'
+        if grant:  # the default sandbox does not reach the build directory
+            cfg += f'paths_ro = ["{os.path.dirname(echo)}"]\n'
     else:
         cfg += f'name = "http"\nurl = "{http_url}"\n'
     return cfg
@@ -196,7 +210,8 @@ def start_edge(label, binary, upstream, era, a, out_dir, http_url, tag=""):
     port, admin = free_port(), free_port()
     path = os.path.join(out_dir, f"edge-{label}-{upstream}-{era}{tag}.toml")
     with open(path, "w") as f:
-        f.write(edge_config(port, admin, upstream, a.echo, a.echo_era, http_url))
+        f.write(edge_config(port, admin, upstream, a.echo, a.echo_era, http_url,
+                            sandbox_keys(binary, a.echo)))
     proc = Proc(os.path.basename(path)[:-5], [binary, "serve", "--config", path], out_dir,
                 {"MCP_EDGE_LOG": "warn"})
 

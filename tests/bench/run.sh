@@ -16,6 +16,8 @@
 #      --bin LABEL=PATH (repeatable) measures those binaries side by side instead (before/after a change);
 #   4. runs tests/bench/bench.py: prints the tables and, unless --quick or --no-docs (or a target failed), rewrites the section
 #      "Hot path (issue 14)" of docs/benchmarks.md; raw figures in tests/bench/out/results.json.
+#   5. runs tests/bench/spawn.py for each binary: start-to-ready of 8 stdio echo children with
+#      sandbox = "off" and "strict" (issue 23), and the sandbox's cost per child (printed only);
 # --quick (CI): one round of at most 300 requests per target: checks that the harness runs and every
 # answer is right; prints the tables, writes no docs. Defaults: 3 rounds of 10 s, 16 connections, 2 wrk
 # threads, 2 s of unmeasured warm-up per target; the echo is an era-"legacy" upstream in mcp-edge's config
@@ -43,7 +45,7 @@ while [ $# -gt 0 ]; do
     --no-docs) docs=0; shift ;;
     --duration|--rounds|--connections|--threads|--warmup|--echo-era|--peers)
       [ $# -ge 2 ] || die "$1 needs a value"; args+=("$1" "$2"); shift 2 ;;
-    -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
 done
@@ -110,4 +112,9 @@ if [ "${#bins[@]}" -eq 0 ]; then
 fi
 say "peers and echo ready; measuring"
 "$PYTHON" "$HERE/bench.py" "${bins[@]}" --echo "$TARGET/bench/echo" --command "$cmdline" "${args[@]}"
+rounds=9; [ "$quick" = 1 ] && rounds=2
+for ((i = 1; i < ${#bins[@]}; i += 2)); do
+  say "spawn cost of the stdio sandbox: ${bins[$i]}"
+  "$PYTHON" "$HERE/spawn.py" --bin "${bins[$i]#*=}" --echo "$TARGET/bench/echo" --rounds "$rounds"
+done
 say "done in $(( $(date +%s) - T0 ))s"

@@ -34,11 +34,22 @@ impl Running {
     /// (up to 30 s) for `/readyz`. `config` has its `listen` and
     /// `admin_listen` on 127.0.0.1 with fixed ports.
     pub async fn start(dir: &Path, config: &str) -> Running {
-        Running::start_as(dir, config, None).await
+        Running::start_as(dir, config, None, &[]).await
     }
 
-    /// [`Running::start`] as user and group `uid` (the test runs as root).
-    pub async fn start_as(dir: &Path, config: &str, uid: Option<u32>) -> Running {
+    /// [`Running::start`] with extra environment variables for the gateway.
+    pub async fn start_with_env(dir: &Path, config: &str, env: &[(&str, &Path)]) -> Running {
+        Running::start_as(dir, config, None, env).await
+    }
+
+    /// [`Running::start`] as user and group `uid` (the test runs as root),
+    /// with extra environment variables `env`.
+    pub async fn start_as(
+        dir: &Path,
+        config: &str,
+        uid: Option<u32>,
+        env: &[(&str, &Path)],
+    ) -> Running {
         use std::os::unix::process::CommandExt;
         let path = dir.join("config.toml");
         std::fs::write(&path, config).unwrap();
@@ -51,6 +62,7 @@ impl Running {
             .args(["serve", "--config"])
             .arg(&path)
             .env("RUST_LOG", "debug")
+            .envs(env.iter().copied())
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()

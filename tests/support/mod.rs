@@ -300,6 +300,63 @@ pub fn fake_upstream() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake/fake_upstream.py")
 }
 
+/// `paths_ro = [...]` for test upstreams under the default `sandbox =
+/// "strict"`: the repository's `tests/` (fixtures, interop peers) and the
+/// Python on `PATH` (its prefixes, and pyenv's root when its shims are on
+/// `PATH`), none of which the default grant has on a developer machine.
+pub fn test_grants() -> String {
+    test_grants_with(&[])
+}
+
+/// [`test_grants`] and `more`.
+pub fn test_grants_with(more: &[&Path]) -> String {
+    static PATHS: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
+    let base = PATHS.get_or_init(|| {
+        let mut paths = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("tests")];
+        let out = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import sys; print(sys.base_prefix); print(sys.prefix)",
+            ])
+            .output();
+        if let Ok(out) = out {
+            paths.extend(
+                String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .map(PathBuf::from),
+            );
+        }
+        paths.extend(std::env::var_os("PYENV_ROOT").map(PathBuf::from));
+        paths.retain(|p| p.is_absolute() && !p.starts_with("/usr"));
+        paths.dedup();
+        paths
+    });
+    let quoted: Vec<String> = base
+        .iter()
+        .map(PathBuf::as_path)
+        .chain(more.iter().copied())
+        .map(|p| format!("{:?}", p.display().to_string()))
+        .collect();
+    format!("paths_ro = [{}]", quoted.join(", "))
+}
+
+/// `rel` under the repository, as a string.
+pub fn repo_path(rel: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(rel)
+        .display()
+        .to_string()
+}
+
+/// The real interpreter behind `python3` on `PATH` (`sys.executable`).
+pub fn python_executable() -> String {
+    let out = std::process::Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .expect("python3 runs");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// A `[[upstream]]` block running the fake upstream over stdio.
 pub fn fake_block(name: &str, era: &str, extra: &str) -> String {
     fake_block_args(name, era, &[], extra)
@@ -307,10 +364,22 @@ pub fn fake_block(name: &str, era: &str, extra: &str) -> String {
 
 /// [`fake_block`] with extra command-line flags for the fake (e.g. `--paged 3`).
 pub fn fake_block_args(name: &str, era: &str, flags: &[&str], extra: &str) -> String {
+    fake_block_granting(name, era, flags, extra, &[])
+}
+
+/// [`fake_block_args`] whose child may also read beneath `ro`.
+pub fn fake_block_granting(
+    name: &str,
+    era: &str,
+    flags: &[&str],
+    extra: &str,
+    ro: &[&Path],
+) -> String {
     let flags: String = flags.iter().map(|f| format!(", \"{f}\"")).collect();
     format!(
-        "[[upstream]]\nname = \"{name}\"\ntransport = \"stdio\"\ncommand = \"python3\"\nargs = [\"{}\", \"--era\", \"{era}\", \"--name\", \"{name}\"{flags}]\n{extra}\n",
-        fake_upstream().display()
+        "[[upstream]]\nname = \"{name}\"\ntransport = \"stdio\"\ncommand = \"python3\"\nargs = [\"{}\", \"--era\", \"{era}\", \"--name\", \"{name}\"{flags}]\n{}\n{extra}\n",
+        fake_upstream().display(),
+        test_grants_with(ro)
     )
 }
 

@@ -1,11 +1,12 @@
 //! A stdio child process: how it is started (its own process group,
-//! `PR_SET_PDEATHSIG`, a [`Marker`] in its environment, tracked for the
-//! reaper) and how it and everything it started are stopped
+//! `PR_SET_PDEATHSIG`, a [`Marker`] in an otherwise explicit environment,
+//! in its sandbox ([`crate::sandbox`]), tracked for the reaper) and how it and everything it started are stopped
 //! (transports-stdio.mdx §Shutdown, then [`crate::reaper`] for the
 //! descendants that left its process group).
 
 use crate::limits;
 use crate::reaper::{self, Group, Marker, Tracked};
+use crate::sandbox::{self, Mode, Prepared};
 use std::process::Stdio;
 use tokio::process::{Child, Command};
 
@@ -28,42 +29,73 @@ impl Drop for Incarnation {
     }
 }
 
-/// Starts the child of a stdio upstream: `command` with `args`, `env` and
-/// `cwd`, in its own process group, with `PR_SET_PDEATHSIG` so it dies with
-/// mcp-edge even on SIGKILL, without mcp-edge's systemd variables
-/// (`NOTIFY_SOCKET`, `WATCHDOG_*`), piped stdio, killed when dropped.
-pub(super) fn start(
-    command: &str,
-    args: &[String],
-    env: &std::collections::BTreeMap<String, String>,
-    cwd: Option<&std::path::Path>,
-) -> Result<(Child, Incarnation), reaper::SpawnError> {
+/// Why a child did not start.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum StartError {
+    /// Its sandbox could not be prepared (home, ruleset).
+    #[error(transparent)]
+    Sandbox(#[from] sandbox::SandboxError),
+    /// The spawn failed (or the reaper's table is full).
+    #[error(transparent)]
+    Spawn(#[from] reaper::SpawnError),
+}
+
+/// What a stdio child is started with (`Transport::Stdio`).
+pub(super) struct Launch<'a> {
+    pub name: &'a str,
+    pub command: &'a str,
+    pub args: &'a [String],
+    pub env: &'a std::collections::BTreeMap<String, String>,
+    pub cwd: Option<&'a std::path::Path>,
+    pub sandbox: &'a sandbox::Spec,
+}
+
+/// Starts the child of a stdio upstream: `command` with `args` in `cwd`,
+/// its own process group, `PR_SET_PDEATHSIG` so it dies with mcp-edge even
+/// on SIGKILL, piped stdio, killed when dropped; an explicit environment
+/// ([`sandbox::environment`] and the reaper's [`Marker`]: nothing of
+/// mcp-edge's own, such as `CREDENTIALS_DIRECTORY` or `NOTIFY_SOCKET`);
+/// under `sandbox = "strict"` `no_new_privs` and the Landlock ruleset
+/// built here, before the fork ([`sandbox::Prepared`]); descriptors past
+/// stdio close at the exec.
+pub(super) fn start(l: &Launch<'_>) -> Result<(Child, Incarnation), StartError> {
+    sandbox::prepare_home(l.sandbox)?;
+    let prepared = match l.sandbox.mode {
+        Mode::Strict => Prepared::build(&sandbox::grants(l.sandbox, l.cwd), l.sandbox.network)?,
+        Mode::Off => Prepared::off(),
+    };
+    if l.sandbox.mode == Mode::Strict {
+        degraded(l, &prepared);
+    }
     let marker = Marker::next();
-    let mut cmd = Command::new(command);
-    cmd.args(args)
-        .envs(env)
+    let mut cmd = Command::new(l.command);
+    let lookup = |name: &str| std::env::var_os(name);
+    cmd.args(l.args)
+        .env_clear()
+        .envs(sandbox::environment(l.sandbox, l.env, &lookup))
         .env(reaper::MARKER_VAR, marker.value())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .env_remove("NOTIFY_SOCKET")
-        .env_remove("WATCHDOG_USEC")
-        .env_remove("WATCHDOG_PID")
         .process_group(0)
         .kill_on_drop(true);
-    // SAFETY: prctl is async-signal-safe; it only sets a flag of the child.
+    let enter = prepared.enter();
+    // SAFETY: only async-signal-safe system calls on plain values run
+    // between fork and exec (prctl; `Enter::enter`: prctl, open, the
+    // landlock calls, close, close_range); nothing allocates or locks.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            Ok(())
+            enter.enter()
         });
     }
-    if let Some(dir) = cwd {
+    if let Some(dir) = l.cwd {
         cmd.current_dir(dir);
     }
     let (child, tracked) = reaper::spawn(&mut cmd)?;
+    drop(prepared);
     Ok((
         child,
         Incarnation {
@@ -73,6 +105,48 @@ pub(super) fn start(
             stopped: false,
         },
     ))
+}
+
+/// A strict child that starts with less than its grant: counted each
+/// time, warned about at most once per [`limits::SANDBOX_WARN_PERIOD`].
+fn degraded(l: &Launch<'_>, prepared: &Prepared) {
+    // Missing default paths (`/lib32`, `/etc/pki`, …) are normal; an
+    // operator's path that is missing is not.
+    let operator = |p: &std::path::PathBuf| {
+        l.sandbox.paths_rw.contains(p)
+            || l.sandbox.paths_ro.contains(p)
+            || l.cwd == Some(p.as_path())
+    };
+    let missing: Vec<_> = prepared.missing.iter().filter(|p| operator(p)).collect();
+    let reason = if !prepared.landlocked() {
+        "landlock_unavailable"
+    } else if !missing.is_empty() {
+        "path_missing"
+    } else {
+        return;
+    };
+    let name = l.name.to_owned();
+    metrics::counter!(crate::metrics::SANDBOX_DEGRADED, "upstream" => name, "reason" => reason)
+        .increment(1);
+    static LAST: std::sync::Mutex<Option<tokio::time::Instant>> = std::sync::Mutex::new(None);
+    let now = tokio::time::Instant::now();
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    if last.is_some_and(|t| now.duration_since(t) < limits::SANDBOX_WARN_PERIOD) {
+        return;
+    }
+    *last = Some(now);
+    match sandbox::kernel_abi() {
+        Err(why) => tracing::warn!(
+            upstream = l.name,
+            "sandbox degraded: Landlock {why}; the child runs with no_new_privs and an \
+             explicit environment only (see /status)"
+        ),
+        Ok(_) => tracing::warn!(
+            upstream = l.name,
+            ?missing,
+            "sandbox: configured paths that do not exist were skipped"
+        ),
+    }
 }
 
 impl Incarnation {

@@ -61,12 +61,21 @@ pub fn open(
         args,
         env,
         cwd,
+        sandbox,
     } = &cfg.transport
     else {
         return Err("not a stdio upstream".into());
     };
-    let (mut child, incarnation) = child::start(command, args, env, cwd.as_deref())
-        .map_err(|e| format!("cannot start {command:?}: {e}"))?;
+    let launch = child::Launch {
+        name: &cfg.name,
+        command,
+        args,
+        env,
+        cwd: cwd.as_deref(),
+        sandbox,
+    };
+    let (mut child, incarnation) =
+        child::start(&launch).map_err(|e| start_error(command, sandbox, &e))?;
     let stdin = Arc::new(Stdin::new(child.stdin.take()));
     let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
     let stderr = BufReader::new(child.stderr.take().expect("piped stderr"));
@@ -104,6 +113,21 @@ pub fn open(
         Box::pin(pump.drive(child, incarnation)),
         cancel,
     ))
+}
+
+/// Why `command` did not start; under `sandbox = "strict"` a refused or
+/// missing program gets a hint (it must be beneath a granted path).
+fn start_error(command: &str, spec: &crate::sandbox::Spec, e: &child::StartError) -> String {
+    let denied = matches!(e, child::StartError::Spawn(crate::reaper::SpawnError::Io(io))
+        if matches!(io.kind(), std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::NotFound));
+    if denied && spec.mode == crate::sandbox::Mode::Strict {
+        format!(
+            "cannot start {command:?}: {e} (sandbox = \"strict\": the program and what it \
+             reads must be beneath a granted path; add its directory to paths_ro)"
+        )
+    } else {
+        format!("cannot start {command:?}: {e}")
+    }
 }
 
 /// The driver's state: the child's output pipes, their line buffers, and
