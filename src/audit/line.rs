@@ -88,7 +88,9 @@ pub struct Record {
     /// Bytes of the answer sent downstream (`"response_bytes"`).
     pub response_bytes: u64,
     /// The call's `arguments`; written (last, `"arguments"`) only when
-    /// `[audit] arguments = true`, dropped otherwise.
+    /// `[audit] arguments = true`, dropped otherwise; over
+    /// [`crate::limits::AUDIT_ARGUMENTS_BYTES`] serialized, only their size
+    /// is written (`"arguments_omitted":true,"arguments_bytes":N`).
     pub arguments: Option<serde_json::Value>,
 }
 
@@ -163,11 +165,20 @@ impl Entry {
         let mut line = serde_json::to_string(&head).ok()?;
         let mut arguments_at = None;
         if let Some(args) = &r.arguments {
-            let args = serde_json::to_string(args).ok()?;
+            let args = escape_format(&serde_json::to_string(args).ok()?).into_owned();
             line.pop(); // the closing brace
-            arguments_at = Some(line.len());
-            line.push_str(",\"arguments\":");
-            line.push_str(&escape_format(&args));
+            if args.len() > crate::limits::AUDIT_ARGUMENTS_BYTES {
+                let limit = "audit_arguments";
+                metrics::counter!(crate::metrics::REFUSED, "limit" => limit).increment(1);
+                let n = args.len();
+                line.push_str(&format!(
+                    ",\"arguments_omitted\":true,\"arguments_bytes\":{n}"
+                ));
+            } else {
+                arguments_at = Some(line.len());
+                line.push_str(",\"arguments\":");
+                line.push_str(&args);
+            }
             line.push('}');
         }
         // Growing by doubling may have left up to half of it unused; the

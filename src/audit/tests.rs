@@ -374,6 +374,18 @@ fn fifo(dir: &Path) -> (PathBuf, std::fs::File) {
     (path, reader)
 }
 
+/// Fills the pipe of the fifo at `path` with lines "f" until it would block.
+fn fill(path: &std::path::Path) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut w = (std::fs::OpenOptions::new().write(true))
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .expect("open a filler");
+    let chunk = "f\n".repeat(2048);
+    while w.write_all(chunk.as_bytes()).is_ok() {}
+}
+
 /// Reads `reader` (made blocking) to its end; returns the lines.
 fn read_to_end(mut reader: std::fs::File) -> Vec<String> {
     use std::io::Read;
@@ -392,13 +404,12 @@ async fn a_blocked_writer_drops_and_counts_while_record_returns_at_once() {
     let dropped_before = dropped_metric();
     let dir = tempfile::tempdir().expect("tempdir");
     let (path, reader) = fifo(dir.path());
+    // The pipe is filled first (lines "f", never read until the end): once
+    // the writer took the first record, it is stuck writing it until the
+    // reader reads.
+    fill(&path);
     let (audit, writer) = Audit::start(&file_config(path, u64::MAX, 1, true)).expect("start");
-    // A first record larger than any pipe buffer (pipe-max-size is 1 MiB
-    // by default): once the writer took it, it is stuck writing it until
-    // the reader reads.
-    let mut first = full(0);
-    first.arguments = Some(json!({"blob": "x".repeat(2 << 20)}));
-    audit.record(first);
+    audit.record(full(0));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while audit.queue_free() < AUDIT_QUEUE_DEPTH {
         assert!(
@@ -420,9 +431,30 @@ async fn a_blocked_writer_drops_and_counts_while_record_returns_at_once() {
     // Unblock: the queued records are written, the dropped ones are not.
     let drained = tokio::task::spawn_blocking(move || read_to_end(reader));
     assert!(writer.close(Duration::from_secs(30)).await);
-    let lines = drained.await.expect("reader");
+    let mut lines = drained.await.expect("reader");
+    lines.retain(|l| l != "f");
     assert_eq!(lines.len(), 1 + AUDIT_QUEUE_DEPTH);
     assert_eq!(audit.written(), 1 + AUDIT_QUEUE_DEPTH as u64);
     let last: Value = serde_json::from_str(&lines[AUDIT_QUEUE_DEPTH]).expect("JSON");
     assert_eq!(last["duration_ms"], AUDIT_QUEUE_DEPTH as u64 - 1);
+}
+
+#[test]
+fn arguments_past_their_cap_leave_only_their_size() {
+    let mut r = full(0);
+    let big = "x".repeat(crate::limits::AUDIT_ARGUMENTS_BYTES);
+    r.arguments = Some(json!({ "text": big }));
+    let e = Entry::new(r).unwrap();
+    let v: Value = serde_json::from_str(&e.line).unwrap();
+    assert_eq!(v["arguments_omitted"], true, "{}", e.line);
+    let n = v["arguments_bytes"].as_u64().unwrap();
+    assert!(n as usize > crate::limits::AUDIT_ARGUMENTS_BYTES);
+    assert!(v.get("arguments").is_none() && e.arguments_at.is_none());
+    assert!(e.line.len() < 1024, "{} bytes", e.line.len());
+    // At the cap they are written whole.
+    let mut r = full(0);
+    let fits = crate::limits::AUDIT_ARGUMENTS_BYTES - r#"{"text":""}"#.len();
+    r.arguments = Some(json!({ "text": "y".repeat(fits) }));
+    let v: Value = serde_json::from_str(&Entry::new(r).unwrap().line).unwrap();
+    assert_eq!(v["arguments"]["text"].as_str().unwrap().len(), fits);
 }

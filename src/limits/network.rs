@@ -23,6 +23,12 @@ pub const AUDIT_CLOSE_GRACE: Duration = Duration::from_secs(5);
 pub const AUDIT_ERROR_LOG_PERIOD: Duration = Duration::from_secs(60);
 /// Bytes kept of a client-supplied name or URI in an audit or log line (cut: `…[cut N bytes]`).
 pub const AUDIT_FIELD_BYTES: usize = 256;
+/// Bytes of a call's serialized `arguments` written to an audit line
+/// (`[audit] arguments = true`); larger ones are replaced by
+/// `"arguments_omitted":true,"arguments_bytes":N` and counted
+/// (`mcp_edge_refused_total{limit="audit_arguments"}`): one call costs at
+/// most this much of the log, not a request body.
+pub const AUDIT_ARGUMENTS_BYTES: usize = 4096;
 
 // ---- network: clients, tokens, audit log ----
 
