@@ -347,8 +347,6 @@ pub enum Asker {
     /// The operator socket, a peer that passed its check (the socket's
     /// module, `operator`).
     Operator(Operator),
-    /// The operator socket, a peer that did not, and why: 403 on every route.
-    Refused(String),
 }
 
 /// The routes that change state: served on the operator socket only.
@@ -360,10 +358,6 @@ fn changes_state(method: &Method) -> bool {
 fn guard(asker: &Asker, req: &Request<hyper::body::Incoming>) -> Result<(), (StatusCode, String)> {
     let approving = req.method() == Method::POST && req.uri().path() == "/tools/approve";
     match asker {
-        Asker::Refused(why) => Err((
-            StatusCode::FORBIDDEN,
-            format!("the operator socket serves root and the gateway's user, never a process the gateway started: {why}"),
-        )),
         Asker::Listener(local) => {
             browser_guard(req.headers(), *local)?;
             if changes_state(req.method()) {

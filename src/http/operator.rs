@@ -23,16 +23,18 @@
 use super::admin::{self, Asker, Operator};
 use super::App;
 use crate::limits;
+use crate::logline::Throttle;
 use crate::reaper::procfs::{Lookup, Proc};
 use hyper_util::rt::TokioIo;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::UnixListener;
 use tokio::sync::watch;
 
 /// Binding the operator socket failed.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot open the operator socket {path}: {source}; set server.admin_socket to a path in a directory mcp-edge may write, or \"off\"")]
+#[error("cannot open the operator socket {path} (set server.admin_socket to a path in a directory mcp-edge may write, or \"off\")")]
 pub struct BindError {
     path: PathBuf,
     #[source]
@@ -49,17 +51,39 @@ pub struct Socket {
 }
 
 impl Socket {
-    /// Binds `path` (its directory must exist; a stale socket left by an
-    /// earlier run is replaced, any other file refused) and sets its mode
-    /// to 0600.
+    /// Binds `path` (its directory made, mode 0700, if only it is missing;
+    /// a stale socket left by an earlier run is replaced, a live one or any
+    /// other file refused) and sets its mode to 0600.
     pub fn bind(path: &Path) -> Result<Socket, BindError> {
         use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
         let fail = |source| BindError {
             path: path.to_path_buf(),
             source,
         };
+        if let Some(dir) = path.parent() {
+            // Its directory (the state directory, say) made if missing, as
+            // the other users of the state directory do; never its parents.
+            use std::os::unix::fs::DirBuilderExt;
+            match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(fail(e)),
+                _ => {}
+            }
+        }
         match std::fs::symlink_metadata(path) {
-            Ok(m) if m.file_type().is_socket() => std::fs::remove_file(path).map_err(fail)?,
+            // Stale only when nobody answers: a live socket is another
+            // gateway's (a second `serve` on the same config), kept.
+            Ok(m) if m.file_type().is_socket() => {
+                match std::os::unix::net::UnixStream::connect(path) {
+                    Ok(_) => {
+                        let e = std::io::Error::new(
+                            std::io::ErrorKind::AddrInUse,
+                            "another process (another mcp-edge?) serves it",
+                        );
+                        return Err(fail(e));
+                    }
+                    Err(_) => std::fs::remove_file(path).map_err(fail)?,
+                }
+            }
             Ok(_) => {
                 let e = std::io::Error::new(
                     std::io::ErrorKind::AlreadyExists,
@@ -137,20 +161,44 @@ pub fn check(uid: u32, pid: Option<i32>) -> Result<Operator, Refused> {
         let why = "no peer pid";
         return Err(Refused::Unchecked { pid: 0, why });
     };
-    if pid != gateway {
-        descends(pid, gateway, &|p| Proc::lookup(p))?;
+    if pid == gateway {
+        return Ok(Operator { uid, pid });
+    }
+    if Path::new(&format!("/proc/self/task/{pid}")).exists() {
+        // A thread of the gateway: its stat names the gateway's parent.
+        let why = "a thread id of the gateway, not a process";
+        return Err(Refused::Unchecked { pid, why });
+    }
+    // Root, when the gateway is not: its children keep the gateway's uid
+    // (no_new_privs), so root is never one of them; and under systemd's
+    // ProtectProc=invisible the gateway could not read root's /proc entry.
+    if uid != 0 || me == 0 {
+        descends(pid, gateway, &Proc::lookup)?;
     }
     Ok(Operator { uid, pid })
 }
 
 /// Follows `pid`'s parents (through `lookup`) to pid 1: an error when
-/// `ancestor` is among them or the chain cannot be read.
+/// `ancestor` is among them or the chain cannot be read. A parent that
+/// cannot be seen while its child still names it belongs to another user
+/// (`hidepid`, systemd's `ProtectProc=invisible`): no descendant of the
+/// gateway, whose descendants keep its uid, has such a parent.
 fn descends(pid: i32, ancestor: i32, lookup: &dyn Fn(i32) -> Lookup) -> Result<(), Refused> {
-    let mut at = pid;
+    let (mut at, mut child) = (pid, None::<Proc>);
     for _ in 0..limits::ADMIN_PEER_ANCESTRY {
         let parent = match lookup(at) {
-            Lookup::Found(p) => p.ppid,
-            Lookup::Gone => return Err(Refused::Unchecked { pid, why: "gone" }),
+            Lookup::Found(p) => p,
+            Lookup::Gone => {
+                // The peer itself gone, or its parent hidden or gone: a
+                // parent is hidden when its child still names it.
+                let same = |p: Proc, c: Proc| (p.ppid, p.start) == (c.ppid, c.start);
+                let hidden =
+                    child.is_some_and(|c| lookup(c.pid).found().is_some_and(|p| same(p, c)));
+                if hidden {
+                    return Ok(());
+                }
+                return Err(Refused::Unchecked { pid, why: "gone" });
+            }
             Lookup::Unknown => {
                 return Err(Refused::Unchecked {
                     pid,
@@ -158,16 +206,16 @@ fn descends(pid: i32, ancestor: i32, lookup: &dyn Fn(i32) -> Lookup) -> Result<(
                 })
             }
         };
-        if parent == ancestor {
+        if parent.ppid == ancestor {
             return Err(Refused::Descendant {
                 pid,
                 gateway: ancestor,
             });
         }
-        if parent <= 1 {
+        if parent.ppid <= 1 {
             return Ok(());
         }
-        at = parent;
+        (at, child) = (parent.ppid, Some(parent));
     }
     Err(Refused::Unchecked {
         pid,
@@ -179,6 +227,14 @@ fn descends(pid: i32, ancestor: i32, lookup: &dyn Fn(i32) -> Lookup) -> Result<(
 /// connection at a time (as the TCP admin listener does), each within
 /// [`limits::ADMIN_CONNECTION_TIMEOUT`].
 pub async fn serve(socket: Socket, app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
+    // Two budgets: peers of the gateway's uid (its descendants among
+    // them), and everyone else (a child flooding the socket cannot hide
+    // another user's refused attempt).
+    let budget = || {
+        let now = tokio::time::Instant::now();
+        Throttle::over(limits::ADMIN_REFUSALS_LOGGED, Duration::from_secs(60), now)
+    };
+    let throttles = [budget(), budget()];
     loop {
         let stream = tokio::select! {
             r = socket.listener.accept() => match r { Ok((s, _)) => s, Err(_) => continue },
@@ -187,7 +243,14 @@ pub async fn serve(socket: Socket, app: Arc<App>, mut shutdown: watch::Receiver<
         let asker = match stream.peer_cred() {
             Ok(c) => match check(c.uid(), c.pid()) {
                 Ok(op) => Asker::Operator(op),
-                Err(why) => refused(&app, c.uid(), c.pid(), why),
+                Err(why) => {
+                    // SAFETY: cannot fail.
+                    let ours = c.uid() == unsafe { libc::geteuid() };
+                    let throttle = &throttles[usize::from(ours)];
+                    refused(&app, throttle, c.uid(), c.pid(), &why);
+                    answer_refused(stream, &why).await;
+                    continue;
+                }
             },
             Err(e) => {
                 tracing::warn!("operator socket: cannot read the peer's credentials: {e}");
@@ -207,16 +270,56 @@ pub async fn serve(socket: Socket, app: Arc<App>, mut shutdown: watch::Receiver<
     }
 }
 
-/// A refused peer: logged, audited and counted; its requests get 403.
-fn refused(app: &App, uid: u32, pid: Option<i32>, why: Refused) -> Asker {
+/// A refused peer: counted; logged and audited within
+/// [`limits::ADMIN_REFUSALS_LOGGED`] a minute of `throttle` (a child that
+/// connects in a loop cannot flush the audit log; the next line logged
+/// says how many were not).
+fn refused(app: &App, throttle: &Throttle, uid: u32, pid: Option<i32>, why: &Refused) {
     metrics::counter!(crate::metrics::REFUSED, "limit" => "admin_peer").increment(1);
+    let Some(skipped) = throttle.allow(tokio::time::Instant::now()) else {
+        return;
+    };
     let pid = pid.unwrap_or(0);
-    tracing::warn!(uid, pid, "operator socket: peer refused: {why}");
+    tracing::warn!(
+        uid,
+        pid,
+        skipped,
+        "operator socket: peer refused: {why} ({skipped} more refused before, not logged)"
+    );
     if let Some(audit) = &app.audit {
         let op = Operator { uid, pid };
         audit.operator(op.audited("admin", None, None, "refused"));
     }
-    Asker::Refused(why.to_string())
+}
+
+/// One 403 with the reason, then the connection is closed: a refused peer
+/// gets no HTTP session to hold the socket with. Its request head is read
+/// first (a few KiB, briefly), so a client sees the answer, not a reset.
+async fn answer_refused(mut stream: tokio::net::UnixStream, why: &Refused) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut head = [0u8; 4096];
+    let read_head = async {
+        let mut n = 0;
+        while n < head.len() && !head[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut head[n..]).await {
+                Ok(0) | Err(_) => break,
+                Ok(k) => n += k,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(limits::ADMIN_REFUSED_WRITE, read_head).await;
+    let m = format!("the operator socket serves root and the gateway's user, never a process the gateway started: {why}");
+    let body = serde_json::json!({ "error": m }).to_string();
+    let head = format!(
+        "HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    let write = async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(body.as_bytes()).await?;
+        stream.shutdown().await
+    };
+    let _ = tokio::time::timeout(limits::ADMIN_REFUSED_WRITE, write).await;
 }
 
 #[cfg(test)]
@@ -259,6 +362,27 @@ mod tests {
         }
         assert_eq!(descends(50, 10, &table), Ok(()));
         assert_eq!(descends(40, 10, &table), Ok(()));
+    }
+
+    #[test]
+    fn a_parent_hidden_from_the_gateway_ends_the_chain_outside_it() {
+        // 70 names 71, which cannot be seen (another uid under hidepid):
+        // not a descendant. A peer that cannot be seen itself is refused.
+        let hidden = |p| if p == 70 { proc(70, 71) } else { Lookup::Gone };
+        assert_eq!(descends(70, 10, &hidden), Ok(()));
+        // 80 named 81 when read, then was re-parented (81 exited): refused.
+        let moved = std::cell::Cell::new(0);
+        let racing = |p| match p {
+            80 => {
+                moved.set(moved.get() + 1);
+                proc(80, if moved.get() == 1 { 81 } else { 10 })
+            }
+            _ => Lookup::Gone,
+        };
+        assert!(matches!(
+            descends(80, 10, &racing),
+            Err(Refused::Unchecked { .. })
+        ));
     }
 
     #[test]

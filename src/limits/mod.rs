@@ -359,6 +359,10 @@ pub const UNIX_SOCKET_PATH_MAX: usize = 108;
 /// Parents the operator socket follows from a peer toward pid 1 (a longer
 /// chain is refused: `mcp_edge_refused_total{limit="admin_peer"}`).
 pub const ADMIN_PEER_ANCESTRY: usize = 1024;
+/// Refused operator-socket peers logged and audited per minute (all counted).
+pub const ADMIN_REFUSALS_LOGGED: u32 = 10;
+/// How long a refused peer's 403 may take to be written.
+pub const ADMIN_REFUSED_WRITE: Duration = Duration::from_secs(1);
 /// How long a connection closed to admit a new one may take to send what
 /// hyper still holds of its last response before it is dropped.
 pub const CONNECTION_CLOSE_FLUSH: Duration = Duration::from_secs(5);

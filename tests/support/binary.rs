@@ -51,13 +51,24 @@ impl Running {
         env: &[(&str, &Path)],
     ) -> Running {
         use std::os::unix::process::CommandExt;
-        let path = dir.join("config.toml");
-        std::fs::write(&path, config).unwrap();
-        let log = dir.join("stderr.log");
         let mut command = super::gateway_command();
         if let Some(u) = uid {
             command.uid(u).gid(u);
         }
+        Running::start_command(dir, config, command, env).await
+    }
+
+    /// [`Running::start`] with `command` as the gateway binary (given
+    /// `serve --config <dir>/config.toml`).
+    pub async fn start_command(
+        dir: &Path,
+        config: &str,
+        mut command: std::process::Command,
+        env: &[(&str, &Path)],
+    ) -> Running {
+        let path = dir.join("config.toml");
+        std::fs::write(&path, config).unwrap();
+        let log = dir.join("stderr.log");
         let child = command
             .args(["serve", "--config"])
             .arg(&path)
