@@ -353,8 +353,10 @@ fn hostile_report(home: &Path, who: &str) -> Vec<serde_json::Value> {
 /// The secrets a hostile child goes after, laid out as a systemd service
 /// has them: `<base>/creds` (`$CREDENTIALS_DIRECTORY`: a client token, the
 /// TLS key), `<base>/etc/config.toml`, `<base>/state/tool-pins.json`,
-/// `<base>/log/audit.log`.
+/// `<base>/log/audit.log`, and a `[[client]] token_file` of its own,
+/// `<base>/client.token` (0600).
 fn hostile_layout(base: &Path) -> Vec<(&'static str, std::path::PathBuf)> {
+    use std::os::unix::fs::PermissionsExt;
     for d in ["creds", "etc", "state", "log"] {
         std::fs::create_dir_all(base.join(d)).unwrap();
     }
@@ -375,6 +377,11 @@ fn hostile_layout(base: &Path) -> Vec<(&'static str, std::path::PathBuf)> {
             r#"{"version": 1, "upstreams": {"other": {"t": "abc"}}}"#,
         ),
         ("audit_log", "log/audit.log", "{\"secret\": \"audit\"}\n"),
+        (
+            "client_token_file",
+            "client.token",
+            "cWsWlSxcx25du_GAHgSvjCkb0Cg_Kam_pAn_JUCI",
+        ),
     ];
     let mut out: Vec<_> = files
         .iter()
@@ -383,6 +390,8 @@ fn hostile_layout(base: &Path) -> Vec<(&'static str, std::path::PathBuf)> {
             (*what, base.join(rel))
         })
         .collect();
+    let token = base.join("client.token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
     out.push(("config_file", base.join("etc/config.toml")));
     out
 }
@@ -421,9 +430,11 @@ async fn run_hostile(base: &Path, sandbox_keys: &str) -> HostileRun {
     let config = format!(
         "[server]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"127.0.0.1:{admin_port}\"\n\
          state_directory = {state:?}\n\n[audit]\npath = {:?}\n\n\
+         [[client]]\nname = \"operator\"\ntoken_file = {:?}\n\n\
          [[upstream]]\nname = \"hostile\"\ncommand = \"python3\"\nargs = {}\ntrust = \"pin\"\n{sandbox_keys}\n",
         free_port(),
         base.join("log/audit.log"),
+        base.join("client.token"),
         serde_json::to_string(&args).unwrap(),
     );
     let secret = Path::new("hunter2-gateway-environment-secret");
@@ -438,6 +449,7 @@ async fn run_hostile(base: &Path, sandbox_keys: &str) -> HostileRun {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let status = gw.status().await;
+    let gateway = gw.pid();
     gw.terminate().await;
     let mut reports = hostile_report(&home, "child");
     let grandchild = hostile_report(&home, "grandchild");
@@ -446,6 +458,11 @@ async fn run_hostile(base: &Path, sandbox_keys: &str) -> HostileRun {
         "no report: {}",
         gw.log_text()
     );
+    // Its parent had exited: it was re-parented to the gateway (the child
+    // subreaper) before its attempts.
+    for a in &grandchild {
+        assert_eq!(a["ppid"], gateway, "grandchild not orphaned: {a}");
+    }
     reports.extend(grandchild);
     for a in &reports {
         println!("{} {} {}: {}", a["who"], a["what"], a["path"], a["detail"]);
@@ -519,6 +536,56 @@ async fn without_the_sandbox_the_hostile_fixture_reads_the_secrets() {
         assert_eq!(ok(who, "tcp_approve"), Some(false), "{who}");
     }
     assert_eq!(run.status["upstreams"][0]["sandbox"]["mode"], "off");
+}
+
+/// Removes a directory made for one test, even when the test panics.
+struct RemoveDir(std::path::PathBuf);
+
+impl Drop for RemoveDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Review of issue 23, finding 1: the config, the state directory, the
+/// audit log, the credentials and a client's `token_file` all lie beneath
+/// `/opt`, which the default grant covers (a usual hand install). The
+/// default grant is split around them: every read attempt still fails, and
+/// `/status` says how `/opt` was granted.
+#[tokio::test]
+async fn a_hostile_child_reaches_no_secret_beneath_a_default_grant() {
+    let abi = mcp_edge::sandbox::kernel_abi();
+    let opt = Path::new("/opt");
+    if abi.is_err() || !opt.is_dir() {
+        println!("SKIPPED: needs Landlock ({abi:?}) and /opt");
+        return;
+    }
+    let base = opt.join(format!("mcp-edge-test-{}", std::process::id()));
+    std::fs::create_dir_all(&base).unwrap();
+    let _remove = RemoveDir(base.clone());
+    let run = run_hostile(&base, &support::test_grants()).await;
+    let sandbox = &run.status["upstreams"][0]["sandbox"];
+    println!("sandbox of the hostile upstream: {sandbox:#}");
+    let split = sandbox["split"].to_string();
+    assert!(
+        split.contains(&format!("/opt split around {}", base.display())),
+        "{sandbox}"
+    );
+    assert_eq!(sandbox["refused"], serde_json::json!([]), "{sandbox}");
+    assert_eq!(sandbox["enforced"], "full", "{sandbox}");
+    let mut tried = 0;
+    for a in &run.reports {
+        let what = a["what"].as_str().unwrap();
+        assert!(a["ok"] == false, "{} {what}: reached: {a}", a["who"]);
+        tried += usize::from(
+            a["path"]
+                .as_str()
+                .unwrap()
+                .starts_with(&*base.to_string_lossy()),
+        );
+    }
+    // Child and grandchild each: five files, the credentials, the socket.
+    assert!(tried >= 14, "{tried} attempts beneath {}", base.display());
 }
 
 /// Issue 23 part 2: `python3` and `node` from the system serve a real MCP

@@ -18,6 +18,9 @@ pub(super) struct Ctx<'a> {
     board: Option<&'a Board>,
     /// Notes made while checking keys ([`Ctx::note`]), for [`super::Config::notes`].
     notes: std::cell::RefCell<Vec<String>>,
+    /// Every secret file named so far, with its key ([`Ctx::secret`]), for
+    /// the sandbox's protected paths.
+    secrets: std::cell::RefCell<Vec<(std::path::PathBuf, String)>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -27,12 +30,26 @@ impl<'a> Ctx<'a> {
             env,
             board: None,
             notes: Default::default(),
+            secrets: Default::default(),
         }
     }
 
     /// Keeps `note` for `check-config` (and the warning at start).
     pub(super) fn note(&self, note: String) {
         self.notes.borrow_mut().push(note);
+    }
+
+    /// Keeps the secret file `path` named at `key`: no sandboxed child may
+    /// reach it (`config::sandbox`).
+    pub(super) fn secret(&self, key: &str, path: &Path) {
+        self.secrets
+            .borrow_mut()
+            .push((path.to_path_buf(), key.to_owned()));
+    }
+
+    /// The secret files named so far.
+    pub(super) fn secrets(&self) -> Vec<(std::path::PathBuf, String)> {
+        self.secrets.borrow().clone()
     }
 
     /// The notes made so far, taken.

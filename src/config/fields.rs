@@ -214,6 +214,7 @@ pub(super) fn check_headers(
 pub(super) fn secret_file(ctx: &Ctx, key: &str, s: &str) -> Result<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let path = bearer_token_file(ctx, key, s)?;
+    ctx.secret(key, &path);
     let Ok(meta) = std::fs::metadata(&path) else {
         return Ok(path);
     };

@@ -277,7 +277,13 @@ fn sandbox_keys(o: &mut String, spec: &crate::sandbox::Spec, cwd: Option<&Path>)
     if let Some(abi) = d["landlock"].get("abi") {
         let _ = writeln!(o, "# sandbox landlock: ABI {abi} on this kernel");
     }
-    for key in ["landlock", "enforced", "network", "no_new_privs"] {
+    for key in [
+        "landlock",
+        "enforced",
+        "degraded",
+        "network",
+        "no_new_privs",
+    ] {
         if let Some(v) = d.get(key).filter(|v| !v.is_object()) {
             let _ = writeln!(
                 o,
@@ -286,8 +292,11 @@ fn sandbox_keys(o: &mut String, spec: &crate::sandbox::Spec, cwd: Option<&Path>)
             );
         }
     }
-    for key in ["paths_ro", "paths_rw", "missing"] {
+    for key in ["paths_ro", "paths_rw", "missing", "split", "refused"] {
         if let Some(list) = d.get(key).and_then(|v| v.as_array()) {
+            if list.is_empty() && (key == "split" || key == "refused") {
+                continue;
+            }
             let items: Vec<&str> = list.iter().filter_map(|v| v.as_str()).collect();
             let _ = writeln!(o, "# sandbox grants {key}: {}", items.join(", "));
         }

@@ -3,15 +3,19 @@
 //! default) and, once the whole file is read, each child's home and the
 //! check that no granted path reaches what the sandbox protects
 //! ([`crate::sandbox`]): the config directory, the state directory beyond
-//! the child's home, `$CREDENTIALS_DIRECTORY`, the TLS files, the audit
-//! log, `/run` and `/etc/mcp-edge`.
+//! the child's home, `$CREDENTIALS_DIRECTORY`, the TLS certificate and
+//! every secret file (`tls_key`, `token_file`, `bearer_token_file`,
+//! `client_secret_file`, `private_key_file`), the audit log, the admin
+//! socket, `/run` and `/etc/mcp-edge`, all compared canonical. The same
+//! list goes into each child's [`Spec::protected`], around which the
+//! default grants are split.
 
 use std::path::{Component, Path, PathBuf};
 
 use super::ctx::{Ctx, Result};
 use super::raw::RawUpstream;
 use super::{AuditConfig, AuditSink, ServerConfig, Transport, UpstreamConfig};
-use crate::sandbox::{overlaps, Mode, Spec, NEVER};
+use crate::sandbox::{canonical, overlaps, Mode, Spec, NEVER};
 
 /// `sandbox`, `paths_rw`, `paths_ro`, `network`, taken out of `raw`; the
 /// home is filled in by [`resolve`].
@@ -42,6 +46,7 @@ pub(super) fn keys(ctx: &Ctx, base: &str, raw: &mut RawUpstream) -> Result<Spec>
         paths_ro,
         network,
         home: PathBuf::new(),
+        protected: Vec::new(),
     })
 }
 
@@ -64,31 +69,47 @@ fn paths(ctx: &Ctx, key: &str, raw: Option<Vec<String>>) -> Result<Vec<PathBuf>>
     Ok(out)
 }
 
-/// What no grant may reach, with what it is (for the error).
+/// What no grant may reach, with what it is (for the error), canonical
+/// ([`canonical`]: a relative config path taken from the current
+/// directory, symlinks and `..` resolved, so neither dodges the check).
+/// The state directory is not in it: the child's home lies there.
 fn protected(
     ctx: &Ctx,
     server: &ServerConfig,
     audit: Option<&AuditConfig>,
-) -> Vec<(PathBuf, &'static str)> {
-    let mut out: Vec<(PathBuf, &'static str)> = NEVER
+) -> Vec<(PathBuf, String)> {
+    let mut out: Vec<(PathBuf, String)> = NEVER
         .iter()
-        .map(|p| (PathBuf::from(p), "never granted"))
+        .map(|p| (PathBuf::from(p), "never granted".to_owned()))
         .collect();
-    if let Some(dir) = ctx.path().parent().filter(|d| d.is_absolute()) {
-        out.push((dir.to_path_buf(), "the config directory"));
+    let config = canonical(ctx.path());
+    let named = config.parent().map(Path::to_path_buf);
+    // The directory the config is named in, and the one it lies in when
+    // the name is a symlink.
+    let given = canonical(ctx.path().parent().unwrap_or(Path::new(".")));
+    for dir in [Some(given), named].into_iter().flatten() {
+        out.push((dir, "the config directory".to_owned()));
     }
     if let Some(creds) = ctx
         .env_var("CREDENTIALS_DIRECTORY")
         .filter(|c| !c.is_empty())
     {
-        out.push((creds.into(), "$CREDENTIALS_DIRECTORY"));
+        out.push((
+            canonical(Path::new(&creds)),
+            "$CREDENTIALS_DIRECTORY".to_owned(),
+        ));
     }
     if let Some(tls) = &server.tls {
-        out.push((tls.key.clone(), "server.tls_key"));
-        out.push((tls.cert.clone(), "server.tls_cert"));
+        out.push((canonical(&tls.cert), "server.tls_cert".to_owned()));
+    }
+    for (path, key) in ctx.secrets() {
+        out.push((canonical(&path), key));
     }
     if let Some(AuditSink::File(path)) = audit.map(|a| &a.sink) {
-        out.push((path.clone(), "the audit log"));
+        out.push((canonical(path), "the audit log".to_owned()));
+    }
+    if let Some(socket) = &server.admin_socket {
+        out.push((canonical(socket), "server.admin_socket".to_owned()));
     }
     out
 }
@@ -113,9 +134,9 @@ pub(super) fn home(ctx: &Ctx, server: &ServerConfig, name: &str) -> PathBuf {
     }
 }
 
-/// Fills in each stdio child's home and refuses a grant (`cwd`,
-/// `paths_rw`, `paths_ro` of a strict upstream) that reaches a protected
-/// path; `bases[i]` is the key path of `upstreams[i]`.
+/// Fills in each stdio child's home and protected paths, and refuses a
+/// grant (`cwd`, `paths_rw`, `paths_ro` of a strict upstream) that
+/// reaches a protected path; `bases[i]` is the key path of `upstreams[i]`.
 pub(super) fn resolve(
     ctx: &Ctx,
     bases: &[String],
@@ -123,13 +144,24 @@ pub(super) fn resolve(
     audit: Option<&AuditConfig>,
     upstreams: &mut [UpstreamConfig],
 ) -> Result<()> {
+    let stdio = |u: &UpstreamConfig| matches!(u.transport, Transport::Stdio { .. });
+    if !upstreams.iter().any(stdio) {
+        return Ok(());
+    }
     let guarded = protected(ctx, server, audit);
+    let state = server.state_directory.as_ref().map(|s| {
+        (
+            canonical(s),
+            "the state directory (only the child's home in it is granted)".to_owned(),
+        )
+    });
+    let all: Vec<(PathBuf, String)> = state.into_iter().chain(guarded).collect();
     for (base, up) in bases.iter().zip(upstreams) {
-        let home = home(ctx, server, &up.name);
         let Transport::Stdio { sandbox, cwd, .. } = &mut up.transport else {
             continue;
         };
-        sandbox.home = home;
+        sandbox.home = home(ctx, server, &up.name);
+        sandbox.protected = all.iter().map(|(p, _)| p.clone()).collect();
         if sandbox.mode == Mode::Off {
             continue;
         }
@@ -139,7 +171,7 @@ pub(super) fn resolve(
             .chain(indexed(base, "paths_rw", &sandbox.paths_rw))
             .chain(indexed(base, "paths_ro", &sandbox.paths_ro));
         for (key, path) in keyed {
-            check_grant(ctx, &key, path, &sandbox.home, server, &guarded)?;
+            check_grant(ctx, &key, path, &sandbox.home, &all)?;
         }
     }
     Ok(())
@@ -157,30 +189,20 @@ fn indexed<'a>(
 }
 
 /// One granted `path` (at `key`): inside the child's `home` is fine;
-/// otherwise it must not overlap the state directory nor a guarded path.
+/// otherwise it must not overlap a guarded path (the state directory
+/// among them); both compared canonical.
 fn check_grant(
     ctx: &Ctx,
     key: &str,
     path: &Path,
     home: &Path,
-    server: &ServerConfig,
-    guarded: &[(PathBuf, &'static str)],
+    guarded: &[(PathBuf, String)],
 ) -> Result<()> {
-    if path.starts_with(home) {
+    let real = canonical(path);
+    if real.starts_with(canonical(home)) {
         return Ok(());
     }
-    let state = server.state_directory.as_ref().map(|s| {
-        (
-            s.clone(),
-            "the state directory (only the child's home in it is granted)",
-        )
-    });
-    let hit = guarded
-        .iter()
-        .cloned()
-        .chain(state)
-        .find(|(p, _)| overlaps(path, p));
-    match hit {
+    match guarded.iter().find(|(p, _)| overlaps(&real, p)) {
         None => Ok(()),
         Some((p, what)) => Err(ctx.err(
             key,
@@ -318,6 +340,63 @@ mod tests {
         // Inside the child's own home is fine; so is "off" with a protected cwd.
         load("paths_rw = [\"/var/lib/mcp-edge/children/fs/cache\"]\n").unwrap();
         load("sandbox = \"off\"\ncwd = \"/var/lib/mcp-edge\"\n").unwrap();
+    }
+
+    #[test]
+    fn a_relative_config_path_still_protects_its_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = crate::sandbox::canonical(dir.path());
+        let link = tempfile::tempdir().unwrap();
+        let via = link.path().join("via");
+        std::os::unix::fs::symlink(&real, &via).unwrap();
+        let text = format!(
+            "[[upstream]]\nname = \"fs\"\ncommand = \"npx\"\npaths_ro = [{:?}]\n",
+            via.join("sub")
+        );
+        // A config named relative to the current directory, which lies in
+        // the granted one through a symlink.
+        let here = std::env::current_dir().unwrap();
+        let config = pathdiff(&real.join("config.toml"), &here);
+        let e = Config::from_toml_str(&text, &config)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("the config directory"), "{e}");
+        let s = Config::from_toml_str("[[upstream]]\nname = \"fs\"\ncommand = \"npx\"\n", &config)
+            .unwrap();
+        assert!(
+            spec(&s).protected.contains(&real),
+            "{:?}",
+            spec(&s).protected
+        );
+    }
+
+    /// `to` relative to `from` (`../../tmp/x`).
+    fn pathdiff(to: &Path, from: &Path) -> std::path::PathBuf {
+        let up = from.components().count() - 1;
+        let mut out: std::path::PathBuf = (0..up).map(|_| "..").collect();
+        out.push(to.strip_prefix("/").unwrap());
+        out
+    }
+
+    #[test]
+    fn secret_files_are_protected() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("client.token");
+        std::fs::write(&token, "tok-0123456789abcdefghijklmnopqrstuv").unwrap();
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let text = format!(
+            "[[upstream]]\nname = \"fs\"\ncommand = \"npx\"\npaths_ro = [{:?}]\n\
+             [[client]]\nname = \"a\"\ntoken_file = {token:?}\n",
+            dir.path()
+        );
+        let e = Config::from_toml_str(&text, Path::new("/etc/mcp-edge/config.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("client[0].token_file") && e.contains("would reach"),
+            "{e}"
+        );
     }
 
     #[test]

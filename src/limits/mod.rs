@@ -439,3 +439,7 @@ pub const REFUSAL_LOG_PER_SECOND: u32 = 1;
 
 /// At most one warning per this period that a stdio child's sandbox is degraded.
 pub const SANDBOX_WARN_PERIOD: Duration = Duration::from_secs(60);
+/// At most this many directory entries are listed to split one default
+/// grant of a stdio child's sandbox around the paths it must not reach
+/// (`sandbox::split`); past it that default grant is left out (degraded).
+pub const SANDBOX_SPLIT_ENTRIES: usize = 1024;

@@ -8,8 +8,11 @@
 //! (name resolution, TLS roots, time zone, passwd), a few device and
 //! system-wide `/proc`/`/sys` files, and the child's own home (with its
 //! temp directory) and working directory. Never `/run`, the config
-//! directory, the rest of the state directory, the credentials directory
-//! or the audit log: `config` refuses operator paths that overlap those.
+//! directory, the rest of the state directory, the credentials directory,
+//! the secret files or the audit log ([`Spec::protected`]): `config`
+//! refuses operator paths that overlap those, and a default grant that
+//! holds one is split around it ([`split`]: `/opt` granted entry by entry
+//! but for `/opt/mcp-edge`).
 //! Not `/proc` as a whole either: on a 6.18 kernel (ABI 7) a sandboxed
 //! root child read `/proc/<gateway>/environ` with `/proc` granted, so the
 //! child gets only its own `/proc/<pid>` ([`ruleset`], added between fork
@@ -22,12 +25,14 @@
 //! stdio survives the exec.
 
 mod ruleset;
+mod split;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 pub use ruleset::{kernel_abi, Enter, Prepared, Unavailable};
+pub use split::{canonical, split, Split};
 
 /// `sandbox` of a stdio upstream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +71,11 @@ pub struct Spec {
     /// The child's `HOME`, created 0700 at its start; its `TMPDIR` is
     /// [`Spec::tmp`].
     pub home: PathBuf,
+    /// What no grant may reach, canonical ([`canonical`]): the config
+    /// directory, the state directory but for the home, the secret files,
+    /// the audit log, `$CREDENTIALS_DIRECTORY`, the admin socket, [`NEVER`]
+    /// (filled in by `config`). A default grant holding one is split.
+    pub protected: Vec<PathBuf>,
 }
 
 impl Spec {
@@ -77,6 +87,7 @@ impl Spec {
             paths_ro: Vec::new(),
             network: true,
             home,
+            protected: NEVER.iter().map(PathBuf::from).collect(),
         }
     }
 
@@ -157,32 +168,66 @@ pub const DEVICE_PATHS: &[&str] = &["/dev/null", "/dev/zero", "/dev/full"];
 /// (`config` refuses operator paths that overlap them).
 pub const NEVER: &[&str] = &["/run", "/etc/mcp-edge"];
 
+/// Every grant of a child, and what became of the default grants that
+/// hold a protected path.
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// What the ruleset grants, but for [`Plan::parts`].
+    pub grants: Vec<Grant>,
+    /// What the ruleset grants in place of the default grants split.
+    pub parts: Vec<Grant>,
+    /// Default grants split around protected paths ("/opt split around
+    /// /opt/mcp-edge").
+    pub split: Vec<String>,
+    /// Default grants left out, and why.
+    pub refused: Vec<String>,
+}
+
 /// Every grant of `spec` for a child working in `cwd` (when set): the
-/// default list, the home, the working directory, then the operator's.
-pub fn grants(spec: &Spec, cwd: Option<&Path>) -> Vec<Grant> {
-    let read = |p: &str| Grant {
-        path: PathBuf::from(p),
+/// default list (each split around [`Spec::protected`], [`split`]), the
+/// home, the working directory, then the operator's. Lists directories
+/// when a default grant must be split: in the parent, before the fork.
+pub fn plan(spec: &Spec, cwd: Option<&Path>) -> Plan {
+    let read = |p: &Path| Grant {
+        path: p.to_path_buf(),
         access: Access::Read,
     };
-    let mut out: Vec<Grant> = SYSTEM_PATHS
-        .iter()
-        .chain(ETC_PATHS)
-        .chain(KERNEL_PATHS)
-        .map(|p| read(p))
-        .collect();
+    let mut plan = Plan::default();
+    for p in SYSTEM_PATHS.iter().chain(ETC_PATHS).chain(KERNEL_PATHS) {
+        let path = Path::new(p);
+        match split(path, &spec.protected) {
+            Split::Whole => plan.grants.push(read(path)),
+            Split::Parts { parts, around } => {
+                plan.parts.extend(parts.iter().map(|q| read(q)));
+                let around = split::shown(&around);
+                plan.split.push(format!("{p} split around {around}"));
+            }
+            Split::Refused(why) => plan.refused.push(why),
+        }
+    }
     let write = |p: &Path| Grant {
         path: p.to_path_buf(),
         access: Access::Write,
     };
+    let out = &mut plan.grants;
     out.extend(DEVICE_PATHS.iter().map(|p| write(Path::new(p))));
     out.push(write(&spec.home));
     out.extend(cwd.map(write));
     out.extend(spec.paths_rw.iter().map(|p| write(p)));
-    out.extend(spec.paths_ro.iter().map(|p| Grant {
-        path: p.clone(),
-        access: Access::Read,
-    }));
-    out
+    out.extend(spec.paths_ro.iter().map(|p| read(p)));
+    plan
+}
+
+impl Plan {
+    /// Everything the ruleset grants.
+    pub fn all(&self) -> Vec<Grant> {
+        self.grants.iter().chain(&self.parts).cloned().collect()
+    }
+}
+
+/// Everything [`plan`] grants.
+pub fn grants(spec: &Spec, cwd: Option<&Path>) -> Vec<Grant> {
+    plan(spec, cwd).all()
 }
 
 /// True when one of `a` and `b` is beneath (or is) the other: granting
@@ -295,7 +340,9 @@ pub fn prepare_home(spec: &Spec) -> Result<(), SandboxError> {
 
 /// What a child of `spec` (working in `cwd`) gets, for `/status` and
 /// `check-config`: mode, Landlock ABI or why it is unavailable, what is
-/// enforced, the granted paths (present and missing), network, home.
+/// enforced, the granted paths (present and missing; a split default
+/// grant as "/opt split around /opt/mcp-edge", not entry by entry), the
+/// default grants left out (`refused`, then `degraded`), network, home.
 pub fn describe(spec: &Spec, cwd: Option<&Path>) -> serde_json::Value {
     use serde_json::json;
     let base = json!({
@@ -312,7 +359,8 @@ pub fn describe(spec: &Spec, cwd: Option<&Path>) -> serde_json::Value {
         return v;
     }
     let (mut ro, mut rw, mut missing) = (Vec::new(), Vec::new(), Vec::new());
-    for g in grants(spec, cwd) {
+    let plan = plan(spec, cwd);
+    for g in plan.grants {
         let shown = g.path.display().to_string();
         if !g.path.exists() && g.path != spec.home {
             missing.push(shown);
@@ -328,6 +376,11 @@ pub fn describe(spec: &Spec, cwd: Option<&Path>) -> serde_json::Value {
     v["paths_ro"] = json!(ro);
     v["paths_rw"] = json!(rw);
     v["missing"] = json!(missing);
+    v["split"] = json!(plan.split);
+    v["refused"] = json!(plan.refused);
+    if !plan.refused.is_empty() {
+        v["degraded"] = json!("default grants left out (see refused); the child may miss files");
+    }
     let (landlock, enforced, network) = enforcement(spec);
     v["landlock"] = landlock;
     v["enforced"] = json!(enforced);

@@ -170,3 +170,80 @@ fn strict_describes_the_kernel() {
         Err(_) => assert!(d["landlock"].as_str().unwrap().starts_with("unavailable")),
     }
 }
+
+/// base/{a/, b, keep/{x, secret/s}, mcp/conf, to-mcp -> mcp, to-a -> a}
+fn split_tree() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let base = canonical(dir.path());
+    for d in ["a", "keep/secret", "mcp"] {
+        std::fs::create_dir_all(base.join(d)).unwrap();
+    }
+    for f in ["b", "keep/x", "keep/secret/s", "mcp/conf"] {
+        std::fs::write(base.join(f), "x").unwrap();
+    }
+    std::os::unix::fs::symlink(base.join("mcp"), base.join("to-mcp")).unwrap();
+    std::os::unix::fs::symlink(base.join("a"), base.join("to-a")).unwrap();
+    (dir, base)
+}
+
+#[test]
+fn a_default_grant_is_split_around_protected_paths() {
+    let (_dir, base) = split_tree();
+    let protected = [base.join("keep/secret"), base.join("mcp")];
+    let Split::Parts { parts, around } = split::split_with(&base, &protected, 100) else {
+        panic!("not split");
+    };
+    let names: Vec<_> = parts
+        .iter()
+        .map(|p| p.strip_prefix(&base).unwrap())
+        .collect();
+    let want = ["a", "b", "keep/x", "to-a"].map(Path::new);
+    assert_eq!(names, want, "the link to mcp is left out too");
+    assert_eq!(around, protected);
+    for p in &protected {
+        assert!(!parts.iter().any(|g| overlaps(g, p)), "{p:?}");
+    }
+    // Nothing protected beneath it; beneath a protected path; too many.
+    assert_eq!(
+        split::split_with(&base.join("a"), &protected, 100),
+        Split::Whole
+    );
+    let inside = split::split_with(&base.join("mcp/conf"), &protected, 100);
+    assert!(
+        matches!(inside, Split::Refused(ref w) if w.contains("lies in")),
+        "{inside:?}"
+    );
+    let many = split::split_with(&base, &protected, 3);
+    assert!(
+        matches!(many, Split::Refused(ref w) if w.contains("entries")),
+        "{many:?}"
+    );
+}
+
+#[test]
+fn the_plan_splits_usr_around_a_protected_path_and_says_so() {
+    let share = canonical(Path::new("/usr/share"));
+    if !share.is_dir() || share != Path::new("/usr/share") {
+        println!("SKIPPED: no plain /usr/share");
+        return;
+    }
+    let mut s = spec("/var/lib/mcp-edge/children/fs");
+    s.protected.push(share.clone());
+    let p = plan(&s, None);
+    assert!(
+        p.split
+            .contains(&"/usr split around /usr/share".to_string()),
+        "{:?}",
+        p.split
+    );
+    let all = p.all();
+    assert!(!reaches(&all, "/usr/share/zoneinfo"));
+    assert!(reaches(&all, "/usr/bin/env"));
+    assert!(!all.iter().any(|g| g.path == Path::new("/usr")));
+    let d = describe(&s, None);
+    assert_eq!(d["split"][0], "/usr split around /usr/share", "{d}");
+    assert!(
+        !d["paths_ro"].to_string().contains("/usr/bin"),
+        "listed as split, not part by part"
+    );
+}

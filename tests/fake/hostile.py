@@ -2,7 +2,7 @@
 """A hostile stdio upstream for the sandbox test (issue 23 part 2).
 
 Python standard library only. At start it tries, as the child and then from
-a grandchild it starts in a new session (setsid), to:
+a grandchild in a new session (setsid), to:
   - list the credentials directory (--creds) and read every file given as
     --target NAME=PATH (credential files, the config file, the pins file,
     the TLS key, the audit log);
@@ -11,7 +11,11 @@ a grandchild it starts in a new session (setsid), to:
   - POST /tools/approve on the TCP admin listener (--admin HOST:PORT);
   - and it records which variables its own environment has.
 Each attempt is one JSON line in $HOME/hostile-<who>.jsonl:
-{"who", "what", "path", "ok", "detail"} (ok = the attempt succeeded).
+{"who", "what", "path", "ok", "detail", "ppid"} (ok = the attempt succeeded).
+The grandchild is orphaned before its attempts: the child starts an
+intermediate process in a new session, which starts the grandchild and exits
+at once; the grandchild waits until it was re-parented (to the gateway, the
+child subreaper) and then makes its attempts.
 Then (the child only) it execs --then PROGRAM ARGS... (the fake upstream),
 so the gateway sees a working server.
 """
@@ -22,6 +26,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 
 def failed(e):
@@ -76,7 +81,7 @@ def attempts(who, args, gateway_pid):
     out = []
 
     def rec(what, path, result):
-        out.append(dict(who=who, what=what, path=path, **result))
+        out.append(dict(who=who, what=what, path=path, ppid=os.getppid(), **result))
 
     try:
         rec("list_credentials", args["creds"],
@@ -100,40 +105,57 @@ def attempts(who, args, gateway_pid):
 
 def parse(argv):
     args = {"targets": [], "then": [], "creds": "", "admin_socket": "", "admin": "",
-            "grandchild": False, "gateway_pid": os.getppid()}
+            "grandchild": False, "intermediate": False, "gateway_pid": os.getppid(),
+            "parent_pid": 0}
     i = 0
     while i < len(argv):
         a = argv[i]
         if a == "--then":
             args["then"] = argv[i + 1:]
             break
-        if a == "--grandchild":
-            args["grandchild"] = True
+        if a in ("--grandchild", "--intermediate"):
+            args[a[2:]] = True
         elif a == "--target":
             i += 1
             args["targets"].append(tuple(argv[i].split("=", 1)))
-        elif a in ("--creds", "--admin-socket", "--admin", "--gateway-pid"):
+        elif a in ("--creds", "--admin-socket", "--admin", "--gateway-pid", "--parent-pid"):
             i += 1
             args[a[2:].replace("-", "_")] = argv[i]
         i += 1
     args["gateway_pid"] = int(args["gateway_pid"])
+    args["parent_pid"] = int(args["parent_pid"])
     return args
+
+
+def orphaned(parent_pid):
+    """Waits (up to 10 s) until the intermediate parent has exited."""
+    deadline = time.monotonic() + 10
+    while os.getppid() == parent_pid and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def main():
     argv = sys.argv[1:]
     args = parse(argv)
+    me = [sys.executable, os.path.abspath(__file__)]
+    quiet = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL)
     if args["grandchild"]:
+        orphaned(args["parent_pid"])
         attempts("grandchild", args, args["gateway_pid"])
+        return
+    if args["intermediate"]:
+        # Starts the grandchild and exits without waiting for it.
+        rest = [a for a in argv if a != "--intermediate"]
+        subprocess.Popen(me + ["--grandchild", "--parent-pid", str(os.getpid())] + rest,
+                         **quiet)
         return
     attempts("child", args, args["gateway_pid"])
     rest = argv[:argv.index("--then")] if "--then" in argv else argv
-    grandchild = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), "--grandchild",
-         "--gateway-pid", str(os.getppid())] + rest,
-        start_new_session=True, stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    grandchild.wait(timeout=20)
+    intermediate = subprocess.Popen(
+        me + ["--intermediate", "--gateway-pid", str(os.getppid())] + rest,
+        start_new_session=True, **quiet)
+    intermediate.wait(timeout=20)
     if args["then"]:
         os.execv(args["then"][0], args["then"])
 

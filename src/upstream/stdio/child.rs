@@ -60,12 +60,16 @@ pub(super) struct Launch<'a> {
 /// stdio close at the exec.
 pub(super) fn start(l: &Launch<'_>) -> Result<(Child, Incarnation), StartError> {
     sandbox::prepare_home(l.sandbox)?;
-    let prepared = match l.sandbox.mode {
-        Mode::Strict => Prepared::build(&sandbox::grants(l.sandbox, l.cwd), l.sandbox.network)?,
-        Mode::Off => Prepared::off(),
+    let (prepared, refused) = match l.sandbox.mode {
+        Mode::Strict => {
+            let plan = sandbox::plan(l.sandbox, l.cwd);
+            let built = Prepared::build(&plan.all(), l.sandbox.network)?;
+            (built, plan.refused)
+        }
+        Mode::Off => (Prepared::off(), Vec::new()),
     };
     if l.sandbox.mode == Mode::Strict {
-        degraded(l, &prepared);
+        degraded(l, &prepared, &refused);
     }
     let marker = Marker::next();
     let mut cmd = Command::new(l.command);
@@ -107,9 +111,11 @@ pub(super) fn start(l: &Launch<'_>) -> Result<(Child, Incarnation), StartError> 
     ))
 }
 
-/// A strict child that starts with less than its grant: counted each
-/// time, warned about at most once per [`limits::SANDBOX_WARN_PERIOD`].
-fn degraded(l: &Launch<'_>, prepared: &Prepared) {
+/// A strict child that starts with less than its grant (no Landlock, an
+/// operator's path missing, a default grant left out because it could not
+/// be split around a protected path: `refused`): counted each time,
+/// warned about at most once per [`limits::SANDBOX_WARN_PERIOD`].
+fn degraded(l: &Launch<'_>, prepared: &Prepared, refused: &[String]) {
     // Missing default paths (`/lib32`, `/etc/pki`, …) are normal; an
     // operator's path that is missing is not.
     let operator = |p: &std::path::PathBuf| {
@@ -122,6 +128,8 @@ fn degraded(l: &Launch<'_>, prepared: &Prepared) {
         "landlock_unavailable"
     } else if !missing.is_empty() {
         "path_missing"
+    } else if !refused.is_empty() {
+        "default_refused"
     } else {
         return;
     };
@@ -141,10 +149,15 @@ fn degraded(l: &Launch<'_>, prepared: &Prepared) {
             "sandbox degraded: Landlock {why}; the child runs with no_new_privs and an \
              explicit environment only (see /status)"
         ),
-        Ok(_) => tracing::warn!(
+        Ok(_) if !missing.is_empty() => tracing::warn!(
             upstream = l.name,
             ?missing,
             "sandbox: configured paths that do not exist were skipped"
+        ),
+        Ok(_) => tracing::warn!(
+            upstream = l.name,
+            ?refused,
+            "sandbox: default grants holding a protected path were left out (see /status)"
         ),
     }
 }
