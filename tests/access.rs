@@ -572,17 +572,18 @@ async fn a_reload_cannot_open_a_network_listener_to_everyone() {
         sha256_hex(READER)
     );
     let open = format!("[server]\nlisten = \"0.0.0.0:0\"\nadmin_listen = \"off\"\n{client}{edge}");
-    let config = Config::from_toml_str(&open, Path::new("t.toml")).unwrap();
+    let config = Config::from_toml_str(&open, &support::origin("t.toml")).unwrap();
     let gw = mcp_edge::gateway::Gateway::start(config).await.unwrap();
     // Valid on its own (loopback, no clients), not for this running gateway.
     let closed = format!("[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"off\"\n{edge}");
-    let new = Config::from_toml_str(&closed, Path::new("t.toml")).unwrap();
+    let new = Config::from_toml_str(&closed, &support::origin("t.toml")).unwrap();
     let why = gw.admissible(&new).unwrap_err();
     assert!(
         why.contains("[[client]]") && why.contains("server.listen"),
         "{why}"
     );
-    let kept = Config::from_toml_str(&format!("{closed}{client}"), Path::new("t.toml")).unwrap();
+    let kept =
+        Config::from_toml_str(&format!("{closed}{client}"), &support::origin("t.toml")).unwrap();
     assert!(gw.admissible(&kept).is_ok());
     gw.shutdown().await;
 }

@@ -16,7 +16,8 @@ fn config(audit: Option<PathBuf>) -> Config {
         "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"off\"\n{}",
         support::fake_block("a", "legacy", "enabled = false")
     );
-    let mut c = Config::from_toml_str(&text, Path::new("test.toml")).expect("valid test config");
+    let mut c =
+        Config::from_toml_str(&text, &support::origin("test.toml")).expect("valid test config");
     c.audit = audit.map(|p| AuditConfig {
         sink: AuditSink::File(p),
         max_bytes: 1 << 20,
@@ -114,7 +115,7 @@ async fn calls_are_answered_while_the_audit_writer_is_blocked() {
         .open(&fifo)
         .unwrap();
     let text = "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"off\"\n\n[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n";
-    let mut c = Config::from_toml_str(text, Path::new("test.toml")).unwrap();
+    let mut c = Config::from_toml_str(text, &support::origin("test.toml")).unwrap();
     c.audit = Some(AuditConfig {
         sink: AuditSink::File(fifo.clone()),
         max_bytes: 1 << 30,
@@ -177,7 +178,7 @@ async fn client_gateway(dir: &Path) -> Gateway {
         dir.display(),
         1 << 20,
     );
-    let c = Config::from_toml_str(&text, Path::new("test.toml")).expect("valid test config");
+    let c = Config::from_toml_str(&text, &support::origin("test.toml")).expect("valid test config");
     let gw = Gateway::start(c).await.expect("starts");
     gw.wait_upstreams(std::time::Duration::from_secs(10)).await;
     gw

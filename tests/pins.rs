@@ -501,12 +501,16 @@ async fn drain(s: &mut sse::Stream) {
 
 #[tokio::test]
 async fn trust_is_checked_by_the_config_and_at_reload() {
-    let load = |text: &str| mcp_edge::config::Config::from_toml_str(text, Path::new("c.toml"));
+    let load =
+        |text: &str| mcp_edge::config::Config::from_toml_str(text, &support::origin("c.toml"));
     let up = "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n";
     let e = load(&format!("{up}trust = \"yes\"\n"))
         .unwrap_err()
         .to_string();
-    assert!(e.starts_with("c.toml: upstream[0].trust: "), "{e}");
+    assert!(
+        e.ends_with("c.toml: upstream[0].trust: must be \"auto\" or \"pin\" (got \"yes\")"),
+        "{e}"
+    );
     assert!(
         e.contains("\"auto\"") && e.contains("\"pin\"") && e.contains("\"yes\""),
         "{e}"
@@ -570,7 +574,7 @@ async fn a_reload_drops_the_pins_of_a_removed_upstream() {
         "{text}"
     );
     let new = format!("[server]\nlisten = \"127.0.0.1:0\"\n{server}\n{edge}");
-    let new = mcp_edge::config::Config::from_toml_str(&new, Path::new("c.toml")).unwrap();
+    let new = mcp_edge::config::Config::from_toml_str(&new, &support::origin("c.toml")).unwrap();
     let report = gw.reload(new).await;
     assert_eq!(report.stopped, ["files"]);
     let text = std::fs::read_to_string(&file).unwrap();
@@ -624,7 +628,7 @@ async fn a_removed_upstream_withholds_nothing_in_the_metrics() {
     }
     assert_eq!((up.withheld().len(), gauge()), (1, 1.0));
     let new = format!("[server]\nlisten = \"127.0.0.1:0\"\n{server}\n{edge}");
-    let new = mcp_edge::config::Config::from_toml_str(&new, Path::new("c.toml")).unwrap();
+    let new = mcp_edge::config::Config::from_toml_str(&new, &support::origin("c.toml")).unwrap();
     assert_eq!(gw.reload(new).await.stopped, ["gone"]);
     assert_eq!(gauge(), 0.0, "not its last value");
     gw.shutdown().await;

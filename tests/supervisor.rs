@@ -206,7 +206,7 @@ async fn a_restart_resumes_the_persisted_backoff() {
                 dir.path().display(),
                 fake_block("a", "legacy", "")
             ),
-            std::path::Path::new("t.toml"),
+            &support::origin("t.toml"),
         )
         .unwrap(),
     )

@@ -392,10 +392,19 @@ pub async fn start(server_extra: &str, upstreams: &str) -> Gateway {
     gw
 }
 
+/// Where an in-process test's config "comes from": a file name under the
+/// temp directory, apart from the repository, whose `tests/` the test
+/// upstreams' sandboxes are granted (a config's directory never may be).
+pub fn origin(name: &str) -> PathBuf {
+    std::env::temp_dir()
+        .join("mcp-edge-test-configs")
+        .join(name)
+}
+
 /// [`start`] without waiting for the upstreams' first attempts.
 pub async fn start_nowait(server_extra: &str, upstreams: &str) -> Gateway {
     let text = format!("[server]\nlisten = \"127.0.0.1:0\"\n{server_extra}\n{upstreams}");
-    let config = Config::from_toml_str(&text, Path::new("test.toml")).expect("valid test config");
+    let config = Config::from_toml_str(&text, &origin("test.toml")).expect("valid test config");
     Gateway::start(config).await.expect("gateway starts")
 }
 

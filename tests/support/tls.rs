@@ -134,7 +134,7 @@ pub fn config_text(server_extra: &str, upstreams: &str, files: Option<&Files>) -
 /// and builds `server.tls`).
 pub fn config(server_extra: &str, upstreams: &str, files: Option<&Files>) -> Config {
     let text = config_text(server_extra, upstreams, files);
-    Config::from_toml_str(&text, Path::new("tls.toml")).expect("valid test config")
+    Config::from_toml_str(&text, &super::origin("tls.toml")).expect("valid test config")
 }
 
 /// [`super::start`] serving https with `files`.
