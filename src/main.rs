@@ -316,7 +316,13 @@ fn targets(config: &Option<PathBuf>, url: Option<String>) -> anyhow::Result<Targ
     }
     let (socket, tcp) = match config {
         Some(p) => {
-            let socket = Config::load(p).ok().and_then(|c| c.server.admin_socket);
+            let socket = match Config::load(p) {
+                Ok(c) => c.server.admin_socket,
+                Err(e) => {
+                    eprintln!("mcp-edge: note: {e:#}; looking for the operator socket elsewhere");
+                    None
+                }
+            };
             (socket, admin_listen(p)?.map(|a| format!("http://{a}")))
         }
         None => (

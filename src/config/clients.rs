@@ -124,14 +124,29 @@ fn weak(token: &str) -> Option<String> {
         + class(u8::is_ascii_uppercase, 26)
         + class(u8::is_ascii_digit, 10)
         + class(u8::is_ascii_punctuation, 32);
-    let bits = b.len() as f64 * f64::from(alphabet).log2();
+    // A token that repeats a shorter run holds no more than that run.
+    let run = period(b);
+    let bits = run as f64 * f64::from(alphabet).log2();
+    let repeated = if run < b.len() {
+        format!(", repeating its first {run}")
+    } else {
+        String::new()
+    };
     (bits < f64::from(limits::MIN_TOKEN_BITS)).then(|| {
         format!(
-            "holds about {bits:.0} bits ({} characters of an alphabet of {alphabet}; at least {} needed)",
+            "holds about {bits:.0} bits ({} characters{repeated} of an alphabet of {alphabet}; at least {} needed)",
             b.len(),
             limits::MIN_TOKEN_BITS
         )
     })
+}
+
+/// The shortest `p` with `b[i] == b[i - p]` for every `i ≥ p` (`b` is its
+/// first `p` bytes over and over, the last time cut short); else its length.
+fn period(b: &[u8]) -> usize {
+    (1..b.len())
+        .find(|&p| b[p..].iter().zip(b).all(|(x, y)| x == y))
+        .unwrap_or(b.len())
 }
 
 /// 64 hex digits, either case → 32 bytes.
@@ -348,7 +363,12 @@ mod tests {
                 "abababababababababababababababababababab",
                 "mcp-edge token new",
             ),
-            ("0123456789012345", "about 53 bits"),
+            ("0123456789012345", "repeating its first 10"),
+            (
+                "abcdefghabcdefghabcdefghabcdefghabcdefgh",
+                "repeating its first 8",
+            ),
+            ("Kq3ZtR8wLmP2xY7v", "about 95 bits"),
         ] {
             std::fs::write(&p, content).unwrap();
             let e = one(&text, false).unwrap_err();
