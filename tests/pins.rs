@@ -94,15 +94,7 @@ async fn wait_withheld(gw: &Running, n: usize) -> Value {
 
 /// `mcp-edge ARGS --config CONFIG` against the running gateway: success, stdout + stderr.
 fn cli(config: &Path, args: &[&str]) -> (bool, String) {
-    let out = gateway_command()
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .output()
-        .expect("the CLI runs");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.success(), text)
+    cli_as(None, config, args)
 }
 
 /// The acceptance test of issue 12 part 6.
@@ -634,12 +626,14 @@ async fn a_removed_upstream_withholds_nothing_in_the_metrics() {
     gw.shutdown().await;
 }
 
-/// `mcp-edge ARGS --config CONFIG` as user `uid`: success, stdout + stderr.
-fn cli_as(uid: u32, config: &Path, args: &[&str]) -> (bool, String) {
+/// `mcp-edge ARGS --config CONFIG`, as user `uid` if given: success, stdout + stderr.
+fn cli_as(uid: Option<u32>, config: &Path, args: &[&str]) -> (bool, String) {
     use std::os::unix::process::CommandExt;
-    let out = gateway_command()
-        .uid(uid)
-        .gid(uid)
+    let mut command = gateway_command();
+    if let Some(u) = uid {
+        command.uid(u).gid(u);
+    }
+    let out = command
         .args(args)
         .arg("--config")
         .arg(config)
@@ -765,10 +759,18 @@ async fn operator_socket_case(hidden_proc: bool) {
         "{tail}"
     );
     // uid 65534: the socket's mode keeps it out; opened, the peer check does.
-    let (ok, out) = cli_as(65534, &gw.config, &["tools", "approve", "files", "echo"]);
+    let (ok, out) = cli_as(
+        Some(65534),
+        &gw.config,
+        &["tools", "approve", "files", "echo"],
+    );
     assert!(!ok && out.contains("ermission denied"), "{out}");
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
-    let (ok, out) = cli_as(65534, &gw.config, &["tools", "approve", "files", "echo"]);
+    let (ok, out) = cli_as(
+        Some(65534),
+        &gw.config,
+        &["tools", "approve", "files", "echo"],
+    );
     assert!(
         !ok && out.contains("403") && out.contains("uid 65534 is neither root"),
         "{out}"
@@ -782,7 +784,7 @@ async fn operator_socket_case(hidden_proc: bool) {
     );
     // The gateway's user and root approve one tool each.
     let (ok, out) = cli_as(
-        GATEWAY_UID,
+        Some(GATEWAY_UID),
         &gw.config,
         &["tools", "approve", "files", "echo"],
     );
