@@ -85,34 +85,15 @@ fn transport_keys(ctx: &Ctx, base: &str, kind: Kind, raw: &RawUpstream) -> Resul
         raw.paths_ro.is_some(),
         raw.network.is_some(),
     ];
-    let selector = "transport = ";
-    foreign_keys(
-        ctx,
-        base,
-        selector,
-        kind,
-        Kind::Stdio,
-        &SANDBOX_KEYS,
-        &sandbox_present,
-    )?;
-    foreign_keys(
-        ctx,
-        base,
-        selector,
-        kind,
-        Kind::Stdio,
-        &STDIO_KEYS,
-        &stdio_present,
-    )?;
-    foreign_keys(
-        ctx,
-        base,
-        selector,
-        kind,
-        Kind::Http,
-        &HTTP_KEYS,
-        &http_present,
-    )
+    let owned: [(Kind, &[&str], &[bool]); 3] = [
+        (Kind::Stdio, &SANDBOX_KEYS, &sandbox_present),
+        (Kind::Stdio, &STDIO_KEYS, &stdio_present),
+        (Kind::Http, &HTTP_KEYS, &http_present),
+    ];
+    for (owner, keys, present) in owned {
+        foreign_keys(ctx, base, "transport = ", kind, owner, keys, present)?;
+    }
+    Ok(())
 }
 
 /// `command`, `args`, `env`, `cwd` and the sandbox keys, taken out of `raw`.
