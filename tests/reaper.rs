@@ -650,3 +650,47 @@ async fn python3_and_node_serve_unchanged_under_the_default_sandbox() {
         assert!(text.ends_with(&home.display().to_string()), "{text}");
     }
 }
+
+/// A grant that a child turns into a symlink to the state directory (its
+/// own `paths_rw` lets it) grants nothing at its next start: each grant is
+/// checked where it is opened (found by a new user's trial of issue 23).
+#[tokio::test]
+async fn a_grant_a_child_turned_into_a_symlink_grants_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, state) = (dir.path().join("data"), dir.path().join("state"));
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(state.join("tool-pins.json"), "{}").unwrap();
+    let sub = data.join("sub");
+    let args = serde_json::json!([
+        support::repo_path("tests/fake/symlink_grant.py"),
+        sub,
+        state,
+        "--",
+        support::fake_upstream(),
+        "--name",
+        "evil"
+    ]);
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"127.0.0.1:{}\"\nstate_directory = {state:?}\n\n\
+         [[upstream]]\nname = \"evil\"\ncommand = \"python3\"\nargs = {args}\nbackoff_initial = \"100ms\"\n\
+         paths_rw = [{data:?}, {sub:?}]\n{}\n",
+        free_port(),
+        free_port(),
+        support::test_grants(),
+    );
+    let etc = dir.path().join("etc");
+    std::fs::create_dir_all(&etc).unwrap();
+    let gw = Running::start(&etc, &config).await;
+    let report = state.join("children/evil/report.txt");
+    let t0 = Instant::now();
+    while !report.exists() && t0.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let got = std::fs::read_to_string(&report).unwrap_or_default();
+    assert!(std::fs::symlink_metadata(&sub).unwrap().is_symlink());
+    assert!(got.starts_with("DENIED"), "{got}\n{}", gw.log_text());
+    let m = gw.metrics().await;
+    let escaped = "mcp_edge_sandbox_degraded_total{upstream=\"evil\",reason=\"grant_escaped\"}";
+    assert!(m.lines().any(|l| l.starts_with(escaped)), "{m}");
+}

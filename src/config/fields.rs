@@ -220,6 +220,11 @@ pub(super) fn secret_file(ctx: &Ctx, key: &str, s: &str) -> Result<PathBuf> {
     };
     let mode = meta.permissions().mode() & 0o7777;
     let shown = path.display();
+    if !meta.is_file() {
+        // A FIFO would block every read (a reload, check-config) forever.
+        let m = format!("{shown} is not a regular file (a FIFO, device or directory)");
+        return Err(ctx.err(key, m));
+    }
     if mode & 0o022 != 0 {
         let who = if mode & 0o002 != 0 { "world" } else { "group" };
         return Err(ctx.err(

@@ -335,6 +335,13 @@ mod tests {
             std::fs::set_permissions(&tok, std::fs::Permissions::from_mode(mode)).unwrap();
             assert!(load(&client, None).unwrap().notes.is_empty(), "{mode:o}");
         }
+        // A FIFO in its place is refused, not read (the read would block).
+        std::fs::remove_file(&tok).unwrap();
+        let fifo = std::ffi::CString::new(tok.to_str().unwrap()).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let e = load(&client, None).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
     }
 
     #[test]

@@ -68,6 +68,16 @@ impl Socket {
                 Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(fail(e)),
                 _ => {}
             }
+            // Another user who may write the directory could put a socket
+            // of its own in this one's place and answer the operator.
+            let mode = std::fs::metadata(dir).map_err(fail)?.permissions().mode();
+            if mode & 0o022 != 0 {
+                let e = std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    format!("its directory is writable by other users (mode {:04o}): one of them could put its own socket here", mode & 0o7777),
+                );
+                return Err(fail(e));
+            }
         }
         match std::fs::symlink_metadata(path) {
             // Stale only when nobody answers: a live socket is another
@@ -383,6 +393,22 @@ mod tests {
             descends(80, 10, &racing),
             Err(Refused::Unchecked { .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn a_live_socket_or_a_directory_others_may_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("op/admin.sock");
+        let first = Socket::bind(&path).unwrap();
+        let live = Socket::bind(&path).err().map(|e| e.source.kind());
+        assert_eq!(live, Some(std::io::ErrorKind::AddrInUse));
+        drop(first);
+        assert!(!path.exists(), "removed when dropped");
+        let open = std::fs::Permissions::from_mode(0o777);
+        std::fs::set_permissions(dir.path().join("op"), open).unwrap();
+        let e = Socket::bind(&path).err().map(|e| e.source.kind());
+        assert_eq!(e, Some(std::io::ErrorKind::PermissionDenied));
     }
 
     #[test]

@@ -7,8 +7,8 @@
 //! (`LANDLOCK_RULE_PATH_BENEATH`), `landlock_restrict_self(2)`,
 //! `prctl(2)` `PR_SET_NO_NEW_PRIVS`, `close_range(2)` (Linux 5.11).
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::path::PathBuf;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use landlock::{
@@ -66,6 +66,9 @@ pub struct Prepared {
     no_new_privs: bool,
     /// Granted paths that do not exist (skipped).
     pub missing: Vec<PathBuf>,
+    /// Granted paths that, opened now, are or hold a protected path (a
+    /// symlink planted since the config was checked, say): left out.
+    pub escaped: Vec<PathBuf>,
 }
 
 impl Prepared {
@@ -75,19 +78,28 @@ impl Prepared {
             fd: None,
             no_new_privs: false,
             missing: Vec::new(),
+            escaped: Vec::new(),
         }
     }
 
     /// A ruleset handling every filesystem access of this kernel's ABI,
     /// TCP bind/connect when `!network` (ABI 4), signals and abstract
     /// sockets (scoped, ABI 6), granting `grants` (missing paths skipped).
+    /// Each grant is checked where it was opened (the descriptor's own
+    /// path, `/proc/self/fd/N`): one that `allowed` refuses is left out, so
+    /// a symlink swapped in after the config was checked grants nothing.
     /// Without Landlock only `no_new_privs`.
-    pub fn build(grants: &[Grant], network: bool) -> Result<Prepared, SandboxError> {
+    pub fn build(
+        grants: &[Grant],
+        network: bool,
+        allowed: &dyn Fn(&Path) -> bool,
+    ) -> Result<Prepared, SandboxError> {
         let Ok(version) = kernel_abi() else {
             return Ok(Prepared {
                 fd: None,
                 no_new_privs: true,
                 missing: Vec::new(),
+                escaped: Vec::new(),
             });
         };
         let err = |e: landlock::RulesetError| SandboxError::Ruleset(e.to_string());
@@ -105,12 +117,17 @@ impl Prepared {
             .scope(Scope::AbstractUnixSocket | Scope::Signal)
             .map_err(err)?;
         let mut created = rs.create().map_err(err)?;
-        let mut missing = Vec::new();
+        let (mut missing, mut escaped) = (Vec::new(), Vec::new());
         for g in grants {
             let (Ok(fd), Ok(meta)) = (PathFd::new(&g.path), std::fs::metadata(&g.path)) else {
                 missing.push(g.path.clone());
                 continue;
             };
+            let opened = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd()));
+            if !opened.is_ok_and(|real| allowed(&real)) {
+                escaped.push(g.path.clone());
+                continue;
+            }
             let mut access = match g.access {
                 Access::Read => AccessFs::from_read(abi),
                 Access::Write => AccessFs::from_all(abi),
@@ -126,6 +143,7 @@ impl Prepared {
             fd: created.into(),
             no_new_privs: true,
             missing,
+            escaped,
         })
     }
 

@@ -63,7 +63,18 @@ pub(super) fn start(l: &Launch<'_>) -> Result<(Child, Incarnation), StartError> 
     let (prepared, refused) = match l.sandbox.mode {
         Mode::Strict => {
             let plan = sandbox::plan(l.sandbox, l.cwd);
-            let built = Prepared::build(&plan.all(), l.sandbox.network)?;
+            let spec = l.sandbox;
+            // What the config check refused, checked again where each
+            // grant is opened now; the child's home (in the state
+            // directory) is its own.
+            // (canonical, as the protected paths and an opened path are:
+            // under DynamicUser= the state directory is a symlink).
+            let home = std::fs::canonicalize(&spec.home).unwrap_or_else(|_| spec.home.clone());
+            let allowed = |real: &std::path::Path| {
+                real.starts_with(&home)
+                    || !spec.protected.iter().any(|p| sandbox::overlaps(real, p))
+            };
+            let built = Prepared::build(&plan.all(), spec.network, &allowed)?;
             (built, plan.refused)
         }
         Mode::Off => (Prepared::off(), Vec::new()),
@@ -126,6 +137,8 @@ fn degraded(l: &Launch<'_>, prepared: &Prepared, refused: &[String]) {
     let missing: Vec<_> = prepared.missing.iter().filter(|p| operator(p)).collect();
     let reason = if !prepared.landlocked() {
         "landlock_unavailable"
+    } else if !prepared.escaped.is_empty() {
+        "grant_escaped"
     } else if !missing.is_empty() {
         "path_missing"
     } else if !refused.is_empty() {
@@ -148,6 +161,11 @@ fn degraded(l: &Launch<'_>, prepared: &Prepared, refused: &[String]) {
             upstream = l.name,
             "sandbox degraded: Landlock {why}; the child runs with no_new_privs and an \
              explicit environment only (see /status)"
+        ),
+        Ok(_) if !prepared.escaped.is_empty() => tracing::warn!(
+            upstream = l.name,
+            escaped = ?prepared.escaped,
+            "sandbox: granted paths that now lead to a protected path (a symlink?) were left out"
         ),
         Ok(_) if !missing.is_empty() => tracing::warn!(
             upstream = l.name,
