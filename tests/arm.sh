@@ -49,6 +49,12 @@ SKIP=(
   "fifty_callers_across_rotating_refreshes_never_lose_the_grant|50 concurrent callers for 35 s (tests/oauth.rs); under qemu it measures emulation, natively it runs in stage 2"
   "an_upstream_down_for_want_of_a_token_recovers_within_seconds_of_the_server|a timed 45 s outage (tests/oauth.rs); natively it runs in stage 2"
   "an_authorization_server_outage_fails_calls_fast_backs_off_and_recovers|a timed 20 s outage of the Node authorization server (tests/oauth.rs); natively it runs in stage 2"
+  "only_root_and_the_gateways_user_approve_on_the_operator_socket|a stdio child runs the gateway binary itself, and the target's binaries run only through the qemu runner (no binfmt here)"
+  "the_operator_is_served_when_proc_hides_other_users|the gateway binary is started through unshare and setpriv, outside the qemu runner"
+  "a_hostile_stdio_upstream_and_its_grandchild_reach_no_secret|qemu-user refuses PR_SET_CHILD_SUBREAPER, so the grandchild is not re-parented to the gateway (and has no Landlock syscalls)"
+  "without_the_sandbox_the_hostile_fixture_reads_the_secrets|qemu-user refuses PR_SET_CHILD_SUBREAPER, so the grandchild is not re-parented to the gateway"
+  "a_hostile_child_reaches_no_secret_beneath_a_default_grant|qemu-user refuses PR_SET_CHILD_SUBREAPER and has no Landlock syscalls"
+  "a_grant_a_child_turned_into_a_symlink_grants_nothing|qemu-user has no Landlock syscalls: nothing is granted or refused"
 )
 
 # ---------------------------------------------------------------- 1. Debian packages
