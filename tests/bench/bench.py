@@ -187,10 +187,13 @@ def sandbox_keys(binary, echo, _cache={}):
     """Whether `binary` knows `paths_ro` (issue 23): then the sandboxed echo is granted its directory."""
     if binary not in _cache:
         import tempfile
-        with tempfile.NamedTemporaryFile("w", suffix=".toml") as f:
-            f.write(f'[[upstream]]\nname = "e"\ncommand = "{echo}"\npaths_ro = ["{os.path.dirname(echo)}"]\n')
-            f.flush()
-            r = subprocess.run([binary, "check-config", f.name], capture_output=True)
+        # In a directory of its own: a config's directory is never granted,
+        # and /tmp itself may hold the build directory.
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "probe.toml")
+            with open(path, "w") as f:
+                f.write(f'[[upstream]]\nname = "e"\ncommand = "{echo}"\npaths_ro = ["{os.path.dirname(echo)}"]\n')
+            r = subprocess.run([binary, "check-config", path], capture_output=True)
         _cache[binary] = r.returncode == 0
     return _cache[binary]
 
@@ -219,7 +222,11 @@ def start_edge(label, binary, upstream, era, a, out_dir, http_url, tag=""):
         st, body = get(admin, "/status")
         return st == 200 and all(u["state"] == "ready" for u in json.loads(body)["upstreams"])
 
-    wait_until(f"mcp-edge {label}", proc, ready)
+    try:
+        wait_until(f"mcp-edge {label}", proc, ready)
+    except Exception:
+        proc.stop()  # not yet in the caller's list of what to stop
+        raise
     tool = "echo__echo" if upstream == "stdio" else "http__echo"
     return proc, port, admin, tool
 
