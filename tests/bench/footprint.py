@@ -49,6 +49,7 @@ name = "{n}"
 command = "{sys.executable}"
 args = ["{fake}", "--era", "legacy", "--name", "{n}"]
 era = "legacy"
+paths_ro = {json.dumps(sorted({fake, sys.prefix, sys.base_prefix}))}
 '''
 d = tempfile.mkdtemp()
 path = os.path.join(d, "footprint.toml")
