@@ -405,15 +405,13 @@ async fn ask(via: Via<'_>, method: &str, path: &str, body: &str) -> anyhow::Resu
     let req = http::Request::builder()
         .method(method)
         .uri(path)
-        .header(http::header::HOST, host)
+        .header(http::header::HOST, &host)
         .header(http::header::CONTENT_TYPE, "application/json")
         .body(Full::new(bytes::Bytes::from(body.to_owned())))?;
     let exchange = async {
         let mut sender = match &via {
             Via::Socket(p) => handshake(tokio::net::UnixStream::connect(p).await?).await?,
-            Via::Tcp(_) => {
-                handshake(tokio::net::TcpStream::connect(host_port(&req)?).await?).await?
-            }
+            Via::Tcp(_) => handshake(tokio::net::TcpStream::connect(&host).await?).await?,
         };
         let resp = sender.send_request(req).await?;
         let status = resp.status();
@@ -439,16 +437,10 @@ async fn ask(via: Via<'_>, method: &str, path: &str, body: &str) -> anyhow::Resu
     Ok(body)
 }
 
-/// `host:port` of an http base URL (for the `Host` header and the connection).
+/// `host:port` of an http base URL: the `Host` header and the address connected to.
 fn host_of(base: &str) -> String {
     let rest = base.split_once("://").map_or(base, |(_, r)| r);
     rest.split('/').next().unwrap_or(rest).to_owned()
-}
-
-/// The address a TCP request goes to: its `Host` header.
-fn host_port(req: &http::Request<http_body_util::Full<bytes::Bytes>>) -> anyhow::Result<String> {
-    let h = req.headers().get(http::header::HOST).context("no host")?;
-    Ok(h.to_str()?.to_owned())
 }
 
 /// An HTTP/1.1 connection over `io`, driven on the current runtime.

@@ -165,7 +165,13 @@ impl Entry {
         let mut line = serde_json::to_string(&head).ok()?;
         let mut arguments_at = None;
         if let Some(args) = &r.arguments {
-            let args = escape_format(&serde_json::to_string(args).ok()?).into_owned();
+            let raw = serde_json::to_string(args).ok()?;
+            // Escaping only lengthens: arguments already past the cap are
+            // not escaped just to be left out.
+            let args = match raw.len() > crate::limits::AUDIT_ARGUMENTS_BYTES {
+                true => raw,
+                false => escape_format(&raw).into_owned(),
+            };
             line.pop(); // the closing brace
             if args.len() > crate::limits::AUDIT_ARGUMENTS_BYTES {
                 let limit = "audit_arguments";
