@@ -299,7 +299,7 @@ impl Edge {
     }
 
     fn len(&self) -> usize {
-        self.app.sessions.lock().expect("sessions").len()
+        self.app.sessions.count().0
     }
 
     /// The time after which every idle session is gone: the idle timeout
@@ -532,8 +532,8 @@ async fn bench() -> ExitCode {
         app: gw.app().clone(),
     };
     let (footprint, table_capacity) = {
-        let t = edge.app.sessions.lock().expect("sessions");
-        (t.footprint_bytes(), t.capacity())
+        let s = &edge.app.sessions;
+        (s.footprint_bytes(), s.count().1)
     };
     let per_slot = footprint as f64 / table_capacity as f64;
     println!(

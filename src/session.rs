@@ -97,6 +97,8 @@ pub enum Removal {
     Deleted,
     /// Its client is no longer in the `[[client]]` table (a reload).
     Revoked,
+    /// The gateway is stopping.
+    Shutdown,
 }
 
 impl Removal {
@@ -106,6 +108,7 @@ impl Removal {
             Removal::Lru => "lru",
             Removal::Deleted => "deleted",
             Removal::Revoked => "revoked",
+            Removal::Shutdown => "shutdown",
         }
     }
 }
@@ -146,9 +149,20 @@ pub enum SessionError {
 /// A session with a request in flight is taken out of the list until its
 /// last request ends ([`Table::begin_request`], [`Table::end_request`]), so
 /// it can be neither expired nor evicted while it works.
+///
+/// Every ending, whichever method causes it (an expired session found by
+/// `touch`, LRU eviction in `insert`, `expire`, `revoke`, `remove`), goes
+/// through one private `release`, which also records the id and reason;
+/// the owner of the table takes them with [`Table::take_ended`] after each
+/// call and finishes each ending (upstream state, subscriptions, streams):
+/// no way of ending a session can skip those steps.
 #[derive(Debug)]
 pub struct Table {
     slots: Box<[Slot]>,
+    /// Endings not yet taken ([`Table::take_ended`]): allocated with room
+    /// for every slot at construction, so a call that ends every session
+    /// still fits, and never grown.
+    ended: Vec<(SessionId, Removal)>,
     idle_timeout: Duration,
     min_idle_before_evict: Duration,
     live: usize,
@@ -177,6 +191,7 @@ impl Table {
             .collect::<Vec<_>>()
             .into_boxed_slice();
         Table {
+            ended: Vec::with_capacity(slots.len()),
             slots,
             idle_timeout,
             min_idle_before_evict: min_idle_before_evict.min(idle_timeout),
@@ -204,7 +219,15 @@ impl Table {
 
     /// Bytes the table occupies (fixed at construction).
     pub fn footprint_bytes(&self) -> usize {
-        std::mem::size_of::<Self>() + std::mem::size_of_val(&*self.slots)
+        std::mem::size_of::<Self>()
+            + std::mem::size_of_val(&*self.slots)
+            + self.ended.capacity() * std::mem::size_of::<(SessionId, Removal)>()
+    }
+
+    /// The sessions ended since the last call, with why, oldest first
+    /// (see [`Table`]): the caller finishes each ending.
+    pub fn take_ended(&mut self) -> std::vec::Drain<'_, (SessionId, Removal)> {
+        self.ended.drain(..)
     }
 
     fn unlink(&mut self, i: u32) {
@@ -230,11 +253,22 @@ impl Table {
         self.tail = i;
     }
 
-    /// Frees live slot `i`, counting `why`.
+    /// Frees live slot `i`, counting `why` and recording the ending for
+    /// [`Table::take_ended`]: the one place a session ends.
     fn release(&mut self, i: u32, why: Removal) {
         if self.in_list(i) {
             self.unlink(i);
         }
+        let id = SessionId {
+            secret: self.slots[i as usize].secret,
+            slot: i as u16,
+        };
+        // Room for every slot was made at construction; an owner that
+        // never takes its endings loses the oldest, not memory.
+        if self.ended.len() == self.ended.capacity() {
+            self.ended.remove(0);
+        }
+        self.ended.push((id, why));
         let s = &mut self.slots[i as usize];
         s.session = None;
         s.secret = [0; 16];
@@ -387,6 +421,28 @@ impl Table {
         }
     }
 
+    /// A request of `owner` in session `id` begins at `now`: the one lookup
+    /// of a legacy request ([`Table::touch`] then [`Table::begin_request`]).
+    /// A session of another owner is [`SessionError::NotFound`], as an
+    /// unknown one. Pair with [`Table::end_request`].
+    pub fn enter(
+        &mut self,
+        id: &SessionId,
+        owner: u64,
+        now: Instant,
+    ) -> Result<Session, SessionError> {
+        match self.find(id) {
+            Some(i)
+                if self.slots[i as usize]
+                    .session
+                    .is_some_and(|s| s.owner == owner) => {}
+            _ => return Err(SessionError::NotFound),
+        }
+        let seen = self.touch(id, now)?;
+        self.begin_request(id);
+        Ok(seen)
+    }
+
     /// Looks up a session without touching its idle clock (GET streams use
     /// this: an open stream does not keep a session alive).
     pub fn peek(&self, id: &SessionId, now: Instant) -> Option<Session> {
@@ -395,20 +451,20 @@ impl Table {
             .then(|| self.slots[i as usize].session.expect("live slot"))
     }
 
-    /// Removes every session whose owner mark `keep` refuses (reason
-    /// `revoked`); returns their ids. Called at a reload, not per request.
-    pub fn revoke(&mut self, keep: impl Fn(u64) -> bool) -> Vec<SessionId> {
-        let gone: Vec<SessionId> = (self.slots.iter().enumerate())
-            .filter(|(_, s)| s.session.is_some_and(|x| !keep(x.owner)))
-            .map(|(i, s)| SessionId {
-                secret: s.secret,
-                slot: i as u16,
-            })
-            .collect();
-        for id in &gone {
-            self.release(u32::from(id.slot), Removal::Revoked);
+    /// Ends every session whose owner mark `keep` refuses, for `why`
+    /// (`revoked` at a reload, `shutdown`); returns how many.
+    pub fn revoke(&mut self, keep: impl Fn(u64) -> bool, why: Removal) -> usize {
+        let mut n = 0;
+        for i in 0..self.slots.len() as u32 {
+            if self.slots[i as usize]
+                .session
+                .is_some_and(|x| !keep(x.owner))
+            {
+                self.release(i, why);
+                n += 1;
+            }
         }
-        gone
+        n
     }
 
     /// The owner mark of a session still in its slot, expired or not.
@@ -471,12 +527,12 @@ impl Table {
         }
     }
 
-    /// Ends a session (HTTP DELETE); its slot is free at once. Returns false
-    /// if the id was unknown.
-    pub fn remove(&mut self, id: &SessionId) -> bool {
+    /// Ends a session for `why` (HTTP DELETE: [`Removal::Deleted`]); its
+    /// slot is free at once. Returns false if the id was unknown.
+    pub fn remove(&mut self, id: &SessionId, why: Removal) -> bool {
         match self.find(id) {
             Some(i) => {
-                self.release(i, Removal::Deleted);
+                self.release(i, why);
                 true
             }
             None => false,

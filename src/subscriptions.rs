@@ -182,30 +182,6 @@ impl Subscriptions {
         n
     }
 
-    /// Forgets the subscriptions of legacy sessions for which `alive` is
-    /// false (deleted, evicted or expired); returns how many.
-    pub fn retain_sessions(&self, alive: impl Fn(&SessionId) -> bool) -> usize {
-        let mut t = self.lock();
-        let mut n = 0;
-        for slot in t.iter_mut() {
-            if let Some(Entry {
-                who: Subscriber::Session(id),
-                ..
-            }) = slot
-            {
-                if !alive(id) {
-                    *slot = None;
-                    n += 1;
-                }
-            }
-        }
-        drop(t);
-        if n > 0 {
-            self.wanted_changed();
-        }
-        n
-    }
-
     /// A reload replaced upstream `old` by `new` (same name, new id): its
     /// subscriptions move over (`new` then asks its upstream for them); with
     /// `new` = `None` (removed) they are forgotten.

@@ -29,10 +29,7 @@ impl crate::notify::Health for HealthView {
         let ups = app.router.upstreams();
         let enabled = ups.iter().filter(|u| u.config.enabled).count();
         let ready = ups.iter().filter(|u| u.status().is_ready()).count();
-        let (n, cap) = {
-            let t = app.sessions.lock().expect("sessions");
-            (t.len(), t.capacity())
-        };
+        let (n, cap) = app.sessions.count();
         let mut line = format!(
             "{ready}/{enabled} upstreams ready, {n}/{cap} sessions, heap {:.1} MiB",
             crate::alloc::live_bytes() as f64 / (1024.0 * 1024.0)

@@ -292,9 +292,9 @@ impl Gateway {
         self.supervisor.live_tasks()
     }
 
-    /// Stops accepting, lets the calls in flight finish and the
-    /// `subscriptions/listen` streams send their closing response for up to
-    /// `grace`, then stops every upstream (stdio children get EOF, then
+    /// Stops accepting, lets the calls in flight finish, ends the legacy
+    /// sessions, lets the `subscriptions/listen` streams send their closing
+    /// response for up to `grace`, then stops every upstream (stdio children get EOF, then
     /// TERM/KILL; HTTP sessions get DELETE), waiting up to
     /// [`crate::limits::OWNER_STOP_GRACE`] for each.
     pub async fn shutdown_within(self, grace: Duration) {
@@ -312,6 +312,9 @@ impl Gateway {
                 "shutdown: {n} call(s) still in flight after {grace:?}; stopping anyway"
             );
         }
+        // The legacy sessions end like any other ending (their GET streams
+        // close; counted as `reason="shutdown"`).
+        (app.sessions).end_where(|_| false, crate::session::Removal::Shutdown);
         // Listen streams send their closing response and end on `stopping`;
         // wait (within the same grace) until each was handed to its connection.
         if tokio::time::timeout_at(deadline, app.streams.all_closed())

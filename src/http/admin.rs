@@ -123,11 +123,11 @@ pub fn status_for(app: &App, tails: bool) -> Value {
         })
         .collect();
     let access = app.access();
-    let t = app.sessions.lock().expect("sessions");
+    let (active, capacity) = app.sessions.count();
     json!({
         "version": env!("CARGO_PKG_VERSION"),
         "ready": app.ready.load(Ordering::Relaxed),
-        "sessions": {"active": t.len(), "capacity": t.capacity()},
+        "sessions": {"active": active, "capacity": capacity},
         "heap": {
             "live_bytes": crate::alloc::live_bytes(),
             "peak_bytes": crate::alloc::peak_bytes(),

@@ -49,8 +49,8 @@ where
             Err(refused) => refused,
             Ok(who) => match *req.method() {
                 Method::POST => post(app, req, who).await,
-                Method::GET => get(app, req.headers()),
-                Method::DELETE => delete(app, req.headers()),
+                Method::GET => get(app, req.headers(), &who),
+                Method::DELETE => delete(app, req.headers(), &who),
                 _ => reply::method_not_allowed(),
             },
         }
@@ -75,7 +75,7 @@ fn forbidden(app: &App, why: &str) -> Response<Body> {
     .into_response(Value::Null)
 }
 
-fn get(app: Arc<App>, h: &HeaderMap) -> Response<Body> {
+fn get(app: Arc<App>, h: &HeaderMap, who: &Who) -> Response<Body> {
     let id = match session_header(h) {
         Err(r) => return r.into_response(Value::Null),
         Ok(None) => return reply::method_not_allowed(),
@@ -86,13 +86,10 @@ fn get(app: Arc<App>, h: &HeaderMap) -> Response<Body> {
         Ok(p) => p,
         Err((status, e)) => return Refusal(status, e).into_response(Value::Null),
     };
-    let opened = app.sessions.lock().expect("sessions").open_stream(
-        &id,
-        Instant::now(),
-        crate::limits::MAX_STREAMS_PER_SESSION,
-    );
+    let opened =
+        (app.sessions).open_stream(id, who.owner(), crate::limits::MAX_STREAMS_PER_SESSION);
     match opened {
-        Ok(_) => reply::session_stream(app.clone(), id, place),
+        Ok(held) => reply::session_stream(app.clone(), held, place),
         Err(e @ SessionError::TooManyStreams { .. }) => refuse(
             StatusCode::TOO_MANY_REQUESTS,
             protocol::INVALID_REQUEST,
@@ -108,24 +105,16 @@ fn get(app: Arc<App>, h: &HeaderMap) -> Response<Body> {
     }
 }
 
-fn delete(app: Arc<App>, h: &HeaderMap) -> Response<Body> {
+fn delete(app: Arc<App>, h: &HeaderMap, who: &Who) -> Response<Body> {
     match session_header(h) {
         Err(r) => r.into_response(Value::Null),
         Ok(None) => reply::method_not_allowed(),
         Ok(Some(id)) => {
-            let mut t = app.sessions.lock().expect("sessions");
-            if t.remove(&id) {
-                metrics::gauge!(crate::metrics::SESSIONS_ACTIVE).set(t.len() as f64);
-                drop(t);
-                // Everything the session owned goes now: its GET streams end,
-                // its relayed requests are forgotten.
-                app.sessions_changed.notify_waiters();
-                let header = id.to_header();
-                for up in app.router.upstreams().iter() {
-                    up.forget_session(&header);
-                }
-                app.subscriptions
-                    .remove_subscriber(crate::subscriptions::Subscriber::Session(id));
+            // Everything the session owned goes now: its GET streams end,
+            // its relayed requests and subscriptions are forgotten.
+            if app.sessions.owner(&id) == Some(who.owner())
+                && app.sessions.end(&id, crate::session::Removal::Deleted)
+            {
                 reply::empty(StatusCode::OK)
             } else {
                 refuse(
@@ -290,9 +279,10 @@ async fn batch(
     sse: bool,
     who: &Who,
 ) -> Response<Body> {
-    if let Err(refused) = batch_session(app, h) {
-        return refused;
-    }
+    let _held = match batch_session(app, h, who) {
+        Ok(held) => held,
+        Err(refused) => return refused,
+    };
     if items.is_empty() {
         return refuse(
             StatusCode::BAD_REQUEST,
@@ -344,7 +334,11 @@ async fn batch_item(app: &Arc<App>, h: &HeaderMap, item: Value, who: &Who) -> Op
 
 /// A batch's session: it must exist and speak 2025-03-26, the one revision
 /// with JSON-RPC batches (removed in 2025-06-18).
-fn batch_session(app: &App, h: &HeaderMap) -> Result<(), Response<Body>> {
+fn batch_session(
+    app: &App,
+    h: &HeaderMap,
+    who: &Who,
+) -> Result<super::sessions::Held, Response<Body>> {
     let not_here = || {
         refuse(
             StatusCode::BAD_REQUEST,
@@ -356,15 +350,15 @@ fn batch_session(app: &App, h: &HeaderMap) -> Result<(), Response<Body>> {
     let Ok(Some(sid)) = session_header(h) else {
         return Err(not_here());
     };
-    let session = (app.sessions.lock().expect("sessions")).touch(&sid, Instant::now());
-    match session {
+    // Held for the batch's length: its session stays busy while it runs.
+    match app.sessions.enter(sid, who.owner()) {
         Err(_) => Err(refuse(
             StatusCode::NOT_FOUND,
             protocol::INVALID_REQUEST,
             "Session not found",
         )
         .into_response(Value::Null)),
-        Ok(s) if s.version != ProtocolVersion::V2025_03_26 => Err(not_here()),
-        Ok(_) => Ok(()),
+        Ok(held) if held.seen.version != ProtocolVersion::V2025_03_26 => Err(not_here()),
+        Ok(held) => Ok(held),
     }
 }

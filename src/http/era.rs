@@ -1,17 +1,17 @@
 //! Which era serves one downstream message, and the legacy session it
 //! acts in (`../shared/spec/2026-07-28/versioning.mdx` §Backward
 //! Compatibility; `../shared/spec/2025-11-25/transports.mdx` §Session
-//! Management): [`decide_era`], and the hold a legacy request keeps on its
-//! session's idle clock ([`SessionBusy`]).
+//! Management): [`decide_era`], with the hold a legacy request keeps on its
+//! session's idle clock ([`Held`]).
 
 use super::reply::{refuse, Refusal};
+use super::sessions::Held;
 use super::App;
 use crate::protocol::{self, ProtocolVersion};
 use crate::session::SessionId;
 use http::{HeaderMap, StatusCode};
 use serde_json::Value;
 use std::sync::Arc;
-use tokio::time::Instant;
 
 /// The era a downstream client speaks, per message (the upstream face has
 /// [`crate::upstream::UpstreamEra`]; config has its own preference).
@@ -51,32 +51,15 @@ pub(super) fn session_header(h: &HeaderMap) -> Result<Option<SessionId>, Refusal
     }
 }
 
-/// Keeps a legacy session from going idle while one of its requests is
-/// served (issue 13 part 6; [`crate::session::Table::begin_request`]): made
-/// with the session's touch, dropped when the request's answer is done
-/// (for a relayed call, when its stream's last message is written).
-pub(super) struct SessionBusy {
-    app: Arc<App>,
-    sid: SessionId,
-    /// The session as this request's touch found it (its declared
-    /// capabilities and log floor, read here instead of locking the table
-    /// again).
-    pub(super) seen: crate::session::Session,
-}
-
-impl Drop for SessionBusy {
-    fn drop(&mut self) {
-        let mut t = self.app.sessions.lock().expect("sessions");
-        t.end_request(&self.sid, Instant::now());
-    }
-}
-
+/// The era of one message of `owner`'s, and for a legacy one the hold on
+/// its session ([`super::sessions::Sessions::enter`]: one lookup).
 pub(super) fn decide_era(
     app: &Arc<App>,
     h: &HeaderMap,
     method: &str,
     params: Option<&Value>,
-) -> Result<(ClientEra, Option<SessionBusy>), Refusal> {
+    owner: u64,
+) -> Result<(ClientEra, Option<Held>), Refusal> {
     let header_version = h.get("mcp-protocol-version").and_then(|v| v.to_str().ok());
     let meta_version =
         protocol::params_meta(params).and_then(|m| m.get(protocol::META_PROTOCOL_VERSION));
@@ -107,17 +90,8 @@ pub(super) fn decide_era(
             ));
         }
     }
-    let mut t = app.sessions.lock().expect("sessions");
-    match t.touch(&id, Instant::now()) {
-        Ok(s) => {
-            t.begin_request(&id);
-            let busy = SessionBusy {
-                app: app.clone(),
-                sid: id,
-                seen: s,
-            };
-            Ok((ClientEra::Legacy(id, s.version), Some(busy)))
-        }
+    match app.sessions.enter(id, owner) {
+        Ok(held) => Ok((ClientEra::Legacy(id, held.seen.version), Some(held))),
         Err(_) => Err(refuse(
             StatusCode::NOT_FOUND,
             protocol::INVALID_REQUEST,

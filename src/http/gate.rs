@@ -34,7 +34,7 @@ pub(super) fn admit<B>(app: &App, req: &Request<B>) -> Result<Who, Response<Body
     // A session presented by another caller is answered as an unknown one.
     if let Ok(Some(id)) = session_header(req.headers()) {
         // Expired but not yet swept counts too: its calls may still run.
-        let owner = app.sessions.lock().expect("sessions").owner(&id);
+        let owner = app.sessions.owner(&id);
         if owner.is_some_and(|o| o != who.owner()) {
             let r = refuse(
                 StatusCode::NOT_FOUND,

@@ -31,6 +31,7 @@ pub mod operator;
 pub mod parked;
 pub mod reply;
 mod request;
+pub mod sessions;
 pub mod streams;
 mod subscriptions;
 mod tasks;
@@ -42,7 +43,7 @@ use crate::access::{Access, Caller};
 use crate::config::{ServerConfig, TlsConfig};
 use crate::protocol::{self, Payload, ProtocolVersion, RpcError};
 use crate::router::Router;
-use crate::session::Table;
+use crate::session::{Removal, Table};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::combinators::UnsyncBoxBody;
@@ -108,15 +109,12 @@ pub struct App {
     pub server: ServerConfig,
     /// The board profile's name, if any (`/status`).
     pub board: Option<String>,
-    /// Legacy sessions (fixed capacity).
-    pub sessions: Mutex<Table>,
+    /// Legacy sessions (fixed capacity; [`sessions::Sessions`]).
+    pub sessions: Arc<sessions::Sessions>,
     /// Catalog and routing.
-    pub router: Router,
+    pub router: Arc<Router>,
     /// Origin/Host policy.
     pub origin: checks::OriginPolicy,
-    /// Woken (all waiters) whenever sessions are removed, so GET streams of
-    /// deleted or evicted sessions end at once.
-    pub sessions_changed: tokio::sync::Notify,
     /// Downstream requests being answered right now (shutdown waits for them).
     pub in_flight: crate::drain::Drain,
     /// Places for long-lived streams, legacy GET and `subscriptions/listen`
@@ -170,13 +168,18 @@ impl App {
         subscriptions: Arc<crate::subscriptions::Subscriptions>,
         audit: Option<crate::audit::Audit>,
     ) -> App {
+        let router = Arc::new(router);
+        let table = Table::new(
+            server.session_capacity,
+            server.session_idle_timeout,
+            server.session_min_idle_before_evict,
+        );
         App {
-            sessions: Mutex::new(Table::new(
-                server.session_capacity,
-                server.session_idle_timeout,
-                server.session_min_idle_before_evict,
+            sessions: Arc::new(sessions::Sessions::new(
+                table,
+                router.clone(),
+                subscriptions.clone(),
             )),
-            sessions_changed: tokio::sync::Notify::new(),
             catalog_gen,
             subscriptions,
             cancels: Default::default(),
@@ -280,35 +283,14 @@ impl App {
     pub fn set_access(&self, access: Access) {
         let access = Arc::new(access);
         *self.access.write().expect("access") = access.clone();
-        let mut t = self.sessions.lock().expect("sessions");
-        let gone = t.revoke(|owner| access.knows(owner));
-        metrics::gauge!(crate::metrics::SESSIONS_ACTIVE).set(t.len() as f64);
-        drop(t);
-        if !gone.is_empty() {
+        let gone = (self.sessions).end_where(|owner| access.knows(owner), Removal::Revoked);
+        if gone > 0 {
             tracing::info!(
-                sessions = gone.len(),
+                sessions = gone,
                 "ended the sessions of clients no longer configured"
             );
-            self.sessions_changed.notify_waiters();
-        }
-        for id in gone {
-            let header = id.to_header();
-            for up in self.router.upstreams().iter() {
-                up.forget_session(&header);
-            }
-            (self.subscriptions).remove_subscriber(crate::subscriptions::Subscriber::Session(id));
         }
         self.access_gen.send_modify(|g| *g += 1);
-    }
-
-    /// Forgets the resource subscriptions of legacy sessions no longer in
-    /// the table (expired or evicted); returns how many.
-    pub fn forget_gone_sessions(&self) -> usize {
-        let now = tokio::time::Instant::now();
-        let t = self.sessions.lock().expect("sessions");
-        // Lock order: sessions, then subscriptions (nowhere the reverse).
-        self.subscriptions
-            .retain_sessions(|id| t.peek(id, now).is_some())
     }
 
     /// Answers one request of `who` after the era checks: lifecycle
@@ -383,19 +365,9 @@ pub async fn sweep_sessions(app: Arc<App>, mut shutdown: watch::Receiver<bool>) 
             _ = tokio::time::sleep(period) => {}
             _ = shutdown.changed() => return,
         }
-        let expired = {
-            let mut t = app.sessions.lock().expect("sessions");
-            let expired = t.expire(tokio::time::Instant::now());
-            metrics::gauge!(crate::metrics::SESSIONS_ACTIVE).set(t.len() as f64);
-            expired
-        };
-        if expired > 0 {
-            app.sessions_changed.notify_waiters();
-        }
-        // Subscriptions of sessions that expired, or were evicted for a new
-        // one since the last sweep, go too; and expired tasks, and tasks
-        // abandoned by their callers are cancelled upstream.
-        app.forget_gone_sessions();
+        // Idle sessions end (with everything they held); expired tasks
+        // go, and tasks abandoned by their callers are cancelled upstream.
+        app.sessions.sweep();
         app.router.tasks().expire(tokio::time::Instant::now());
         app.router.cancel_orphans().await;
         mrtr::expire(&app, tokio::time::Instant::now()).await;

@@ -214,14 +214,15 @@ impl hyper::body::Body for Pieces {
 /// the session's idle clock.
 pub fn session_stream(
     app: Arc<App>,
-    id: SessionId,
+    held: super::sessions::StreamHeld,
     place: super::streams::StreamPlace,
 ) -> Response<Body> {
+    let id = held.id();
     let period = app.server.keepalive;
     let start = Instant::now() + period;
     let mut keepalive = tokio::time::interval_at(start, period);
     keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let guard = StreamGuard(app.clone(), id, place);
+    let guard = StreamGuard(held, place);
     let mut lists = app.catalog_gen.subscribe();
     let seen = *lists.borrow_and_update();
     let stopping = app.stopping.subscribe();
@@ -247,7 +248,7 @@ pub fn session_stream(
                     _ = stopping.wait_for(|s| *s) => return None,
                     _ = iv.tick() => Some(sse::keepalive()),
                     _ = updated => resource_updates(&app, who, None),
-                    _ = app.sessions_changed.notified() => None,
+                    _ = app.sessions.changed() => None,
                     Ok(()) = lists.changed() => {
                         let now = *lists.borrow_and_update();
                         let changed = now.changed_since(&seen);
@@ -255,13 +256,7 @@ pub fn session_stream(
                         list_changed(changed, [true; 3], None)
                     }
                 };
-                let alive = app
-                    .sessions
-                    .lock()
-                    .expect("sessions")
-                    .peek(&id, Instant::now())
-                    .is_some();
-                if !alive {
+                if !app.sessions.is_live(&id) {
                     return None;
                 }
                 if let Some(bytes) = what {
@@ -329,23 +324,12 @@ pub(crate) fn list_changed(
     (!out.is_empty()).then(|| Bytes::from(out))
 }
 
-/// Gives a GET stream's place back to its session, and its place in the
-/// stream pool, when the stream ends.
+/// A GET stream's place in its session and in the stream pool, both
+/// given back when the stream ends (by their own drops).
 struct StreamGuard(
-    Arc<App>,
-    SessionId,
+    #[allow(dead_code)] super::sessions::StreamHeld,
     #[allow(dead_code)] super::streams::StreamPlace,
 );
-
-impl Drop for StreamGuard {
-    fn drop(&mut self) {
-        self.0
-            .sessions
-            .lock()
-            .expect("sessions")
-            .close_stream(&self.1);
-    }
-}
 
 enum RelayState<F> {
     Running(

@@ -10,8 +10,9 @@
 
 use super::answer::{finish, finish_audited, observe};
 pub(super) use super::answer::{Answer, Outcome};
-use super::era::{decide_era, has_modern_meta, session_header, ClientEra, SessionBusy};
+use super::era::{decide_era, has_modern_meta, session_header, ClientEra};
 use super::reply::{refuse, Refusal};
+use super::sessions::Held;
 use super::{audited, modern, reply, App, Who};
 use crate::protocol::{self, ClientCaps, Message, Payload, ProtocolVersion, RpcError};
 use crate::session::{SessionError, SessionId};
@@ -69,8 +70,8 @@ pub(super) async fn one(
             if method == "initialize" && !has_modern_meta(params.as_ref()) {
                 return initialize(app, id, params.as_ref(), who).map(Outcome::Answer);
             }
-            let (era, busy) =
-                decide_era(app, h, &method, params.as_ref()).map_err(|r| (id.clone(), r))?;
+            let (era, busy) = decide_era(app, h, &method, params.as_ref(), who.owner())
+                .map_err(|r| (id.clone(), r))?;
             if era == ClientEra::Modern {
                 if let Err(r) = modern_checks(app, h, &method, params.as_ref(), who.policy()) {
                     let p = params.as_ref();
@@ -119,8 +120,7 @@ pub(super) async fn one(
 /// request may act for.
 fn live_session(app: &App, h: &HeaderMap) -> Option<SessionId> {
     let sid = session_header(h).ok().flatten()?;
-    let t = app.sessions.lock().expect("sessions");
-    t.owner(&sid).map(|_| sid)
+    app.sessions.owner(&sid).map(|_| sid)
 }
 
 /// `notifications/initialized` marks the session; `notifications/cancelled`
@@ -129,7 +129,7 @@ fn notification(app: &App, h: &HeaderMap, method: &str, params: Option<&Value>) 
     match method {
         "notifications/initialized" => {
             if let Ok(Some(id)) = session_header(h) {
-                app.sessions.lock().expect("sessions").mark_initialized(&id);
+                app.sessions.mark_initialized(&id);
             }
         }
         "notifications/cancelled" => {
@@ -178,7 +178,7 @@ struct Call {
     /// Size of the message as received (the audit log's `request_bytes`).
     request_bytes: usize,
     /// A legacy session's hold on its idle clock, for as long as the call.
-    _session_hold: Option<SessionBusy>,
+    _session_hold: Option<Held>,
 }
 
 impl Call {
@@ -235,8 +235,7 @@ impl Call {
             .and_then(Value::as_str);
         let outcome = match level.and_then(crate::upstream::relay::log_rank) {
             Some(rank) => {
-                let mut t = app.sessions.lock().expect("sessions");
-                t.set_log_floor(sid, rank as u8);
+                app.sessions.set_log_floor(sid, rank as u8);
                 Ok(json!({}))
             }
             None => Err(RpcError::new(
@@ -425,8 +424,7 @@ fn initialize(
         _ => ProtocolVersion::LATEST_LEGACY,
     };
     let caps = ClientCaps::parse(params.and_then(|p| p.get("capabilities")));
-    let mut table = app.sessions.lock().expect("sessions");
-    let sid = match table.insert(version, who.owner(), caps, Instant::now()) {
+    let sid = match app.sessions.open(version, who.owner(), caps) {
         Ok(s) => s,
         Err(e @ SessionError::Full { retry_after, .. }) => {
             let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
@@ -445,8 +443,6 @@ fn initialize(
             ))
         }
     };
-    metrics::gauge!(crate::metrics::SESSIONS_ACTIVE).set(table.len() as f64);
-    drop(table);
     crate::metrics::count_request("initialize", true);
     let result = json!({
         "protocolVersion": version.as_str(),

@@ -76,8 +76,9 @@ impl App {
         Ok(up)
     }
 
-    /// Adds the table entry (true if added, false if `who` had it); a full
-    /// table is first purged of sessions that are gone. Errors: -31006
+    /// Adds the table entry (true if added, false if `who` had it); when
+    /// full, sessions expired but not yet swept are ended first (with
+    /// their subscriptions) and it is tried again. Errors: -31006
     /// (full, or this client's share used up), -32602 (URI too long).
     pub(crate) fn subscribe_in_table(
         &self,
@@ -86,7 +87,7 @@ impl App {
         uri: &str,
     ) -> Result<bool, RpcError> {
         let mut r = self.subscriptions.subscribe(who, upstream, uri);
-        if matches!(r, Err(SubscribeError::Full { .. })) && self.forget_gone_sessions() > 0 {
+        if matches!(r, Err(SubscribeError::Full { .. })) && self.sessions.sweep() > 0 {
             r = self.subscriptions.subscribe(who, upstream, uri);
         }
         r.map_err(|e| {

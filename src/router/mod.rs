@@ -88,6 +88,14 @@ impl Router {
         self.upstreams.read().expect("upstreams lock").clone()
     }
 
+    /// A legacy downstream session ended: every upstream forgets the
+    /// requests it relayed to that session (their answers can no longer come).
+    pub fn forget_session(&self, session: &str) {
+        for up in self.upstreams().iter() {
+            up.forget_session(session);
+        }
+    }
+
     /// Replaces the upstream set (config order). Routing uses the new set
     /// from the next request on; the merged lists are rebuilt on next use.
     pub fn set_upstreams(&self, upstreams: Vec<Arc<Upstream>>) {

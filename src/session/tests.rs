@@ -32,7 +32,7 @@ fn a_session_with_a_request_in_flight_is_not_idle() {
     assert_eq!(t.expire(t0 + s(40)), 1);
     assert!(t.peek(&a, t0 + s(40)).is_none());
     // A busy session is still deleted at once; its end is a no-op.
-    assert!(t.remove(&c));
+    assert!(t.remove(&c, Removal::Deleted));
     t.end_request(&c, t0 + s(41));
     assert!(t.is_empty());
     let d = t.insert(V, 0, ClientCaps::NONE, t0 + s(41)).unwrap();
@@ -94,8 +94,9 @@ fn revoking_an_owner_frees_its_sessions_only() {
     let a = t.insert(V, 1, ClientCaps::NONE, t0).unwrap();
     let b = t.insert(V, 2, ClientCaps::NONE, t0).unwrap();
     let a2 = t.insert(V, 1, ClientCaps::NONE, t0).unwrap();
-    let gone = t.revoke(|o| o != 1);
-    assert_eq!(gone, [a, a2]);
+    assert_eq!(t.revoke(|o| o != 1, Removal::Revoked), 2);
+    let gone: Vec<_> = t.take_ended().collect();
+    assert_eq!(gone, [(a, Removal::Revoked), (a2, Removal::Revoked)]);
     assert_eq!((t.len(), t.owner(&a), t.owner(&b)), (1, None, Some(2)));
 }
 
@@ -177,8 +178,8 @@ fn delete_frees_at_once_and_id_is_dead() {
     let now = Instant::now();
     let mut t = Table::new(1, Duration::from_secs(60), Duration::from_secs(60));
     let a = t.insert(V, 0, ClientCaps::NONE, now).unwrap();
-    assert!(t.remove(&a));
-    assert!(!t.remove(&a));
+    assert!(t.remove(&a, Removal::Deleted));
+    assert!(!t.remove(&a, Removal::Deleted));
     assert_eq!(t.touch(&a, now), Err(SessionError::NotFound));
     let b = t.insert(V, 0, ClientCaps::NONE, now).unwrap();
     assert_ne!(a, b, "a reused slot gets a fresh secret");
@@ -203,4 +204,59 @@ fn touch_keeps_alive_and_expire_sweeps() {
         Err(SessionError::NotFound)
     );
     assert!(t.is_empty());
+}
+
+/// Issue 24 part 3: every way a session leaves the table is recorded for
+/// its owner to finish, with its reason, and taken once.
+#[test]
+fn every_ending_is_recorded_once_with_its_reason() {
+    let s = Duration::from_secs;
+    let t0 = Instant::now();
+    let mut t = Table::new(2, s(10), s(5));
+    let ended = |t: &mut Table| t.take_ended().collect::<Vec<_>>();
+    let a = t.insert(V, 1, ClientCaps::NONE, t0).unwrap();
+    let b = t.insert(V, 1, ClientCaps::NONE, t0).unwrap();
+    // DELETE.
+    assert!(t.remove(&a, Removal::Deleted));
+    assert_eq!(ended(&mut t), [(a, Removal::Deleted)]);
+    // An expired session found by a request.
+    let c = t.insert(V, 1, ClientCaps::NONE, t0).unwrap();
+    assert_eq!(t.touch(&b, t0 + s(11)), Err(SessionError::NotFound));
+    assert_eq!(ended(&mut t), [(b, Removal::Idle)]);
+    // LRU eviction by a new session (c idle 8 s: past the 5 s minimum, not expired).
+    let d = t.insert(V, 2, ClientCaps::NONE, t0 + s(6)).unwrap();
+    let e = t.insert(V, 2, ClientCaps::NONE, t0 + s(8)).unwrap();
+    assert_eq!(ended(&mut t), [(c, Removal::Lru)]);
+    // The sweep, then revocation.
+    assert_eq!(t.expire(t0 + s(17)), 1);
+    assert_eq!(ended(&mut t), [(d, Removal::Idle)]);
+    assert_eq!(t.revoke(|o| o != 2, Removal::Revoked), 1);
+    assert_eq!(ended(&mut t), [(e, Removal::Revoked)]);
+    assert!(ended(&mut t).is_empty(), "taken once");
+    assert!(t.is_empty());
+    // Endings never taken: the oldest go, the buffer never grows.
+    let cap = t.footprint_bytes();
+    for _ in 0..5 {
+        let x = t.insert(V, 1, ClientCaps::NONE, t0).unwrap();
+        t.remove(&x, Removal::Deleted);
+    }
+    assert_eq!((ended(&mut t).len(), t.footprint_bytes()), (2, cap));
+}
+
+/// `enter` is the one lookup of a request: another owner's session is
+/// unknown to it, and the session it enters is busy until `end_request`.
+#[test]
+fn enter_checks_the_owner_and_holds_the_session() {
+    let s = Duration::from_secs;
+    let t0 = Instant::now();
+    let mut t = Table::new(1, s(10), s(0));
+    let a = t.insert(V, 1, ClientCaps::NONE, t0).unwrap();
+    assert_eq!(t.enter(&a, 2, t0), Err(SessionError::NotFound));
+    assert_eq!(t.enter(&a, 1, t0).map(|x| x.owner), Ok(1));
+    assert!(matches!(
+        t.insert(V, 1, ClientCaps::NONE, t0 + s(60)),
+        Err(SessionError::Full { .. })
+    ));
+    t.end_request(&a, t0 + s(60));
+    assert!(t.insert(V, 1, ClientCaps::NONE, t0 + s(61)).is_ok());
 }
