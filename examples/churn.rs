@@ -299,13 +299,13 @@ impl Edge {
     }
 
     fn len(&self) -> usize {
-        self.app.sessions.count().0
+        self.app.sessions().count().0
     }
 
     /// The time after which every idle session is gone: the idle timeout
     /// plus one sweep period (`min(idle / 4, 60 s)`) plus a second.
     fn reap_after(&self) -> Duration {
-        let idle = self.app.server.session_idle_timeout;
+        let idle = self.app.server().session_idle_timeout;
         idle + (idle / 4).min(Duration::from_secs(60)) + Duration::from_secs(1)
     }
 
@@ -532,7 +532,7 @@ async fn bench() -> ExitCode {
         app: gw.app().clone(),
     };
     let (footprint, table_capacity) = {
-        let s = &edge.app.sessions;
+        let s = &edge.app.sessions();
         (s.footprint_bytes(), s.count().1)
     };
     let per_slot = footprint as f64 / table_capacity as f64;

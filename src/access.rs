@@ -3,7 +3,7 @@
 //! (start and every reload) and swapped whole.
 //!
 //! - **Authentication.** With no `[[client]]` every caller is
-//!   [`Caller::Anonymous`] (config loading allows that only on a loopback
+//!   [`Principal::Anonymous`] (config loading allows that only on a loopback
 //!   `listen` or with `server.allow_unauthenticated`). Otherwise a request
 //!   names its client by a verified TLS client certificate whose subject is
 //!   a client's `cert_subject`, or by `Authorization: Bearer <token>` whose
@@ -47,7 +47,7 @@ struct Client {
 
 /// Who sent a request, within one [`Access`] generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Caller {
+pub enum Principal {
     /// No `[[client]]` is configured: nobody is asked who they are.
     Anonymous,
     /// The `[[client]]` at this index of the table.
@@ -110,16 +110,16 @@ impl Access {
         &self,
         authorization: Option<&[u8]>,
         cert_subject: Option<&[(String, String)]>,
-    ) -> Result<Caller, AuthError> {
+    ) -> Result<Principal, AuthError> {
         if self.clients.is_empty() {
-            return Ok(Caller::Anonymous);
+            return Ok(Principal::Anonymous);
         }
         if let Some(subject) = cert_subject {
             let subject = normalized(subject.iter().cloned());
             if let Some(i) =
                 (self.clients.iter()).position(|c| c.subject.as_ref() == Some(&subject))
             {
-                return Ok(Caller::Client(i));
+                return Ok(Principal::Client(i));
             }
         }
         let missing = match cert_subject {
@@ -139,22 +139,22 @@ impl Access {
                 found = Some(i);
             }
         }
-        found.map(Caller::Client).ok_or(AuthError::Unknown)
+        found.map(Principal::Client).ok_or(AuthError::Unknown)
     }
 
     /// The name shown for `caller` (audit log, logs): the client's, or `-`.
-    pub fn name(&self, caller: Caller) -> &str {
+    pub fn name(&self, caller: Principal) -> &str {
         match caller {
-            Caller::Anonymous => "-",
-            Caller::Client(i) => self.clients.get(i).map_or("-", |c| c.name.as_str()),
+            Principal::Anonymous => "-",
+            Principal::Client(i) => self.clients.get(i).map_or("-", |c| c.name.as_str()),
         }
     }
 
     /// What `caller` may see and call.
-    pub fn policy(&self, caller: Caller) -> &Policy {
+    pub fn policy(&self, caller: Principal) -> &Policy {
         match caller {
-            Caller::Anonymous => &OPEN,
-            Caller::Client(i) => self.clients.get(i).map_or(&OPEN, |c| &c.policy),
+            Principal::Anonymous => &OPEN,
+            Principal::Client(i) => self.clients.get(i).map_or(&OPEN, |c| &c.policy),
         }
     }
 
@@ -163,10 +163,10 @@ impl Access {
     /// of the client's name and credential, so that a session stays its
     /// client's across a reload that reorders the table, and is revoked by
     /// one that changes the client's token or certificate subject.
-    pub fn owner(&self, caller: Caller) -> u64 {
+    pub fn owner(&self, caller: Principal) -> u64 {
         match caller {
-            Caller::Anonymous => 0,
-            Caller::Client(i) => self.clients.get(i).map_or(0, |c| c.owner),
+            Principal::Anonymous => 0,
+            Principal::Client(i) => self.clients.get(i).map_or(0, |c| c.owner),
         }
     }
 
@@ -184,8 +184,8 @@ impl Access {
     ///
     /// # Errors
     /// How long until the next request is allowed, when over the rate.
-    pub fn admit(&self, caller: Caller, now: Instant) -> Result<(), Duration> {
-        let Caller::Client(i) = caller else {
+    pub fn admit(&self, caller: Principal, now: Instant) -> Result<(), Duration> {
+        let Principal::Client(i) = caller else {
             return Ok(());
         };
         match self.clients.get(i).and_then(|c| c.bucket.as_ref()) {
@@ -350,9 +350,9 @@ mod tests {
     fn without_clients_everyone_is_anonymous() {
         let a = access(vec![]);
         assert!(!a.required());
-        assert_eq!(a.authenticate(None, None), Ok(Caller::Anonymous));
-        assert_eq!(a.name(Caller::Anonymous), "-");
-        assert_eq!(a.owner(Caller::Anonymous), 0);
+        assert_eq!(a.authenticate(None, None), Ok(Principal::Anonymous));
+        assert_eq!(a.name(Principal::Anonymous), "-");
+        assert_eq!(a.owner(Principal::Anonymous), 0);
     }
 
     #[test]
@@ -362,14 +362,14 @@ mod tests {
             token("b", "tok-b-0123456789"),
         ]);
         let auth = |h: &str| a.authenticate(Some(h.as_bytes()), None);
-        assert_eq!(auth("Bearer tok-b-0123456789"), Ok(Caller::Client(1)));
-        assert_eq!(auth("bearer  tok-a-0123456789 "), Ok(Caller::Client(0)));
+        assert_eq!(auth("Bearer tok-b-0123456789"), Ok(Principal::Client(1)));
+        assert_eq!(auth("bearer  tok-a-0123456789 "), Ok(Principal::Client(0)));
         assert_eq!(auth("Bearer tok-c-0123456789"), Err(AuthError::Unknown));
         assert_eq!(auth("Basic dG9rLWE="), Err(AuthError::Malformed));
         assert_eq!(auth("Bearer"), Err(AuthError::Malformed));
         assert_eq!(a.authenticate(None, None), Err(AuthError::Missing));
-        assert_ne!(a.owner(Caller::Client(0)), a.owner(Caller::Client(1)));
-        assert_ne!(a.owner(Caller::Client(0)), 0);
+        assert_ne!(a.owner(Principal::Client(0)), a.owner(Principal::Client(1)));
+        assert_ne!(a.owner(Principal::Client(0)), 0);
     }
 
     #[test]
@@ -389,7 +389,7 @@ mod tests {
         let presented = subject(&[("O", "Site"), ("cn", "agent")]);
         assert_eq!(
             a.authenticate(None, Some(&presented)),
-            Ok(Caller::Client(1))
+            Ok(Principal::Client(1))
         );
         let other = subject(&[("CN", "agent")]);
         assert_eq!(
@@ -399,7 +399,7 @@ mod tests {
         );
         // An unmatched certificate still lets a token speak.
         let t = a.authenticate(Some(b"Bearer tok-t-0123456789"), Some(&other));
-        assert_eq!(t, Ok(Caller::Client(0)));
+        assert_eq!(t, Ok(Principal::Client(0)));
     }
 
     #[test]
@@ -428,13 +428,16 @@ mod tests {
         });
         let a = access(vec![c, token("free", "tok-f-0123456789")]);
         let now = Instant::now();
-        assert!(a.admit(Caller::Client(0), now).is_ok());
-        assert!(a.admit(Caller::Client(0), now).is_ok());
-        let wait = a.admit(Caller::Client(0), now).unwrap_err();
+        assert!(a.admit(Principal::Client(0), now).is_ok());
+        assert!(a.admit(Principal::Client(0), now).is_ok());
+        let wait = a.admit(Principal::Client(0), now).unwrap_err();
         assert_eq!(wait, Duration::from_millis(500));
-        assert!(a.admit(Caller::Client(0), now + wait).is_ok());
+        assert!(a.admit(Principal::Client(0), now + wait).is_ok());
         for _ in 0..100 {
-            assert!(a.admit(Caller::Client(1), now).is_ok(), "no rate: no limit");
+            assert!(
+                a.admit(Principal::Client(1), now).is_ok(),
+                "no rate: no limit"
+            );
         }
     }
 }

@@ -105,7 +105,7 @@ async fn status_metrics_readiness_and_reconnect() {
     assert!(full["upstreams"][1]["stderr_tail"].is_string(), "{full}");
     assert_eq!(v["admin_socket"], socket.display().to_string());
     // Operator action on the operator socket: an immediate attempt.
-    let dead = gw.app().router.upstreams()[1].clone();
+    let dead = gw.app().router().upstreams()[1].clone();
     let before = dead.attempts();
     let reconnect = |p: &'static str| operator_request(&socket, "POST", p, &[], "");
     assert_eq!(reconnect("/upstreams/dead/reconnect").await.0, 202);

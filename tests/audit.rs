@@ -47,7 +47,7 @@ async fn records_through_the_app_are_written_by_shutdown() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.log");
     let gw = Gateway::start(config(Some(path.clone()))).await.unwrap();
-    let audit = gw.app().audit.clone().expect("App::audit with [audit]");
+    let audit = gw.app().audit().cloned().expect("App::audit with [audit]");
     for i in 0..10 {
         audit.record(Record {
             time: std::time::SystemTime::now(),
@@ -73,7 +73,7 @@ async fn records_through_the_app_are_written_by_shutdown() {
 #[tokio::test]
 async fn no_audit_section_no_handle() {
     let gw = Gateway::start(config(None)).await.unwrap();
-    assert!(gw.app().audit.is_none());
+    assert!(gw.app().audit().is_none());
     gw.shutdown().await;
 }
 
@@ -124,7 +124,7 @@ async fn calls_are_answered_while_the_audit_writer_is_blocked() {
     });
     let gw = Gateway::start(c).await.unwrap();
     gw.wait_upstreams(std::time::Duration::from_secs(10)).await;
-    let audit = gw.app().audit.clone().unwrap();
+    let audit = gw.app().audit().cloned().unwrap();
     let addr = gw.local_addr();
     // Arguments make each line large: the 64 KiB pipe fills within the first calls.
     let pad = "x".repeat(2048);

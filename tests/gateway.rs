@@ -161,7 +161,7 @@ async fn legacy_session_rules() {
             .status,
         404
     );
-    assert_eq!(gw.app().sessions.count().0, 0);
+    assert_eq!(gw.app().sessions().count().0, 0);
 }
 
 #[tokio::test]
@@ -582,7 +582,7 @@ async fn a_long_call_keeps_its_session() {
     );
     // The session is still held (and idle again from the call's end: the
     // session unit tests check it then expires).
-    assert_eq!(gw.app().sessions.count().0, 1);
+    assert_eq!(gw.app().sessions().count().0, 1);
     gw.shutdown().await;
 }
 
@@ -606,7 +606,7 @@ async fn a_forced_reconnect_fails_the_old_childs_calls_at_once() {
     );
     let reconnect = async {
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-        app.router.upstreams()[0].force_reconnect();
+        app.router().upstreams()[0].force_reconnect();
     };
     let (r, ()) = tokio::join!(call, reconnect);
     assert_eq!(r.error_code(), Some(-31000), "{}", r.raw);

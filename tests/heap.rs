@@ -84,7 +84,7 @@ fn a_million_initializes_keep_table_and_heap_bounded() {
             tokio::time::advance(Duration::from_millis(10)).await;
         }
         let baseline = live_bytes();
-        let per_session = gw.app().sessions.footprint_bytes() / capacity;
+        let per_session = gw.app().sessions().footprint_bytes() / capacity;
         let (mut ok, mut full) = (0u32, 0u32);
         for i in 0..1_000_000u32 {
             match send(&gw, "POST", &[], &initialize()).await.0 {
@@ -97,7 +97,7 @@ fn a_million_initializes_keep_table_and_heap_bounded() {
                 // idle ≥ 1 s (min_idle_before_evict) by the time the table is full.
                 tokio::time::advance(Duration::from_millis(1000)).await;
             }
-            assert!(gw.app().sessions.count().0 <= capacity);
+            assert!(gw.app().sessions().count().0 <= capacity);
         }
         let live = live_bytes();
         let bound = baseline + capacity * per_session + (1 << 20);
@@ -131,13 +131,13 @@ fn delete_and_idle_timeout_give_the_heap_back() {
                 kept.push(sid);
             }
         }
-        assert_eq!(gw.app().sessions.count().0, 2_000);
+        assert_eq!(gw.app().sessions().count().0, 2_000);
         let after_churn = live_bytes();
         drop(kept); // the test's own copies of the ids
         tokio::time::sleep(Duration::from_secs(61 + 60)).await; // idle timeout + one sweep period
         let residue = live_bytes() as i64 - baseline as i64;
         println!("baseline {baseline}, after churn {after_churn}, after idle timeout {} (residue {residue} bytes)", live_bytes());
-        assert_eq!(gw.app().sessions.count().0, 0, "every abandoned session expired");
+        assert_eq!(gw.app().sessions().count().0, 0, "every abandoned session expired");
         assert!(residue.abs() <= 16 * 1024, "residue {residue} bytes");
     });
 }
@@ -177,7 +177,7 @@ fn modern_requests_retain_nothing() {
             deltas.iter().all(|d| d.abs() <= 16 * 1024),
             "live heap not back to the baseline ± 16 KiB: {deltas:?} bytes"
         );
-        assert!((gw.app().sessions.count().0 == 0));
+        assert!((gw.app().sessions().count().0 == 0));
     });
 }
 

@@ -142,7 +142,7 @@ async fn upstreams_announce_new_tools_on_their_notification_streams() {
     );
     let gw = support::start("", &upstreams).await;
     assert_eq!(gw.ready_upstreams(), 3);
-    let ups = gw.app().router.upstreams().to_vec();
+    let ups = gw.app().router().upstreams().to_vec();
     assert!(ups[1].negotiated().unwrap().era == mcp_edge::upstream::UpstreamEra::Modern);
     let attempts: Vec<u64> = ups.iter().map(|u| u.attempts()).collect();
     for prefix in ["py", "mh", "ms"] {
@@ -260,7 +260,7 @@ async fn python_sdk_2_listens_for_list_changes() {
         json!({"toolsListChanged": true, "promptsListChanged": true}),
         "{honored}"
     );
-    gw.app().router.upstreams()[0].force_reconnect();
+    gw.app().router().upstreams()[0].force_reconnect();
     let first = next_json(&mut lines).await;
     assert_eq!(first["event"], "ToolsListChanged", "{first}");
     gw.shutdown().await;
@@ -438,6 +438,6 @@ async fn python_sdk_2_modern_client_answers_a_legacy_python_servers_requests() {
             "roots": ["file:///srv/edge", "file:///home/pi"],
         })
     );
-    assert!(gw.app().parked.is_empty(), "every round resumed");
+    assert!(gw.app().parked().is_empty(), "every round resumed");
     gw.shutdown().await;
 }

@@ -33,7 +33,7 @@ async fn meet_through_mcp_edge(kind: ClientKind) {
     let upstream =
         format!("[[upstream]]\nname = \"mh\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n");
     let gw = support::start("", &upstream).await;
-    let up = gw.app().router.upstreams()[0].clone();
+    let up = gw.app().router().upstreams()[0].clone();
     assert_eq!(
         up.negotiated().unwrap().era,
         mcp_edge::upstream::UpstreamEra::Modern

@@ -167,7 +167,11 @@ async fn oversized_http_answer_fails_only_its_call_and_is_counted() {
     assert!(refused("result_bytes") >= before + 1.0);
     let ok = call_tool(addr, &sid, json!(2), "remote__big", json!({"bytes": 100})).await;
     assert_eq!(text_of(&ok).len(), 100, "{}", ok.raw);
-    assert_eq!(gw.app().router.upstreams()[0].attempts(), 1, "no reconnect");
+    assert_eq!(
+        gw.app().router().upstreams()[0].attempts(),
+        1,
+        "no reconnect"
+    );
 }
 
 #[tokio::test]

@@ -53,11 +53,11 @@ async fn acknowledges_then_sends_only_the_asked_for_list_changes() {
         json!({"toolsListChanged": true})
     );
     // The upstream reconnects: its tools go away and come back.
-    gw.app().router.upstreams()[0].force_reconnect();
+    gw.app().router().upstreams()[0].force_reconnect();
     let change = rx.next().await;
     assert_eq!(change["method"], "notifications/tools/list_changed");
     assert_eq!(change["params"]["_meta"][SUB], "sub-1");
-    assert_eq!(gw.app().streams.open(), 1);
+    assert_eq!(gw.app().streams().open(), 1);
     // Shutdown: the graceful closing response, then the end of the stream.
     let app = gw.app().clone();
     gw.shutdown().await;
@@ -72,7 +72,7 @@ async fn acknowledges_then_sends_only_the_asked_for_list_changes() {
                 && m["method"] != "notifications/resources/list_changed"),
         "only the asked-for kinds: {rest:?}"
     );
-    assert_eq!(app.streams.open(), 0);
+    assert_eq!(app.streams().open(), 0);
 }
 
 #[tokio::test]
@@ -80,7 +80,7 @@ async fn the_pool_is_fixed_and_a_closed_stream_gives_its_place_back() {
     mcp_edge::metrics::prometheus();
     // 4 connections: 2 places for long-lived streams, 2 always left for requests.
     let gw = start("max_connections = 4\nkeepalive = \"60s\"", EDGE).await;
-    assert_eq!(gw.app().streams.capacity(), 2);
+    assert_eq!(gw.app().streams().capacity(), 2);
     let addr = gw.local_addr();
     let before = mcp_edge::metrics::read(mcp_edge::metrics::REFUSED, "limit=\"streams\"");
     let f = json!({"promptsListChanged": true});
@@ -160,7 +160,11 @@ async fn bad_filters_and_legacy_sessions_get_clear_errors() {
             "{r}"
         );
     }
-    assert_eq!(gw.app().streams.open(), 0, "refused filters hold no place");
+    assert_eq!(
+        gw.app().streams().open(),
+        0,
+        "refused filters hold no place"
+    );
     // A client that cannot read SSE is told so (406), holding no place.
     let r = post(
         addr,
@@ -189,7 +193,7 @@ async fn bad_filters_and_legacy_sessions_get_clear_errors() {
     assert_eq!(done["result"]["resultType"], "complete", "{done}");
     assert_eq!(done["result"]["_meta"][SUB], "r");
     assert!(rx.recv().await.is_none(), "the stream ended");
-    assert_eq!(gw.app().streams.open(), 0);
+    assert_eq!(gw.app().streams().open(), 0);
     // subscriptions/listen is modern-only: a legacy session gets -32601.
     let sid = legacy_session(addr, "2025-11-25").await;
     let r = call(addr, &sid, json!(1), "subscriptions/listen", json!({})).await;

@@ -141,7 +141,7 @@ async fn a_stdio_upstreams_three_requests_become_three_rounds_of_one_call() {
         json!([elicited(), sampled(), roots()]),
         "the upstream received each answer as its request's result"
     );
-    assert!(gw.app().parked.is_empty());
+    assert!(gw.app().parked().is_empty());
     // One upstream call served all four requests: the fake saw one tools/call.
     let sid = legacy_session(addr, "2025-11-25").await;
     let stats = fake_stats(addr, &sid, json!(1), "a").await;
@@ -209,7 +209,7 @@ async fn requests_a_stdio_upstream_sends_together_are_asked_in_one_round() {
         json!([elicited(), sampled(), roots()]),
         "each answer reached its request"
     );
-    assert!(gw.app().parked.is_empty());
+    assert!(gw.app().parked().is_empty());
 }
 
 /// A server that keeps one session only refuses the session a caller's
@@ -303,7 +303,7 @@ async fn tampered_or_misdirected_states_are_invalid_params_and_leave_the_call_pa
     let bad = json!({"inputResponses": {k.clone(): "yes"}, "requestState": state});
     let r = modern_call(addr, 5, "a__interview", caps.clone(), bad, &[]).await;
     assert_eq!(r.error_code(), Some(-32602), "{}", r.raw);
-    assert_eq!(gw.app().parked.len(), 1, "none of these took the call");
+    assert_eq!(gw.app().parked().len(), 1, "none of these took the call");
     // A retry without the answer is asked again (patterns-mrtr.mdx §Error Handling).
     let again = modern_call(
         addr,
@@ -378,7 +378,7 @@ async fn an_undeclared_capability_is_32021_and_the_upstream_is_refused() {
         r2.body["error"]["data"]["requiredCapabilities"],
         json!({"sampling": {}})
     );
-    assert!(gw.app().parked.is_empty());
+    assert!(gw.app().parked().is_empty());
     let sid = legacy_session(addr, "2025-11-25").await;
     for (name, first) in [("a", "elicitation/create"), ("b", "sampling/createMessage")] {
         let mut stats = Value::Null;
@@ -407,7 +407,7 @@ async fn an_expired_call_is_refused_upstream_cancelled_and_its_state_dead() {
     assert_eq!(mcp_edge::http::mrtr::expire(app, now).await, 0, "not yet");
     let later = now + mcp_edge::limits::PARKED_CALL_TTL;
     assert_eq!(mcp_edge::http::mrtr::expire(app, later).await, 1);
-    assert!(app.parked.is_empty());
+    assert!(app.parked().is_empty());
     let r = modern_call(
         addr,
         2,
@@ -551,7 +551,7 @@ async fn a_legacy_http_upstream_asks_over_its_sse_answer_round_after_round() {
         .count();
     assert_eq!(calls, 1, "one upstream call for all the rounds");
     assert_eq!(up.abandoned.load(std::sync::atomic::Ordering::SeqCst), 0);
-    assert!(gw.app().parked.is_empty());
+    assert!(gw.app().parked().is_empty());
 }
 
 /// A legacy HTTP upstream learns its client's capabilities at `initialize`

@@ -70,7 +70,7 @@ async fn a_full_parked_table_refuses_counts_and_drains_to_its_baseline() {
     .await;
     let (addr, app) = (gw.local_addr(), gw.app().clone());
     let cap = mcp_edge::limits::PARKED_CALLS;
-    assert_eq!(app.parked.capacity(), cap);
+    assert_eq!(app.parked().capacity(), cap);
     let later = || tokio::time::Instant::now() + mcp_edge::limits::PARKED_CALL_TTL;
     // Warm-up: a few calls parked at once and expired (metric labels,
     // statics, and the idle connections the upstream's pool keeps).
@@ -135,7 +135,7 @@ async fn fill_and_drain(
     for i in 0..cap {
         parked_state(&interview(addr, first + i + 1).await);
     }
-    assert_eq!(app.parked.len(), cap);
+    assert_eq!(app.parked().len(), cap);
     let full = live_bytes();
     let before = refused_parked();
     let r = interview(addr, first + 1000).await;
@@ -151,7 +151,7 @@ async fn fill_and_drain(
         .unwrap()
         .contains("retry later"));
     assert_eq!(refused_parked(), before + 1.0, "the refusal is counted");
-    assert_eq!(app.parked.len(), cap, "the table held its capacity");
+    assert_eq!(app.parked().len(), cap, "the table held its capacity");
     *refused += 1;
     let n = *refused;
     until("the refused call's request answered", || {
@@ -159,7 +159,7 @@ async fn fill_and_drain(
     })
     .await;
     assert_eq!(mcp_edge::http::mrtr::expire(app, later()).await, cap);
-    assert!(app.parked.is_empty());
+    assert!(app.parked().is_empty());
     *refused += cap;
     let n = *refused;
     until("every parked request answered with an error", || {

@@ -384,7 +384,7 @@ async fn a_new_tool_under_pin_is_withheld_until_approved_and_clients_hear_of_bot
         ("accept", "text/event-stream"),
     ];
     let mut get = sse::open("GET", addr, &get_headers, "").await;
-    let up = gw.app().router.upstreams()[0].clone();
+    let up = gw.app().router().upstreams()[0].clone();
     assert!(up.withheld().is_empty() && up.pinned() > 0);
 
     // A tool appears (list_changed, no reconnect): withheld as new.
@@ -619,7 +619,7 @@ async fn a_removed_upstream_withholds_nothing_in_the_metrics() {
         &[&dir.path().join("data")],
     );
     let mut gw = start(&server, &format!("{edge}\n{gone}")).await;
-    let up = gw.app().router.upstreams()[1].clone();
+    let up = gw.app().router().upstreams()[1].clone();
     let sid = legacy_session(gw.local_addr(), "2025-11-25").await;
     set_tools(
         dir.path(),

@@ -6,7 +6,7 @@
 //! runs this file with `--nocapture`), writes no regression files, and checks
 //! that nothing panics and every rejection is the typed error.
 
-use mcp_edge::access::{Access, AuthError, Caller};
+use mcp_edge::access::{Access, AuthError, Principal};
 use mcp_edge::config::{Config, ConfigError};
 use mcp_edge::protocol::sse::{Decoder, SseError};
 use mcp_edge::protocol::{classify, param_headers, Message, INVALID_REQUEST};
@@ -494,7 +494,7 @@ fn authorization_header_2048_cases() {
     check("authorization_header", 2048, input, |(auth, subject)| {
         let got = table.authenticate(auth.as_deref(), subject.as_deref());
         let open_got = open.authenticate(auth.as_deref(), subject.as_deref());
-        prop_assert_eq!(open_got, Ok(Caller::Anonymous));
+        prop_assert_eq!(open_got, Ok(Principal::Anonymous));
         let token = auth.as_deref().and_then(|a| {
             let (scheme, rest) = a.split_at(a.iter().position(|b| *b == b' ')?);
             scheme
@@ -503,7 +503,7 @@ fn authorization_header_2048_cases() {
         });
         let known = TOKENS.iter().position(|t| token == Some(t.as_bytes()));
         match (got, known, &auth, &subject) {
-            (Ok(Caller::Client(i)), Some(k), _, _) => prop_assert_eq!(i, k),
+            (Ok(Principal::Client(i)), Some(k), _, _) => prop_assert_eq!(i, k),
             (Err(AuthError::Missing), None, None, None) => {}
             (Err(AuthError::UnknownCertificate), None, None, Some(_)) => {}
             (Err(AuthError::Malformed | AuthError::Unknown), None, Some(_), _) => {}

@@ -273,7 +273,7 @@ async fn a_clients_cancellation_reaches_the_upstream() {
     let call = async { post_streaming(addr, &sid, slow).await.rest().await };
     let cancel = async {
         // Until the gateway is answering it.
-        while gw.app().cancels.is_empty() {
+        while gw.app().cancels().is_empty() {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
@@ -288,7 +288,7 @@ async fn a_clients_cancellation_reaches_the_upstream() {
     let last = events.last().unwrap();
     assert_eq!(last["id"], "long-one");
     assert_eq!(last["error"]["code"], -32800, "{last}");
-    assert!(gw.app().cancels.is_empty());
+    assert!(gw.app().cancels().is_empty());
     // The upstream is told by the stdio driver, a moment later.
     let mut seen = Value::Null;
     for i in 0..100 {

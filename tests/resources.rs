@@ -148,7 +148,7 @@ async fn updates_reach_exactly_the_subscribed_sessions() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(left.is_empty(), "the upstream was told to stop: {left:?}");
-    assert_eq!(gw.app().subscriptions.len(), 0);
+    assert_eq!(gw.app().subscriptions().len(), 0);
     gw.shutdown().await;
 }
 
@@ -168,7 +168,7 @@ async fn a_reconnected_upstream_is_asked_again() {
     .await;
     assert_eq!(r.body["result"], json!({}), "{}", r.raw);
     // A new child knows nothing of the old one's subscriptions.
-    let up = gw.app().router.upstreams()[0].clone();
+    let up = gw.app().router().upstreams()[0].clone();
     let mut rx = up.subscribe();
     up.force_reconnect();
     while !(up.attempts() == 2 && rx.borrow().is_ready()) {
@@ -263,7 +263,7 @@ async fn refusals_are_clear_and_counted() {
         ) >= before + 1.0
     );
     assert_eq!(
-        gw.app().subscriptions.len(),
+        gw.app().subscriptions().len(),
         mcp_edge::limits::MAX_SUBSCRIPTIONS_PER_CLIENT
     );
     // 2026-07-28 removed resources/subscribe: a modern request gets -32601
@@ -333,13 +333,13 @@ async fn a_listen_stream_reports_the_resources_it_was_allowed() {
     let mut left = vec![URI.to_string()];
     for _ in 0..100 {
         left = upstream_subscribed(addr, &sid).await;
-        if left.is_empty() && gw.app().subscriptions.is_empty() {
+        if left.is_empty() && gw.app().subscriptions().is_empty() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(left.is_empty(), "{left:?}");
-    assert!(gw.app().subscriptions.is_empty());
+    assert!(gw.app().subscriptions().is_empty());
     gw.shutdown().await;
 }
 

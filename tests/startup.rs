@@ -28,7 +28,7 @@ async fn early_requests_wait_for_first_attempts_and_no_longer() {
     .await;
     let addr = gw.local_addr();
     let sid = legacy_session(addr, "2025-11-25").await;
-    let slow = gw.app().router.upstreams()[0].clone();
+    let slow = gw.app().router().upstreams()[0].clone();
     assert!(
         slow.first_attempt_pending(tokio::time::Instant::now()),
         "the slow upstream should still be connecting"
@@ -70,7 +70,7 @@ async fn early_requests_wait_for_first_attempts_and_no_longer() {
     let names = tool_names(&list);
     assert!(names.iter().any(|n| n == "ok__echo"), "{names:?}");
     assert!(!names.iter().any(|n| n.starts_with("hung__")), "{names:?}");
-    let hung = gw.app().router.upstreams()[0].clone();
+    let hung = gw.app().router().upstreams()[0].clone();
     assert!(!hung.first_attempt_pending(tokio::time::Instant::now()));
     assert!(hung.attempts() >= 1);
     // A name that stays unknown after the wait is still -32602.
@@ -90,7 +90,7 @@ async fn shutdown_releases_held_requests() {
         tokio::spawn(async move { call(addr, &sid, json!(1), "tools/list", json!({})).await });
     // Until the list is being held (the ok upstream may still be connecting too).
     let app = gw.app().clone();
-    while app.in_flight.active() == 0 {
+    while app.in_flight().active() == 0 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // A 30 s grace for calls in flight: only the release ends it sooner.
@@ -124,7 +124,7 @@ async fn a_failed_first_listing_is_retried_at_the_next_health_check() {
     )
     .await;
     let addr = gw.local_addr();
-    let up = gw.app().router.upstreams()[0].clone();
+    let up = gw.app().router().upstreams()[0].clone();
     let sid = legacy_session(addr, "2025-11-25").await;
     let mut names = Vec::new();
     for _ in 0..100 {

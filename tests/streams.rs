@@ -81,7 +81,7 @@ async fn an_open_get_stream_does_not_keep_its_session_alive() {
     // The slot itself is freed by the lookup above or by the sweep (every
     // idle/4), whichever comes first: never later than one sweep period.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(gw.app().sessions.count().0, 0);
+    assert_eq!(gw.app().sessions().count().0, 0);
 }
 
 /// Real time here (a keep-alive of 60 s): if DELETE did not wake the stream,
@@ -165,7 +165,7 @@ async fn a_changed_catalog_is_announced_on_the_get_stream() {
         "nothing changed yet: {head}"
     );
     // The upstream reconnects: its tools go away and come back.
-    gw.app().router.upstreams()[0].force_reconnect();
+    gw.app().router().upstreams()[0].force_reconnect();
     let (seen, _) = read_to_end_of_body(&mut s, Duration::from_secs(5)).await;
     assert!(
         seen.contains("\"method\":\"notifications/tools/list_changed\""),

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 async fn a_dead_upstream_is_tried_at_most_60_times_a_day_on_a_growing_schedule() {
     let dead = "[[upstream]]\nname = \"dead\"\ntransport = \"stdio\"\ncommand = \"/nonexistent/mcp-server\"\n";
     let gw = start("", dead).await;
-    let up = gw.app().router.upstreams()[0].clone();
+    let up = gw.app().router().upstreams()[0].clone();
     let mut rx = up.subscribe();
     let policy = mcp_edge::supervisor::backoff::Backoff::new(
         Duration::from_secs(1),
@@ -65,7 +65,7 @@ async fn a_401_is_tried_once_a_day_and_once_more_after_the_credential_changes() 
         ),
     )
     .await;
-    let up = gw.app().router.upstreams()[0].clone();
+    let up = gw.app().router().upstreams()[0].clone();
     tokio::time::sleep(Duration::from_secs(24 * 3600)).await;
     assert_eq!(
         u.requests.lock().unwrap().len(),
@@ -107,7 +107,7 @@ async fn retry_after_is_a_floor(http_date: bool) {
     let (u, url) = scripted(Mode::TooManyThen { http_date }).await;
     let t0 = Instant::now();
     let gw = start_nowait("", &http_block("busy", &url, "")).await;
-    let up = gw.app().router.upstreams()[0].clone();
+    let up = gw.app().router().upstreams()[0].clone();
     up.subscribe()
         .wait_for(|s| matches!(s, mcp_edge::upstream::Status::Backoff { .. }))
         .await
@@ -153,7 +153,7 @@ async fn a_thousand_reconnects_leave_one_monitor_probing_at_its_interval() {
             .to_string()
             + &http_block("remote", &url, "health_interval = \"30s\"");
     let gw = start("", &upstreams).await;
-    let ups = gw.app().router.upstreams().to_vec();
+    let ups = gw.app().router().upstreams().to_vec();
     for up in &ups {
         let mut rx = up.subscribe();
         for _ in 0..1000 {
@@ -212,7 +212,7 @@ async fn a_restart_resumes_the_persisted_backoff() {
     )
     .await
     .unwrap();
-    let up = gw.app().router.upstreams()[0].clone();
+    let up = gw.app().router().upstreams()[0].clone();
     tokio::time::sleep(Duration::from_secs(290)).await;
     assert_eq!(up.attempts(), 0, "no attempt before the persisted time");
     tokio::time::sleep(Duration::from_secs(20)).await;
@@ -243,7 +243,7 @@ async fn stdio_children_leave_no_process_behind() {
     // Crash: the child exits, its grandchild goes with it, a new child comes.
     let r = call_tool(addr, &sid, json!(1), "g__crash", json!(null)).await;
     assert!(r.body["error"].is_object());
-    let up = gw.app().router.upstreams()[0].clone();
+    let up = gw.app().router().upstreams()[0].clone();
     let mut rx = up.subscribe();
     tokio::time::timeout(Duration::from_secs(20), async {
         rx.wait_for(|s| matches!(s, mcp_edge::upstream::Status::Backoff { .. }))
@@ -355,7 +355,7 @@ async fn a_restarted_legacy_http_upstream_is_reinitialized_under_a_live_session(
     let other = call_tool(addr, &sid, json!(3), "edge__uptime", json!(null)).await;
     assert!(text_of(&other).starts_with("up "), "{}", other.raw);
     assert_eq!(
-        gw.app().router.upstreams()[1].attempts(),
+        gw.app().router().upstreams()[1].attempts(),
         1,
         "the other upstream was untouched"
     );
@@ -389,7 +389,7 @@ async fn a_legacy_get_stream_is_read_and_reopened_once_per_interval() {
         "each list_changed refreshed the catalog: {lists} lists, {gets} GETs"
     );
     assert_eq!(
-        gw.app().router.upstreams()[0].attempts(),
+        gw.app().router().upstreams()[0].attempts(),
         1,
         "no reconnects"
     );
@@ -450,7 +450,7 @@ async fn abandoned_calls_on_a_legacy_http_upstream_are_cancelled() {
     let hung = call_tool(addr, &sid, json!(2), "remote__hang", json!(null)).await;
     assert!(hung.raw.contains("did not answer"), "{}", hung.raw);
     // 2. The caller goes away before the answer.
-    let up = gw.app().router.upstreams()[0].clone();
+    let up = gw.app().router().upstreams()[0].clone();
     let dropped = tokio::time::timeout(
         Duration::from_millis(500),
         up.call("tools/call", Some(json!({"name": "hang"}))),

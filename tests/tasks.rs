@@ -309,12 +309,12 @@ async fn a_full_task_table_refuses_and_cancels_the_upstream_task() {
     mcp_edge::metrics::prometheus();
     let (gw, seen) = gateway("").await;
     let addr = gw.local_addr();
-    let capacity = gw.app().router.tasks().capacity();
+    let capacity = gw.app().router().tasks().capacity();
     for _ in 0..capacity {
         let r = slow(addr, 600_000, true).await;
         assert_eq!(r.body["result"]["resultType"], "task", "{}", r.raw);
     }
-    assert_eq!(gw.app().router.tasks().len(), capacity);
+    assert_eq!(gw.app().router().tasks().len(), capacity);
     let refused_before = refused_tasks();
     let r = slow(addr, 600_000, true).await;
     assert_eq!(r.error_code(), Some(-31010), "{}", r.raw);
@@ -325,7 +325,7 @@ async fn a_full_task_table_refuses_and_cancels_the_upstream_task() {
         "the orphan cancelled upstream"
     );
     assert_eq!(
-        gw.app().router.tasks().len(),
+        gw.app().router().tasks().len(),
         capacity,
         "holds its capacity"
     );

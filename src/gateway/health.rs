@@ -26,16 +26,16 @@ impl crate::notify::Health for HealthView {
     /// while the last reload was rejected or left `[server]` changes pending.
     fn status_line(&self) -> String {
         let app = &self.app;
-        let ups = app.router.upstreams();
+        let ups = app.router().upstreams();
         let enabled = ups.iter().filter(|u| u.config.enabled).count();
         let ready = ups.iter().filter(|u| u.status().is_ready()).count();
-        let (n, cap) = app.sessions.count();
+        let (n, cap) = app.sessions().count();
         let mut line = format!(
             "{ready}/{enabled} upstreams ready, {n}/{cap} sessions, heap {:.1} MiB",
             crate::alloc::live_bytes() as f64 / (1024.0 * 1024.0)
         );
         // Kept visible until the next reload: `systemctl status` shows STATUS=.
-        if let Some(r) = &*app.last_reload.lock().expect("last_reload lock") {
+        if let Some(r) = &app.last_reload() {
             if r.rejected {
                 line.push_str("; last reload rejected (see the log or /status)");
             } else if r.server_pending {
@@ -50,7 +50,7 @@ impl crate::notify::Health for HealthView {
     fn problem(&self, period: Duration) -> Option<String> {
         let now = tokio::time::Instant::now();
         let grace = self.rules.lock().expect("watchdog lock").required_grace;
-        let ups = self.app.router.upstreams();
+        let ups = self.app.router().upstreams();
         let enabled = || ups.iter().filter(|u| u.config.enabled);
         enabled()
             .find_map(|u| u.wedged(now, period))

@@ -252,7 +252,7 @@ impl Gateway {
 
     /// The operator socket (`server.admin_socket`), if any.
     pub fn admin_socket(&self) -> Option<&std::path::Path> {
-        self.app.server.admin_socket.as_deref()
+        self.app.server().admin_socket.as_deref()
     }
 
     /// The downstream face's state (sessions, router, upstreams).
@@ -270,20 +270,18 @@ impl Gateway {
             let _ =
                 tokio::time::timeout_at(deadline, rx.wait_for(crate::http::admin::settled)).await;
         }
-        self.app
-            .ready
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.app.set_ready();
         self.ready_upstreams()
     }
 
     fn enabled(&self) -> Vec<Arc<Upstream>> {
-        let ups = self.app.router.upstreams();
+        let ups = self.app.router().upstreams();
         ups.iter().filter(|u| u.config.enabled).cloned().collect()
     }
 
     /// Number of upstreams in `Ready`.
     pub fn ready_upstreams(&self) -> usize {
-        let ups = self.app.router.upstreams();
+        let ups = self.app.router().upstreams();
         ups.iter().filter(|u| u.status().is_ready()).count()
     }
 
@@ -300,28 +298,28 @@ impl Gateway {
     pub async fn shutdown_within(self, grace: Duration) {
         let _ = self.shutdown.send(true);
         let app = self.app.clone();
-        app.router.stop_holding();
-        app.stopping.send_replace(true);
+        app.router().stop_holding();
+        app.begin_stopping();
         let deadline = tokio::time::Instant::now() + grace;
-        if tokio::time::timeout_at(deadline, app.in_flight.drained())
+        if tokio::time::timeout_at(deadline, app.in_flight().drained())
             .await
             .is_err()
         {
-            let n = app.in_flight.active();
+            let n = app.in_flight().active();
             tracing::warn!(
                 "shutdown: {n} call(s) still in flight after {grace:?}; stopping anyway"
             );
         }
         // The legacy sessions end like any other ending (their GET streams
         // close; counted as `reason="shutdown"`).
-        (app.sessions).end_where(|_| false, crate::session::Removal::Shutdown);
+        (app.sessions()).end_where(|_| false, crate::session::Removal::Shutdown);
         // Listen streams send their closing response and end on `stopping`;
         // wait (within the same grace) until each was handed to its connection.
-        if tokio::time::timeout_at(deadline, app.streams.all_closed())
+        if tokio::time::timeout_at(deadline, app.streams().all_closed())
             .await
             .is_err()
         {
-            let n = app.streams.open();
+            let n = app.streams().open();
             tracing::warn!("shutdown: {n} subscription stream(s) did not take their closing response within {grace:?}");
         }
         self.supervisor

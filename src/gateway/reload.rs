@@ -119,7 +119,7 @@ impl Gateway {
     /// not awaited (use [`Gateway::wait_upstreams`] for that).
     pub async fn reload(&mut self, new: Config) -> ReloadReport {
         let app = self.app.clone();
-        let old: Vec<Arc<Upstream>> = app.router.upstreams().to_vec();
+        let old: Vec<Arc<Upstream>> = app.router().upstreams().to_vec();
         let Plan { report, set, fresh } = self.plan(&old, &new);
         if report.tls_reloaded {
             // At once: not after the drain of replaced upstreams below.
@@ -136,7 +136,7 @@ impl Gateway {
         }
         // Route to the new set at once: a removed upstream's tools are gone,
         // a changed one answers "connecting" until its new owner is Ready.
-        app.router.set_upstreams(set);
+        app.router().set_upstreams(set);
         // Pins of removed upstreams go (bounded by the config).
         let names: Vec<&str> = new.upstreams.iter().map(|u| u.name.as_str()).collect();
         self.shared.pins.retain(&names);
@@ -188,10 +188,10 @@ impl Gateway {
                 ));
             }
         }
-        let listen = self.app.listen_addr;
+        let listen = self.app.listen_addr();
         if new.clients.is_empty()
             && !listen.ip().is_loopback()
-            && !self.app.server.allow_unauthenticated
+            && !self.app.server().allow_unauthenticated
         {
             return Err(format!(
                 "[[client]]: the running listener {listen} (server.listen) is not loopback \
@@ -208,7 +208,7 @@ impl Gateway {
         let mut plan = Plan {
             report: ReloadReport {
                 audit_changed: new.audit != self.audit_config,
-                ..server_changes(&self.app.server, self.app.tls().as_ref(), &new.server)
+                ..server_changes(self.app.server(), self.app.tls().as_ref(), &new.server)
             },
             set: Vec::with_capacity(new.upstreams.len()),
             fresh: Vec::new(),

@@ -178,7 +178,7 @@ impl Gateway {
             },
         };
         let msg = format!("{}; {}", note.message, self.health().status_line());
-        *self.app.last_reload.lock().expect("last_reload lock") = Some(note);
+        self.app.set_last_reload(note);
         notify::ready(&msg);
         true
     }

@@ -2,11 +2,11 @@
 //! within its limits, batches, and the framing of what one message
 //! produced. Each message is served by [`super::request`].
 
+use super::admission::Head;
 use super::checks::HeadError;
-use super::era::session_header;
 use super::reply::{refuse, Refusal};
 use super::request::{one, Answer, Outcome};
-use super::{reply, App, Body, Who};
+use super::{reply, App, Body};
 use crate::protocol::envelope::Body as Parsed;
 use crate::protocol::{self, Message, ProtocolVersion, RpcError};
 use crate::session::SessionError;
@@ -45,12 +45,12 @@ where
         // A CORS preflight carries no credentials (Fetch §CORS-preflight request).
         reply::preflight(req.headers())
     } else {
-        match super::gate::admit(&app, &req) {
+        match super::admission::head(&app, &req) {
             Err(refused) => refused,
-            Ok(who) => match *req.method() {
-                Method::POST => post(app, req, who).await,
-                Method::GET => get(app, req.headers(), &who),
-                Method::DELETE => delete(app, req.headers(), &who),
+            Ok(head) => match *req.method() {
+                Method::POST => post(app, req, head).await,
+                Method::GET => get(app, &head),
+                Method::DELETE => delete(app, &head),
                 _ => reply::method_not_allowed(),
             },
         }
@@ -75,8 +75,8 @@ fn forbidden(app: &App, why: &str) -> Response<Body> {
     .into_response(Value::Null)
 }
 
-fn get(app: Arc<App>, h: &HeaderMap, who: &Who) -> Response<Body> {
-    let id = match session_header(h) {
+fn get(app: Arc<App>, head: &Head) -> Response<Body> {
+    let id = match head.session() {
         Err(r) => return r.into_response(Value::Null),
         Ok(None) => return reply::method_not_allowed(),
         Ok(Some(id)) => id,
@@ -86,8 +86,8 @@ fn get(app: Arc<App>, h: &HeaderMap, who: &Who) -> Response<Body> {
         Ok(p) => p,
         Err((status, e)) => return Refusal(status, e).into_response(Value::Null),
     };
-    let opened =
-        (app.sessions).open_stream(id, who.owner(), crate::limits::MAX_STREAMS_PER_SESSION);
+    let owner = head.who.owner();
+    let opened = (app.sessions).open_stream(id, owner, crate::limits::MAX_STREAMS_PER_SESSION);
     match opened {
         Ok(held) => reply::session_stream(app.clone(), held, place),
         Err(e @ SessionError::TooManyStreams { .. }) => refuse(
@@ -105,14 +105,14 @@ fn get(app: Arc<App>, h: &HeaderMap, who: &Who) -> Response<Body> {
     }
 }
 
-fn delete(app: Arc<App>, h: &HeaderMap, who: &Who) -> Response<Body> {
-    match session_header(h) {
+fn delete(app: Arc<App>, head: &Head) -> Response<Body> {
+    match head.session() {
         Err(r) => r.into_response(Value::Null),
         Ok(None) => reply::method_not_allowed(),
         Ok(Some(id)) => {
             // Everything the session owned goes now: its GET streams end,
             // its relayed requests and subscriptions are forgotten.
-            if app.sessions.owner(&id) == Some(who.owner())
+            if app.sessions.owner(&id) == Some(head.who.owner())
                 && app.sessions.end(&id, crate::session::Removal::Deleted)
             {
                 reply::empty(StatusCode::OK)
@@ -229,7 +229,7 @@ where
     let _ = tokio::time::timeout(crate::limits::REFUSED_BODY_DRAIN_TIME, drain).await;
 }
 
-async fn post<B>(app: Arc<App>, req: Request<B>, who: Who) -> Response<Body>
+async fn post<B>(app: Arc<App>, req: Request<B>, head: Head) -> Response<Body>
 where
     B: hyper::body::Body<Data = bytes::Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -245,7 +245,7 @@ where
         Ok(Parsed::One(Err((id, e)))) => {
             return reply::json(StatusCode::BAD_REQUEST, &protocol::error_response(id, &e))
         }
-        Ok(Parsed::Batch(items)) => return batch(&app, &headers, items, sse, &who).await,
+        Ok(Parsed::Batch(items)) => return batch(&app, &headers, items, sse, &head).await,
         Err(e) => {
             return refuse(
                 StatusCode::BAD_REQUEST,
@@ -255,12 +255,7 @@ where
             .into_response(Value::Null)
         }
     };
-    if let Message::Request { id, .. } = &msg {
-        if let Err(e) = super::gate::charge(&app, &who) {
-            return Refusal(StatusCode::TOO_MANY_REQUESTS, e).into_response(id.clone());
-        }
-    }
-    match one(&app, &headers, msg, media.sse, &who, bytes.len()).await {
+    match one(&app, &head, &headers, msg, media.sse, bytes.len()).await {
         Ok(Outcome::Accepted) => reply::empty(StatusCode::ACCEPTED),
         Ok(Outcome::Answer(Answer {
             response,
@@ -277,9 +272,9 @@ async fn batch(
     h: &HeaderMap,
     items: Vec<Value>,
     sse: bool,
-    who: &Who,
+    head: &Head,
 ) -> Response<Body> {
-    let _held = match batch_session(app, h, who) {
+    let _held = match batch_session(app, head) {
         Ok(held) => held,
         Err(refused) => return refused,
     };
@@ -293,7 +288,7 @@ async fn batch(
     }
     let mut out = Vec::new();
     for item in items {
-        out.extend(batch_item(app, h, item, who).await);
+        out.extend(batch_item(app, h, item, head).await);
     }
     if out.is_empty() {
         return reply::empty(StatusCode::ACCEPTED);
@@ -302,8 +297,8 @@ async fn batch(
 }
 
 /// One message of a batch: its answer, if it gets one. Each request is
-/// charged to the caller's rate (over it: that error in its place).
-async fn batch_item(app: &Arc<App>, h: &HeaderMap, item: Value, who: &Who) -> Option<Value> {
+/// admitted on its own (over the rate: that error in its place).
+async fn batch_item(app: &Arc<App>, h: &HeaderMap, item: Value, head: &Head) -> Option<Value> {
     let size = match app.audit {
         Some(_) => super::audited::json_len(&item),
         None => 0,
@@ -313,19 +308,15 @@ async fn batch_item(app: &Arc<App>, h: &HeaderMap, item: Value, who: &Who) -> Op
         Ok(m) => m,
     };
     if let Message::Request { id, method, .. } = &m {
-        let refused = if method == "initialize" {
-            Err(RpcError::new(
+        if method == "initialize" {
+            let e = RpcError::new(
                 protocol::INVALID_REQUEST,
                 "Invalid Request: initialize must not be part of a batch",
-            ))
-        } else {
-            super::gate::charge(app, who)
-        };
-        if let Err(e) = refused {
+            );
             return Some(protocol::error_response(id.clone(), &e));
         }
     }
-    match one(app, h, m, false, who, size).await {
+    match one(app, head, h, m, false, size).await {
         Ok(Outcome::Answer(a)) => Some(a.response.into_value()),
         Ok(_) => None,
         Err((id, r)) => Some(protocol::error_response(id, &r.1)),
@@ -334,11 +325,7 @@ async fn batch_item(app: &Arc<App>, h: &HeaderMap, item: Value, who: &Who) -> Op
 
 /// A batch's session: it must exist and speak 2025-03-26, the one revision
 /// with JSON-RPC batches (removed in 2025-06-18).
-fn batch_session(
-    app: &App,
-    h: &HeaderMap,
-    who: &Who,
-) -> Result<super::sessions::Held, Response<Body>> {
+fn batch_session(app: &Arc<App>, head: &Head) -> Result<super::sessions::Held, Response<Body>> {
     let not_here = || {
         refuse(
             StatusCode::BAD_REQUEST,
@@ -347,11 +334,11 @@ fn batch_session(
         )
         .into_response(Value::Null)
     };
-    let Ok(Some(sid)) = session_header(h) else {
+    let Ok(Some(sid)) = head.session() else {
         return Err(not_here());
     };
     // Held for the batch's length: its session stays busy while it runs.
-    match app.sessions.enter(sid, who.owner()) {
+    match app.sessions.enter(sid, head.who.owner()) {
         Err(_) => Err(refuse(
             StatusCode::NOT_FOUND,
             protocol::INVALID_REQUEST,

@@ -14,14 +14,14 @@
 
 mod accept;
 pub mod admin;
+mod admission;
 mod answer;
 mod audited;
+mod call;
 pub mod cancel;
 pub mod checks;
 pub mod conns;
 pub mod endpoint;
-mod era;
-mod gate;
 mod legacy_input;
 pub mod listen;
 pub mod media;
@@ -39,9 +39,8 @@ pub mod tls;
 
 pub use accept::accept_loop;
 
-use crate::access::{Access, Caller};
+use crate::access::{Access, Principal};
 use crate::config::{ServerConfig, TlsConfig};
-use crate::protocol::{self, Payload, ProtocolVersion, RpcError};
 use crate::router::Router;
 use crate::session::{Removal, Table};
 use bytes::Bytes;
@@ -74,87 +73,167 @@ pub struct Peer {
     pub cert_subject: Option<Vec<(String, String)>>,
 }
 
-/// Who sent a request: its [`Caller`] within the `[[client]]` table it was
-/// authenticated against (a reload may swap the table meanwhile).
+/// Who sent a request: its [`Principal`] within the `[[client]]` table it
+/// was authenticated against (a reload may swap the table meanwhile).
 #[derive(Clone)]
 pub struct Who {
     /// The table.
     pub access: Arc<Access>,
-    /// The caller in it.
-    pub caller: Caller,
+    /// The principal in it.
+    pub principal: Principal,
 }
 
 impl Who {
     /// What the caller may see and call.
     pub fn policy(&self) -> &crate::access::Policy {
-        self.access.policy(self.caller)
+        self.access.policy(self.principal)
     }
 
     /// The owner mark of sessions the caller creates.
     pub fn owner(&self) -> u64 {
-        self.access.owner(self.caller)
+        self.access.owner(self.principal)
     }
 
     /// The caller's name (`-` when anonymous).
     pub fn name(&self) -> &str {
-        self.access.name(self.caller)
+        self.access.name(self.principal)
     }
 }
 
 /// Shared state of the downstream endpoint.
 pub struct App {
     /// The address `/mcp` is served on (bound: the real port when the config says 0).
-    pub listen_addr: SocketAddr,
+    listen_addr: SocketAddr,
     /// `[server]` as the gateway started with it (its changes wait for a restart).
-    pub server: ServerConfig,
+    server: ServerConfig,
     /// The board profile's name, if any (`/status`).
-    pub board: Option<String>,
+    board: Option<String>,
     /// Legacy sessions (fixed capacity; [`sessions::Sessions`]).
-    pub sessions: Arc<sessions::Sessions>,
+    sessions: Arc<sessions::Sessions>,
     /// Catalog and routing.
-    pub router: Arc<Router>,
+    router: Arc<Router>,
     /// Origin/Host policy.
-    pub origin: checks::OriginPolicy,
+    origin: checks::OriginPolicy,
     /// Downstream requests being answered right now (shutdown waits for them).
-    pub in_flight: crate::drain::Drain,
+    in_flight: crate::drain::Drain,
     /// Places for long-lived streams, legacy GET and `subscriptions/listen`
     /// (fixed pool of max(1, `max_connections` / 2)).
-    pub streams: streams::StreamPool,
+    streams: streams::StreamPool,
     /// Set when the gateway starts shutting down: listen streams send their
     /// closing response and end.
-    pub stopping: watch::Sender<bool>,
+    stopping: watch::Sender<bool>,
     /// Set once every enabled upstream settled its first attempt (`/readyz`, `READY=1`).
-    pub ready: std::sync::atomic::AtomicBool,
+    ready: std::sync::atomic::AtomicBool,
     /// Moved on, per list kind, when an upstream's catalog really changes
     /// (or a reload swaps the upstream set); GET and listen streams then
     /// send `notifications/{tools,prompts,resources}/list_changed` for the
     /// kinds that moved.
-    pub catalog_gen: Arc<watch::Sender<crate::upstream::ListGens>>,
+    catalog_gen: Arc<watch::Sender<crate::upstream::ListGens>>,
     /// Legacy requests being answered, cancellable by `notifications/cancelled`.
-    pub cancels: Arc<cancel::Cancels>,
+    cancels: Arc<cancel::Cancels>,
     /// Downstream resource subscriptions (fixed table, [`crate::subscriptions`]).
-    pub subscriptions: Arc<crate::subscriptions::Subscriptions>,
+    subscriptions: Arc<crate::subscriptions::Subscriptions>,
     /// Modern callers' calls parked for their `inputResponses` (fixed
     /// table, [`parked`]; [`mrtr`]).
-    pub parked: parked::ParkedCalls,
+    parked: parked::ParkedCalls,
     /// The outcome of the last reload, if any (`STATUS=`, `/status`).
-    pub last_reload: Mutex<Option<admin::LastReload>>,
+    last_reload: Mutex<Option<admin::LastReload>>,
     /// The `[[client]]` table in force ([`App::set_access`] swaps it).
     access: std::sync::RwLock<Arc<Access>>,
     /// Moved on at each [`App::set_access`]: open listen streams check
     /// that their client is still configured.
-    pub access_gen: watch::Sender<u64>,
+    access_gen: watch::Sender<u64>,
     /// Log budget of refusals (401, 429, 403, refused TLS handshakes).
-    pub refusal_log: crate::access::Throttle,
+    refusal_log: crate::access::Throttle,
     /// The audit log (`[audit]`), if configured: one record per
     /// `tools/call`, `prompts/get`, `resources/read` ([`crate::audit`]).
-    pub audit: Option<crate::audit::Audit>,
+    audit: Option<crate::audit::Audit>,
     /// TLS on `listen` as it is now: `server.tls` at start, then each
     /// reload's new certificate ([`App::set_tls`]). Read once per accepted
     /// connection; open connections keep the configuration they shook
     /// hands with. `None` = plain HTTP (turning TLS on or off waits for a
     /// restart).
     tls: RwLock<Option<TlsConfig>>,
+}
+
+/// What the composition root, the admin routes and tests read of the
+/// downstream state (its fields are private: only the face changes them).
+impl App {
+    /// The address `/mcp` is served on.
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.listen_addr
+    }
+
+    /// `[server]` as the gateway started with it.
+    pub fn server(&self) -> &ServerConfig {
+        &self.server
+    }
+
+    /// The legacy session service.
+    pub fn sessions(&self) -> &Arc<sessions::Sessions> {
+        &self.sessions
+    }
+
+    /// Catalog and routing.
+    pub fn router(&self) -> &Arc<Router> {
+        &self.router
+    }
+
+    /// The pool of long-lived stream places.
+    pub fn streams(&self) -> &streams::StreamPool {
+        &self.streams
+    }
+
+    /// Downstream requests being answered right now.
+    pub fn in_flight(&self) -> &crate::drain::Drain {
+        &self.in_flight
+    }
+
+    /// Legacy requests being answered, cancellable.
+    pub fn cancels(&self) -> &Arc<cancel::Cancels> {
+        &self.cancels
+    }
+
+    /// Downstream resource subscriptions.
+    pub fn subscriptions(&self) -> &Arc<crate::subscriptions::Subscriptions> {
+        &self.subscriptions
+    }
+
+    /// Modern callers' parked calls.
+    pub fn parked(&self) -> &parked::ParkedCalls {
+        &self.parked
+    }
+
+    /// The audit log, if configured.
+    pub fn audit(&self) -> Option<&crate::audit::Audit> {
+        self.audit.as_ref()
+    }
+
+    /// Every enabled upstream settled its first attempt (`/readyz`, `READY=1`).
+    pub fn set_ready(&self) {
+        self.ready.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether [`App::set_ready`] was called.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The gateway starts shutting down: listen streams send their closing
+    /// response and end.
+    pub fn begin_stopping(&self) {
+        self.stopping.send_replace(true);
+    }
+
+    /// Records the outcome of a reload (`STATUS=`, `/status`).
+    pub fn set_last_reload(&self, note: admin::LastReload) {
+        *self.last_reload.lock().expect("last_reload lock") = Some(note);
+    }
+
+    /// The outcome of the last reload, if any.
+    pub fn last_reload(&self) -> Option<admin::LastReload> {
+        self.last_reload.lock().expect("last_reload lock").clone()
+    }
 }
 
 impl App {
@@ -291,49 +370,6 @@ impl App {
             );
         }
         self.access_gen.send_modify(|g| *g += 1);
-    }
-
-    /// Answers one request of `who` after the era checks: lifecycle
-    /// methods here, everything else through the router under `who`'s policy.
-    pub async fn call(
-        &self,
-        method: &str,
-        params: Option<Value>,
-        modern: bool,
-        relay: Option<crate::upstream::relay::Relay>,
-        who: &Who,
-    ) -> Result<Payload, RpcError> {
-        match method {
-            "ping" => Ok(json!({}).into()),
-            "server/discover" if modern => Ok(json!({
-                "supportedVersions": ProtocolVersion::supported_json(),
-                "capabilities": tasks::capabilities(self, params.as_ref()),
-                "_meta": {protocol::META_SERVER_INFO: App::server_info()},
-                "instructions": self.instructions(who.policy()),
-            })
-            .into()),
-            _ => {
-                let caller = tasks::caller(who, params.as_ref(), modern);
-                let mut r = (self.router)
-                    .dispatch_as(method, params, relay, who.policy(), caller)
-                    .await;
-                // A list missing a connected upstream's part must not be
-                // cached as complete: ttlMs 0 (2026-07-28 caching hints).
-                if let (true, Ok(Payload::Tree(Value::Object(o)))) =
-                    (modern && method.ends_with("/list"), &mut r)
-                {
-                    let partial = self
-                        .router
-                        .upstreams()
-                        .iter()
-                        .any(|u| u.config.enabled && !u.status().is_ready());
-                    if partial {
-                        o.insert("ttlMs".into(), json!(0));
-                    }
-                }
-                r
-            }
-        }
     }
 }
 

@@ -26,6 +26,7 @@
 //!   upstream.
 
 use super::answer::{finish_audited, observe, Answer, Outcome};
+use super::call::{dispatch, Call};
 use super::parked::{self, Asked, Event, Identity, NotParked, Running, StateError};
 use super::{audited, App, Who};
 use crate::limits;
@@ -50,15 +51,6 @@ fn capability(method: &str) -> Option<&'static str> {
         "roots/list" => Some("roots"),
         _ => None,
     }
-}
-
-/// A modern request for [`serve`].
-pub(super) struct Request {
-    pub id: Value,
-    pub method: String,
-    pub params: Option<Value>,
-    pub who: Who,
-    pub request_bytes: usize,
 }
 
 /// One request (round) being served.
@@ -93,9 +85,10 @@ enum Step {
 }
 
 /// Serves a modern request: a new call, or the retry of a parked one.
-pub(super) async fn serve(app: &Arc<App>, req: Request, stream_ok: bool) -> Outcome {
+pub(super) async fn serve(app: &Arc<App>, req: Call, stream_ok: bool) -> Outcome {
     let _busy = app.in_flight.enter();
     let params = req.params;
+    let who = req.caller.who;
     let meta = protocol::params_meta(params.as_ref());
     let caps = meta
         .and_then(|m| m.get(protocol::META_CLIENT_CAPABILITIES))
@@ -112,12 +105,12 @@ pub(super) async fn serve(app: &Arc<App>, req: Request, stream_ok: bool) -> Outc
             &req.method,
             params.as_ref(),
             None,
-            &req.who,
+            &who,
             req.request_bytes,
         ),
         id: req.id,
         method: req.method,
-        who: req.who,
+        who,
         caps,
         t0: Instant::now(),
         running: None,
@@ -181,7 +174,7 @@ impl Round {
         let relay = relay.with_log_floor(floor).with_declared(declared);
         let (app, who, method) = (self.app.clone(), self.who.clone(), self.method.clone());
         let call =
-            Box::pin(async move { app.call(&method, params, true, Some(relay), &who).await });
+            Box::pin(async move { dispatch(&app, &method, params, true, Some(relay), &who).await });
         self.running = Some(Running {
             call,
             rx,

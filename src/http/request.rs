@@ -8,14 +8,14 @@
 //! statelessly; anything else is legacy and needs its `Mcp-Session-Id`
 //! (`../shared/spec/2025-11-25/transports.mdx` §Session Management).
 
+use super::admission::{admit, Admitted, Caller, ClientEra, Head};
 use super::answer::{finish, finish_audited, observe};
 pub(super) use super::answer::{Answer, Outcome};
-use super::era::{decide_era, has_modern_meta, session_header, ClientEra};
+use super::call::{dispatch, Call};
 use super::reply::{refuse, Refusal};
-use super::sessions::Held;
 use super::{audited, modern, reply, App, Who};
 use crate::protocol::{self, ClientCaps, Message, Payload, ProtocolVersion, RpcError};
-use crate::session::{SessionError, SessionId};
+use crate::session::SessionError;
 use http::{HeaderMap, StatusCode};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -31,11 +31,11 @@ fn relayable(method: &str) -> bool {
 }
 
 /// A client's answer to a request relayed from an upstream: back to that upstream.
-async fn relayed_answer(app: &App, h: &HeaderMap, id: Value, outcome: Result<Value, RpcError>) {
+async fn relayed_answer(app: &App, head: &Head, id: Value, outcome: Result<Value, RpcError>) {
     let Some((up, slot, generation)) = crate::upstream::relay::parse_downstream_id(&id) else {
         return; // not ours
     };
-    let session = live_session(app, h).map(|s| s.to_header());
+    let session = head.own_session(app).map(|s| s.to_header());
     let (Some(upstream), Some(session)) = (app.router.by_id(up), session) else {
         return;
     };
@@ -51,90 +51,54 @@ async fn relayed_answer(app: &App, h: &HeaderMap, id: Value, outcome: Result<Val
 /// notification, or a request.
 pub(super) async fn one(
     app: &Arc<App>,
+    head: &Head,
     h: &HeaderMap,
     msg: Message,
     stream_ok: bool,
-    who: &Who,
     request_bytes: usize,
 ) -> Result<Outcome, (Value, Refusal)> {
     match msg {
         Message::Response { id, outcome } => {
-            relayed_answer(app, h, id, outcome).await;
+            relayed_answer(app, head, id, outcome).await;
             Ok(Outcome::Accepted)
         }
         Message::Notification { method, params } => {
-            notification(app, h, &method, params.as_ref());
+            notification(app, head, &method, params.as_ref());
             Ok(Outcome::Accepted)
         }
         Message::Request { id, method, params } => {
-            if method == "initialize" && !has_modern_meta(params.as_ref()) {
-                return initialize(app, id, params.as_ref(), who).map(Outcome::Answer);
-            }
-            let (era, busy) = decide_era(app, h, &method, params.as_ref(), who.owner())
-                .map_err(|r| (id.clone(), r))?;
-            if era == ClientEra::Modern {
-                if let Err(r) = modern_checks(app, h, &method, params.as_ref(), who.policy()) {
-                    let p = params.as_ref();
-                    audited::refused(app, &id, &method, p, who, request_bytes, &r.1);
-                    return Err((id, r));
+            let caller = match admit(app, head, h, &method, params.as_ref()) {
+                Ok(Admitted::Call(caller)) => caller,
+                Ok(Admitted::Initialize(who)) => {
+                    return initialize(app, id, params.as_ref(), &who).map(Outcome::Answer)
                 }
-            }
-            let mut params = params;
-            if let ClientEra::Legacy(..) = &era {
-                let caps = busy.as_ref().map(|b| b.seen.caps).unwrap_or_default();
-                params = super::legacy_input::declare_caps(caps, &method, params);
-            }
-            let call = Call {
-                id,
-                method,
-                params,
-                era,
-                who: who.clone(),
-                request_bytes,
-                _session_hold: busy,
+                Err(r) => return Err((id, r)),
             };
+            let call = Call::checked(app, h, id, method, params, caller, request_bytes)?;
             match call.route(stream_ok) {
                 Route::Listen => call.listen(app, stream_ok).await,
                 Route::SetLevel => Ok(Outcome::Answer(call.set_level(app))),
                 Route::Subscription => Ok(Outcome::Answer(call.subscription(app).await)),
                 Route::Relayed => Ok(call.relayed(app).await),
-                Route::Modern => {
-                    let req = super::mrtr::Request {
-                        id: call.id,
-                        method: call.method,
-                        params: call.params,
-                        who: call.who,
-                        request_bytes: call.request_bytes,
-                    };
-                    Ok(super::mrtr::serve(app, req, stream_ok).await)
-                }
+                Route::Modern => Ok(super::mrtr::serve(app, call, stream_ok).await),
                 Route::Plain => Ok(Outcome::Answer(call.plain(app).await)),
             }
         }
     }
 }
 
-/// The request's legacy session, while its slot still holds it (expired
-/// but not yet swept counts: its calls may still run; the gate has checked
-/// it is the caller's): what a cancellation or an answer to a relayed
-/// request may act for.
-fn live_session(app: &App, h: &HeaderMap) -> Option<SessionId> {
-    let sid = session_header(h).ok().flatten()?;
-    app.sessions.owner(&sid).map(|_| sid)
-}
-
 /// `notifications/initialized` marks the session; `notifications/cancelled`
 /// drops the legacy request it names. Others are accepted and dropped.
-fn notification(app: &App, h: &HeaderMap, method: &str, params: Option<&Value>) {
+fn notification(app: &App, head: &Head, method: &str, params: Option<&Value>) {
     match method {
         "notifications/initialized" => {
-            if let Ok(Some(id)) = session_header(h) {
+            if let Some(id) = head.own_session(app) {
                 app.sessions.mark_initialized(&id);
             }
         }
         "notifications/cancelled" => {
             let request = params.and_then(|p| p.get("requestId"));
-            if let (Some(sid), Some(request)) = (live_session(app, h), request) {
+            if let (Some(sid), Some(request)) = (head.own_session(app), request) {
                 app.cancels.cancel(sid, request);
             }
         }
@@ -168,26 +132,45 @@ enum Route {
     Plain,
 }
 
-/// One request whose era and caller are known.
-struct Call {
-    id: Value,
-    method: String,
-    params: Option<Value>,
-    era: ClientEra,
-    who: Who,
-    /// Size of the message as received (the audit log's `request_bytes`).
-    request_bytes: usize,
-    /// A legacy session's hold on its idle clock, for as long as the call.
-    _session_hold: Option<Held>,
-}
-
 impl Call {
+    /// The admitted request after its era's own checks: a modern one's
+    /// headers and `_meta` (refusals audited), a legacy one's declared
+    /// client capabilities put where a modern upstream reads them.
+    fn checked(
+        app: &App,
+        h: &HeaderMap,
+        id: Value,
+        method: String,
+        params: Option<Value>,
+        caller: Caller,
+        request_bytes: usize,
+    ) -> Result<Call, (Value, Refusal)> {
+        let params = match &caller.held {
+            Some(held) => super::legacy_input::declare_caps(held.seen.caps, &method, params),
+            None => {
+                let (p, who) = (params.as_ref(), &caller.who);
+                if let Err(r) = modern_checks(app, h, &method, p, who.policy()) {
+                    audited::refused(app, &id, &method, p, who, request_bytes, &r.1);
+                    return Err((id, r));
+                }
+                params
+            }
+        };
+        Ok(Call {
+            id,
+            method,
+            params,
+            caller,
+            request_bytes,
+        })
+    }
+
     /// The dispatch table: methods mcp-edge answers itself in this era,
     /// then a relayed call (SSE, when the client takes a stream), then a
     /// plain one. (Decided here, awaited by the caller: one async layer
     /// less in every connection's future.)
     fn route(&self, stream_ok: bool) -> Route {
-        let legacy = matches!(self.era, ClientEra::Legacy(..));
+        let legacy = !self.caller.modern();
         match self.method.as_str() {
             "subscriptions/listen" if !legacy => Route::Listen,
             "logging/setLevel" if legacy => Route::SetLevel,
@@ -207,7 +190,7 @@ impl Call {
             self.id.clone(),
             self.params.as_ref(),
             stream_ok,
-            &self.who,
+            &self.caller.who,
         )
         .await;
         crate::metrics::count_request("subscriptions/listen", opened.is_ok());
@@ -227,7 +210,7 @@ impl Call {
     /// messages relayed to it (the upstreams are shared, so their own level
     /// is not set). -32602 for an unknown level.
     fn set_level(self, app: &App) -> Answer {
-        let ClientEra::Legacy(sid, _) = &self.era else {
+        let ClientEra::Legacy(sid, _) = &self.caller.era else {
             unreachable!("dispatched for legacy sessions only")
         };
         let level = (self.params.as_ref())
@@ -252,13 +235,13 @@ impl Call {
     /// A legacy `resources/subscribe` / `resources/unsubscribe`, kept in
     /// the subscription table ([`super::subscriptions`]).
     async fn subscription(self, app: &App) -> Answer {
-        let ClientEra::Legacy(sid, _) = &self.era else {
+        let ClientEra::Legacy(sid, _) = &self.caller.era else {
             unreachable!("dispatched for legacy sessions only")
         };
         let _busy = app.in_flight.enter();
         let t0 = Instant::now();
         let who = crate::subscriptions::Subscriber::Session(*sid);
-        let policy = self.who.policy();
+        let policy = self.caller.who.policy();
         let outcome =
             (app.resource_subscription(who, &self.method, self.params.as_ref(), policy)).await;
         observe(&self.method, t0);
@@ -268,7 +251,7 @@ impl Call {
     /// The answer of a request mcp-edge answers itself for a legacy session.
     fn answer_legacy(self, outcome: Result<Value, RpcError>) -> Answer {
         let outcome = outcome.map(Payload::from);
-        finish(self.id, &self.method, false, outcome, &self.who)
+        finish(self.id, &self.method, false, outcome, &self.caller.who)
     }
 
     /// A call whose upstream may send request-scoped messages: an SSE
@@ -276,10 +259,7 @@ impl Call {
     /// relays nothing ([`reply::hold`]).
     async fn relayed(self, app: &Arc<App>) -> Outcome {
         let (relay, rx) = crate::upstream::relay::Relay::new(
-            match self.era {
-                ClientEra::Legacy(sid, _) => Some(sid.to_header()),
-                ClientEra::Modern => None,
-            },
+            self.caller.era.session(),
             app.server.sse_queue_depth,
         );
         let (floor, caps) = self.relay_view();
@@ -287,7 +267,7 @@ impl Call {
         let keepalive = app.server.keepalive;
         // Registered now, so a cancellation sent as soon as the stream
         // opens finds the request.
-        let cancel = match self.era {
+        let cancel = match self.caller.era {
             ClientEra::Legacy(sid, _) => Some(app.cancels.register(sid, &self.id)),
             ClientEra::Modern => None,
         };
@@ -297,28 +277,28 @@ impl Call {
                 id,
                 method,
                 params,
-                era,
-                who,
+                caller,
                 request_bytes,
-                _session_hold,
             } = self;
             let _busy = app.in_flight.enter();
             let t0 = Instant::now();
+            let (who, modern) = (&caller.who, caller.modern());
+            let session = caller.era.session();
             let audit = audited::Pending::start(
                 &app,
                 &method,
                 params.as_ref(),
-                era.session(),
-                &who,
+                session,
+                who,
                 request_bytes,
             );
-            let call = app.call(&method, params, era == ClientEra::Modern, Some(relay), &who);
+            let call = dispatch(&app, &method, params, modern, Some(relay), who);
             let outcome = match cancel {
                 Some((_registered, cancelled)) => super::cancel::cancellable(call, cancelled).await,
                 None => call.await,
             };
             observe(&method, t0);
-            finish_audited(audit, id, &method, era == ClientEra::Modern, outcome, &who).response
+            finish_audited(audit, id, &method, modern, outcome, who).response
         };
         match reply::hold(rx, Box::pin(fut), keepalive).await {
             reply::Held::Answer(response) => Outcome::Answer(Answer {
@@ -336,9 +316,9 @@ impl Call {
     /// upstream's request for another is not relayed to it; a modern
     /// caller's are checked by [`super::mrtr`]).
     fn relay_view(&self) -> (Option<usize>, Option<ClientCaps>) {
-        match &self.era {
+        match &self.caller.era {
             ClientEra::Legacy(..) => {
-                let s = self._session_hold.as_ref().map(|b| b.seen);
+                let s = self.caller.held.as_ref().map(|b| b.seen);
                 let floor = s.map_or(0, |s| s.log_floor);
                 (
                     Some(usize::from(floor)),
@@ -355,28 +335,22 @@ impl Call {
         }
     }
 
-    /// Any other request: through [`App::call`], answered in one response.
+    /// Any other request: through [`dispatch`], answered in one response.
     async fn plain(self, app: &App) -> Answer {
         let Call {
             id,
             method,
             params,
-            era,
-            who,
+            caller,
             request_bytes,
-            _session_hold,
         } = self;
         let _busy = app.in_flight.enter();
         let t0 = Instant::now();
-        let audit = audited::Pending::start(
-            app,
-            &method,
-            params.as_ref(),
-            era.session(),
-            &who,
-            request_bytes,
-        );
-        let call = app.call(&method, params, era == ClientEra::Modern, None, &who);
+        let (who, modern, era) = (&caller.who, caller.modern(), caller.era);
+        let session = era.session();
+        let audit =
+            audited::Pending::start(app, &method, params.as_ref(), session, who, request_bytes);
+        let call = dispatch(app, &method, params, modern, None, who);
         // A legacy request can be cancelled by its session's
         // `notifications/cancelled` ([`super::cancel`]); a modern one by
         // closing its connection. (Written out, not a generic helper: each
@@ -390,7 +364,7 @@ impl Call {
             ClientEra::Modern => call.await,
         };
         observe(&method, t0);
-        finish_audited(audit, id, &method, era == ClientEra::Modern, outcome, &who)
+        finish_audited(audit, id, &method, modern, outcome, who)
     }
 }
 

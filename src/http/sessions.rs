@@ -46,13 +46,17 @@ impl Sessions {
     fn with<R>(&self, f: impl FnOnce(&mut Table) -> R) -> R {
         let (r, ended, live) = {
             let mut t = self.table.lock().expect("sessions");
+            let before = t.len();
             let r = f(&mut t);
             // Collected only when something ended (rare): no allocation
             // on the request path.
             let ended: Vec<SessionId> = t.take_ended().map(|(id, _)| id).collect();
-            (r, ended, t.len())
+            (r, ended, (t.len() != before).then_some(t.len()))
         };
-        metrics::gauge!(crate::metrics::SESSIONS_ACTIVE).set(live as f64);
+        // Only when the count moved: nothing registered per request.
+        if let Some(live) = live {
+            metrics::gauge!(crate::metrics::SESSIONS_ACTIVE).set(live as f64);
+        }
         if !ended.is_empty() {
             self.finish(&ended);
         }

@@ -49,7 +49,7 @@ impl InProcess {
     /// Waits (up to 30 s) until `/readyz` would say ready.
     pub async fn wait_ready(&self) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while !self.app.ready.load(std::sync::atomic::Ordering::Relaxed) {
+        while !self.app.is_ready() {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "not ready within 30 s"
@@ -78,7 +78,7 @@ impl InProcess {
 
     /// What the last reload left for `/status`.
     pub fn last_reload(&self) -> Option<mcp_edge::http::admin::LastReload> {
-        self.app.last_reload.lock().unwrap().clone()
+        self.app.last_reload()
     }
 
     /// Stops it as `SIGTERM` would, waiting (up to 30 s) for the end.
