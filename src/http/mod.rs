@@ -301,6 +301,18 @@ impl App {
         self.access_gen.send_modify(|g| *g += 1);
     }
 
+    /// What a session that has just left the table held goes: its GET
+    /// streams end, its relayed requests and resource subscriptions are
+    /// forgotten (a session evicted or expired by `initialize`).
+    pub fn session_ended(&self, id: crate::session::SessionId) {
+        self.sessions_changed.notify_waiters();
+        let header = id.to_header();
+        for up in self.router.upstreams().iter() {
+            up.forget_session(&header);
+        }
+        (self.subscriptions).remove_subscriber(crate::subscriptions::Subscriber::Session(id));
+    }
+
     /// Forgets the resource subscriptions of legacy sessions no longer in
     /// the table (expired or evicted); returns how many.
     pub fn forget_gone_sessions(&self) -> usize {

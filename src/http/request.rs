@@ -426,9 +426,12 @@ fn initialize(
     };
     let caps = ClientCaps::parse(params.and_then(|p| p.get("capabilities")));
     let mut table = app.sessions.lock().expect("sessions");
-    let sid = match table.insert(version, who.owner(), caps, Instant::now()) {
+    let shares = who.access.shares();
+    let inserted = match table.insert(version, who.owner(), caps, shares, Instant::now()) {
         Ok(s) => s,
-        Err(e @ SessionError::Full { retry_after, .. }) => {
+        Err(
+            e @ (SessionError::Full { retry_after, .. } | SessionError::Share { retry_after, .. }),
+        ) => {
             let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
             let r = RpcError::new(protocol::SESSIONS_FULL, e.to_string())
                 .with_data(json!({"retryAfterSeconds": secs}));
@@ -447,6 +450,11 @@ fn initialize(
     };
     metrics::gauge!(crate::metrics::SESSIONS_ACTIVE).set(table.len() as f64);
     drop(table);
+    // What the sessions ended to make room held goes now, as for a DELETE.
+    for gone in [inserted.expired, inserted.evicted].into_iter().flatten() {
+        app.session_ended(gone);
+    }
+    let sid = inserted.id;
     crate::metrics::count_request("initialize", true);
     let result = json!({
         "protocolVersion": version.as_str(),
