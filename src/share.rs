@@ -33,16 +33,24 @@
 /// mark. Empty: no `[[client]]`, no shares.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Shares {
-    clients: Box<[(u64, u32)]>,
+    clients: Vec<(u64, u32)>,
     total: u64,
 }
 
 impl Shares {
     /// The shares of `clients` (owner mark, weight ≥ 1), in config order.
     pub fn new(clients: impl IntoIterator<Item = (u64, u32)>) -> Shares {
-        let clients: Box<[(u64, u32)]> = clients.into_iter().collect();
+        let clients: Vec<(u64, u32)> = clients.into_iter().collect();
         let total = clients.iter().map(|(_, w)| u64::from(*w)).sum();
         Shares { clients, total }
+    }
+
+    /// No shares (no `[[client]]`).
+    pub const fn none() -> Shares {
+        Shares {
+            clients: Vec::new(),
+            total: 0,
+        }
     }
 
     /// Whether shares apply (some `[[client]]` is configured).
@@ -74,6 +82,27 @@ impl Shares {
         let (total, weight) = (self.total as i64, i64::from(self.weight(mark)));
         i64::from(held) * total - capacity as i64 * weight
     }
+}
+
+/// A client asking for a place: its owner mark, and the shares of the
+/// config generation it was admitted under.
+#[derive(Debug, Clone, Copy)]
+pub struct Claimant<'a> {
+    /// The clients' shares.
+    pub shares: &'a Shares,
+    /// Its owner mark.
+    pub owner: u64,
+}
+
+/// [`Claimant::NOBODY`]'s shares.
+const NO_SHARES: Shares = Shares::none();
+
+impl Claimant<'static> {
+    /// Nobody in particular (the gateway's own requests): no share applies.
+    pub const NOBODY: Claimant<'static> = Claimant {
+        shares: &NO_SHARES,
+        owner: 0,
+    };
 }
 
 /// Places held per client in one table (owner mark → count): an entry per

@@ -49,7 +49,7 @@ where
             Err(refused) => refused,
             Ok(who) => match *req.method() {
                 Method::POST => post(app, req, who).await,
-                Method::GET => get(app, req.headers()),
+                Method::GET => get(app, req.headers(), &who),
                 Method::DELETE => delete(app, req.headers()),
                 _ => reply::method_not_allowed(),
             },
@@ -75,14 +75,39 @@ fn forbidden(app: &App, why: &str) -> Response<Body> {
     .into_response(Value::Null)
 }
 
-fn get(app: Arc<App>, h: &HeaderMap) -> Response<Body> {
+/// A legacy session's GET stream: charged to the client's rate when it
+/// opens (429), then a place in the stream pool under the client's share
+/// (503), then the session's own bound (429).
+fn get(app: Arc<App>, h: &HeaderMap, who: &Who) -> Response<Body> {
     let id = match session_header(h) {
         Err(r) => return r.into_response(Value::Null),
         Ok(None) => return reply::method_not_allowed(),
         Ok(Some(id)) => id,
     };
-    // A place in the shared pool first, so a full pool costs the session nothing.
-    let place = match app.streams.take() {
+    if let Err(e) = super::gate::charge(&app, who) {
+        return Refusal(StatusCode::TOO_MANY_REQUESTS, e).into_response(Value::Null);
+    }
+    // A stream of another client may end for this one: not for a session
+    // that is gone or has all its streams open.
+    let session = app
+        .sessions
+        .lock()
+        .expect("sessions")
+        .peek(&id, Instant::now());
+    let max = crate::limits::MAX_STREAMS_PER_SESSION;
+    if session.is_some_and(|s| s.streams >= max) {
+        metrics::counter!(crate::metrics::REFUSED, "limit" => "streams_per_session").increment(1);
+        let e = SessionError::TooManyStreams { max };
+        return refuse(
+            StatusCode::TOO_MANY_REQUESTS,
+            protocol::INVALID_REQUEST,
+            e.to_string(),
+        )
+        .into_response(Value::Null);
+    }
+    // A place in the shared pool before the session counts the stream, so
+    // a full pool costs the session nothing.
+    let place = match app.streams.take(who.access.shares(), who.owner()) {
         Ok(p) => p,
         Err((status, e)) => return Refusal(status, e).into_response(Value::Null),
     };

@@ -3,12 +3,17 @@
 //! `WWW-Authenticate: Bearer realm="mcp-edge"`, RFC 6750 §3) and whether
 //! the legacy session it names is its own (404 as for an unknown id,
 //! `../shared/spec/2025-11-25/basic/transports.mdx` §Session Management).
+//! With `[[client]]`s, the connection becomes one of the client's places in
+//! the connection table ([`super::conns::Tracker::claim`]: 503 naming
+//! `connection_share`, and the connection closed, when the client holds
+//! its share and the places left are kept for others).
 //! Then, once the message is read, each JSON-RPC *request* is charged to
-//! the client's rate ([`charge`]: 429 with `Retry-After`); notifications,
-//! answers, GET and DELETE are not, so a client over its rate can still
-//! cancel, answer and end its session. Each refusal is counted in
-//! `mcp_edge_refused_total` (`auth`, `rate`) and logged with the peer
-//! address under [`crate::access::Throttle`].
+//! the client's rate ([`charge`]: 429 with `Retry-After`), and so is each
+//! GET stream as it opens; notifications, answers and DELETE are not, so a
+//! client over its rate can still cancel, answer and end its session. Each
+//! refusal is counted in `mcp_edge_refused_total` (`auth`, `rate`,
+//! `connection_share`) and logged with the peer address under
+//! [`crate::access::Throttle`].
 
 use super::era::session_header;
 use super::reply::refuse;
@@ -31,6 +36,11 @@ pub(super) fn admit<B>(app: &App, req: &Request<B>) -> Result<Who, Response<Body
         Err(e) => return Err(unauthorized(app, peer, e)),
     };
     let who = Who { access, caller };
+    if let Some(conn) = req.extensions().get::<super::conns::Tracker>() {
+        if let Err(e) = conn.claim(who.access.shares(), who.owner()) {
+            return Err(over_share(app, &who, e));
+        }
+    }
     // A session presented by another caller is answered as an unknown one.
     if let Ok(Some(id)) = session_header(req.headers()) {
         // Expired but not yet swept counts too: its calls may still run.
@@ -73,6 +83,23 @@ fn rate_error(who: &Who, wait: Duration) -> RpcError {
         ),
     )
     .with_data(json!({"retryAfterSeconds": secs}))
+}
+
+/// The 503 of a request whose client holds its share of the connections
+/// (counted as `connection_share`); the connection ends with it.
+fn over_share(app: &App, who: &Who, e: super::conns::ShareRefusal) -> Response<Body> {
+    metrics::counter!(crate::metrics::REFUSED, "limit" => "connection_share").increment(1);
+    if let Some(skipped) = app.refusal_log.allow(Instant::now()) {
+        tracing::info!(client = who.name(), skipped, "503: {e}");
+    }
+    let err = RpcError::new(protocol::CONNECTIONS_FULL, e.to_string())
+        .with_data(json!({"retryAfterSeconds": 1, "limit": "connection_share"}));
+    let mut r =
+        super::reply::Refusal(StatusCode::SERVICE_UNAVAILABLE, err).into_response(Value::Null);
+    // The body was not read: say the connection ends (RFC 9112 §9.6).
+    let h = r.headers_mut();
+    h.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    r
 }
 
 fn peer_addr(peer: Option<&Peer>) -> String {

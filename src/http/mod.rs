@@ -345,7 +345,14 @@ impl App {
             _ => {
                 let caller = tasks::caller(who, params.as_ref(), modern);
                 let mut r = (self.router)
-                    .dispatch_as(method, params, relay, who.policy(), caller)
+                    .dispatch_as(
+                        method,
+                        params,
+                        relay,
+                        who.policy(),
+                        caller,
+                        who.access.shares(),
+                    )
                     .await;
                 // A list missing a connected upstream's part must not be
                 // cached as complete: ttlMs 0 (2026-07-28 caching hints).

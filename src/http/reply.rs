@@ -245,6 +245,9 @@ pub fn session_stream(
                     // The gateway is shutting down: the stream ends (the
                     // client reconnects to whatever runs next).
                     _ = stopping.wait_for(|s| *s) => return None,
+                    // Its place went to a client under its share: the
+                    // stream ends cleanly (the session stays).
+                    _ = guard.2.evicted() => return None,
                     _ = iv.tick() => Some(sse::keepalive()),
                     _ = updated => resource_updates(&app, who, None),
                     _ = app.sessions_changed.notified() => None,
@@ -331,11 +334,7 @@ pub(crate) fn list_changed(
 
 /// Gives a GET stream's place back to its session, and its place in the
 /// stream pool, when the stream ends.
-struct StreamGuard(
-    Arc<App>,
-    SessionId,
-    #[allow(dead_code)] super::streams::StreamPlace,
-);
+struct StreamGuard(Arc<App>, SessionId, super::streams::StreamPlace);
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
