@@ -33,10 +33,12 @@
 //! (its request is answered 503 naming `connection_share`, and the
 //! connection closed), so its busy connections — streams, slow calls —
 //! always leave a place for the others; and the connection closed to admit
-//! a new one is the longest idle of the client furthest over its share.
-//! A connection no request head named yet is idle and belongs to nobody:
-//! its place counts as one a client may still have, and it is closed after
-//! those of clients over their share.
+//! a new one is the longest idle of the client furthest over its share —
+//! at once, without the grace period: a client over its share that keeps
+//! its kept-alive connections busy every few hundred milliseconds cannot
+//! make others wait behind them. A connection no request head named yet is
+//! idle and belongs to nobody: its place counts as one a client may still
+//! have, and it is closed after those of clients over their share.
 //!
 //! The table never reads the clock: the accept loop passes `now` to every
 //! call. A request that ends in between ([`Busy`]'s drop) marks its
@@ -219,6 +221,7 @@ impl<P> Drop for Place<P> {
     fn drop(&mut self) {
         let mut t = self.conns.table.lock().expect("conns");
         t.entries[self.index] = None;
+        metrics::gauge!(crate::metrics::CONNECTIONS).decrement(1.0);
         match self.slot.owner.load(Ordering::Relaxed) {
             UNNAMED => {}
             owner => t.counts.remove(owner),
@@ -485,6 +488,7 @@ impl Conns {
         let slot = Arc::new(Slot::default());
         slot.since.store(now, Ordering::Relaxed);
         t.entries[index] = Some((peer, slot.clone()));
+        metrics::gauge!(crate::metrics::CONNECTIONS).increment(1.0);
         Place {
             index,
             slot,
@@ -494,10 +498,11 @@ impl Conns {
     }
 }
 
-/// Of `entries`, tells one idle for at least the grace period to close —
-/// the highest `rank` (how far its client is over its share), then the
-/// one idle longest — marking it, so a head or body end arriving now finds
-/// it closed; or says when the one idle longest comes of age. Stamps
+/// Of `entries`, tells one idle connection to close — the highest `rank`
+/// (how far its client is over its share; positive: over, and then it
+/// gets no grace period), then the one idle longest, of those idle for the
+/// grace period — marking it, so a head or body end arriving now finds it
+/// closed; or says when the one idle longest comes of age. Stamps
 /// connections gone idle since the last look.
 fn close_oldest<'a>(
     entries: impl Iterator<Item = &'a Entry>,
@@ -516,8 +521,9 @@ fn close_oldest<'a>(
     for (slot, seen) in idle {
         let at = since(slot);
         oldest = Some(oldest.map_or(at, |o| o.min(at)));
-        if now.saturating_sub(at) >= grace {
-            let key = (rank(slot), std::cmp::Reverse(at));
+        let rank = rank(slot);
+        if rank > 0 || now.saturating_sub(at) >= grace {
+            let key = (rank, std::cmp::Reverse(at));
             if chosen.as_ref().is_none_or(|(k, _, _)| key > *k) {
                 chosen = Some((key, slot, seen));
             }

@@ -122,6 +122,9 @@ pub const REQUESTS_HELD: &str = "mcp_edge_requests_held_total";
 pub const STREAMS: &str = "mcp_edge_streams";
 /// Gauge: places in the long-lived stream pool.
 pub const STREAMS_CAPACITY: &str = "mcp_edge_streams_capacity";
+/// Gauge: open downstream connections (places taken in `http::conns`, of
+/// `server.max_connections`).
+pub const CONNECTIONS: &str = "mcp_edge_connections";
 /// Gauge: modern callers' calls parked while a legacy upstream waits for
 /// their `inputResponses` (`http::parked`).
 pub const PARKED_CALLS: &str = "mcp_edge_parked_calls";

@@ -197,19 +197,23 @@ fn a_client_over_its_share_leaves_places_and_yields_its_idle_ones_first() {
     );
     t[4].claim(&shares, b).unwrap();
     t[5].claim(&shares, c).unwrap();
-    // c's connection went idle first, a's last: a's goes, being over.
+    // c's connection went idle first, a's just now: a's goes, being over
+    // its share, and at once (no grace period for it).
     let _busy: Vec<Busy> = t[1..4].iter().map(|x| x.begin(false).unwrap()).collect();
-    drop(t[0].begin(false).unwrap()); // a's t[0]: idle since this look
-    let later = at(t0, 10 + grace());
-    assert_eq!(
-        table.close_oldest_idle(at(t0, 10), &shares),
-        Yield::After(GRACE - Duration::from_millis(10))
-    );
-    assert_eq!(table.close_oldest_idle(later, &shares), Yield::Closed);
+    drop(t[0].begin(false).unwrap());
+    assert_eq!(table.close_oldest_idle(at(t0, 10), &shares), Yield::Closed);
     assert!(
         t[0].begin(false).is_none(),
         "a's idle connection was closed"
     );
     assert!(t[5].begin(false).is_some(), "c's, idle longer, was not");
+    // Others' idle connections wait for their grace period: b's goes then.
+    let wait = table.close_oldest_idle(at(t0, 20), &shares);
+    assert_eq!(wait, Yield::After(GRACE - Duration::from_millis(20)));
+    assert_eq!(
+        table.close_oldest_idle(at(t0, grace()), &shares),
+        Yield::Closed
+    );
+    assert!(t[4].begin(false).is_none(), "b's, idle longest");
     drop(places);
 }
