@@ -20,9 +20,12 @@
 //!   prompts ([`crate::router`] applies it).
 //! - **Rate.** A token bucket per client (`rate = "20/s"`: 20 a second,
 //!   burst 20), in a table fixed when the config is loaded.
+//! - **Share.** Each client's weight (`share = 1`) in the fair share of
+//!   every table clients share ([`Access::shares`], [`crate::share`]).
 
 use crate::config::{ClientConfig, Config, Credential};
 use crate::logline::Bucket;
+use crate::share::Shares;
 use std::sync::Mutex;
 use std::time::Duration;
 use subtle::ConstantTimeEq;
@@ -32,6 +35,8 @@ use wildmatch::WildMatch;
 /// The `[[client]]` table of one config generation.
 pub struct Access {
     clients: Vec<Client>,
+    /// Each client's weight in the shared tables, by owner mark.
+    shares: Shares,
 }
 
 struct Client {
@@ -43,6 +48,8 @@ struct Client {
     subject: Option<Vec<(String, String)>>,
     policy: Policy,
     bucket: Option<Mutex<Bucket>>,
+    /// `share`: its weight in the shared tables.
+    share: u32,
 }
 
 /// Who sent a request, within one [`Access`] generation.
@@ -77,16 +84,23 @@ impl Access {
     /// The table of `config`'s `[[client]]`s (empty: everyone anonymous);
     /// rate buckets start full at `now`.
     pub fn new(config: &Config, now: Instant) -> Access {
-        Access {
-            clients: config.clients.iter().map(|c| Client::new(c, now)).collect(),
-        }
+        let clients: Vec<Client> = config.clients.iter().map(|c| Client::new(c, now)).collect();
+        let shares = Shares::new(clients.iter().map(|c| (c.owner, c.share)));
+        Access { clients, shares }
     }
 
     /// No `[[client]]`: everyone anonymous.
     pub fn open() -> Access {
         Access {
             clients: Vec::new(),
+            shares: Shares::default(),
         }
+    }
+
+    /// The clients' shares of every shared table ([`crate::share`]; none
+    /// when nobody is asked who they are).
+    pub fn shares(&self) -> &Shares {
+        &self.shares
     }
 
     /// True when callers must say who they are.
@@ -221,6 +235,7 @@ impl Client {
             subject,
             policy: Policy::new(c.allow.as_deref(), &c.deny),
             bucket: c.rate.map(|r| Mutex::new(Bucket::new(r.count, r.per, now))),
+            share: c.share,
         }
     }
 }
@@ -327,6 +342,7 @@ mod tests {
             allow: None,
             deny: Vec::new(),
             rate: None,
+            share: 1,
         }
     }
 

@@ -25,6 +25,7 @@
 //! | [`audit`] | the audit log: one JSON line per call, a bounded queue in front of one writer thread; rotated file or journal |
 //! | [`budget`] | the worst-case live heap a config allows (capacity × measured cost) |
 //! | [`drain`] | counting running calls/requests and waiting for them (shutdown, reload) |
+//! | [`share`] | fair shares of the fixed tables among configured clients (`[[client]] share`): per-client counts and the one decision — take a free place, take an idle place of the client furthest over its share, or refuse |
 //! | [`session`] | the fixed-capacity legacy session table (time passed in) |
 //! | [`access`] | who a downstream caller is (`[[client]]`: bearer token or TLS client certificate), what it may see and call, its rate |
 //! | [`subscriptions`] | the fixed table of downstream resource subscriptions (who wants which URI from which upstream) |
@@ -66,6 +67,7 @@ pub mod reaper;
 pub mod router;
 pub mod sandbox;
 pub mod session;
+pub mod share;
 pub mod subscriptions;
 pub mod supervisor;
 pub mod tasks;

@@ -57,6 +57,10 @@ pub const PARKED_CALLS_FULL: i64 = -31009;
 /// unusable), so a task an upstream created cannot be handed to the caller
 /// (it is cancelled upstream).
 pub const TASKS_FULL: i64 = -31010;
+/// Gateway-local error: the client holds its share of the connections or
+/// more and the places left are kept for other clients (HTTP 503,
+/// `connection_share`; [`crate::share`]).
+pub const CONNECTIONS_FULL: i64 = -31011;
 /// JSON-RPC code of the answer to a request the client cancelled (the code
 /// LSP uses; MCP defines none, and the client ignores the answer anyway).
 pub const REQUEST_CANCELLED: i64 = -32800;

@@ -11,42 +11,12 @@
 //! time), and the id stays unguessable (128 random bits).
 
 use crate::protocol::{ClientCaps, ProtocolVersion};
+use crate::share::{Counts, Shares};
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// A session id as sent in `Mcp-Session-Id`: 36 visible ASCII characters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct SessionId {
-    secret: [u8; 16],
-    slot: u16,
-}
-
-impl SessionId {
-    /// The header value (lowercase hex: 32 secret digits + 4 slot digits).
-    pub fn to_header(&self) -> String {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut s = String::with_capacity(36);
-        let slot = self.slot.to_be_bytes();
-        for b in self.secret.iter().chain(&slot) {
-            s.push(HEX[usize::from(b >> 4)] as char);
-            s.push(HEX[usize::from(b & 0xf)] as char);
-        }
-        s
-    }
-
-    /// Parses a header value; `None` for anything not produced by [`SessionId::to_header`].
-    pub fn parse(s: &str) -> Option<SessionId> {
-        if s.len() != 36 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return None;
-        }
-        let mut secret = [0u8; 16];
-        for (i, b) in secret.iter_mut().enumerate() {
-            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
-        }
-        let slot = u16::from_str_radix(&s[32..], 16).ok()?;
-        Some(SessionId { secret, slot })
-    }
-}
+mod id;
+pub use id::SessionId;
 
 /// What one legacy session holds: fixed-size, no heap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,8 +61,13 @@ struct Slot {
 pub enum Removal {
     /// Idle for `idle_timeout` or longer.
     Idle,
-    /// Least recently used, evicted to make room for a new `initialize`.
+    /// Least recently used, evicted to make room for a new `initialize`
+    /// of its own client (or of anyone, without `[[client]]`s).
     Lru,
+    /// Evicted for a new `initialize` of a client under its share: the
+    /// least recently used idle session of the client furthest over its
+    /// share ([`crate::share`]).
+    Share,
     /// Ended by the client (HTTP DELETE).
     Deleted,
     /// Its client is no longer in the `[[client]]` table (a reload).
@@ -106,6 +81,7 @@ impl Removal {
         match self {
             Removal::Idle => "idle",
             Removal::Lru => "lru",
+            Removal::Share => "share",
             Removal::Deleted => "deleted",
             Removal::Revoked => "revoked",
             Removal::Shutdown => "shutdown",
@@ -123,6 +99,21 @@ pub enum SessionError {
         /// The table's fixed capacity.
         capacity: usize,
         /// Until the oldest session may be evicted.
+        retry_after: Duration,
+    },
+    /// The client holds its share of the table or more, and the places
+    /// left are kept for clients under theirs ([`crate::share`]): HTTP 503.
+    #[error("the session table keeps its last places for clients under their share; \
+             this client holds {held}, its share is {share} of {capacity} (session_share); \
+             retry in {}s", retry_after.as_secs().max(1))]
+    Share {
+        /// Sessions the client holds.
+        held: usize,
+        /// Its share of the table, in whole sessions.
+        share: usize,
+        /// The table's fixed capacity.
+        capacity: usize,
+        /// Until its least recently used session may be replaced.
         retry_after: Duration,
     },
     /// Unknown, deleted or expired id: HTTP 404.
@@ -169,6 +160,21 @@ pub struct Table {
     head: u32,
     tail: u32,
     free: u32,
+    /// Sessions held per owner mark ([`crate::share`]).
+    counts: Counts,
+}
+
+/// What [`Table::insert`] did: the new session, and the sessions it ended
+/// to make room (each must be ended fully by the caller: its streams,
+/// relayed requests and subscriptions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Inserted {
+    /// The new session.
+    pub id: SessionId,
+    /// An expired session removed (reason `idle`).
+    pub expired: Option<SessionId>,
+    /// An idle session evicted (reason `lru` or `share`).
+    pub evicted: Option<SessionId>,
 }
 
 impl Table {
@@ -199,6 +205,7 @@ impl Table {
             head: NIL,
             tail: NIL,
             free: 0,
+            counts: Counts::new(),
         }
     }
 
@@ -270,7 +277,9 @@ impl Table {
         }
         self.ended.push((id, why));
         let s = &mut self.slots[i as usize];
-        s.session = None;
+        if let Some(gone) = s.session.take() {
+            self.counts.remove(gone.owner);
+        }
         s.secret = [0; 16];
         s.prev = NIL;
         s.next = self.free;
@@ -295,48 +304,39 @@ impl Table {
     }
 
     /// Creates a session for an `initialize` that negotiated `version`, owned
-    /// by `owner` ([`Session::owner`]) with the client's declared `caps`. When
-    /// full, the least recently used session is evicted if it has been idle
-    /// for `min_idle_before_evict` (reason `lru`, or `idle` if it had expired).
-    /// Errors: [`SessionError::Full`] (counted as `session_capacity`), [`SessionError::Random`].
+    /// by `owner` ([`Session::owner`]) with the client's declared `caps`,
+    /// under the clients' `shares` ([`crate::share::decide`]). When full, an
+    /// expired session at the head of the recency list goes first (reason
+    /// `idle`). Then a client under its share takes the least recently used
+    /// session with no request in flight of the client furthest over its
+    /// share, however recently used (reason `share`); any client may replace
+    /// its own least recently used session once that has been idle
+    /// `min_idle_before_evict` (reason `lru`; without `[[client]]`s, anyone's
+    /// is everyone's). A client at or over its share does not take one of
+    /// the last free slots while other clients are under theirs (one is kept
+    /// for each). The sessions ended are in the [`Inserted`]: the caller ends
+    /// what they held. Errors: [`SessionError::Full`] (counted as
+    /// `session_capacity`), [`SessionError::Share`] (`session_share`),
+    /// [`SessionError::Random`]; the table is unchanged then.
     pub fn insert(
         &mut self,
         version: ProtocolVersion,
         owner: u64,
         caps: ClientCaps,
+        shares: &Shares,
         now: Instant,
-    ) -> Result<SessionId, SessionError> {
-        if self.free == NIL {
-            let lru = self.head;
-            // Every session busy: none may go (whatever the minimum idle,
-            // which may be 0 s).
-            let idle = match lru {
-                NIL => None,
-                _ => Some(self.idle_for(lru, now)),
-            };
-            let Some(idle) = idle else {
-                metrics::counter!(crate::metrics::REFUSED, "limit" => "session_capacity")
-                    .increment(1);
-                return Err(SessionError::Full {
-                    capacity: self.capacity(),
-                    retry_after: self.min_idle_before_evict.max(Duration::from_secs(1)),
-                });
-            };
-            if idle >= self.idle_timeout {
-                self.release(lru, Removal::Idle);
-            } else if idle >= self.min_idle_before_evict {
-                self.release(lru, Removal::Lru);
-            } else {
-                metrics::counter!(crate::metrics::REFUSED, "limit" => "session_capacity")
-                    .increment(1);
-                return Err(SessionError::Full {
-                    capacity: self.capacity(),
-                    retry_after: self.min_idle_before_evict - idle,
-                });
-            }
-        }
+    ) -> Result<Inserted, SessionError> {
         let mut secret = [0u8; 16];
         getrandom::fill(&mut secret).map_err(|e| SessionError::Random(e.to_string()))?;
+        let mut expired = None;
+        if self.free == NIL
+            && self.head != NIL
+            && self.idle_for(self.head, now) >= self.idle_timeout
+        {
+            expired = Some(self.id_at(self.head));
+            self.release(self.head, Removal::Idle);
+        }
+        let evicted = self.make_room(owner, shares, now)?;
         let i = self.free;
         self.free = self.slots[i as usize].next;
         let slot = &mut self.slots[i as usize];
@@ -353,10 +353,20 @@ impl Table {
         });
         self.push_tail(i);
         self.live += 1;
-        Ok(SessionId {
-            secret,
-            slot: i as u16,
+        self.counts.add(owner);
+        Ok(Inserted {
+            id: self.id_at(i),
+            expired,
+            evicted,
         })
+    }
+
+    /// The id of live slot `i`.
+    pub(super) fn id_at(&self, i: u32) -> SessionId {
+        SessionId {
+            secret: self.slots[i as usize].secret,
+            slot: i as u16,
+        }
     }
 
     fn find(&self, id: &SessionId) -> Option<u32> {
@@ -557,5 +567,6 @@ impl Table {
     }
 }
 
+mod room;
 #[cfg(test)]
 mod tests;

@@ -56,6 +56,7 @@ pub(super) fn client(ctx: &Ctx, base: &str, raw: RawClient, mtls: bool) -> Resul
         allow: raw.allow.map(|a| globs(ctx, &k("allow"), a)).transpose()?,
         deny: globs(ctx, &k("deny"), raw.deny.unwrap_or_default())?,
         rate: raw.rate.map(|r| rate(ctx, &k("rate"), &r)).transpose()?,
+        share: share(ctx, &k("share"), raw.share)?,
     })
 }
 
@@ -220,6 +221,14 @@ fn globs(ctx: &Ctx, key: &str, globs: Vec<String>) -> Result<Vec<String>> {
     Ok(globs)
 }
 
+/// `share`: a weight in 1..=[`limits::MAX_CLIENT_SHARE`], default
+/// [`limits::DEFAULT_CLIENT_SHARE`].
+fn share(ctx: &Ctx, key: &str, raw: Option<super::raw::RawInt>) -> Result<u32> {
+    let (default, max) = (limits::DEFAULT_CLIENT_SHARE, limits::MAX_CLIENT_SHARE);
+    let n = super::values::int(ctx, key, raw, (1, max as usize), default as usize)?;
+    Ok(n as u32)
+}
+
 /// `"N/s"`, `"N/m"`, `"N/h"` (also `sec`, `min`, `hour`), N in
 /// 1..=[`limits::MAX_CLIENT_RATE`].
 pub(super) fn rate(ctx: &Ctx, key: &str, s: &str) -> Result<Rate> {
@@ -380,6 +389,26 @@ mod tests {
         let e = one(&format!("name = \"a\"\ntoken_file = {gone:?}"), false).unwrap_err();
         assert_eq!(e.key(), Some("client[2].token_file"));
         assert!(e.to_string().contains(&gone.display().to_string()), "{e}");
+    }
+
+    #[test]
+    fn share_is_a_positive_weight_defaulting_to_one() {
+        let base = format!("name = \"a\"\ntoken_sha256 = \"{HEX}\"\n");
+        assert_eq!(one(&base, false).unwrap().share, 1);
+        assert_eq!(one(&format!("{base}share = 3"), false).unwrap().share, 3);
+        for bad in ["0", "-1", "1001", "\"2\""] {
+            let text = format!("{base}share = {bad}");
+            match toml::from_str::<RawClient>(&text) {
+                Ok(_) => {
+                    let e = one(&text, false).unwrap_err();
+                    assert_eq!(e.key(), Some("client[2].share"), "{bad}");
+                    assert!(e.to_string().contains("between 1 and 1000"), "{e}");
+                }
+                Err(e) => assert!(e.to_string().contains("share"), "{bad}: {e}"),
+            }
+        }
+        let unknown = toml::from_str::<RawClient>(&format!("{base}weight = 2"));
+        assert!(unknown.is_err(), "unknown keys are refused");
     }
 
     #[test]

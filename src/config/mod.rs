@@ -86,7 +86,10 @@
 //!   least-recently-used session that has been idle at least this long; if
 //!   none has, the client gets 503 with `Retry-After`. `"0s"` lets any idle
 //!   session be evicted. Longer than `session_idle_timeout` is an error (such
-//!   a session would already have expired).
+//!   a session would already have expired). With `[[client]]`s it guards a
+//!   client's own sessions only: a client under its fair share evicts the
+//!   least recently used session with no call in flight of the client
+//!   furthest over its share, however recently used ([`crate::share`]).
 //! - `server.sse_queue_depth` (default [`crate::limits::RELAY_QUEUE_DEPTH`]):
 //!   messages queued for one downstream SSE response (upstream notifications,
 //!   relayed requests during a call) before further ones are dropped and

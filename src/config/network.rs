@@ -28,6 +28,7 @@
 //! allow = ["files__read_*", "edge__*"]            # globs over exposed tool and prompt names; absent: everything
 //! deny = ["files__write_*"]                       # globs; a name matching allow and deny is denied
 //! rate = "20/s"                                   # "N/s" | "N/m" | "N/h", N 1..=limits::MAX_CLIENT_RATE, burst N
+//! share = 1                                       # weight in the fair share of every shared table, 1..=limits::MAX_CLIENT_SHARE
 //!
 //! [audit]                                         # whole section optional: absent = no audit log
 //! path = "/var/lib/mcp-edge/audit.jsonl"          # required: an absolute path, or "journal"
@@ -196,6 +197,11 @@ pub struct ClientConfig {
     /// `rate`: a token bucket (`"20/s"`: 20 requests a second, burst 20);
     /// `None` = unlimited.
     pub rate: Option<Rate>,
+    /// `share`: the client's weight in the fair share of every shared
+    /// table (1..=[`crate::limits::MAX_CLIENT_SHARE`], default 1): its
+    /// share of a table is capacity × share / the total of every client's
+    /// ([`crate::share`]).
+    pub share: u32,
 }
 
 /// A `[[client]]`'s credential: exactly one of `token_file`,

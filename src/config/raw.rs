@@ -70,6 +70,7 @@ pub(super) struct RawClient {
     pub allow: Option<Vec<String>>,
     pub deny: Option<Vec<String>>,
     pub rate: Option<String>,
+    pub share: Option<RawInt>,
 }
 
 /// `[audit]`.

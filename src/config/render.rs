@@ -124,6 +124,7 @@ fn client(o: &mut String, c: &ClientConfig) {
         Some(r) => kv(o, "rate", quote(&rate(r))),
         None => o.push_str("# rate: not set (unlimited)\n"),
     }
+    kv(o, "share", c.share.to_string());
 }
 
 /// The `[audit]` section, or a comment that there is none.

@@ -350,8 +350,17 @@ async fn bind(
     addr: SocketAddr,
     error: impl FnOnce(SocketAddr, std::io::Error) -> GatewayError,
 ) -> Result<TcpListener, GatewayError> {
-    TcpListener::bind(addr)
-        .await
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+    };
+    let listen = |s: tokio::net::TcpSocket| {
+        s.set_reuseaddr(true)?;
+        s.bind(addr)?;
+        s.listen(crate::limits::LISTEN_BACKLOG)
+    };
+    socket
+        .and_then(listen)
         .map_err(|source| error(addr, source))
 }
 

@@ -63,7 +63,7 @@ pub async fn accept_loop(
         };
         let permit = match permit {
             Some(p) => p,
-            None => match make_room(&permits, &conns, admission, &mut shutdown).await {
+            None => match make_room(&app, &permits, &conns, admission, &mut shutdown).await {
                 Some(p) => p,
                 None => return,
             },
@@ -79,8 +79,10 @@ pub async fn accept_loop(
 /// its permit taken once it has finished; while every connection is busy,
 /// waits for one to end or become idle. A closing connection that takes
 /// longer than a grace period (flushing a response to a slow client) gets
-/// another one closed beside it. `None` at shutdown.
+/// another one closed beside it. With `[[client]]`s, the connection closed
+/// is one of the client furthest over its share. `None` at shutdown.
 async fn make_room(
+    app: &App,
     permits: &Arc<Semaphore>,
     conns: &conns::Conns,
     admission: conns::Admission,
@@ -98,7 +100,8 @@ async fn make_room(
             closed = false;
             Some(crate::limits::CONNECTION_YIELD_GRACE)
         } else {
-            match conns.close_oldest_idle(tokio::time::Instant::now()) {
+            let access = app.access();
+            match conns.close_oldest_idle(tokio::time::Instant::now(), access.shares()) {
                 conns::Yield::Closed => {
                     metrics::counter!(crate::metrics::REFUSED, "limit" => "idle_connections")
                         .increment(1);
@@ -234,6 +237,8 @@ where
     let marks = tracker.clone();
     let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         req.extensions_mut().insert(Peer::clone(&peer));
+        // The gate names the connection's client in the table with it.
+        req.extensions_mut().insert(marks.clone());
         let busy = marks.begin(!hyper::body::Body::is_end_stream(req.body()));
         let app = app.clone();
         async move {

@@ -11,7 +11,7 @@
 //! - `GET /status`: JSON `{version, ready, sessions: {active, capacity},
 //!   heap: {live_bytes, peak_bytes, rss_bytes}, upstreams: [{name, transport,
 //!   state, detail, retry_in_secs, attempts, probes_ok, probes_missed,
-//!   stderr_tail}], tls: {cert, not_after, client_ca} | null, …}` (`tls`: the
+//!   in_flight, stderr_tail}], tls: {cert, not_after, client_ca} | null, …}` (`tls`: the
 //!   certificate new connections get, paths only, never key material).
 //! - `POST /upstreams/NAME/reconnect` (operator socket): an immediate
 //!   attempt (resets backoff and parking); 404 for an unknown name.
@@ -107,6 +107,7 @@ pub fn status_for(app: &App, tails: bool) -> Value {
                 "attempts": u.attempts(),
                 "probes_ok": ok,
                 "probes_missed": missed,
+                "in_flight": u.active_calls(),
                 "tools": u.catalog().served_tools(),
                 "trust": u.config.trust.as_str(),
                 "pinned": u.pinned(),

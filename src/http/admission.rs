@@ -3,10 +3,15 @@
 //!
 //! Two steps, each run once per request. [`head`], before the body is
 //! read: the caller's credentials ([`crate::access::Access::authenticate`]:
-//! 401 with `WWW-Authenticate: Bearer realm="mcp-edge"`, RFC 6750 §3) and the
+//! 401 with `WWW-Authenticate: Bearer realm="mcp-edge"`, RFC 6750 §3); with
+//! `[[client]]`s, the connection becomes one of the client's places in the
+//! connection table ([`super::conns::Tracker::claim`]: 503 naming
+//! `connection_share`, and the connection closed, when the client holds
+//! its share and the places left are kept for others); and the
 //! `Mcp-Session-Id` it names, parsed once. [`admit`], per JSON-RPC request
 //! once the message is read: its charge to the client's rate (429 with
-//! `Retry-After`; notifications, answers, GET and DELETE are not charged,
+//! `Retry-After`; a GET stream is charged as it opens; notifications,
+//! answers and DELETE are not charged,
 //! so a client over its rate can still cancel, answer and end its
 //! session), its era (`../shared/spec/2026-07-28/versioning.mdx` §Backward
 //! Compatibility) and, for a legacy request, its session taken with one
@@ -109,12 +114,31 @@ pub(super) fn head<B>(app: &App, req: &Request<B>) -> Result<Head, Response<Body
         Ok(p) => p,
         Err(e) => return Err(unauthorized(app, peer, e)),
     };
+    let who = Who { access, principal };
+    if let Some(conn) = req.extensions().get::<super::conns::Tracker>() {
+        if let Err(e) = conn.claim(who.access.shares(), who.owner()) {
+            return Err(over_share(app, &who, e));
+        }
+    }
     let session = (req.headers().get("mcp-session-id"))
         .map(|v| v.to_str().ok().and_then(SessionId::parse).ok_or(()));
-    Ok(Head {
-        who: Who { access, principal },
-        session,
-    })
+    Ok(Head { who, session })
+}
+
+/// The 503 of a request whose client holds its share of the connections
+/// (counted as `connection_share`); the connection ends with it.
+fn over_share(app: &App, who: &Who, e: super::conns::ShareRefusal) -> Response<Body> {
+    metrics::counter!(crate::metrics::REFUSED, "limit" => "connection_share").increment(1);
+    if let Some(skipped) = app.refusal_log.allow(Instant::now()) {
+        tracing::info!(client = who.name(), skipped, "503: {e}");
+    }
+    let err = RpcError::new(protocol::CONNECTIONS_FULL, e.to_string())
+        .with_data(json!({"retryAfterSeconds": 1, "limit": "connection_share"}));
+    let mut r = Refusal(StatusCode::SERVICE_UNAVAILABLE, err).into_response(Value::Null);
+    // The body was not read: say the connection ends (RFC 9112 §9.6).
+    let h = r.headers_mut();
+    h.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    r
 }
 
 /// What [`admit`] found a request to be.

@@ -41,7 +41,14 @@ pub(super) async fn dispatch(
         _ => {
             let caller = super::tasks::caller(who, params.as_ref(), modern);
             let mut r = (app.router)
-                .dispatch_as(method, params, relay, who.policy(), caller)
+                .dispatch_as(
+                    method,
+                    params,
+                    relay,
+                    who.policy(),
+                    caller,
+                    who.access.shares(),
+                )
                 .await;
             // A list missing a connected upstream's part must not be
             // cached as complete: ttlMs 0 (2026-07-28 caching hints).

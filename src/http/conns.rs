@@ -26,6 +26,20 @@
 //! business (`http::accept`): a body still arriving is dropped, anything
 //! else is shut down gracefully so a response hyper still holds goes out.
 //!
+//! With `[[client]]`s, a connection belongs to the client its last request
+//! head named ([`Tracker::claim`]), and the table is shared fairly
+//! ([`crate::share`]): a client at or over its share of the places does
+//! not take one of the last ones while other clients are under theirs
+//! (its request is answered 503 naming `connection_share`, and the
+//! connection closed), so its busy connections — streams, slow calls —
+//! always leave a place for the others; and the connection closed to admit
+//! a new one is the longest idle of the client furthest over its share —
+//! at once, without the grace period: a client over its share that keeps
+//! its kept-alive connections busy every few hundred milliseconds cannot
+//! make others wait behind them. A connection no request head named yet is
+//! idle and belongs to nobody: its place counts as one a client may still
+//! have, and it is closed after those of clients over their share.
+//!
 //! The table never reads the clock: the accept loop passes `now` to every
 //! call. A request that ends in between ([`Busy`]'s drop) marks its
 //! connection idle "since after the last look", and the next look stamps
@@ -35,6 +49,7 @@
 //! [`CONNECTION_YIELD_GRACE`]: crate::limits::CONNECTION_YIELD_GRACE
 
 use crate::limits::CONNECTION_YIELD_GRACE as GRACE;
+use crate::share::{self, Counts, Decision, Shares};
 use hyper::body::{Body, Frame, SizeHint};
 use std::net::IpAddr;
 use std::pin::Pin;
@@ -54,6 +69,9 @@ const CLOSED: u32 = 1 << 31;
 const RECEIVING: u32 = 1 << 30;
 /// `since` of a connection gone idle after the table's last look.
 const UNSTAMPED: u64 = u64::MAX;
+/// `owner` of a connection no request head named a client on (owner marks
+/// of clients are odd: [`crate::access::Access::owner`]).
+const UNNAMED: u64 = 0;
 
 /// One place's shared state: read by the accept loop, written by the
 /// connection's task as requests begin and end.
@@ -69,6 +87,9 @@ pub struct Slot {
     close: Notify,
     /// A request was answered on it (hyper has taken a response).
     answered: std::sync::atomic::AtomicBool,
+    /// The owner mark of the client its last request head named, or
+    /// [`UNNAMED`] (written under the table's lock).
+    owner: AtomicU64,
 }
 
 impl Slot {
@@ -199,7 +220,12 @@ impl<P> Place<P> {
 impl<P> Drop for Place<P> {
     fn drop(&mut self) {
         let mut t = self.conns.table.lock().expect("conns");
-        t[self.index] = None;
+        t.entries[self.index] = None;
+        metrics::gauge!(crate::metrics::CONNECTIONS).decrement(1.0);
+        match self.slot.owner.load(Ordering::Relaxed) {
+            UNNAMED => {}
+            owner => t.counts.remove(owner),
+        }
     }
 }
 
@@ -229,6 +255,41 @@ impl Tracker {
             slot: self.slot.clone(),
             conns: self.conns.clone(),
         })
+    }
+
+    /// A request head named client `owner` (an owner mark) on this
+    /// connection: from now on it counts as one of that client's places
+    /// under `shares`. `Err` when the client holds its share or more and the
+    /// places left are kept for clients under theirs ([`crate::share`]): the
+    /// connection is left unnamed, and its request is to be refused and the
+    /// connection closed. Without shares, or for the client it already
+    /// belongs to, nothing to do (no lock).
+    pub fn claim(&self, shares: &Shares, owner: u64) -> Result<(), ShareRefusal> {
+        let slot = &self.slot;
+        if !shares.applies() || slot.owner.load(Ordering::Relaxed) == owner {
+            return Ok(());
+        }
+        let mut t = self.conns.table.lock().expect("conns");
+        match slot.owner.swap(UNNAMED, Ordering::Relaxed) {
+            UNNAMED => {}
+            before => t.counts.remove(before),
+        }
+        let capacity = t.entries.len();
+        // The places named by clients are used; one no head named yet is
+        // idle (a head still to come), so another client can have it.
+        let used = t.counts.total();
+        match share::decide(shares, capacity, used, &t.counts, owner, |_| false) {
+            Decision::Refuse(_) => Err(ShareRefusal {
+                held: t.counts.get(owner) as usize,
+                share: shares.share_of(owner, capacity),
+                capacity,
+            }),
+            Decision::Take | Decision::TakeFrom(_) => {
+                t.counts.add(owner);
+                slot.owner.store(owner, Ordering::Relaxed);
+                Ok(())
+            }
+        }
     }
 
     /// Resolves once the table told this connection to close.
@@ -274,6 +335,24 @@ pub enum Refusal {
     PeerShare(usize),
 }
 
+/// Why [`Tracker::claim`] refused: the client holds `held` of the
+/// `capacity` places, its share is `share`, and the places left are kept
+/// for clients under theirs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "this client holds {held} of the {capacity} connections, its share is {share}, and the \
+     places left are kept for other clients (connection_share); retry on a connection it \
+     holds, or once one of them ends"
+)]
+pub struct ShareRefusal {
+    /// Connections the client holds.
+    pub held: usize,
+    /// Its share, in whole connections.
+    pub share: usize,
+    /// `server.max_connections`.
+    pub capacity: usize,
+}
+
 /// What admitting a connection did to make room.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admission {
@@ -297,18 +376,30 @@ pub enum Yield {
 /// The table: one entry per place, each the peer key and its slot.
 #[derive(Debug)]
 pub struct Conns {
-    table: Mutex<Vec<Option<Entry>>>,
+    table: Mutex<Table>,
     per_peer: usize,
     epoch: Instant,
     idle: Notify,
+}
+
+/// The places and who holds them.
+#[derive(Debug)]
+struct Table {
+    entries: Vec<Option<Entry>>,
+    /// Places per client ([`Tracker::claim`]).
+    counts: Counts,
 }
 
 impl Conns {
     /// A table of `capacity` places, at most `per_peer` for one peer key,
     /// its time starting at `epoch`.
     pub fn new(capacity: usize, per_peer: usize, epoch: Instant) -> Arc<Conns> {
+        let table = Table {
+            entries: vec![None; capacity],
+            counts: Counts::new(),
+        };
         Arc::new(Conns {
-            table: Mutex::new(vec![None; capacity]),
+            table: Mutex::new(table),
             per_peer: per_peer.clamp(1, capacity.max(1)),
             epoch,
             idle: Notify::new(),
@@ -324,7 +415,7 @@ impl Conns {
     #[cfg(test)]
     fn len(&self) -> usize {
         let t = self.table.lock().expect("conns");
-        t.iter().filter(|e| e.is_some()).count()
+        t.entries.iter().filter(|e| e.is_some()).count()
     }
 
     /// Whether no place is taken.
@@ -343,25 +434,37 @@ impl Conns {
         let t = self.table.lock().expect("conns");
         // A share of every place is no share: the whole table's rule applies
         // (wait for a place rather than be refused).
-        if self.per_peer >= t.len() {
+        if self.per_peer >= t.entries.len() {
             return Ok(Admission::Free);
         }
-        let held = t.iter().flatten().filter(|(p, _)| *p == peer).count();
+        let held = t
+            .entries
+            .iter()
+            .flatten()
+            .filter(|(p, _)| *p == peer)
+            .count();
         if held < self.per_peer {
             return Ok(Admission::Free);
         }
-        match close_oldest(t.iter().flatten().filter(|(p, _)| *p == peer), now) {
+        let of_peer = t.entries.iter().flatten().filter(|(p, _)| *p == peer);
+        match close_oldest(of_peer, now, |_| 0) {
             Yield::Closed => Ok(Admission::ClosedSamePeer),
             Yield::After(_) | Yield::AllBusy => Err(Refusal::PeerShare(self.per_peer)),
         }
     }
 
-    /// Tells the connection idle longest, of any peer, to close if it has
-    /// been so for the grace period.
-    pub fn close_oldest_idle(&self, now: Instant) -> Yield {
+    /// Tells a connection idle for the grace period, of any peer, to close:
+    /// of the client furthest over its share under `shares` (without
+    /// shares: of anyone), the one idle longest.
+    pub fn close_oldest_idle(&self, now: Instant, shares: &Shares) -> Yield {
         let now = self.ms(now);
         let t = self.table.lock().expect("conns");
-        close_oldest(t.iter().flatten(), now)
+        let capacity = t.entries.len();
+        let excess = |s: &Slot| match s.owner.load(Ordering::Relaxed) {
+            UNNAMED => 0,
+            o => shares.excess(o, t.counts.get(o), capacity),
+        };
+        close_oldest(t.entries.iter().flatten(), now, excess)
     }
 
     /// Resolves when a busy connection becomes idle (then
@@ -379,13 +482,13 @@ impl Conns {
     pub fn insert<P>(self: &Arc<Self>, peer: IpAddr, permit: P, now: Instant) -> Place<P> {
         let now = self.ms(now);
         let mut t = self.table.lock().expect("conns");
-        let index = t
-            .iter()
+        let index = (t.entries.iter())
             .position(Option::is_none)
             .expect("a permit means a free place");
         let slot = Arc::new(Slot::default());
         slot.since.store(now, Ordering::Relaxed);
-        t[index] = Some((peer, slot.clone()));
+        t.entries[index] = Some((peer, slot.clone()));
+        metrics::gauge!(crate::metrics::CONNECTIONS).increment(1.0);
         Place {
             index,
             slot,
@@ -395,26 +498,43 @@ impl Conns {
     }
 }
 
-/// Of `entries`, tells the one idle longest to close, if that is at least
-/// the grace period (marking it, so a head or body end arriving now finds
-/// it closed). Stamps connections gone idle since the last look.
-fn close_oldest<'a>(entries: impl Iterator<Item = &'a Entry>, now: u64) -> Yield {
+/// Of `entries`, tells one idle connection to close — the highest `rank`
+/// (how far its client is over its share; positive: over, and then it
+/// gets no grace period), then the one idle longest, of those idle for the
+/// grace period — marking it, so a head or body end arriving now finds it
+/// closed; or says when the one idle longest comes of age. Stamps
+/// connections gone idle since the last look.
+fn close_oldest<'a>(
+    entries: impl Iterator<Item = &'a Entry>,
+    now: u64,
+    rank: impl Fn(&Slot) -> i64,
+) -> Yield {
     let since = |s: &Slot| {
         let _ = (s.since).compare_exchange(UNSTAMPED, now, Ordering::Relaxed, Ordering::Relaxed);
         s.since.load(Ordering::Relaxed)
     };
-    let oldest = entries
+    let grace = GRACE.as_millis() as u64;
+    let (mut oldest, mut chosen) = (None::<u64>, None);
+    let idle = entries
         .map(|(_, s)| (s, s.state.load(Ordering::Acquire)))
-        .filter(|(_, v)| Slot::idle(*v))
-        .map(|(s, v)| (s, v, since(s)))
-        .min_by_key(|(_, _, at)| *at);
-    let Some((slot, seen, at)) = oldest else {
-        return Yield::AllBusy;
-    };
-    let age = Duration::from_millis(now.saturating_sub(at));
-    if age < GRACE {
-        return Yield::After(GRACE - age);
+        .filter(|(_, v)| Slot::idle(*v));
+    for (slot, seen) in idle {
+        let at = since(slot);
+        oldest = Some(oldest.map_or(at, |o| o.min(at)));
+        let rank = rank(slot);
+        if rank > 0 || now.saturating_sub(at) >= grace {
+            let key = (rank, std::cmp::Reverse(at));
+            if chosen.as_ref().is_none_or(|(k, _, _)| key > *k) {
+                chosen = Some((key, slot, seen));
+            }
+        }
     }
+    let Some((_, slot, seen)) = chosen else {
+        return match oldest {
+            None => Yield::AllBusy,
+            Some(at) => Yield::After(GRACE - Duration::from_millis(now.saturating_sub(at))),
+        };
+    };
     if (slot.state)
         .compare_exchange(seen, seen | CLOSED, Ordering::AcqRel, Ordering::Acquire)
         .is_err()

@@ -75,19 +75,40 @@ fn forbidden(app: &App, why: &str) -> Response<Body> {
     .into_response(Value::Null)
 }
 
+/// A legacy session's GET stream: charged to the client's rate when it
+/// opens (429), then a place in the stream pool under the client's share
+/// (503), then the session's own bound (429).
 fn get(app: Arc<App>, head: &Head) -> Response<Body> {
     let id = match head.session() {
         Err(r) => return r.into_response(Value::Null),
         Ok(None) => return reply::method_not_allowed(),
         Ok(Some(id)) => id,
     };
-    // A place in the shared pool first, so a full pool costs the session nothing.
-    let place = match app.streams.take() {
+    let who = &head.who;
+    if let Err(e) = super::admission::charge(&app, who) {
+        return Refusal(StatusCode::TOO_MANY_REQUESTS, e).into_response(Value::Null);
+    }
+    // A stream of another client may end for this one: not for a session
+    // that is gone or has all its streams open.
+    let session = app.sessions.peek(&id);
+    let max = crate::limits::MAX_STREAMS_PER_SESSION;
+    if session.is_some_and(|s| s.streams >= max) {
+        metrics::counter!(crate::metrics::REFUSED, "limit" => "streams_per_session").increment(1);
+        let e = SessionError::TooManyStreams { max };
+        return refuse(
+            StatusCode::TOO_MANY_REQUESTS,
+            protocol::INVALID_REQUEST,
+            e.to_string(),
+        )
+        .into_response(Value::Null);
+    }
+    // A place in the shared pool before the session counts the stream, so
+    // a full pool costs the session nothing.
+    let place = match app.streams.take(who.access.shares(), who.owner()) {
         Ok(p) => p,
         Err((status, e)) => return Refusal(status, e).into_response(Value::Null),
     };
-    let owner = head.who.owner();
-    let opened = (app.sessions).open_stream(id, owner, crate::limits::MAX_STREAMS_PER_SESSION);
+    let opened = (app.sessions).open_stream(id, who.owner(), max);
     match opened {
         Ok(held) => reply::session_stream(app.clone(), held, place),
         Err(e @ SessionError::TooManyStreams { .. }) => refuse(

@@ -57,7 +57,7 @@ const FIELDS: [&str; 3] = [
 struct Place {
     who: Subscriber,
     subscriptions: Arc<Subscriptions>,
-    _place: StreamPlace,
+    stream: StreamPlace,
 }
 
 impl Drop for Place {
@@ -155,13 +155,13 @@ pub async fn open(
     }
     let (on, uris) = asked(params).map_err(|e| (StatusCode::OK, e))?;
     let task_ids = super::tasks::asked(params).map_err(|e| (super::modern::error_status(&e), e))?;
-    let stream_place = app.streams.take()?;
+    let stream_place = app.streams.take(caller.access.shares(), caller.owner())?;
     let who = Subscriber::Listen(NEXT_STREAM.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     // From here on, dropping the place forgets this stream's subscriptions.
     let place = Place {
         who,
         subscriptions: app.subscriptions.clone(),
-        _place: stream_place,
+        stream: stream_place,
     };
     let honoured_uris = subscribe_all(app, who, uris, policy).await;
     let followed = super::tasks::Followed::new(app, task_ids, caller.owner());
@@ -338,6 +338,11 @@ impl State {
             let tasks_due = tokio::select! {
                 biased;
                 _ = self.stopping.wait_for(|s| *s) => {
+                    self.closed = true;
+                    return Some(frame(&closing(&self.id)));
+                }
+                // Its place went to a client under its share: a graceful end.
+                _ = self.place.stream.evicted() => {
                     self.closed = true;
                     return Some(frame(&closing(&self.id)));
                 }

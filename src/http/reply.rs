@@ -246,6 +246,9 @@ pub fn session_stream(
                     // The gateway is shutting down: the stream ends (the
                     // client reconnects to whatever runs next).
                     _ = stopping.wait_for(|s| *s) => return None,
+                    // Its place went to a client under its share: the
+                    // stream ends cleanly (the session stays).
+                    _ = guard.1.evicted() => return None,
                     _ = iv.tick() => Some(sse::keepalive()),
                     _ = updated => resource_updates(&app, who, None),
                     _ = app.sessions.changed() => None,
@@ -328,7 +331,7 @@ pub(crate) fn list_changed(
 /// given back when the stream ends (by their own drops).
 struct StreamGuard(
     #[allow(dead_code)] super::sessions::StreamHeld,
-    #[allow(dead_code)] super::streams::StreamPlace,
+    super::streams::StreamPlace,
 );
 
 enum RelayState<F> {

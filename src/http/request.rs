@@ -398,9 +398,14 @@ fn initialize(
         _ => ProtocolVersion::LATEST_LEGACY,
     };
     let caps = ClientCaps::parse(params.and_then(|p| p.get("capabilities")));
-    let sid = match app.sessions.open(version, who.owner(), caps) {
+    let sid = match app
+        .sessions
+        .open(version, who.owner(), caps, who.access.shares())
+    {
         Ok(s) => s,
-        Err(e @ SessionError::Full { retry_after, .. }) => {
+        Err(
+            e @ (SessionError::Full { retry_after, .. } | SessionError::Share { retry_after, .. }),
+        ) => {
             let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
             let r = RpcError::new(protocol::SESSIONS_FULL, e.to_string())
                 .with_data(json!({"retryAfterSeconds": secs}));

@@ -15,6 +15,7 @@
 use crate::protocol::{ClientCaps, ProtocolVersion};
 use crate::router::Router;
 use crate::session::{Removal, Session, SessionError, SessionId, Table};
+use crate::share::Shares;
 use crate::subscriptions::{Subscriber, Subscriptions};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
@@ -73,15 +74,19 @@ impl Sessions {
         }
     }
 
-    /// A new session for an `initialize` of `owner` (may end the least
-    /// recently used idle one to make room).
+    /// A new session for an `initialize` of `owner` (may end an idle one to
+    /// make room: the least recently used, or under `shares` the furthest-
+    /// over client's, [`crate::share`]).
     pub fn open(
         &self,
         version: ProtocolVersion,
         owner: u64,
         caps: ClientCaps,
+        shares: &Shares,
     ) -> Result<SessionId, SessionError> {
-        self.with(|t| t.insert(version, owner, caps, Instant::now()))
+        // What was ended to make room is finished like any ending.
+        self.with(|t| t.insert(version, owner, caps, shares, Instant::now()))
+            .map(|inserted| inserted.id)
     }
 
     /// A request of `owner` in session `id` begins: the session as it was
@@ -114,6 +119,11 @@ impl Sessions {
             sessions: self.clone(),
             id,
         })
+    }
+
+    /// Session `id` as it is now, unless gone or expired (not touched).
+    pub fn peek(&self, id: &SessionId) -> Option<Session> {
+        self.with(|t| t.peek(id, Instant::now()))
     }
 
     /// Whether session `id` is still in its table and not expired.
@@ -262,7 +272,9 @@ mod tests {
         subs: &Subscriptions,
         owner: u64,
     ) -> (SessionId, crate::upstream::relay::Answer) {
-        let id = sessions.open(V, owner, ClientCaps::NONE).unwrap();
+        let id = sessions
+            .open(V, owner, ClientCaps::NONE, &Shares::default())
+            .unwrap();
         let ctx = up.relay_ctx();
         let (_, _, answer) = (ctx.pending)
             .insert_waiter(id.to_header(), Instant::now(), Duration::from_secs(600))
@@ -314,9 +326,13 @@ mod tests {
         forgotten(&subs, c, answer, "idle sweep");
         // Eviction by `initialize` (full, the LRU one idle past the minimum).
         let (d, answer) = holding(&sessions, &up, &subs, 1);
-        let _e = sessions.open(V, 1, ClientCaps::NONE).unwrap();
+        let _e = sessions
+            .open(V, 1, ClientCaps::NONE, &Shares::default())
+            .unwrap();
         tokio::time::advance(Duration::from_secs(11)).await;
-        let _f = sessions.open(V, 1, ClientCaps::NONE).unwrap();
+        let _f = sessions
+            .open(V, 1, ClientCaps::NONE, &Shares::default())
+            .unwrap();
         assert!(!sessions.is_live(&d), "d was evicted");
         forgotten(&subs, d, answer, "eviction");
         // An expired session found by its own next request.
@@ -336,17 +352,21 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_held_session_is_never_evicted_and_owners_are_kept_apart() {
         let (sessions, _up, _subs) = service(1);
-        let a = sessions.open(V, 1, ClientCaps::NONE).unwrap();
+        let a = sessions
+            .open(V, 1, ClientCaps::NONE, &Shares::default())
+            .unwrap();
         assert!(matches!(sessions.enter(a, 2), Err(SessionError::NotFound)));
         let held = sessions.enter(a, 1).unwrap();
         tokio::time::advance(Duration::from_secs(3600)).await;
         assert!(matches!(
-            sessions.open(V, 1, ClientCaps::NONE),
+            sessions.open(V, 1, ClientCaps::NONE, &Shares::default()),
             Err(SessionError::Full { .. })
         ));
         drop(held);
         tokio::time::advance(Duration::from_secs(11)).await;
-        assert!(sessions.open(V, 1, ClientCaps::NONE).is_ok());
+        assert!(sessions
+            .open(V, 1, ClientCaps::NONE, &Shares::default())
+            .is_ok());
         assert!(!sessions.is_live(&a));
     }
 }

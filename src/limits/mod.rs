@@ -65,6 +65,17 @@ pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(15);
 /// A permit is taken before `accept`, so excess clients wait in the kernel backlog.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 
+/// The listen backlog of `server.listen` (and the admin listener): 4,096
+/// connections the kernel completes and queues for `accept` (capped by
+/// `net.core.somaxconn`, 4,096 by default since Linux 5.4). With the
+/// standard library's 128, a thousand silent sockets re-opened as they are
+/// closed overflow the queue, and the kernel drops every SYN past it: a
+/// good client's connect then waits for its SYN's retransmission, 1 s,
+/// then 3 s, then 7 s (issue 24: a first exchange took 5.2 s). Queued
+/// connections cost kernel memory only, and the accept loop takes them in
+/// order (making room as `http::conns` says).
+pub const LISTEN_BACKLOG: u32 = 4096;
+
 /// Default per-call timeout towards an upstream (`upstream.call_timeout`): 60 s.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// Timeout of the connect handshake (`initialize` or `server/discover`) with an upstream.

@@ -49,6 +49,11 @@ pub const CLIENT_TOKEN_BYTES: usize = 32;
 /// Largest `N` of `client.rate = "N/s"` (or `/m`, `/h`): requests per
 /// period, and the burst.
 pub const MAX_CLIENT_RATE: u32 = 1_000_000;
+/// Default `client.share`: a client's weight in the fair share of every
+/// shared table ([`crate::share`]): all clients equal.
+pub const DEFAULT_CLIENT_SHARE: u32 = 1;
+/// Largest `client.share`: 1,000 (a client 1,000 times another's weight).
+pub const MAX_CLIENT_SHARE: u32 = 1_000;
 
 /// Default `audit.max_bytes`: a file is rotated before it would grow past
 /// 10 MiB.

@@ -52,6 +52,13 @@ pub use handles::{count_request, LazyCounter};
 ///   sent because its queue was full.
 /// - `streams_per_session`, `streams`: a GET or listen stream over its
 ///   bound; `resource_subscriptions`: a resource subscription over its bound.
+/// - The fair shares of `[[client]]`s ([`crate::share`]): `session_share`,
+///   `stream_share`, `upstream_share`, `connection_share`: a session,
+///   stream, call or connection of a client at or over its share, refused
+///   (503, or `-31002` for a call) because the places left are kept for
+///   clients under theirs; `stream_evicted`: a stream ended so that a
+///   client under its share takes its place (a session evicted so counts
+///   in `mcp_edge_sessions_evicted_total{reason="share"}`).
 /// - `parked_calls`: a modern caller's call to a legacy upstream not parked,
 ///   the table full; `mrtr_rounds`: a legacy caller's call a modern upstream
 ///   asked for input more than `limits::MRTR_MAX_ROUNDS` times; `mrtr_time`:
@@ -74,7 +81,7 @@ pub const REFUSED: &str = "mcp_edge_refused_total";
 /// `upstream` and `outcome` (`ok`, `invalid_client`, `invalid_grant`,
 /// `unavailable`, `unreachable`, `discovery_failed`, `refused`).
 pub const OAUTH_REQUESTS: &str = "mcp_edge_oauth_requests_total";
-/// Counter `{reason}`: sessions removed (`idle`, `deleted`).
+/// Counter `{reason}`: sessions removed (`idle`, `lru`, `share`, `deleted`, `revoked`).
 pub const SESSIONS_EVICTED: &str = "mcp_edge_sessions_evicted_total";
 /// Gauge: sessions in the table.
 pub const SESSIONS_ACTIVE: &str = "mcp_edge_sessions_active";
@@ -122,6 +129,9 @@ pub const REQUESTS_HELD: &str = "mcp_edge_requests_held_total";
 pub const STREAMS: &str = "mcp_edge_streams";
 /// Gauge: places in the long-lived stream pool.
 pub const STREAMS_CAPACITY: &str = "mcp_edge_streams_capacity";
+/// Gauge: open downstream connections (places taken in `http::conns`, of
+/// `server.max_connections`).
+pub const CONNECTIONS: &str = "mcp_edge_connections";
 /// Gauge: modern callers' calls parked while a legacy upstream waits for
 /// their `inputResponses` (`http::parked`).
 pub const PARKED_CALLS: &str = "mcp_edge_parked_calls";

@@ -18,6 +18,7 @@ pub use view::Described;
 use crate::access::Policy;
 use crate::config::ToolNameRule;
 use crate::protocol::{self, Payload, RpcError};
+use crate::share::{Claimant, Shares};
 use crate::upstream::relay::Relay;
 use crate::upstream::{Catalog, Upstream};
 use serde_json::{json, Value};
@@ -279,11 +280,12 @@ impl Router {
         params: Option<Value>,
         relay: Option<Relay>,
         caller: TaskCaller,
+        who: Claimant<'_>,
     ) -> Result<Payload, RpcError> {
         if method == "tools/call" {
-            return self.call_with_tasks(up, params, relay, caller).await;
+            return self.call_with_tasks(up, params, relay, caller, who).await;
         }
-        up.call_relayed(method, params, relay)
+        up.call_as(method, params, relay, who)
             .await
             .map_err(|e| e.to_rpc())
     }
@@ -444,12 +446,15 @@ impl Router {
         relay: Option<Relay>,
         policy: &Policy,
     ) -> Result<Payload, RpcError> {
-        (self.dispatch_as(method, params, relay, policy, TaskCaller::NONE)).await
+        let nobody = Claimant::NOBODY.shares;
+        (self.dispatch_as(method, params, relay, policy, TaskCaller::NONE, nobody)).await
     }
 
     /// [`Router::dispatch`] for a `caller` of the tasks extension
     /// ([`tasks`]): `tasks/*` routed by gateway task id, task results of
-    /// `tools/call` adopted.
+    /// `tools/call` adopted; a call routed to an upstream takes one of its
+    /// in-flight places within the caller's client's share under `shares`
+    /// ([`Upstream::call_as`]).
     pub async fn dispatch_as(
         &self,
         method: &str,
@@ -457,6 +462,7 @@ impl Router {
         relay: Option<Relay>,
         policy: &Policy,
         caller: TaskCaller,
+        shares: &Shares,
     ) -> Result<Payload, RpcError> {
         let cursor = params.as_ref().and_then(|p| p.get("cursor"));
         if method.ends_with("/list") && cursor.is_some_and(|c| !c.is_null()) {
@@ -513,7 +519,12 @@ impl Router {
                 p["name"] = Value::String(original);
             }
         }
-        self.forward(target.up, method, params, relay, caller).await
+        let who = Claimant {
+            shares,
+            owner: caller.owner,
+        };
+        self.forward(target.up, method, params, relay, caller, who)
+            .await
     }
 }
 

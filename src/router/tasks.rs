@@ -98,18 +98,19 @@ impl Router {
         params: Option<Value>,
         relay: Option<crate::upstream::relay::Relay>,
         caller: TaskCaller,
+        who: crate::share::Claimant<'_>,
     ) -> Result<Payload, RpcError> {
         let t0 = Instant::now();
         let retry =
             (!caller.declared && offers_tasks(&up)).then(|| (params.clone(), relay.clone()));
-        let result = match up.call_relayed("tools/call", params, relay).await {
+        let result = match up.call_as("tools/call", params, relay, who).await {
             Ok(r) => r,
             Err(e) => {
                 let e = e.to_rpc();
                 match retry {
                     Some((mut params, relay)) if tasks::requires_tasks(&e) => {
                         tasks::declare(&mut params);
-                        (up.call_relayed("tools/call", params, relay).await)
+                        (up.call_as("tools/call", params, relay, who).await)
                             .map_err(|e| e.to_rpc())?
                     }
                     _ => return Err(e),

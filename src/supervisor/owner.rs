@@ -105,7 +105,7 @@ async fn probe(up: &Upstream, conn: &Conn, neg: &Negotiated) -> bool {
     };
     let params = era::adapt_params(neg.era, None);
     let ok = matches!(
-        conn.send(method, params, neg.era, up.config.probe_timeout, None)
+        conn.send(method, params, neg.era, up.config.probe_timeout, None, None)
             .await,
         Ok(_) | Err(SendError::Rpc(_))
     );

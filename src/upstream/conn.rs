@@ -206,7 +206,9 @@ impl Conn {
         matches!((self, era), (Conn::Http(_), UpstreamEra::Legacy(_)))
     }
 
-    /// Sends one request and waits up to `timeout` for its answer.
+    /// Sends one request and waits up to `timeout` for its answer. A stdio
+    /// call keeps its client's `claim` while its slot is taken (past its
+    /// caller, when abandoned); elsewhere the caller's hold is enough.
     pub async fn send(
         &self,
         method: &str,
@@ -214,9 +216,10 @@ impl Conn {
         era: UpstreamEra,
         timeout: Duration,
         relay: Option<relay::Relay>,
+        claim: Option<super::inflight::Claim>,
     ) -> Result<Payload, SendError> {
         match self {
-            Conn::Stdio(c) => c.send(method, params, timeout, relay).await,
+            Conn::Stdio(c) => c.send(method, params, timeout, relay, claim).await,
             // Boxed: an HTTP exchange (hyper's client, an SSE answer read
             // to its end, a caller's session opened or re-opened on the way)
             // is ~2.9 KB of state, which every request future of the

@@ -42,6 +42,23 @@ pub enum CallError {
         /// Its `max_in_flight`.
         capacity: usize,
     },
+    /// The client holds its share of the upstream's in-flight places or
+    /// more, and the places left are kept for other clients ([`crate::share`]).
+    #[error(
+        "upstream '{name}': this client has {held} of its {capacity} requests in flight, its \
+         share is {share}, and the places left are kept for other clients (upstream_share); \
+         try again later"
+    )]
+    Share {
+        /// Upstream name.
+        name: String,
+        /// The client's calls in flight there.
+        held: usize,
+        /// Its share, in whole calls.
+        share: usize,
+        /// Its `max_in_flight`.
+        capacity: usize,
+    },
     /// The answer exceeded `max_result_bytes`.
     #[error("upstream '{name}' sent a message larger than {limit} bytes")]
     TooLarge {
@@ -106,6 +123,11 @@ impl CallError {
             CallError::NoToken { name, .. } => {
                 return RpcError::new(protocol::UPSTREAM_UNAVAILABLE, self.to_string())
                     .with_data(serde_json::json!({"upstream": name, "reason": "oauth"}));
+            }
+            CallError::Share { name, .. } => {
+                let data = serde_json::json!({"upstream": name, "limit": "upstream_share",
+                    "retryAfterSeconds": 1});
+                return RpcError::new(protocol::UPSTREAM_BUSY, self.to_string()).with_data(data);
             }
             CallError::Refused { name, status } => {
                 return RpcError::new(protocol::INTERNAL_ERROR, self.to_string())

@@ -109,6 +109,7 @@ async fn discover(conn: &Conn, timeout: Duration) -> Result<Negotiated, Handshak
             UpstreamEra::Modern,
             timeout,
             None,
+            None,
         )
         .await
         .map(Payload::into_value)
@@ -152,6 +153,7 @@ async fn initialize(conn: &Conn) -> Result<Negotiated, HandshakeError> {
             Some(params),
             UpstreamEra::Legacy(asked),
             limits::CONNECT_TIMEOUT,
+            None,
             None,
         )
         .await

@@ -12,9 +12,19 @@
 //! taken until the upstream's late answer arrives, or `max_age` has passed,
 //! so `max_in_flight` bounds the work really running upstream, not just the
 //! callers still waiting.
+//!
+//! With `[[client]]`s, each upstream's `max_in_flight` places are shared
+//! fairly ([`Callers`], [`crate::share`]): a client at or over its share
+//! does not take one of the last places while other clients are under
+//! theirs (a call in flight is never given up for another, so the rule is
+//! only to keep room). A call holds its client's place until its slot is
+//! freed — an abandoned stdio call until the upstream answers or `max_age`
+//! passes — so abandoning calls frees no room.
 
 use super::relay::Relay;
+use super::CallError;
 use crate::protocol::{Payload, RpcError};
+use crate::share::{self, Claimant, Counts, Decision};
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,6 +41,8 @@ struct Slot {
     relay: Option<(Relay, Option<Value>)>,
     /// Given up by its caller at this time; still running upstream.
     abandoned: Option<Instant>,
+    /// The caller's client's place ([`Callers`]), until the slot is freed.
+    claim: Option<Claim>,
 }
 
 struct Inner {
@@ -47,6 +59,7 @@ impl Inner {
         s.waiter = None;
         s.relay = None;
         s.abandoned = None;
+        s.claim = None;
         s.generation = s.generation.wrapping_add(1);
         self.free.push(slot as u16);
     }
@@ -111,6 +124,7 @@ impl InFlight {
                 waiter: None,
                 relay: None,
                 abandoned: None,
+                claim: None,
             })
             .collect::<Vec<_>>()
             .into_boxed_slice();
@@ -130,12 +144,17 @@ impl InFlight {
     /// Reserves a slot; `None` when the table is full (the caller answers
     /// with [`crate::protocol::UPSTREAM_BUSY`] at once, nothing is queued).
     pub fn reserve(&self) -> Option<Ticket> {
-        self.reserve_relayed(None)
+        self.reserve_relayed(None, None)
     }
 
     /// Like [`InFlight::reserve`], remembering the call's relay and the
-    /// caller's original `progressToken` (the upstream sees the ticket's id instead).
-    pub fn reserve_relayed(&self, relay: Option<(Relay, Option<Value>)>) -> Option<Ticket> {
+    /// caller's original `progressToken` (the upstream sees the ticket's id
+    /// instead), and holding its client's `claim` until the slot is freed.
+    pub fn reserve_relayed(
+        &self,
+        relay: Option<(Relay, Option<Value>)>,
+        claim: Option<Claim>,
+    ) -> Option<Ticket> {
         let mut g = self.inner.lock().expect("in-flight lock");
         if g.free.is_empty() {
             // Full: reclaim calls abandoned longer than max_age (the upstream
@@ -158,6 +177,7 @@ impl InFlight {
         let s = &mut g.slots[slot as usize];
         s.waiter = Some(tx);
         s.relay = relay;
+        s.claim = claim;
         let generation = s.generation;
         drop(g);
         Some(Ticket {
@@ -244,6 +264,86 @@ impl InFlight {
     }
 }
 
+/// The in-flight places of one upstream as its callers' clients hold them
+/// (`max_in_flight` of them, shared under [`crate::share`]); one for every
+/// transport, in front of its own table.
+pub struct Callers {
+    capacity: usize,
+    counts: Mutex<Counts>,
+}
+
+/// One call's place in [`Callers`]: given back when the last clone is
+/// dropped (the call, and the stdio slot it took, which may outlive it).
+#[derive(Clone)]
+pub struct Claim(#[allow(dead_code)] Arc<Held>);
+
+struct Held {
+    callers: Arc<Callers>,
+    owner: u64,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        (self.callers.counts.lock().expect("callers")).remove(self.owner);
+    }
+}
+
+impl Callers {
+    /// `capacity` places (the upstream's `max_in_flight`).
+    pub fn new(capacity: usize) -> Arc<Callers> {
+        Arc::new(Callers {
+            capacity,
+            counts: Mutex::new(Counts::new()),
+        })
+    }
+
+    /// A place for one call of `who` to upstream `name`, or the error to
+    /// answer: [`CallError::Share`] when its client holds its share and the
+    /// places left are kept for others (counted as `upstream_share`),
+    /// [`CallError::Busy`] when every place is taken (`in_flight`). `None`
+    /// when no share applies (the transport's own bound is the only one).
+    pub fn claim(
+        self: &Arc<Self>,
+        who: Claimant<'_>,
+        name: &str,
+    ) -> Result<Option<Claim>, CallError> {
+        if !who.shares.applies() {
+            return Ok(None);
+        }
+        let mut counts = self.counts.lock().expect("callers");
+        let used = counts.total();
+        match share::decide(who.shares, self.capacity, used, &counts, who.owner, |_| {
+            false
+        }) {
+            Decision::Take | Decision::TakeFrom(_) => {
+                counts.add(who.owner);
+                let held = Held {
+                    callers: self.clone(),
+                    owner: who.owner,
+                };
+                Ok(Some(Claim(Arc::new(held))))
+            }
+            Decision::Refuse(share::Refusal::Share) => {
+                metrics::counter!(crate::metrics::REFUSED, "limit" => "upstream_share")
+                    .increment(1);
+                Err(CallError::Share {
+                    name: name.to_owned(),
+                    held: counts.get(who.owner) as usize,
+                    share: who.shares.share_of(who.owner, self.capacity),
+                    capacity: self.capacity,
+                })
+            }
+            Decision::Refuse(share::Refusal::Full) => {
+                metrics::counter!(crate::metrics::REFUSED, "limit" => "in_flight").increment(1);
+                Err(CallError::Busy {
+                    name: name.to_owned(),
+                    capacity: self.capacity,
+                })
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,5 +411,47 @@ mod tests {
         assert!(!t.complete(&json!(old), Ok(json!(1).into())));
         assert!(t.complete(&json!(b.upstream_id()), Ok(json!(2).into())));
         assert_eq!((&mut b.rx).await.unwrap().unwrap().into_value(), json!(2));
+    }
+
+    /// Issue 24: one client's calls leave a place for each other client
+    /// under its share, and an abandoned call keeps its client's place
+    /// until its slot is freed.
+    #[tokio::test(start_paused = true)]
+    async fn a_client_over_its_share_leaves_room_and_abandoning_frees_none() {
+        let (a, b, c) = (11, 13, 15);
+        let shares = crate::share::Shares::new([(a, 1), (b, 1), (c, 1)]);
+        let who = |owner| Claimant {
+            shares: &shares,
+            owner,
+        };
+        let callers = Callers::new(4);
+        let (t, _cancel) = InFlight::new(4, Duration::from_secs(60));
+        let first = callers.claim(who(a), "up").unwrap();
+        let ticket = t.reserve_relayed(None, first.clone()).unwrap();
+        let id = ticket.upstream_id();
+        drop(first); // the caller gave up: its slot still holds the place
+        drop(ticket);
+        let _second = callers.claim(who(a), "up").unwrap();
+        match callers.claim(who(a), "up") {
+            Err(CallError::Share {
+                held: 2,
+                share: 1,
+                capacity: 4,
+                ..
+            }) => {}
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("a took a place kept for b or c"),
+        }
+        let _b = callers.claim(who(b), "up").unwrap().expect("a place");
+        let _c = callers.claim(who(c), "up").unwrap().expect("a place");
+        assert!(matches!(
+            callers.claim(who(b), "up"),
+            Err(CallError::Busy { .. })
+        ));
+        let nobody = callers.claim(Claimant::NOBODY, "up").unwrap();
+        assert!(nobody.is_none(), "without clients no share applies");
+        // The abandoned call's late answer frees its slot, and a's place.
+        assert!(!t.complete(&serde_json::json!(id), Ok(serde_json::json!(0).into())));
+        assert!(callers.claim(who(a), "up").unwrap().is_some());
     }
 }

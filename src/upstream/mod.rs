@@ -26,6 +26,7 @@ mod subscriptions;
 
 use crate::config::UpstreamConfig;
 use crate::protocol::{self, Payload};
+use crate::share::Claimant;
 use serde_json::Value;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
@@ -89,6 +90,8 @@ pub struct Upstream {
     pub(crate) oauth: Option<Arc<crate::oauth::OAuth>>,
     /// Calls being answered right now (a reload drains them before a stop).
     calls: crate::drain::Drain,
+    /// Its `max_in_flight` places as clients hold them ([`inflight::Callers`]).
+    callers: Arc<inflight::Callers>,
     /// When it was created (gateway start, or the reload that started it):
     /// the clock of [`Upstream::first_attempt`] until the owner task starts.
     created: Instant,
@@ -183,6 +186,7 @@ impl Upstream {
     ) -> Arc<Self> {
         let initial = Status::initial(config.enabled);
         let now = Instant::now();
+        let callers = inflight::Callers::new(config.max_in_flight);
         Arc::new(Upstream {
             id,
             config,
@@ -215,6 +219,7 @@ impl Upstream {
                 crate::limits::STDERR_TAIL_BYTES,
             ))),
             calls: crate::drain::Drain::new(),
+            callers,
             created: now,
             oauth,
         })
@@ -363,6 +368,19 @@ impl Upstream {
         params: Option<Value>,
         relay: Option<relay::Relay>,
     ) -> Result<Payload, CallError> {
+        self.call_as(method, params, relay, Claimant::NOBODY).await
+    }
+
+    /// [`Upstream::call_relayed`] for a downstream client `who`: the call
+    /// takes one of the upstream's in-flight places within the client's
+    /// share ([`inflight::Callers`]: [`CallError::Share`] otherwise).
+    pub async fn call_as(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        relay: Option<relay::Relay>,
+        who: Claimant<'_>,
+    ) -> Result<Payload, CallError> {
         if let Some(retry_in) = self.retry_window() {
             return Err(CallError::RetryLater {
                 name: self.config.name.clone(),
@@ -370,6 +388,7 @@ impl Upstream {
             });
         }
         let (conn, neg, generation) = self.current().ok_or_else(|| self.unavailable())?;
+        let claim = self.callers.claim(who, &self.config.name)?;
         let _active = self.calls.enter();
         let t0 = Instant::now();
         let mut params = era::adapt_params(neg.era, params);
@@ -379,9 +398,8 @@ impl Upstream {
         // Kept only when the bridge may need them (no copy otherwise).
         let bridge = mrtr::may_bridge(neg.era, method, relay.as_ref())
             .then(|| (params.clone(), relay.clone()));
-        let first = self
-            .send_once(&conn, neg.era, generation, method, params, relay)
-            .await?;
+        let sent = (neg.era, generation);
+        let first = (self.send_once(&conn, sent, method, params, relay, claim.clone())).await?;
         match bridge {
             Some((params, Some(relay))) if mrtr::input_required(&first) => {
                 let call = mrtr::Bridged {
@@ -391,6 +409,7 @@ impl Upstream {
                     params,
                     relay,
                     deadline: t0 + self.config.call_timeout,
+                    claim,
                 };
                 self.bridge(call, first).await
             }
@@ -404,11 +423,11 @@ impl Upstream {
     async fn send_once(
         &self,
         conn: &Conn,
-        era: UpstreamEra,
-        generation: u64,
+        (era, generation): (UpstreamEra, u64),
         method: &str,
         params: Option<Value>,
         relay: Option<relay::Relay>,
+        claim: Option<inflight::Claim>,
     ) -> Result<Payload, CallError> {
         let timeout = self.config.call_timeout;
         // Only a legacy HTTP session can end under a call (then it is sent
@@ -416,7 +435,9 @@ impl Upstream {
         let again = conn
             .may_expire(era)
             .then(|| (params.clone(), relay.clone()));
-        let first = conn.send(method, params, era, timeout, relay).await;
+        let first = conn
+            .send(method, params, era, timeout, relay, claim.clone())
+            .await;
         let outcome = match (first, again) {
             (Err(SendError::SessionExpired), Some((params, relay))) => {
                 let _g = self.reinit.lock().await;
@@ -425,7 +446,7 @@ impl Upstream {
                     .map_err(|e| self.name_send_error(e, generation))?;
                 // The new upstream session has no resource subscriptions.
                 self.forget_subscribed();
-                conn.send(method, params, era, timeout, relay).await
+                conn.send(method, params, era, timeout, relay, claim).await
             }
             (other, _) => other,
         };

@@ -68,6 +68,8 @@ pub(super) struct Bridged<'a> {
     pub relay: Relay,
     /// When the whole exchange must be over.
     pub deadline: Instant,
+    /// The caller's client's in-flight place, held by every round.
+    pub claim: Option<super::inflight::Claim>,
 }
 
 /// The input requests of one round awaiting the client: their slots are
@@ -131,7 +133,14 @@ impl Upstream {
         let relay = Some(call.relay.clone());
         match call
             .conn
-            .send(call.method, params, UpstreamEra::Modern, left, relay)
+            .send(
+                call.method,
+                params,
+                UpstreamEra::Modern,
+                left,
+                relay,
+                call.claim.clone(),
+            )
             .await
         {
             Err(SendError::Timeout) => Err(self.out_of_time()),

@@ -1,4 +1,6 @@
 use super::*;
+
+const NO_SHARES: Shares = Shares::none();
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 fn ip(n: u8) -> IpAddr {
@@ -24,36 +26,48 @@ fn the_longest_idle_connection_yields_after_its_grace_and_busy_ones_never() {
     let (ta, tb, td) = (a.tracker(), b.tracker(), d.tracker());
     let busy_a = ta.begin(false).expect("a is open");
     // b is the longest idle, but not yet for the grace period.
-    let wait = c.close_oldest_idle(at(t0, 30));
+    let wait = c.close_oldest_idle(at(t0, 30), &NO_SHARES);
     assert_eq!(wait, Yield::After(GRACE - Duration::from_millis(20)));
     // b answers a request: idle again after the last look, so its grace
     // starts at the next look (stamped 40); d is now the longest idle.
     drop(tb.begin(false).expect("not closed before its grace"));
     assert_eq!(
-        c.close_oldest_idle(at(t0, 40)),
+        c.close_oldest_idle(at(t0, 40), &NO_SHARES),
         Yield::After(GRACE - Duration::from_millis(20))
     );
-    assert_eq!(c.close_oldest_idle(at(t0, 20 + grace())), Yield::Closed);
+    assert_eq!(
+        c.close_oldest_idle(at(t0, 20 + grace()), &NO_SHARES),
+        Yield::Closed
+    );
     assert!(
         td.begin(false).is_none(),
         "a closed connection takes no request"
     );
     drop(d);
-    let wait = c.close_oldest_idle(at(t0, 20 + grace()));
+    let wait = c.close_oldest_idle(at(t0, 20 + grace()), &NO_SHARES);
     assert_eq!(wait, Yield::After(Duration::from_millis(20)));
-    assert_eq!(c.close_oldest_idle(at(t0, 40 + grace())), Yield::Closed);
+    assert_eq!(
+        c.close_oldest_idle(at(t0, 40 + grace()), &NO_SHARES),
+        Yield::Closed
+    );
     assert!(tb.begin(false).is_none());
     drop(b);
-    assert_eq!(c.close_oldest_idle(at(t0, 10_000)), Yield::AllBusy);
+    assert_eq!(
+        c.close_oldest_idle(at(t0, 10_000), &NO_SHARES),
+        Yield::AllBusy
+    );
     drop(busy_a);
     // a went idle long after the last look: a full grace from the next.
-    let wait = c.close_oldest_idle(at(t0, 60_000));
+    let wait = c.close_oldest_idle(at(t0, 60_000), &NO_SHARES);
     assert_eq!(
         wait,
         Yield::After(GRACE),
         "a stale time gives no head start"
     );
-    assert_eq!(c.close_oldest_idle(at(t0, 60_000 + grace())), Yield::Closed);
+    assert_eq!(
+        c.close_oldest_idle(at(t0, 60_000 + grace()), &NO_SHARES),
+        Yield::Closed
+    );
     assert_eq!(c.len(), 1);
     drop(a);
     assert!(c.is_empty());
@@ -69,8 +83,14 @@ fn a_body_still_arriving_is_idle_and_a_received_one_busy() {
     let slow = ta.begin(true).unwrap();
     let quick = tb.begin(true).unwrap();
     quick.received();
-    assert_eq!(c.close_oldest_idle(at(t0, 1)), Yield::After(GRACE));
-    assert_eq!(c.close_oldest_idle(at(t0, 1 + grace())), Yield::Closed);
+    assert_eq!(
+        c.close_oldest_idle(at(t0, 1), &NO_SHARES),
+        Yield::After(GRACE)
+    );
+    assert_eq!(
+        c.close_oldest_idle(at(t0, 1 + grace()), &NO_SHARES),
+        Yield::Closed
+    );
     assert!(ta.receiving(), "the closing connection was mid-body");
     slow.received();
     assert!(
@@ -78,7 +98,10 @@ fn a_body_still_arriving_is_idle_and_a_received_one_busy() {
         "a body ending after the close changes nothing"
     );
     assert!(!tb.receiving());
-    assert_eq!(c.close_oldest_idle(at(t0, 100_000)), Yield::AllBusy);
+    assert_eq!(
+        c.close_oldest_idle(at(t0, 100_000), &NO_SHARES),
+        Yield::AllBusy
+    );
     drop(quick);
     drop(slow);
 }
@@ -145,8 +168,52 @@ async fn a_closed_connection_hears_it_even_if_told_before_it_listens() {
     let t0 = Instant::now();
     let c = Conns::new(1, 1, t0);
     let a = c.insert(ip(1), (), t0);
-    assert_eq!(c.close_oldest_idle(t0 + GRACE), Yield::Closed);
+    assert_eq!(c.close_oldest_idle(t0 + GRACE, &NO_SHARES), Yield::Closed);
     tokio::time::timeout(Duration::from_secs(5), a.tracker().closed())
         .await
         .expect("the close is not lost");
+}
+
+/// Issue 24: with clients, one at or over its share cannot name the last
+/// places (one kept per client under its share), and the connection closed
+/// for a new one is the longest idle of the client furthest over its share.
+#[test]
+fn a_client_over_its_share_leaves_places_and_yields_its_idle_ones_first() {
+    let t0 = Instant::now();
+    let (a, b, c) = (11, 13, 15);
+    let shares = Shares::new([(a, 1), (b, 1), (c, 1)]);
+    let table = Conns::new(6, 6, t0);
+    let places: Vec<_> = (0..6).map(|_| table.insert(ip(1), (), t0)).collect();
+    let t: Vec<Tracker> = places.iter().map(Place::tracker).collect();
+    for x in &t[..4] {
+        x.claim(&shares, a).unwrap();
+    }
+    // Two places left (not named yet: anyone's), kept for b and c.
+    let no = t[4].claim(&shares, a).unwrap_err();
+    assert_eq!((no.held, no.share, no.capacity), (4, 2, 6));
+    assert!(
+        t[0].claim(&shares, a).is_ok(),
+        "its own again: nothing to do"
+    );
+    t[4].claim(&shares, b).unwrap();
+    t[5].claim(&shares, c).unwrap();
+    // c's connection went idle first, a's just now: a's goes, being over
+    // its share, and at once (no grace period for it).
+    let _busy: Vec<Busy> = t[1..4].iter().map(|x| x.begin(false).unwrap()).collect();
+    drop(t[0].begin(false).unwrap());
+    assert_eq!(table.close_oldest_idle(at(t0, 10), &shares), Yield::Closed);
+    assert!(
+        t[0].begin(false).is_none(),
+        "a's idle connection was closed"
+    );
+    assert!(t[5].begin(false).is_some(), "c's, idle longer, was not");
+    // Others' idle connections wait for their grace period: b's goes then.
+    let wait = table.close_oldest_idle(at(t0, 20), &shares);
+    assert_eq!(wait, Yield::After(GRACE - Duration::from_millis(20)));
+    assert_eq!(
+        table.close_oldest_idle(at(t0, grace()), &shares),
+        Yield::Closed
+    );
+    assert!(t[4].begin(false).is_none(), "b's, idle longest");
+    drop(places);
 }

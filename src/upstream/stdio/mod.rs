@@ -468,13 +468,15 @@ impl StdioConn {
     /// Sends a request with a fresh upstream id and waits for its answer.
     /// With a `relay`, the caller's `_meta.progressToken` is replaced by the
     /// upstream id (so tokens of different clients cannot collide) and
-    /// restored on the way back.
+    /// restored on the way back. The slot holds `claim` (its client's
+    /// place, [`super::inflight::Callers`]) until it is freed.
     pub async fn send(
         &self,
         method: &str,
         mut params: Option<Value>,
         timeout: Duration,
         relay: Option<Relay>,
+        claim: Option<super::inflight::Claim>,
     ) -> Result<Payload, SendError> {
         let original = params
             .as_ref()
@@ -483,7 +485,7 @@ impl StdioConn {
             .cloned();
         let mut ticket = self
             .inflight
-            .reserve_relayed(relay.map(|r| (r, original)))
+            .reserve_relayed(relay.map(|r| (r, original)), claim)
             .ok_or(SendError::Busy)?;
         if let Some(t) = params
             .as_mut()
