@@ -252,6 +252,7 @@ async fn fill_sessions(gw: &Running) -> Vec<String> {
         "{}",
         refusal.raw
     );
+    assert_eq!(refusal.body["error"]["data"]["limit"], "session_share");
     sessions
 }
 
@@ -521,6 +522,7 @@ async fn a_session_with_a_call_in_flight_is_never_evicted() {
     assert_eq!(r.status, 503, "{}", r.raw);
     assert!(r.header("retry-after").is_some(), "{}", r.raw);
     assert!(message(&r).contains("session table full"), "{}", r.raw);
+    assert_eq!(r.body["error"]["data"]["limit"], "session_capacity");
     let m = gw.metrics().await;
     assert_eq!(refused(&m, "session_capacity"), 1);
     for sid in a.iter().chain([&c, &b]) {

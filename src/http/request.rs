@@ -407,8 +407,12 @@ fn initialize(
             e @ (SessionError::Full { retry_after, .. } | SessionError::Share { retry_after, .. }),
         ) => {
             let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+            let limit = match e {
+                SessionError::Share { .. } => "session_share",
+                _ => "session_capacity",
+            };
             let r = RpcError::new(protocol::SESSIONS_FULL, e.to_string())
-                .with_data(json!({"retryAfterSeconds": secs}));
+                .with_data(json!({"retryAfterSeconds": secs, "limit": limit}));
             return Err((id, Refusal(StatusCode::SERVICE_UNAVAILABLE, r)));
         }
         Err(e) => {
