@@ -3,7 +3,9 @@
 //! room and made by closing the connection idle longest when there is not;
 //! then each connection's task (TLS handshake, HTTP/1.1).
 
-use super::{conns, reply, route, tls, App, Peer};
+use super::app::Body;
+use super::app::{App, Peer};
+use super::{conns, endpoint, reply, tls};
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -308,5 +310,20 @@ fn set_user_timeout(stream: &tokio::net::TcpStream, t: Duration) {
     };
     if rc != 0 {
         tracing::debug!("TCP_USER_TIMEOUT: {}", std::io::Error::last_os_error());
+    }
+}
+
+/// The path of a request: `/mcp` to [`super::endpoint::handle`], 404 otherwise.
+async fn route(
+    app: Arc<App>,
+    req: http::Request<conns::Marked<hyper::body::Incoming>>,
+) -> Result<http::Response<Body>, std::convert::Infallible> {
+    if req.uri().path() == "/mcp" {
+        Ok(endpoint::handle(app, req).await)
+    } else {
+        Ok(reply::json(
+            http::StatusCode::NOT_FOUND,
+            &serde_json::json!({"error": format!("no such path {}; the MCP endpoint is /mcp", req.uri().path())}),
+        ))
     }
 }

@@ -46,7 +46,7 @@
 //! `pinned`, and the `withheld` tools with their reason (`new`, `changed`
 //! with the pinned and the current hash prefix, or `unverified`).
 
-use super::App;
+use super::app::App;
 pub use crate::audit::Operator;
 use crate::upstream::Status;
 use bytes::Bytes;
@@ -495,47 +495,4 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, mut shutdown: watch::Re
 /// True when `s` counts as settled for readiness.
 pub fn settled(s: &Status) -> bool {
     !matches!(s, Status::Connecting { .. })
-}
-
-/// The outcome of the last reload, kept for `STATUS=` and `/status` (the
-/// watchdog refreshes `STATUS=`, so a one-off message would vanish).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LastReload {
-    /// The config file was rejected; the running config stays.
-    pub rejected: bool,
-    /// `[server]` changed and waits for a restart.
-    pub server_pending: bool,
-    /// The one-line report or the rejection reason.
-    pub message: String,
-    /// When, in seconds since the Unix epoch.
-    pub at_unix: u64,
-}
-
-impl LastReload {
-    fn now() -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0)
-    }
-
-    /// A reload that was applied (`server_pending`: `[server]` changed).
-    pub fn applied(message: &str, server_pending: bool) -> Self {
-        LastReload {
-            rejected: false,
-            server_pending,
-            message: message.to_string(),
-            at_unix: Self::now(),
-        }
-    }
-
-    /// A rejected reload and why.
-    pub fn rejected(message: String) -> Self {
-        LastReload {
-            rejected: true,
-            server_pending: false,
-            message,
-            at_unix: Self::now(),
-        }
-    }
 }

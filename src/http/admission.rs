@@ -22,9 +22,9 @@
 //! Refusals are counted in `mcp_edge_refused_total` (`auth`, `rate`) and
 //! logged with the peer address under [`crate::access::Throttle`].
 
+use super::app::{App, Body, Peer, Who};
 use super::reply::{refuse, Refusal};
 use super::sessions::Held;
-use super::{App, Body, Peer, Who};
 use crate::access::AuthError;
 use crate::protocol::{self, ProtocolVersion, RpcError};
 use crate::session::SessionId;

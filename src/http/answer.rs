@@ -1,7 +1,8 @@
 //! What one request produced, and its finishing: status, framing of the
 //! result or error per era, the request metrics and the audit record.
 
-use super::{audited, modern, Body, Who};
+use super::app::{Body, Who};
+use super::{audited, modern};
 use crate::protocol::{self, Outgoing, Payload, RpcError};
 use crate::session::SessionId;
 use http::{Response, StatusCode};

@@ -3,7 +3,8 @@
 //! consumes it, and how it ended, once the answer is framed. Nothing here
 //! runs when `[audit]` is absent.
 
-use super::{App, Who};
+use super::app::{App, Who};
+use super::parked::Expiry;
 use crate::audit::{Outcome, Record};
 pub(super) use crate::protocol::raw::json_len;
 use crate::protocol::{self, Outgoing, Payload, RpcError};
@@ -137,11 +138,7 @@ impl Pending {
         record.outcome = Outcome::InputExpired;
         record.response_bytes = 0;
         record.arguments = None;
-        Some(Box::new(Expiry {
-            record,
-            t0: self.t0,
-            audit: self.audit.clone(),
-        }))
+        Some(Box::new(Expiry::new(record, self.t0, self.audit.clone())))
     }
 
     /// Hands the record of the call answered with `response` to the writer
@@ -152,26 +149,5 @@ impl Pending {
             r.response_bytes = response.len() as u64;
             self.audit.record(r);
         }
-    }
-}
-
-/// The audit record of a parked call ([`Pending::parked`]), written when
-/// the call expires unclaimed ([`Expiry::expired`]); dropped unwritten when
-/// a retry takes the call back. (Servers "MUST NOT assume that clients
-/// will ... retry the original request",
-/// `../shared/spec/2026-07-28/patterns-mrtr.mdx` §Server Requirements
-/// (Basic Workflow): a round never retried is legal, and the log says so.)
-pub(super) struct Expiry {
-    record: Record,
-    t0: Instant,
-    audit: crate::audit::Audit,
-}
-
-impl Expiry {
-    /// Audits the parked call as `input_expired` (never waits).
-    pub(super) fn expired(self) {
-        let mut r = self.record;
-        r.duration_ms = self.t0.elapsed().as_millis() as u64;
-        self.audit.record(r);
     }
 }

@@ -5,7 +5,7 @@
 //! itself, everything else through the router.
 
 use super::admission::Caller;
-use super::{App, Who};
+use super::app::{App, Who};
 use crate::protocol::{self, Payload, ProtocolVersion, RpcError};
 use serde_json::{json, Value};
 

@@ -3,10 +3,11 @@
 //! produced. Each message is served by [`super::request`].
 
 use super::admission::Head;
+use super::app::{App, Body};
 use super::checks::HeadError;
+use super::reply;
 use super::reply::{refuse, Refusal};
 use super::request::{one, Answer, Outcome};
-use super::{reply, App, Body};
 use crate::protocol::envelope::Body as Parsed;
 use crate::protocol::{self, Message, ProtocolVersion, RpcError};
 use crate::session::SessionError;

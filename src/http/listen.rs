@@ -31,8 +31,8 @@
 //! generation when it is polled, so a slow reader costs nothing but its
 //! connection, and changes made while it is not read collapse into one.
 
+use super::app::{App, Body};
 use super::streams::{StreamPlace, META_SUBSCRIPTION_ID};
-use super::{App, Body};
 use crate::limits::AUDIT_FIELD_BYTES;
 use crate::logline::capped;
 use crate::protocol::{self, sse, RpcError};
@@ -141,7 +141,7 @@ pub async fn open(
     id: Value,
     params: Option<&Value>,
     sse_ok: bool,
-    caller: &super::Who,
+    caller: &super::app::Who,
 ) -> Result<Response<Body>, (StatusCode, RpcError)> {
     let policy = caller.policy();
     if !sse_ok {

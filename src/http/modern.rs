@@ -210,7 +210,7 @@ fn decorate_tree(method: &str, mut result: Value, per_caller: bool) -> Value {
 /// `-32020` naming the header. A tool outside the caller's `policy` has no
 /// annotations to check: the router answers it as an unknown tool.
 pub(super) fn check_param_headers(
-    app: &super::App,
+    app: &super::app::App,
     h: &HeaderMap,
     method: &str,
     params: Option<&Value>,

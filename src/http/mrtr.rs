@@ -26,9 +26,10 @@
 //!   upstream.
 
 use super::answer::{finish_audited, observe, Answer, Outcome};
+use super::app::{App, Who};
+use super::audited;
 use super::call::{dispatch, Call};
 use super::parked::{self, Asked, Event, Identity, NotParked, Running, StateError};
-use super::{audited, App, Who};
 use crate::limits;
 use crate::protocol::{self, Payload, RpcError};
 use serde_json::{json, Map, Value};
@@ -410,7 +411,7 @@ impl Round {
 
     /// The rest of the round as an SSE stream: `first` (if any), the
     /// call's further notifications, then its answer.
-    fn stream(mut self, first: Option<Value>) -> http::Response<super::Body> {
+    fn stream(mut self, first: Option<Value>) -> http::Response<super::app::Body> {
         let keepalive = self.app.server.keepalive;
         let (tx, rx) = tokio::sync::mpsc::channel(1);
         if let Some(first) = first {

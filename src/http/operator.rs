@@ -21,7 +21,7 @@
 //! (`mcp_edge_refused_total{limit="admin_peer"}`).
 
 use super::admin::{self, Asker, Operator};
-use super::App;
+use super::app::App;
 use crate::limits;
 use crate::logline::Throttle;
 use crate::reaper::procfs::{Lookup, Proc};

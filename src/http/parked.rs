@@ -18,6 +18,7 @@
 //! names is taken once (a replay finds nothing). The table takes `now` from
 //! its caller.
 
+use crate::audit::Record;
 use crate::protocol::{Payload, RpcError};
 use base64::Engine;
 use ring::hmac;
@@ -85,7 +86,7 @@ pub(super) struct Running {
     /// keeps retrying without answers cannot hold its place for ever.
     pub started: Instant,
     /// Its audit record if it expires parked (`[audit]` only).
-    pub audit: Option<Box<super::audited::Expiry>>,
+    pub audit: Option<Box<Expiry>>,
 }
 
 /// What [`Running::next`] saw.
@@ -342,6 +343,32 @@ impl ParkedCalls {
             }
         }
         out
+    }
+}
+
+/// The audit record of a parked call ([`super::audited::Pending::parked`]), written when
+/// the call expires unclaimed ([`Expiry::expired`]); dropped unwritten when
+/// a retry takes the call back. (Servers "MUST NOT assume that clients
+/// will ... retry the original request",
+/// `../shared/spec/2026-07-28/patterns-mrtr.mdx` §Server Requirements
+/// (Basic Workflow): a round never retried is legal, and the log says so.)
+pub(super) struct Expiry {
+    record: Record,
+    t0: Instant,
+    audit: crate::audit::Audit,
+}
+
+impl Expiry {
+    /// The record to write if the call expires, of a call begun at `t0`.
+    pub(super) fn new(record: Record, t0: Instant, audit: crate::audit::Audit) -> Self {
+        Expiry { record, t0, audit }
+    }
+
+    /// Audits the parked call as `input_expired` (never waits).
+    pub(super) fn expired(self) {
+        let mut r = self.record;
+        r.duration_ms = self.t0.elapsed().as_millis() as u64;
+        self.audit.record(r);
     }
 }
 

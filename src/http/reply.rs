@@ -3,7 +3,7 @@
 //! (`../shared/spec/2025-11-25/transports.mdx` §Sending Messages to the Server,
 //! §Listening for Messages from the Server).
 
-use super::{App, Body};
+use super::app::{App, Body};
 use crate::protocol::raw::Chunks;
 use crate::protocol::{self, sse, Outgoing, RpcError};
 use crate::session::SessionId;

@@ -11,9 +11,10 @@
 use super::admission::{admit, Admitted, Caller, ClientEra, Head};
 use super::answer::{finish, finish_audited, observe};
 pub(super) use super::answer::{Answer, Outcome};
+use super::app::{App, Who};
 use super::call::{dispatch, Call};
 use super::reply::{refuse, Refusal};
-use super::{audited, modern, reply, App, Who};
+use super::{audited, modern, reply};
 use crate::protocol::{self, ClientCaps, Message, Payload, ProtocolVersion, RpcError};
 use crate::session::SessionError;
 use http::{HeaderMap, StatusCode};

@@ -7,7 +7,7 @@
 //! upstream's `notifications/resources/updated` reaches exactly the
 //! sessions that asked (on their GET stream).
 
-use super::App;
+use super::app::App;
 use crate::access::Policy;
 use crate::protocol::{self, RpcError};
 use crate::subscriptions::{SubscribeError, Subscriber};

@@ -4,7 +4,7 @@
 //! `subscriptions/listen` stream (§Task Status Notifications). Routing and
 //! the table are [`crate::router`]'s and [`crate::tasks`]'.
 
-use super::{App, Who};
+use super::app::{App, Who};
 use crate::router::TaskCaller;
 use serde_json::{json, Value};
 

@@ -1,6 +1,6 @@
 //! TLS on the downstream listener (`server.tls_cert`, `server.tls_key`,
 //! `server.tls_client_ca`): the handshake of one accepted connection and
-//! the peer identity it yields ([`super::Peer`]).
+//! the peer identity it yields ([`super::app::Peer`]).
 //!
 //! The accept loop only accepts; the handshake runs in the connection's own
 //! task ([`super::accept_loop`]), bounded by
@@ -8,10 +8,10 @@
 //! holds its own permit and nothing else. The rustls configuration (ring
 //! provider, ALPN `http/1.1`, the client-certificate verifier) is built when
 //! the config is loaded ([`crate::config::TlsConfig`]); the accept loop reads
-//! the current one once per connection from [`super::App::tls`], so a reload
+//! the current one once per connection from [`super::app::App::tls`], so a reload
 //! that installs a new certificate reaches new connections only.
 
-use super::Peer;
+use super::app::Peer;
 use crate::limits::TLS_HANDSHAKE_TIMEOUT;
 use std::net::SocketAddr;
 use std::sync::Arc;

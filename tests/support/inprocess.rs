@@ -77,7 +77,7 @@ impl InProcess {
     }
 
     /// What the last reload left for `/status`.
-    pub fn last_reload(&self) -> Option<mcp_edge::http::admin::LastReload> {
+    pub fn last_reload(&self) -> Option<mcp_edge::http::LastReload> {
         self.app.last_reload()
     }
 

@@ -1,0 +1,29 @@
+//! The one timer of the downstream tables (a task of the composition root).
+
+use super::app::App;
+use super::mrtr;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// One timer for the whole table: removes idle sessions every
+/// `min(idle_timeout / 4, 60 s, 10 s)` (lookups also expire lazily), and
+/// parked calls whose time is up ([`mrtr::expire`]); expires tasks and
+/// cancels the abandoned ones ([`crate::router::Router::cancel_orphans`]). A task of the
+/// composition root.
+pub async fn sweep_sessions(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
+    let period = (app.server.session_idle_timeout / 4)
+        .min(crate::limits::SESSION_SWEEP_MAX_PERIOD)
+        .min(crate::limits::PARKED_SWEEP_PERIOD);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(period) => {}
+            _ = shutdown.changed() => return,
+        }
+        // Idle sessions end (with everything they held); expired tasks
+        // go, and tasks abandoned by their callers are cancelled upstream.
+        app.sessions.sweep();
+        app.router.tasks().expire(tokio::time::Instant::now());
+        app.router.cancel_orphans().await;
+        mrtr::expire(&app, tokio::time::Instant::now()).await;
+    }
+}
