@@ -18,7 +18,7 @@
 //! measured in the same process with the same allocator as the anchor.
 //!
 //! Both servers are driven in-process through their request handlers
-//! (`mcp_edge::http::endpoint::handle`, rmcp's `StreamableHttpService::handle`)
+//! (`mcp_edge::downstream::endpoint::handle`, rmcp's `StreamableHttpService::handle`)
 //! with `http::Request<Full<Bytes>>`, on a current-thread tokio runtime whose
 //! clock is paused, so idle timeouts pass in virtual time. Heap figures come
 //! from the counting global allocator (`mcp_edge::alloc`): exact requested
@@ -33,8 +33,8 @@ use http::{header, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use mcp_edge::alloc::{live_bytes, peak_bytes, reset_peak, rss_bytes};
 use mcp_edge::config::Config;
+use mcp_edge::downstream::{endpoint, App};
 use mcp_edge::gateway::Gateway;
-use mcp_edge::http::{endpoint, App};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
     PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,

@@ -35,7 +35,7 @@
 //! | [`upstream`] | the per-upstream handle and the one connection interface over the transports (`stdio`, `http`, `builtin`); era probe, in-flight table, id remap |
 //! | [`router`] | aggregated catalog, exposed-name mapping, list merge, call routing |
 //! | [`supervisor`] | the owner task per upstream (connect, reconnect); with [`gateway`], the only spawner of long-lived tasks |
-//! | [`http`] | the downstream face: accept loop (with the TLS handshake), `/mcp` endpoint, Origin/Host checks, framing, admin routes |
+//! | [`downstream`] | the downstream face: accept loop (with the TLS handshake), `/mcp` endpoint, Origin/Host checks, framing, admin routes |
 //! | [`gateway`] | the composition root: builds everything from a `Config`; start, reload, shutdown, the systemd lifecycle |
 //!
 //! The binary (`src/main.rs`) is CLI only. Sibling submodules never form a
@@ -51,10 +51,10 @@ pub mod audit;
 pub mod backoff;
 pub mod budget;
 pub mod config;
+pub mod downstream;
 pub mod drain;
 pub mod fault;
 pub mod gateway;
-pub mod http;
 pub mod jwt;
 pub mod limits;
 pub mod logline;

@@ -569,4 +569,4 @@ impl Table {
 
 mod room;
 #[cfg(test)]
-mod tests;
+mod session_tests;

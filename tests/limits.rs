@@ -36,7 +36,7 @@ async fn a_dripping_body_gets_408_and_is_counted() {
         .body(http_body_util::StreamBody::new(chunks))
         .unwrap();
     let t0 = tokio::time::Instant::now();
-    let resp = mcp_edge::http::endpoint::handle(gw.app().clone(), req).await;
+    let resp = mcp_edge::downstream::endpoint::handle(gw.app().clone(), req).await;
     assert_eq!(resp.status(), 408);
     assert_eq!(t0.elapsed(), mcp_edge::limits::BODY_READ_TIMEOUT);
     assert!(refused("body_read_time") >= before + 1.0);

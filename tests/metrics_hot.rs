@@ -171,7 +171,7 @@ async fn call(gw: &Gateway, headers: &[(&str, &str)], body: Value) -> Option<Str
         b = b.header(*k, *v);
     }
     let req = b.body(Full::new(Bytes::from(body.to_string()))).unwrap();
-    let resp = mcp_edge::http::endpoint::handle(gw.app().clone(), req).await;
+    let resp = mcp_edge::downstream::endpoint::handle(gw.app().clone(), req).await;
     let (status, sid) = (resp.status(), resp.headers().get("mcp-session-id").cloned());
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
     let text = String::from_utf8_lossy(&bytes);

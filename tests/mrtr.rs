@@ -404,9 +404,13 @@ async fn an_expired_call_is_refused_upstream_cancelled_and_its_state_dead() {
     let (k, _, s) = asked(&r1);
     let app = gw.app();
     let now = tokio::time::Instant::now();
-    assert_eq!(mcp_edge::http::mrtr::expire(app, now).await, 0, "not yet");
+    assert_eq!(
+        mcp_edge::downstream::rounds::expire(app, now).await,
+        0,
+        "not yet"
+    );
     let later = now + mcp_edge::limits::PARKED_CALL_TTL;
-    assert_eq!(mcp_edge::http::mrtr::expire(app, later).await, 1);
+    assert_eq!(mcp_edge::downstream::rounds::expire(app, later).await, 1);
     assert!(app.parked().is_empty());
     let r = modern_call(
         addr,
@@ -454,7 +458,10 @@ async fn an_expired_round_is_audited_as_input_expired() {
     let r1 = modern_call(gw.local_addr(), 1, "a__interview", caps, json!({}), &[]).await;
     asked(&r1);
     let later = tokio::time::Instant::now() + mcp_edge::limits::PARKED_CALL_TTL;
-    assert_eq!(mcp_edge::http::mrtr::expire(gw.app(), later).await, 1);
+    assert_eq!(
+        mcp_edge::downstream::rounds::expire(gw.app(), later).await,
+        1
+    );
     let path = dir.path().join("audit.jsonl");
     let mut lines = Vec::new();
     for _ in 0..100 {

@@ -78,7 +78,10 @@ async fn a_full_parked_table_refuses_counts_and_drains_to_its_baseline() {
     for i in 0..warm {
         parked_state(&interview(addr, 2000 + i).await);
     }
-    assert_eq!(mcp_edge::http::mrtr::expire(&app, later()).await, warm);
+    assert_eq!(
+        mcp_edge::downstream::rounds::expire(&app, later()).await,
+        warm
+    );
     until("the warm-up drained", || {
         up.refused.lock().unwrap().len() == warm
     })
@@ -125,7 +128,7 @@ fn settled(up: &support::scripted::Upstream) -> usize {
 /// everything and waits for the drain; returns the live heap full and drained.
 async fn fill_and_drain(
     addr: SocketAddr,
-    app: &mcp_edge::http::App,
+    app: &mcp_edge::downstream::App,
     up: &support::scripted::Upstream,
     first: usize,
     refused: &mut usize,
@@ -158,7 +161,10 @@ async fn fill_and_drain(
         up.refused.lock().unwrap().len() == n
     })
     .await;
-    assert_eq!(mcp_edge::http::mrtr::expire(app, later()).await, cap);
+    assert_eq!(
+        mcp_edge::downstream::rounds::expire(app, later()).await,
+        cap
+    );
     assert!(app.parked().is_empty());
     *refused += cap;
     let n = *refused;

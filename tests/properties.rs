@@ -10,7 +10,7 @@ use mcp_edge::access::{Access, AuthError, Principal};
 use mcp_edge::config::{Config, ConfigError};
 use mcp_edge::protocol::sse::{Decoder, SseError};
 use mcp_edge::protocol::{classify, param_headers, Message, INVALID_REQUEST};
-use mcp_edge::upstream::http::{header_safe, parse_retry_after};
+use mcp_edge::upstream::streamable::{header_safe, parse_retry_after};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, TestRunner};
 use serde_json::{json, Map, Value};

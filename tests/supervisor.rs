@@ -541,7 +541,7 @@ async fn a_down_http_upstreams_credentials_stay_secret() {
         "the reason still names the host: {}",
         r.raw
     );
-    let status = mcp_edge::http::admin::status(gw.app()).to_string();
+    let status = mcp_edge::downstream::admin::status(gw.app()).to_string();
     for shown in [&r.raw, &status] {
         assert!(!shown.contains("SECRET"), "{shown}");
     }

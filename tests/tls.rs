@@ -161,7 +161,7 @@ async fn mcp_over_https_and_no_plain_http_on_the_tls_port() {
     assert_eq!(r.status(), 200);
 
     // /status names the files, never their contents.
-    let status = mcp_edge::http::admin::status(gw.app());
+    let status = mcp_edge::downstream::admin::status(gw.app());
     let tls = &status["tls"];
     assert_eq!(
         tls["cert"],
@@ -338,7 +338,7 @@ async fn the_peer_of_an_mtls_connection_carries_the_client_certificate_subject()
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);
     let addr: std::net::SocketAddr = "192.0.2.7:4242".parse().unwrap();
     let tls = config(Some(&files)).server.tls.expect("TLS loaded");
-    let server = mcp_edge::http::tls::accept(tls.rustls, server_io, addr);
+    let server = mcp_edge::downstream::tls_accept::accept(tls.rustls, server_io, addr);
     let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(
         support::tls::client_config(&ca, Some(&robot)),
     ));
@@ -368,7 +368,7 @@ fn cert_subject_lists_attributes_in_certificate_order() {
         ],
         &[],
     );
-    let got = mcp_edge::http::tls::cert_subject(&c.der).unwrap();
+    let got = mcp_edge::downstream::tls_accept::cert_subject(&c.der).unwrap();
     let want = [
         ("C", "CH"),
         ("ST", "Zürich"),
@@ -380,7 +380,10 @@ fn cert_subject_lists_attributes_in_certificate_order() {
     ]
     .map(|(a, v)| (a.to_string(), v.to_string()));
     assert_eq!(got, want.to_vec());
-    assert_eq!(mcp_edge::http::tls::cert_subject(b"not DER"), None);
+    assert_eq!(
+        mcp_edge::downstream::tls_accept::cert_subject(b"not DER"),
+        None
+    );
 }
 
 // The real binary.

@@ -24,9 +24,9 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::ctx::{Ctx, Result};
-use super::raw::{RawDuration, RawInt, RawServer, RawUpstream};
 use super::server::server;
-use super::upstream::upstream;
+use super::toml_raw::{RawDuration, RawInt, RawServer, RawUpstream};
+use super::upstream_section::upstream;
 use super::values::int;
 use super::{Board, ConfigError};
 use crate::limits;

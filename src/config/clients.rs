@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::ctx::{Ctx, Result};
 use super::fields::secret_file;
-use super::raw::RawClient;
+use super::toml_raw::RawClient;
 use super::{check_client_name, token_sha256, ClientConfig, Credential, Rate, Secret};
 use crate::limits;
 
@@ -223,7 +223,7 @@ fn globs(ctx: &Ctx, key: &str, globs: Vec<String>) -> Result<Vec<String>> {
 
 /// `share`: a weight in 1..=[`limits::MAX_CLIENT_SHARE`], default
 /// [`limits::DEFAULT_CLIENT_SHARE`].
-fn share(ctx: &Ctx, key: &str, raw: Option<super::raw::RawInt>) -> Result<u32> {
+fn share(ctx: &Ctx, key: &str, raw: Option<super::toml_raw::RawInt>) -> Result<u32> {
     let (default, max) = (limits::DEFAULT_CLIENT_SHARE, limits::MAX_CLIENT_SHARE);
     let n = super::values::int(ctx, key, raw, (1, max as usize), default as usize)?;
     Ok(n as u32)

@@ -27,8 +27,8 @@ use serde_json::Value;
 use super::ctx::{key_segment, Ctx, Result};
 use super::fields::{self, foreign_keys, Kind, STDIO_KEYS};
 use super::net_validate::check_open_listen;
-use super::raw::RawServer;
 use super::server::server;
+use super::toml_raw::RawServer;
 use super::validate::{check_count, finish};
 use super::{Config, ConfigError, Transport, UpstreamConfig};
 

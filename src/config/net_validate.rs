@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use super::clients::client;
 use super::ctx::{Ctx, Result};
-use super::raw::{RawAudit, RawClient};
+use super::toml_raw::{RawAudit, RawClient};
 use super::values::int;
 use super::{AuditConfig, AuditSink, ClientConfig, Credential, ServerConfig};
 use crate::limits;
@@ -160,7 +160,7 @@ mod tests {
     use std::ffi::OsString;
     use std::path::Path;
 
-    use super::super::tls::testing::files;
+    use super::super::tls_files::testing::files;
     use super::super::{token_sha256, Config, ConfigError, Secret};
     use super::*;
 

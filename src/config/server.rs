@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::ctx::{is_name_char, Ctx, Result};
-use super::raw::RawServer;
-use super::tls::{tls, RawTls};
+use super::tls_files::{tls, RawTls};
+use super::toml_raw::RawServer;
 use super::values::{absolute_dir, duration, int, ints};
 use super::{ServerConfig, ToolNameRule};
 use crate::limits;

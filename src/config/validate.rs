@@ -5,9 +5,9 @@
 
 use super::ctx::{Ctx, Result};
 use super::net_validate::{audit, check_open_listen, clients};
-use super::raw::{RawConfig, RawWatchdog};
 use super::server::{notes, server};
-use super::upstream::upstream;
+use super::toml_raw::{RawConfig, RawWatchdog};
+use super::upstream_section::upstream;
 use super::values::duration;
 use super::{Config, ServerConfig, Transport, UpstreamConfig, WatchdogConfig};
 use crate::limits;
@@ -91,7 +91,7 @@ pub(super) fn finish(
         tracing::warn!(file = %ctx.path().display(), "every upstream is disabled");
     }
     let (bases, mut ups): (Vec<String>, Vec<UpstreamConfig>) = upstreams.into_iter().unzip();
-    super::sandbox::resolve(ctx, &bases, &server, audit.as_ref(), &mut ups)?;
+    super::sandbox_section::resolve(ctx, &bases, &server, audit.as_ref(), &mut ups)?;
     Ok(Config {
         server,
         upstreams: ups,
@@ -222,7 +222,7 @@ fn network_notes(cfg: &Config) -> Vec<String> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
     let mut notes: Vec<String> = (cfg.server.tls.as_ref())
-        .and_then(|t| super::tls::validity_note(t, now))
+        .and_then(|t| super::tls_files::validity_note(t, now))
         .into_iter()
         .collect();
     if let Some(crate::config::AuditConfig {

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::ctx::{Ctx, Result};
-use super::raw::{RawDuration, RawFloat, RawInt};
+use super::toml_raw::{RawDuration, RawFloat, RawInt};
 
 /// One integer key of a section: its name, the value as written, the
 /// accepted range, and the field it fills (which holds the default).

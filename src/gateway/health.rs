@@ -10,7 +10,7 @@
 //! server. (The runtime heartbeat is checked by the pinger itself.)
 
 use crate::config::WatchdogConfig;
-use crate::http::App;
+use crate::downstream::App;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

@@ -9,7 +9,7 @@ use super::health::HealthView;
 use super::{Gateway, GatewayError};
 use crate::budget::{mib, Estimate};
 use crate::config::Config;
-use crate::http::LastReload;
+use crate::downstream::LastReload;
 use crate::limits::START_BUDGET;
 use crate::notify::{self, Health};
 use crate::supervisor::OwnedTask;

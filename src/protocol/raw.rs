@@ -424,4 +424,4 @@ pub fn json_len(v: &Value) -> usize {
 }
 
 #[cfg(test)]
-mod tests;
+mod raw_tests;

@@ -12,7 +12,7 @@
 //! 2026-07-28 patterns-cancellation.mdx); a built-in call never.
 
 use super::era::UpstreamEra;
-use super::{builtin, http, relay, stdio, SendError, Upstream};
+use super::{builtin, relay, stdio, streamable, SendError, Upstream};
 use crate::protocol::{self, Payload, RpcError};
 use serde_json::Value;
 use std::time::Duration;
@@ -28,7 +28,7 @@ pub enum OpenError {
     Spawn(String),
     /// The HTTP client could not be set up.
     #[error(transparent)]
-    Http(#[from] http::SetupError),
+    Http(#[from] streamable::SetupError),
 }
 
 /// A connection just opened, before its handshake.
@@ -73,7 +73,7 @@ pub enum Conn {
     /// A child process.
     Stdio(stdio::StdioConn),
     /// A streamable-HTTP server.
-    Http(Box<http::HttpConn>),
+    Http(Box<streamable::HttpConn>),
     /// The in-process `edge` tools.
     Builtin,
 }
@@ -100,7 +100,7 @@ impl Conn {
                 })
             }
             Transport::Http { .. } => {
-                let (c, abandoned) = http::HttpConn::new(
+                let (c, abandoned) = streamable::HttpConn::new(
                     &up.config,
                     list_changed,
                     up.relay_ctx(),

@@ -9,7 +9,7 @@ use std::time::Duration;
 /// `cfg`, driven by [`Control`]s as `main.rs` drives it by signals.
 pub struct InProcess {
     /// The served gateway's downstream state.
-    pub app: std::sync::Arc<mcp_edge::http::App>,
+    pub app: std::sync::Arc<mcp_edge::downstream::App>,
     /// Its `/mcp` address.
     pub addr: std::net::SocketAddr,
     /// What `main.rs`'s signal handlers would send.
@@ -77,7 +77,7 @@ impl InProcess {
     }
 
     /// What the last reload left for `/status`.
-    pub fn last_reload(&self) -> Option<mcp_edge::http::LastReload> {
+    pub fn last_reload(&self) -> Option<mcp_edge::downstream::LastReload> {
         self.app.last_reload()
     }
 

@@ -6,10 +6,10 @@
 
 use std::time::Duration;
 
-mod config;
-mod network;
-pub use config::*;
-pub use network::*;
+mod net;
+mod ranges;
+pub use net::*;
+pub use ranges::*;
 
 /// Default downstream listen address (`server.listen`). Port 8737 is the
 /// documented mcp-edge port; loopback only by default (streamable HTTP

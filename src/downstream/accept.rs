@@ -5,7 +5,7 @@
 
 use super::app::Body;
 use super::app::{App, Peer};
-use super::{conns, endpoint, reply, tls};
+use super::{conns, endpoint, reply, tls_accept};
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -209,7 +209,7 @@ async fn serve_tls(
     tracker: conns::Tracker,
 ) {
     let shake = tokio::select! {
-        r = tls::accept(config, stream, addr) => r,
+        r = tls_accept::accept(config, stream, addr) => r,
         _ = tracker.closed() => return,
     };
     match shake {

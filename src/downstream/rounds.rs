@@ -25,10 +25,10 @@
 //!   requests are answered with an error, and dropping the call cancels it
 //!   upstream.
 
-use super::answer::{finish_audited, observe, Answer, Outcome};
 use super::app::{App, Who};
 use super::audited;
 use super::call::{dispatch, Call};
+use super::finish::{finish_audited, observe, Answer, Outcome};
 use super::parked::{self, Asked, Event, Identity, NotParked, Running, StateError};
 use crate::limits;
 use crate::protocol::{self, Payload, RpcError};

@@ -431,4 +431,4 @@ fn enforcement(spec: &Spec) -> (serde_json::Value, String, &'static str) {
 }
 
 #[cfg(test)]
-mod tests;
+mod sandbox_tests;

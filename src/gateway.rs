@@ -20,7 +20,7 @@ pub use reload::ReloadReport;
 pub use serve::{run, Control, Controls};
 
 use crate::config::{Config, UpstreamConfig};
-use crate::http::App;
+use crate::downstream::App;
 use crate::pins::Pins;
 use crate::router::Router;
 use crate::subscriptions::Subscriptions;
@@ -54,7 +54,7 @@ pub enum GatewayError {
     },
     /// The operator socket (`server.admin_socket`) could not be bound.
     #[error(transparent)]
-    Operator(#[from] crate::http::operator::BindError),
+    Operator(#[from] crate::downstream::operator_socket::BindError),
     /// The audit log (`[audit]`) could not start: its file cannot be
     /// opened for appending, or the journal is not there.
     #[error("cannot start the audit log")]
@@ -191,7 +191,7 @@ impl Gateway {
         };
         // After the pins: a state directory at fault is reported as such.
         let operator = match &s.admin_socket {
-            Some(p) => Some(crate::http::operator::Socket::bind(p)?),
+            Some(p) => Some(crate::downstream::operator_socket::Socket::bind(p)?),
             None => None,
         };
         let upstreams: Vec<Arc<Upstream>> = (config.upstreams.iter().enumerate())
@@ -268,7 +268,8 @@ impl Gateway {
         for up in self.enabled() {
             let mut rx = up.subscribe();
             let _ =
-                tokio::time::timeout_at(deadline, rx.wait_for(crate::http::admin::settled)).await;
+                tokio::time::timeout_at(deadline, rx.wait_for(crate::downstream::admin::settled))
+                    .await;
         }
         self.app.set_ready();
         self.ready_upstreams()
@@ -387,26 +388,30 @@ fn persist(config: &Config, upstreams: &[Arc<Upstream>]) -> Option<Arc<Persist>>
 fn root_tasks(
     app: &Arc<App>,
     listener: TcpListener,
-    (admin, operator): (Option<TcpListener>, Option<crate::http::operator::Socket>),
+    (admin, operator): (
+        Option<TcpListener>,
+        Option<crate::downstream::operator_socket::Socket>,
+    ),
     shutdown: &watch::Sender<bool>,
 ) -> Vec<OwnedTask> {
     let mut tasks = vec![
-        OwnedTask::spawn(crate::http::accept_loop(
+        OwnedTask::spawn(crate::downstream::accept_loop(
             listener,
             app.clone(),
             shutdown.subscribe(),
         )),
-        OwnedTask::spawn(crate::http::sweep_sessions(
+        OwnedTask::spawn(crate::downstream::sweep_sessions(
             app.clone(),
             shutdown.subscribe(),
         )),
     ];
     if let Some(l) = admin {
-        let serve = crate::http::admin::serve(l, app.clone(), shutdown.subscribe());
+        let serve = crate::downstream::admin::serve(l, app.clone(), shutdown.subscribe());
         tasks.push(OwnedTask::spawn(serve));
     }
     if let Some(socket) = operator {
-        let serve = crate::http::operator::serve(socket, app.clone(), shutdown.subscribe());
+        let serve =
+            crate::downstream::operator_socket::serve(socket, app.clone(), shutdown.subscribe());
         tasks.push(OwnedTask::spawn(serve));
     }
     tasks

@@ -23,7 +23,7 @@ use std::path::PathBuf;
 
 use super::ctx::{Ctx, Result};
 use super::fields::{check_url, secret_file};
-use super::raw::RawOAuth;
+use super::toml_raw::RawOAuth;
 
 /// How tokens are obtained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -68,11 +68,11 @@
 //! with `"arguments_omitted":true` instead of its arguments.
 
 mod line;
-mod operator;
+mod operator_record;
 mod sink;
 
 pub use line::{Entry, Outcome, Record, SESSION_ID_CHARS};
-pub use operator::{Action, Operator};
+pub use operator_record::{Action, Operator};
 pub use sink::{AuditError, Journal, RotatingFile, Sink, JOURNAL_IDENTIFIER, JOURNAL_SOCKET};
 
 use crate::config::{AuditConfig, AuditSink};
@@ -293,4 +293,4 @@ impl ErrorLog {
 }
 
 #[cfg(test)]
-mod tests;
+mod audit_tests;

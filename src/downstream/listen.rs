@@ -154,7 +154,8 @@ pub async fn open(
         ));
     }
     let (on, uris) = asked(params).map_err(|e| (StatusCode::OK, e))?;
-    let task_ids = super::tasks::asked(params).map_err(|e| (super::modern::error_status(&e), e))?;
+    let task_ids =
+        super::task_callers::asked(params).map_err(|e| (super::modern::error_status(&e), e))?;
     let stream_place = app.streams.take(caller.access.shares(), caller.owner())?;
     let who = Subscriber::Listen(NEXT_STREAM.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     // From here on, dropping the place forgets this stream's subscriptions.
@@ -164,7 +165,7 @@ pub async fn open(
         stream: stream_place,
     };
     let honoured_uris = subscribe_all(app, who, uris, policy).await;
-    let followed = super::tasks::Followed::new(app, task_ids, caller.owner());
+    let followed = super::task_callers::Followed::new(app, task_ids, caller.owner());
     let watching = !honoured_uris.is_empty() || !followed.is_empty();
     let mut ack = acknowledged(on, honoured_uris);
     if !followed.is_empty() {
@@ -276,8 +277,8 @@ struct State {
     /// stream ends when its client is no longer configured.
     owner: u64,
     access: tokio::sync::watch::Receiver<u64>,
-    /// The tasks it follows (`taskIds`, [`super::tasks`]).
-    tasks: super::tasks::Followed,
+    /// The tasks it follows (`taskIds`, [`super::task_callers`]).
+    tasks: super::task_callers::Followed,
 }
 
 impl State {
@@ -311,7 +312,7 @@ impl State {
             next: Some(first),
             closed: false,
             place,
-            tasks: super::tasks::Followed::new(app, Vec::new(), owner),
+            tasks: super::task_callers::Followed::new(app, Vec::new(), owner),
             owner,
             access,
         }

@@ -565,4 +565,4 @@ fn result_text(result: &Value) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+mod builtin_tests;

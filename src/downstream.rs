@@ -9,13 +9,12 @@
 //! taken, the loop accepts anyway and makes room by closing the connection
 //! that has sat longest without a request ([`conns`]): idle or half-sent
 //! connections cannot lock clients out. With TLS
-//! (`server.tls_cert`), that task does the handshake first ([`tls`]); every
+//! (`server.tls_cert`), that task does the handshake first ([`tls_accept`]); every
 //! request carries who sent it as a [`Peer`] extension.
 
 mod accept;
 pub mod admin;
 mod admission;
-mod answer;
 mod app;
 mod audited;
 mod call;
@@ -23,21 +22,22 @@ pub mod cancel;
 pub mod checks;
 pub mod conns;
 pub mod endpoint;
+mod finish;
 mod legacy_input;
 pub mod listen;
 pub mod media;
 pub mod modern;
-pub mod mrtr;
-pub mod operator;
+pub mod operator_socket;
 pub mod parked;
 pub mod reply;
 mod request;
+pub mod rounds;
 pub mod sessions;
 pub mod streams;
-mod subscriptions;
+mod subscribe;
 mod sweep;
-mod tasks;
-pub mod tls;
+mod task_callers;
+pub mod tls_accept;
 
 pub use accept::accept_loop;
 pub use app::{App, Body, LastReload, Peer, Who};

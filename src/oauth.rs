@@ -20,8 +20,8 @@
 //! once with the reason.
 
 pub mod challenge;
-mod error;
-pub use error::OAuthError;
+mod oauth_error;
+pub use oauth_error::OAuthError;
 pub mod discovery;
 pub mod fetch;
 pub mod login;
@@ -514,4 +514,4 @@ fn unix(t: SystemTime) -> u64 {
 }
 
 #[cfg(test)]
-mod tests;
+mod oauth_tests;

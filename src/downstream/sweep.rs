@@ -1,13 +1,13 @@
 //! The one timer of the downstream tables (a task of the composition root).
 
 use super::app::App;
-use super::mrtr;
+use super::rounds;
 use std::sync::Arc;
 use tokio::sync::watch;
 
 /// One timer for the whole table: removes idle sessions every
 /// `min(idle_timeout / 4, 60 s, 10 s)` (lookups also expire lazily), and
-/// parked calls whose time is up ([`mrtr::expire`]); expires tasks and
+/// parked calls whose time is up ([`rounds::expire`]); expires tasks and
 /// cancels the abandoned ones ([`crate::router::Router::cancel_orphans`]). A task of the
 /// composition root.
 pub async fn sweep_sessions(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
@@ -24,6 +24,6 @@ pub async fn sweep_sessions(app: Arc<App>, mut shutdown: watch::Receiver<bool>) 
         app.sessions.sweep();
         app.router.tasks().expire(tokio::time::Instant::now());
         app.router.cancel_orphans().await;
-        mrtr::expire(&app, tokio::time::Instant::now()).await;
+        rounds::expire(&app, tokio::time::Instant::now()).await;
     }
 }

@@ -31,7 +31,7 @@ pub struct Peer {
     /// With mTLS (`server.tls_client_ca`): the verified client certificate's
     /// subject as (attribute, value) pairs in certificate order, attribute
     /// short names upper-cased (`CN`, `O`, `OU`, `C`, …; others as dotted
-    /// OIDs) ([`super::tls::cert_subject`]). `None` without TLS or mTLS.
+    /// OIDs) ([`super::tls_accept::cert_subject`]). `None` without TLS or mTLS.
     pub cert_subject: Option<Vec<(String, String)>>,
 }
 
@@ -96,7 +96,7 @@ pub struct App {
     /// Downstream resource subscriptions (fixed table, [`crate::subscriptions`]).
     pub(super) subscriptions: Arc<crate::subscriptions::Subscriptions>,
     /// Modern callers' calls parked for their `inputResponses` (fixed
-    /// table, [`parked`]; [`super::mrtr`]).
+    /// table, [`parked`]; [`super::rounds`]).
     pub(super) parked: parked::ParkedCalls,
     /// The outcome of the last reload, if any (`STATUS=`, `/status`).
     pub(super) last_reload: Mutex<Option<LastReload>>,

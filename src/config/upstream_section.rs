@@ -12,7 +12,7 @@ use super::fields::{
     check_args, check_command, check_cwd, check_env, check_headers, check_name, check_url,
     foreign_keys, secret_file, Kind, HTTP_KEYS, SANDBOX_KEYS, STDIO_KEYS,
 };
-use super::raw::RawUpstream;
+use super::toml_raw::RawUpstream;
 use super::values::{duration, durations, float, int, ints};
 use super::{EraPreference, Transport, Trust, UpstreamConfig};
 use crate::limits;
@@ -114,7 +114,7 @@ fn stdio(ctx: &Ctx, base: &str, raw: &mut RawUpstream) -> Result<Transport> {
             .take()
             .map(|c| check_cwd(ctx, &k("cwd"), c))
             .transpose()?,
-        sandbox: super::sandbox::keys(ctx, base, raw)?,
+        sandbox: super::sandbox_section::keys(ctx, base, raw)?,
     })
 }
 
@@ -133,7 +133,7 @@ fn http(ctx: &Ctx, base: &str, raw: &mut RawUpstream) -> Result<Transport> {
     let oauth = raw
         .oauth
         .take()
-        .map(|o| super::oauth::oauth(ctx, base, o))
+        .map(|o| super::oauth_section::oauth(ctx, base, o))
         .transpose()?;
     if oauth.is_some() && bearer.is_some() {
         return Err(ctx.err(

@@ -13,7 +13,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use super::ctx::{Ctx, Result};
-use super::raw::RawUpstream;
+use super::toml_raw::RawUpstream;
 use super::{AuditConfig, AuditSink, ServerConfig, Transport, UpstreamConfig};
 use crate::sandbox::{canonical, overlaps, Mode, Spec, NEVER};
 

@@ -547,4 +547,4 @@ fn close_oldest<'a>(
 }
 
 #[cfg(test)]
-mod tests;
+mod conns_tests;

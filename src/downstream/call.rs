@@ -1,6 +1,6 @@
 //! One admitted request, the one request type of the downstream pipeline
 //! ([`Call`]: made by [`super::request`] once [`super::admission`] let it
-//! in, served there or by [`super::mrtr`]), and the dispatch table that
+//! in, served there or by [`super::rounds`]), and the dispatch table that
 //! answers it ([`dispatch`]): the lifecycle methods mcp-edge answers
 //! itself, everything else through the router.
 
@@ -33,13 +33,13 @@ pub(super) async fn dispatch(
         "ping" => Ok(json!({}).into()),
         "server/discover" if modern => Ok(json!({
             "supportedVersions": ProtocolVersion::supported_json(),
-            "capabilities": super::tasks::capabilities(app, params.as_ref()),
+            "capabilities": super::task_callers::capabilities(app, params.as_ref()),
             "_meta": {protocol::META_SERVER_INFO: App::server_info()},
             "instructions": app.instructions(who.policy()),
         })
         .into()),
         _ => {
-            let caller = super::tasks::caller(who, params.as_ref(), modern);
+            let caller = super::task_callers::caller(who, params.as_ref(), modern);
             let mut r = (app.router)
                 .dispatch_as(
                     method,

@@ -7,9 +7,9 @@
 //! §Session Management); modern ones get `MCP-Protocol-Version`, `Mcp-Method`
 //! and `Mcp-Name` headers (§Request Metadata).
 
-mod answer;
 mod lanes;
 mod notifications;
+mod response_body;
 mod wire;
 use crate::logline::error_chain as chain;
 pub use crate::protocol::parse_retry_after;

@@ -7,22 +7,22 @@
 //! [`builtin`] (the in-process `edge` tools). [`handshake`] decides the era.
 
 pub mod builtin;
+mod call_error;
 pub mod catalog;
 mod clock;
 mod conn;
 pub mod era;
-mod error;
 pub mod handshake;
-pub mod http;
 pub mod inflight;
+mod input_bridge;
 mod link;
-mod mrtr;
 mod pinning;
 pub mod relay;
 pub mod ring;
 pub mod state;
 pub mod stdio;
-mod subscriptions;
+pub mod streamable;
+mod subscribing;
 
 use crate::config::UpstreamConfig;
 use crate::protocol::{self, Payload};
@@ -33,12 +33,12 @@ use std::sync::{Arc, RwLock};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
+pub use call_error::{CallError, SendError};
 pub use catalog::{Catalog, ListGens};
 pub use conn::{Abandoned, Conn, Driver, OpenError, Opened};
 pub use era::UpstreamEra;
-pub use error::{CallError, SendError};
 pub use handshake::Negotiated;
-pub use mrtr::input_required;
+pub use input_bridge::input_required;
 pub use pinning::ApproveError;
 pub use state::Status;
 
@@ -361,7 +361,7 @@ impl Upstream {
     /// [`Upstream::call`] whose request-scoped notifications and server→client
     /// requests are relayed to the caller through `relay` ([`relay`]); a
     /// modern upstream's `InputRequiredResult` for a legacy session's call
-    /// is answered by asking that caller ([`mrtr`]).
+    /// is answered by asking that caller ([`input_bridge`]).
     pub async fn call_relayed(
         &self,
         method: &str,
@@ -396,13 +396,13 @@ impl Upstream {
             era::ask_log_level(&mut params, floor);
         }
         // Kept only when the bridge may need them (no copy otherwise).
-        let bridge = mrtr::may_bridge(neg.era, method, relay.as_ref())
+        let bridge = input_bridge::may_bridge(neg.era, method, relay.as_ref())
             .then(|| (params.clone(), relay.clone()));
         let sent = (neg.era, generation);
         let first = (self.send_once(&conn, sent, method, params, relay, claim.clone())).await?;
         match bridge {
-            Some((params, Some(relay))) if mrtr::input_required(&first) => {
-                let call = mrtr::Bridged {
+            Some((params, Some(relay))) if input_bridge::input_required(&first) => {
+                let call = input_bridge::Bridged {
                     conn,
                     generation,
                     method,
@@ -589,4 +589,4 @@ fn legacy_log_floor(relay: Option<&relay::Relay>) -> Option<usize> {
 }
 
 #[cfg(test)]
-mod tests;
+mod upstream_tests;

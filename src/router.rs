@@ -10,9 +10,9 @@
 //! routed just before the swap still reaches the upstream it was routed to.
 
 pub mod names;
-mod tasks;
+mod task_routing;
 mod view;
-pub use tasks::{offers_tasks, TaskCaller};
+pub use task_routing::{offers_tasks, TaskCaller};
 pub use view::Described;
 
 use crate::access::Policy;
@@ -451,7 +451,7 @@ impl Router {
     }
 
     /// [`Router::dispatch`] for a `caller` of the tasks extension
-    /// ([`tasks`]): `tasks/*` routed by gateway task id, task results of
+    /// ([`task_routing`]): `tasks/*` routed by gateway task id, task results of
     /// `tools/call` adopted; a call routed to an upstream takes one of its
     /// in-flight places within the caller's client's share under `shares`
     /// ([`Upstream::call_as`]).

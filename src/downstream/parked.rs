@@ -373,4 +373,4 @@ impl Expiry {
 }
 
 #[cfg(test)]
-mod tests;
+mod parked_tests;

@@ -9,10 +9,10 @@
 //! (`../shared/spec/2025-11-25/transports.mdx` §Session Management).
 
 use super::admission::{admit, Admitted, Caller, ClientEra, Head};
-use super::answer::{finish, finish_audited, observe};
-pub(super) use super::answer::{Answer, Outcome};
 use super::app::{App, Who};
 use super::call::{dispatch, Call};
+use super::finish::{finish, finish_audited, observe};
+pub(super) use super::finish::{Answer, Outcome};
 use super::reply::{refuse, Refusal};
 use super::{audited, modern, reply};
 use crate::protocol::{self, ClientCaps, Message, Payload, ProtocolVersion, RpcError};
@@ -81,7 +81,7 @@ pub(super) async fn one(
                 Route::SetLevel => Ok(Outcome::Answer(call.set_level(app))),
                 Route::Subscription => Ok(Outcome::Answer(call.subscription(app).await)),
                 Route::Relayed => Ok(call.relayed(app).await),
-                Route::Modern => Ok(super::mrtr::serve(app, call, stream_ok).await),
+                Route::Modern => Ok(super::rounds::serve(app, call, stream_ok).await),
                 Route::Plain => Ok(Outcome::Answer(call.plain(app).await)),
             }
         }
@@ -177,7 +177,7 @@ impl Call {
             "logging/setLevel" if legacy => Route::SetLevel,
             "resources/subscribe" | "resources/unsubscribe" if legacy => Route::Subscription,
             // A modern call's head waits for its outcome; its upstream's
-            // requests become MRTR rounds (super::mrtr).
+            // requests become MRTR rounds (super::rounds).
             m if !legacy && relayable(m) => Route::Modern,
             m if stream_ok && relayable(m) => Route::Relayed,
             _ => Route::Plain,
@@ -234,7 +234,7 @@ impl Call {
     }
 
     /// A legacy `resources/subscribe` / `resources/unsubscribe`, kept in
-    /// the subscription table ([`super::subscriptions`]).
+    /// the subscription table ([`super::subscribe`]).
     async fn subscription(self, app: &App) -> Answer {
         let ClientEra::Legacy(sid, _) = &self.caller.era else {
             unreachable!("dispatched for legacy sessions only")
@@ -315,7 +315,7 @@ impl Call {
     /// `logging/setLevel`, a modern request's `logLevel` (none unless asked).
     /// And which client capabilities a legacy session declared (a legacy
     /// upstream's request for another is not relayed to it; a modern
-    /// caller's are checked by [`super::mrtr`]).
+    /// caller's are checked by [`super::rounds`]).
     fn relay_view(&self) -> (Option<usize>, Option<ClientCaps>) {
         match &self.caller.era {
             ClientEra::Legacy(..) => {

@@ -1,7 +1,7 @@
 //! The admin routes, for operators and Prometheus, never for MCP clients:
 //! served read-only (`GET`s) on the TCP admin listener
 //! (`server.admin_listen`, loopback by default), and whole on the operator
-//! socket (`server.admin_socket`, [`super::operator`]) to a checked peer.
+//! socket (`server.admin_socket`, [`super::operator_socket`]) to a checked peer.
 //! On TCP every action is 403 and `/status` has no stderr tails.
 //!
 //! - `GET /metrics`: Prometheus text format 0.0.4 (metrics-exporter-prometheus).

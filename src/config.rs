@@ -176,22 +176,24 @@ mod fields;
 mod mcp_servers;
 mod net_validate;
 mod network;
-mod oauth;
+mod oauth_section;
 pub use network::{check_client_name, token_sha256};
 pub use network::{AuditConfig, AuditSink, ClientConfig, Credential, Rate, Secret, TlsConfig};
-pub use oauth::{is_secure_url, read_private_key, read_secret, ClientAuth, Grant, OAuthConfig};
-mod raw;
+pub use oauth_section::{
+    is_secure_url, read_private_key, read_secret, ClientAuth, Grant, OAuthConfig,
+};
 mod render;
-mod sandbox;
+mod sandbox_section;
+mod toml_raw;
 pub use render::mask_url;
 mod server;
 mod socket;
-mod tls;
+mod tls_files;
 mod transport;
 pub use transport::Transport;
 mod trust;
 pub use trust::Trust;
-mod upstream;
+mod upstream_section;
 mod validate;
 mod values;
 
@@ -484,7 +486,7 @@ impl Config {
         if json {
             mcp_servers::parse(strip_bom(&text), &ctx)
         } else {
-            validate::config(&ctx, raw::parse(strip_bom(&text), &ctx)?)
+            validate::config(&ctx, toml_raw::parse(strip_bom(&text), &ctx)?)
         }
     }
 
@@ -569,7 +571,7 @@ impl Config {
         env: &dyn Fn(&str) -> Option<OsString>,
     ) -> Result<Config, ConfigError> {
         let ctx = ctx::Ctx::new(origin, env);
-        let raw = raw::parse(strip_bom(text), &ctx)?;
+        let raw = toml_raw::parse(strip_bom(text), &ctx)?;
         validate::config(&ctx, raw)
     }
 

@@ -499,4 +499,4 @@ fn prune(
 }
 
 #[cfg(test)]
-mod tests;
+mod pins_tests;
