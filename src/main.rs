@@ -2,7 +2,7 @@
 //! `upstream reconnect`, `tools approve`, `tools list`, `token new`,
 //! `--version`, `--help`.
 
-// Functions that fit a screen (tests/structure.rs holds the hard line).
+// Functions that fit a screen (tests/it/structure.rs holds the hard line).
 #![warn(clippy::too_many_lines)]
 
 use anyhow::Context;
