@@ -9,7 +9,7 @@
 use crate::support;
 
 use crate::support::binary::{admin_get, refused, sha256_hex, Running};
-use crate::support::{free_port, post, scripted};
+use crate::support::{eventually_sync, free_port, post, scripted};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -454,22 +454,22 @@ async fn clients_are_authenticated_kept_apart_and_held_to_their_policy() {
 
 /// The audit file's lines once there are `n` of them (the writer is a thread).
 async fn audit_lines(path: &Path, n: usize) -> Vec<Value> {
-    for _ in 0..100 {
+    let what = format!("{n} audit lines in {}", path.display());
+    let text = eventually_sync(&what, std::time::Duration::from_secs(10), || {
         let text = std::fs::read_to_string(path).unwrap_or_default();
         if text.lines().count() >= n {
-            let lines: Vec<Value> = text
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect();
-            assert_eq!(lines.len(), n, "{text}");
-            return lines;
+            Ok(text)
+        } else {
+            Err(text)
         }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    panic!(
-        "fewer than {n} audit lines: {}",
-        std::fs::read_to_string(path).unwrap_or_default()
-    );
+    })
+    .await;
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), n, "{text}");
+    lines
 }
 
 /// Review fixes: each message of a 2025-03-26 batch pays for itself, and a
@@ -477,6 +477,7 @@ async fn audit_lines(path: &Path, n: usize) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread")]
 async fn batches_pay_per_message_and_abandoned_calls_are_audited() {
     let dir = tempfile::tempdir().unwrap();
+    let marks = support::marks::Marks::new();
     let text = format!(
         r#"[server]
 listen = "127.0.0.1:{}"
@@ -500,7 +501,7 @@ path = "{}/audit.jsonl"
         sha256_hex(READER),
         sha256_hex(WRITER),
         dir.path().display(),
-        support::fake_block("fake", "legacy", ""),
+        marks.fake_block("fake", "legacy", ""),
     );
     let gw = Running::start(dir.path(), &text).await;
     let addr = gw.addr;
@@ -547,7 +548,7 @@ path = "{}/audit.jsonl"
     use tokio::io::AsyncWriteExt;
     s.write_all(head.as_bytes()).await.unwrap();
     s.write_all(body.as_bytes()).await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    marks.called("slow_echo", 1).await; // in flight at the upstream
     drop(s);
     let lines = audit_lines(&dir.path().join("audit.jsonl"), 1).await;
     assert_eq!(lines[0]["client"], "free");
@@ -676,9 +677,7 @@ async fn a_client_removed_at_reload_loses_its_sessions_and_streams() {
         401
     );
 
-    // A rotated token (same name) ends what the old one opened. (A second
-    // reload in the same second would look like the first in /status.)
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    // A rotated token (same name) ends what the old one opened.
     std::fs::write(&gw.config, config(false, LIMITED)).unwrap();
     let reload = gw.reload().await;
     assert_eq!(reload["rejected"], false, "{reload}");

@@ -188,17 +188,15 @@ const FLOOD_TOKEN: &str = "mcpe_Flood-client-token-0123456789abcdefGHIJ";
 
 /// The audit file's lines once there are at least `n` of them.
 async fn audit_lines(path: &Path, n: usize) -> Vec<serde_json::Value> {
-    for _ in 0..200 {
+    let what = format!("{n} audit lines in {}", path.display());
+    let text = support::eventually_sync(&what, std::time::Duration::from_secs(10), || {
         let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.lines().count() >= n {
-            return text
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect();
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    panic!("fewer than {n} audit lines in {}", path.display());
+        (text.lines().count() >= n).then_some(text)
+    })
+    .await;
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 /// Issue 23: 60 refused `tools/call`s with 1 MiB names from a client leave

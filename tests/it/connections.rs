@@ -6,6 +6,7 @@
 
 #![allow(clippy::disallowed_methods)] // real sockets and a child process, in real time; tests spawn concurrent clients
 
+use crate::support;
 use crate::support::binary::{refused, Running};
 use crate::support::*;
 use serde_json::json;
@@ -33,6 +34,7 @@ fn hold_connections(
             loop {
                 let source = [127, 0, 0, 10 + (i % 8) as u8];
                 let Ok(mut s) = try_connect_from(source, addr).await else {
+                    // not ordering: the attacker's pause before it connects again
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 };
@@ -69,20 +71,24 @@ async fn silent_and_half_sent_connections_cannot_lock_a_client_out() {
     let opened = Arc::new(AtomicUsize::new(0));
     let mut attack = hold_connections(gw.addr, 1000, opened.clone());
     // Every held connection open at least once (its connect completed:
-    // accepted, or waiting in the listen backlog), then a moment for the
-    // gateway to take them in.
-    let mut tries = 0;
-    while opened.load(Ordering::Relaxed) < 1000 {
-        tries += 1;
-        assert!(
-            tries < 600,
-            "only {} opened in 60 s",
-            opened.load(Ordering::Relaxed)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let before = refused(&gw.metrics().await, "idle_connections");
+    // accepted, or waiting in the listen backlog), and the gateway's table
+    // full: it closes held connections to admit others.
+    let all_open = || match opened.load(Ordering::Relaxed) {
+        1000.. => Ok(()),
+        n => Err(format!("{n} opened")),
+    };
+    eventually_sync(
+        "1,000 held connections opened",
+        Duration::from_secs(60),
+        all_open,
+    )
+    .await;
+    let closing = || async {
+        let n = refused(&gw.metrics().await, "idle_connections");
+        (n > 0).then_some(n)
+    };
+    let what = "held connections closed to admit others (refused{idle_connections} > 0)";
+    let before = eventually(what, Duration::from_secs(30), closing).await;
     // The bound is the header timeout less a margin: a client admitted only
     // when a held connection times out would take at least 10 s.
     let bound = mcp_edge::limits::HEADER_READ_TIMEOUT - Duration::from_secs(2);
@@ -185,8 +191,16 @@ async fn one_address_holds_only_its_share() {
     }
     let busy = stream_from([127, 0, 0, 2], addr, &sids[0]).await;
     let idle = connect_from([127, 0, 0, 2], addr).await;
+    let accepted = || sockets::accept_queue(addr) == Some(0);
+    eventually_sync(
+        "the idle connection accepted",
+        Duration::from_secs(10),
+        accepted,
+    )
+    .await;
     // Once the idle one has sat out its grace, it is closed to admit a
     // third from .2 (before that, the third would be refused: unit tests).
+    // not ordering: the idle connection must sit out the grace the gateway measures from its accept
     tokio::time::sleep(mcp_edge::limits::CONNECTION_YIELD_GRACE + Duration::from_millis(50)).await;
     let _busy2 = stream_from([127, 0, 0, 2], addr, &sids[1]).await;
     assert_eq!(
@@ -248,11 +262,13 @@ async fn read_response(s: &mut TcpStream) -> String {
 /// Every place busy (a GET stream, a slow tool call): a new connection is
 /// neither refused nor lets anything be closed; it waits. Once the call is
 /// answered — its whole response sent — and the connection has sat idle for
-/// the grace period, it is closed for the waiting one, which is answered.
+/// the grace period, it is closed for the waiting one, which is answered:
+/// after the call's answer, never before.
 #[tokio::test]
 async fn a_connection_waits_while_every_place_is_busy() {
     mcp_edge::metrics::prometheus();
-    let gw = start("max_connections = 2", &fake_block("f", "legacy", "")).await;
+    let marks = support::marks::Marks::new();
+    let gw = start("max_connections = 2", &marks.fake_block("f", "legacy", "")).await;
     let addr = gw.local_addr();
     let sid = legacy_session(addr, "2025-11-25").await;
     let _stream = stream_from([127, 0, 0, 4], addr, &sid).await;
@@ -267,20 +283,18 @@ async fn a_connection_waits_while_every_place_is_busy() {
         call.len()
     );
     slow.write_all(req.as_bytes()).await.unwrap();
+    marks.called("slow_echo", 1).await; // both places busy now
     let (head, body) = ping_request(&sid);
-    let waiting = tokio::spawn(async move {
-        let mut s = connect_from([127, 0, 0, 6], addr).await;
-        s.write_all(format!("{head}{body}").as_bytes())
-            .await
-            .unwrap();
-        read_response(&mut s).await
-    });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        !waiting.is_finished(),
-        "answered while every place was busy"
-    );
-    let answer = read_response(&mut slow).await;
+    let mut s = connect_from([127, 0, 0, 6], addr).await;
+    s.write_all(format!("{head}{body}").as_bytes())
+        .await
+        .unwrap();
+    let mut waiting = tokio::spawn(async move { read_response(&mut s).await });
+    let answer = tokio::select! {
+        biased;
+        answer = read_response(&mut slow) => answer,
+        early = &mut waiting => panic!("answered while every place was busy: {early:?}"),
+    };
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(
         answer.contains("done"),
@@ -320,7 +334,14 @@ async fn a_body_sent_slowly_yields_its_place() {
         .write_all(format!("{partial}{{").as_bytes())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (server, client) = (addr, dripping.local_addr().unwrap());
+    let read = || sockets::unread(server, client) == Some(0);
+    eventually_sync(
+        "the gateway read the dripping head",
+        Duration::from_secs(10),
+        read,
+    )
+    .await;
     let mut s = connect_from([127, 0, 0, 8], addr).await;
     s.write_all(format!("{head}{body}").as_bytes())
         .await

@@ -2,6 +2,7 @@
 //! both eras, routing, id remapping, and every refusal the v0 issue lists.
 #![allow(clippy::disallowed_methods)] // tests spawn concurrent clients
 
+use crate::support;
 use crate::support::*;
 use serde_json::{json, Value};
 
@@ -436,14 +437,19 @@ async fn call_timeout_names_the_upstream() {
 /// child reads again.
 #[tokio::test]
 async fn a_write_the_child_does_not_read_ends_at_the_call_timeout() {
-    let gw = start("", &fake_block("s", "legacy", "call_timeout = \"1s\"")).await;
+    let marks = support::marks::Marks::new();
+    let gw = start(
+        "",
+        &marks.fake_block("s", "legacy", "call_timeout = \"1s\""),
+    )
+    .await;
     let addr = gw.local_addr();
     let sid = legacy_session(addr, "2025-11-25").await;
     let stall = call_tool(addr, &sid, json!(1), "s__echo", json!({"stall_ms": 8000}));
     // 256 KiB of arguments: more than a pipe holds while nobody reads it.
     let big = json!({"text": "x".repeat(256 * 1024)});
     let blocked = async {
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        marks.called("echo", 1).await; // the child stalls: it reads nothing now
         call_tool(addr, &sid, json!(2), "s__echo", big).await
     };
     // Before the write counted, the second call waited for the child to
@@ -531,7 +537,8 @@ async fn bad_builtin_arguments_are_a_tool_error_not_a_protocol_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_lets_calls_in_flight_finish() {
-    let gw = start("", &fake_block("a", "legacy", "")).await;
+    let marks = support::marks::Marks::new();
+    let gw = start("", &marks.fake_block("a", "legacy", "")).await;
     let addr = gw.local_addr();
     let sid = legacy_session(addr, "2025-11-25").await;
     let slow = tokio::spawn(async move {
@@ -545,7 +552,7 @@ async fn shutdown_lets_calls_in_flight_finish() {
         .await
     });
     // Shut down while the call is running: the upstream stays until it answered.
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    marks.called("slow_echo", 1).await;
     gw.shutdown().await;
     let r = slow.await.unwrap();
     assert_eq!(text_of(&r), "a:finished", "{}", r.raw);
@@ -592,7 +599,12 @@ async fn a_long_call_keeps_its_session() {
 /// waiters, and a caller heard nothing for the whole timeout).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forced_reconnect_fails_the_old_childs_calls_at_once() {
-    let gw = start("", &fake_block("a", "legacy", "call_timeout = \"120s\"")).await;
+    let marks = support::marks::Marks::new();
+    let gw = start(
+        "",
+        &marks.fake_block("a", "legacy", "call_timeout = \"120s\""),
+    )
+    .await;
     let addr = gw.local_addr();
     let sid = legacy_session(addr, "2025-11-25").await;
     let app = gw.app();
@@ -604,7 +616,7 @@ async fn a_forced_reconnect_fails_the_old_childs_calls_at_once() {
         json!({"text": "never", "ms": 100_000}),
     );
     let reconnect = async {
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        marks.called("slow_echo", 1).await; // waiting on the old child
         app.router.upstreams()[0].force_reconnect();
     };
     let (r, ()) = tokio::join!(call, reconnect);

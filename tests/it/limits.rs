@@ -90,7 +90,8 @@ async fn full_session_table_is_503_with_retry_after_and_counted() {
 #[tokio::test]
 async fn in_flight_overflow_is_immediate_and_counted() {
     prometheus();
-    let gw = start("", &fake_block("a", "legacy", "max_in_flight = 1")).await;
+    let marks = support::marks::Marks::new();
+    let gw = start("", &marks.fake_block("a", "legacy", "max_in_flight = 1")).await;
     let addr = gw.local_addr();
     let sid = legacy_session(addr, "2025-11-25").await;
     let before = refused("in_flight");
@@ -102,7 +103,7 @@ async fn in_flight_overflow_is_immediate_and_counted() {
         json!({"ms": 2500, "text": "s"}),
     );
     let fast = async {
-        tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+        marks.called("slow_echo", 1).await; // the one slot is taken
         call_tool(addr, &sid, json!(2), "a__echo", json!({"text": "f"})).await
     };
     let (s, f) = tokio::join!(slow, fast);
@@ -203,10 +204,12 @@ async fn catalog_entry_and_byte_budgets_drop_the_extra_tools_and_count_them() {
 
 #[tokio::test]
 async fn an_abandoned_call_is_cancelled_upstream_and_keeps_its_slot_until_answered() {
-    let gw = start("", &fake_block("a", "legacy", "max_in_flight = 1")).await;
+    let marks = support::marks::Marks::new();
+    let gw = start("", &marks.fake_block("a", "legacy", "max_in_flight = 1")).await;
     let addr = gw.local_addr();
     let sid = legacy_session(addr, "2025-11-25").await;
-    // The client gives up after 200 ms on a call the upstream needs 1.5 s for.
+    // The client gives up on a call the upstream needs 1.5 s for, once the
+    // upstream has it.
     let slow = call_tool(
         addr,
         &sid,
@@ -214,13 +217,13 @@ async fn an_abandoned_call_is_cancelled_upstream_and_keeps_its_slot_until_answer
         "a__slow_echo",
         json!({"ms": 1500, "text": "s"}),
     );
-    assert!(
-        tokio::time::timeout(std::time::Duration::from_millis(200), slow)
-            .await
-            .is_err()
-    );
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    // The upstream is still working on it, so the one slot is still taken.
+    tokio::select! {
+        r = slow => panic!("answered before the client gave up: {}", r.raw),
+        () = marks.called("slow_echo", 1) => {}
+    }
+    // The gateway tells the upstream to cancel; the upstream is still
+    // working on it, so the one slot is still taken.
+    marks.cancelled(1).await;
     let busy = call_tool(addr, &sid, json!(2), "a__stats", json!(null)).await;
     assert_eq!(
         busy.error_code(),
@@ -228,9 +231,22 @@ async fn an_abandoned_call_is_cancelled_upstream_and_keeps_its_slot_until_answer
         "{}",
         busy.raw
     );
-    // Once it answers, the slot is free again, and it was told to cancel.
-    tokio::time::sleep(std::time::Duration::from_millis(1800)).await;
-    let seen = fake_stats(addr, &sid, json!(3), "a").await;
+    // Once it answers, the slot is free again.
+    let mut id = 2;
+    let free = || {
+        id += 1;
+        let (id, sid) = (id, &sid);
+        async move {
+            let r = call_tool(addr, sid, json!(id), "a__stats", json!(null)).await;
+            match r.error_code() {
+                Some(mcp_edge::protocol::UPSTREAM_BUSY) => Err(r.raw),
+                _ => Ok(r),
+            }
+        }
+    };
+    let what = "the slot free once the upstream answered";
+    let r = eventually(what, std::time::Duration::from_secs(10), free).await;
+    let seen: serde_json::Value = serde_json::from_str(&text_of(&r)).unwrap();
     assert_eq!(seen["cancelled"].as_array().unwrap().len(), 1, "{seen}");
 }
 
@@ -289,6 +305,7 @@ async fn a_2_mib_body_gets_a_readable_413() {
             if chunked {
                 s.write_all(b"\r\n").await.expect("write, chunk end");
             }
+            // not ordering: the body is sent steadily (64 KiB every 5 ms), as a client would
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
         if chunked {

@@ -115,22 +115,15 @@ async fn the_pool_is_fixed_and_a_closed_stream_gives_its_place_back() {
     assert!(after >= before + 2.0, "the refusals are counted");
     // The client closes one stream: its place is free again.
     drop(a);
-    let mut reopened = None;
-    for _ in 0..100 {
-        let (status, mut d) = listen(addr, listen_body(json!(4), f.clone())).await;
-        if status == 200 {
-            assert_eq!(
-                d.next().await["method"],
-                "notifications/subscriptions/acknowledged"
-            );
-            reopened = Some(d);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(
-        reopened.is_some(),
-        "the closed stream's place was given back"
+    let reopen = || async {
+        let (status, d) = listen(addr, listen_body(json!(4), f.clone())).await;
+        (status == 200).then_some(d)
+    };
+    let what = "the closed stream's place given back (a listen answered 200)";
+    let mut d = eventually(what, Duration::from_secs(10), reopen).await;
+    assert_eq!(
+        d.next().await["method"],
+        "notifications/subscriptions/acknowledged"
     );
     gw.shutdown().await;
 }

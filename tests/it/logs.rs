@@ -7,7 +7,7 @@
 use crate::support;
 
 use crate::support::binary::{refused, Running};
-use crate::support::free_port;
+use crate::support::{eventually, free_port};
 use std::time::{Duration, Instant};
 
 const FLOOD: u64 = 300;
@@ -28,14 +28,16 @@ async fn a_noisy_upstream_leaves_clean_bounded_logs_and_counted_unknown_ids() {
         ),
     );
     let gw = Running::start(dir.path(), &config).await;
-    let mut metrics = String::new();
-    for _ in 0..100 {
-        metrics = gw.metrics().await;
+    let flood_counted = || async {
+        let metrics = gw.metrics().await;
         if refused(&metrics, "unknown_id") >= FLOOD {
-            break;
+            Ok(metrics)
+        } else {
+            Err(metrics)
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    };
+    let what = format!("{FLOOD} answers to unknown ids counted");
+    let metrics = eventually(&what, Duration::from_secs(10), flood_counted).await;
     assert_eq!(refused(&metrics, "unknown_id"), FLOOD, "{metrics}");
     let log = std::fs::read(&gw.log).unwrap();
     let secs = t0.elapsed().as_secs() + 1;

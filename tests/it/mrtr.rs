@@ -381,14 +381,15 @@ async fn an_undeclared_capability_is_32021_and_the_upstream_is_refused() {
     assert!(gw.app().parked.is_empty());
     let sid = legacy_session(addr, "2025-11-25").await;
     for (name, first) in [("a", "elicitation/create"), ("b", "sampling/createMessage")] {
-        let mut stats = Value::Null;
-        for i in 0..100 {
-            stats = fake_stats(addr, &sid, json!(i), name).await;
-            if !stats["refused"].as_array().unwrap().is_empty() {
-                break;
+        let refusal_seen = || async {
+            let stats = fake_stats(addr, &sid, json!("s"), name).await;
+            match stats["refused"].as_array().unwrap().is_empty() {
+                true => Err(stats.to_string()),
+                false => Ok(stats),
             }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        };
+        let what = format!("{name}'s request refused");
+        let stats = eventually(&what, std::time::Duration::from_secs(10), refusal_seen).await;
         let refused = stats["refused"].as_array().unwrap();
         assert_eq!(refused.len(), 1, "{name}: {stats}");
         assert!(refused[0].as_str().unwrap().starts_with(first), "{stats}");
@@ -421,15 +422,21 @@ async fn an_expired_call_is_refused_upstream_cancelled_and_its_state_dead() {
     assert!(text_has(&r, "names no parked call"), "{}", r.raw);
     // The upstream's request was answered with an error, then the call cancelled.
     let sid = legacy_session(addr, "2025-11-25").await;
-    let mut stats = Value::Null;
-    for i in 0..100 {
-        stats = fake_stats(addr, &sid, json!(i), "a").await;
+    let refused_and_cancelled = || async {
+        let stats = fake_stats(addr, &sid, json!("s"), "a").await;
         let refused = !stats["refused"].as_array().unwrap().is_empty();
-        if refused && !stats["cancelled"].as_array().unwrap().is_empty() {
-            break;
+        match refused && !stats["cancelled"].as_array().unwrap().is_empty() {
+            true => Ok(stats),
+            false => Err(stats.to_string()),
         }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    };
+    let what = "the upstream's request refused and its call cancelled";
+    let stats = eventually(
+        what,
+        std::time::Duration::from_secs(10),
+        refused_and_cancelled,
+    )
+    .await;
     assert_eq!(stats["refused"].as_array().unwrap().len(), 1, "{stats}");
     assert!(
         stats["refused"][0]
@@ -456,18 +463,15 @@ async fn an_expired_round_is_audited_as_input_expired() {
     let later = tokio::time::Instant::now() + mcp_edge::limits::PARKED_CALL_TTL;
     assert_eq!(mcp_edge::http::mrtr::expire(gw.app(), later).await, 1);
     let path = dir.path().join("audit.jsonl");
-    let mut lines = Vec::new();
-    for _ in 0..100 {
+    let two_lines = || {
         let text = std::fs::read_to_string(&path).unwrap_or_default();
-        lines = text
-            .lines()
+        let lines: Vec<Value> = (text.lines())
             .map(|l| serde_json::from_str::<Value>(l).unwrap())
             .collect();
-        if lines.len() >= 2 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+        (lines.len() >= 2).then_some(lines)
+    };
+    let within = std::time::Duration::from_secs(10);
+    let lines = eventually_sync("two audit lines", within, two_lines).await;
     let outcomes: Vec<_> = lines
         .iter()
         .map(|l| (l["name"].clone(), l["outcome"].clone()))

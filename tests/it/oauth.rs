@@ -34,7 +34,7 @@ use crate::support;
 
 use crate::support::binary::{check_config, Running};
 use crate::support::peers::{interop_dir, python_v1, KillOnDrop};
-use crate::support::{call_tool, free_port, legacy_session};
+use crate::support::{call_tool, eventually, free_port, legacy_session};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -70,27 +70,26 @@ async fn spawn_listening(name: &str, mut cmd: Command, port: u16, log: &Path) ->
         });
     }
     let mut child = KillOnDrop(cmd.spawn().unwrap_or_else(|e| panic!("spawn {name}: {e}")));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    let what = format!("{name} listening on {port}");
+    let listening = || {
         if let Some(status) = child.try_wait().unwrap() {
             panic!(
                 "{name} exited ({status}) before listening on {port}:\n{}",
                 std::fs::read_to_string(log).unwrap_or_default()
             );
         }
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            return child;
+        async move {
+            match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+                Ok(_) => Ok(()),
+                Err(e) => Err(format!(
+                    "{e}: {}",
+                    std::fs::read_to_string(log).unwrap_or_default()
+                )),
+            }
         }
-        assert!(
-            Instant::now() < deadline,
-            "{name} not listening on {port} within 60 s:\n{}",
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    };
+    eventually(&what, Duration::from_secs(60), listening).await;
+    child
 }
 
 /// oidc-provider, run by `oauth_as.mjs` on Node 22; can be stopped and
@@ -335,7 +334,7 @@ async fn call_loop(
                     latency: t.elapsed(),
                     error,
                 });
-                tokio::time::sleep(pause).await;
+                tokio::time::sleep(pause).await; // not ordering: each caller's pace
             }
             out
         });
@@ -722,22 +721,23 @@ async fn fifty_callers_across_rotating_refreshes_never_lose_the_grant() {
 /// authorization server (at least `fresh` of it left); returns its
 /// `valid_until_unix`.
 async fn wait_for_fresh_token(gw: &Running, sid: &str, fresh: Duration) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(30);
     let mut id = 10_000;
-    loop {
+    let fresh_token = || {
         id += 1;
-        if let Some(e) = echo(gw.addr, sid, id, "warm-up").await {
-            panic!("call before the outage failed: {e}\n{}", gw.log_text());
-        }
-        let s = oauth_status(gw).await;
-        if let Some(until) = s["valid_until_unix"].as_u64() {
-            if until * 1000 >= unix_ms() + fresh.as_millis() as u64 {
-                return until;
+        let id = id;
+        async move {
+            if let Some(e) = echo(gw.addr, sid, id, "warm-up").await {
+                panic!("call before the outage failed: {e}\n{}", gw.log_text());
             }
+            let s = oauth_status(gw).await;
+            let until = s["valid_until_unix"].as_u64();
+            until
+                .filter(|u| u * 1000 >= unix_ms() + fresh.as_millis() as u64)
+                .ok_or_else(|| s.to_string())
         }
-        assert!(Instant::now() < deadline, "no fresh token within 30 s: {s}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    };
+    let what = format!("a token with {fresh:?} left");
+    eventually(&what, Duration::from_secs(30), fresh_token).await
 }
 
 /// "The authorization server stopped for 20 s: calls fail fast with a
@@ -797,6 +797,7 @@ async fn an_authorization_server_outage_fails_calls_fast_backs_off_and_recovers(
                 gw.log_text()
             );
         }
+        // not ordering: a call every 200 ms through the 20 s outage and after (what it samples)
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let back = back.unwrap();
@@ -958,17 +959,23 @@ async fn a_wrong_client_secret_asks_at_most_twice_in_30_s_then_a_reload_with_the
     let reload = gw.reload().await;
     assert_eq!(reload["rejected"], false, "{reload}");
     let sid = legacy_session(gw.addr, "2025-11-25").await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut id = 0;
-    while let Some(e) = echo(gw.addr, &sid, id, "after the reload").await {
-        assert!(
-            Instant::now() < deadline,
-            "calls still fail 30 s after the reload: {e}\n{}",
-            gw.log_text()
-        );
+    let (mut id, g) = (0, &gw);
+    let call_works = || {
         id += 1;
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+        let (id, sid) = (id, &sid);
+        async move {
+            match echo(g.addr, sid, id, "after the reload").await {
+                Some(e) => Err(format!("{e}\n{}", g.log_text())),
+                None => Ok(()),
+            }
+        }
+    };
+    eventually(
+        "a call that works after the reload",
+        Duration::from_secs(30),
+        call_works,
+    )
+    .await;
     let after = auth.token_requests();
     let after: Vec<_> = between(&after, fixed_at, unix_ms());
     eprintln!(
@@ -1002,23 +1009,15 @@ async fn a_refused_client_parks_the_upstream_not_just_its_token_requests() {
         "client_credentials",
     );
     let gw = Running::start(dir.path(), &cfg).await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut seen = Vec::new();
-    loop {
+    let parked = || async {
         let s = gw.status().await["upstreams"][0].clone();
-        let state = s["state"].as_str().unwrap_or_default().to_string();
-        if seen.last() != Some(&state) {
-            seen.push(state.clone());
+        match s["state"].as_str() {
+            Some("awaiting_credentials") => Ok(()),
+            _ => Err(s.to_string()),
         }
-        if state == "awaiting_credentials" {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not parked within 20 s of an invalid_client (states seen {seen:?}); now: {s}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    };
+    let what = "the upstream parked (awaiting_credentials) after an invalid_client";
+    eventually(what, Duration::from_secs(20), parked).await;
     let requests = auth.token_requests();
     assert_eq!(requests.len(), 1, "{:?}", brief(&requests));
 }
@@ -1178,36 +1177,36 @@ async fn an_upstream_down_for_want_of_a_token_recovers_within_seconds_of_the_ser
     // reconnect backoff (2 s doubling) its attempts would then be about
     // 2, 4, 8 and 16 s apart, the next one some 27 s after the return.
     let start = Instant::now();
-    let mut down = false;
-    while start.elapsed() < Duration::from_secs(45) {
-        let state = gw.status().await["upstreams"][0]["state"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        down |= state == "backoff";
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    assert!(
+    let down = || async {
+        let s = gw.status().await["upstreams"][0].clone();
+        match s["state"].as_str() {
+            Some("backoff") => Ok(()),
+            _ => Err(s.to_string()),
+        }
+    };
+    eventually(
+        "the upstream marked down (backoff)",
+        Duration::from_secs(45),
         down,
-        "the upstream was never marked down: {}",
-        gw.status().await
-    );
+    )
+    .await;
+    // not ordering: the outage lasts 45 s, so the reconnect backoff grows past 16 s (the premise)
+    tokio::time::sleep_until(start + Duration::from_secs(45)).await;
     auth.run().await;
     let back = Instant::now();
-    let mut id = 1;
-    loop {
+    let (mut id, g) = (1, &gw);
+    let call_works = || {
         id += 1;
-        if echo(gw.addr, &sid, id, "after").await.is_none() {
-            break;
+        let (id, sid) = (id, &sid);
+        async move {
+            match echo(g.addr, sid, id, "after").await {
+                Some(e) => Err(format!("{e}; {}", g.log_text())),
+                None => Ok(()),
+            }
         }
-        assert!(
-            back.elapsed() < Duration::from_secs(20),
-            "no call succeeded within 20 s of the authorization server's return: {}\n{}",
-            gw.status().await,
-            gw.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    };
+    let what = "a call that works after the authorization server's return";
+    eventually(what, Duration::from_secs(20), call_works).await;
     eprintln!(
         "down for want of a token: first call succeeded {:?} after the server returned",
         back.elapsed()

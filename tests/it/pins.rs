@@ -77,19 +77,16 @@ async fn listed_echo(addr: std::net::SocketAddr, sid: &str) -> Option<String> {
 
 /// Polls `/status` (up to 15 s) until `files` is ready and withholds `n` tools.
 async fn wait_withheld(gw: &Running, n: usize) -> Value {
-    for _ in 0..150 {
+    let withheld = || async {
         let s = gw.status().await;
         let up = &s["upstreams"][0];
-        if up["state"] == "ready" && up["withheld"].as_array().map(Vec::len) == Some(n) {
-            return up.clone();
+        match up["state"] == "ready" && up["withheld"].as_array().map(Vec::len) == Some(n) {
+            true => Ok(up.clone()),
+            false => Err(format!("{s}\n{}", gw.log_text())),
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!(
-        "files never withheld {n} tool(s): {}\n{}",
-        gw.status().await,
-        gw.log_text()
-    );
+    };
+    let what = format!("files ready, withholding {n} tool(s)");
+    eventually(&what, Duration::from_secs(15), withheld).await
 }
 
 /// `mcp-edge ARGS --config CONFIG` against the running gateway: success, stdout + stderr.
@@ -282,21 +279,13 @@ async fn auto_serves_a_changed_tool_logs_it_and_pins_the_new_definition() {
     let changed = echo("Echo text, now with\u{1b}[31m colour");
     set_tools(dir.path(), std::slice::from_ref(&changed));
     call_tool(addr, &sid, json!(1), "files__crash", Value::Null).await;
-    let mut served = None;
-    for _ in 0..150 {
-        served = listed_echo(addr, &sid)
-            .await
-            .filter(|d| d.contains("colour"));
-        if served.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(
-        served.is_some(),
-        "the changed tool is served under auto: {}",
-        gw.log_text()
-    );
+    let changed_served = || async {
+        let echo = listed_echo(addr, &sid).await;
+        echo.filter(|d| d.contains("colour"))
+            .ok_or_else(|| gw.log_text())
+    };
+    let what = "the changed tool served under auto";
+    eventually(what, Duration::from_secs(15), changed_served).await;
     assert_eq!(wait_withheld(&gw, 0).await["withheld"], json!([]));
     let log = gw.log_text();
     let line = log
@@ -393,12 +382,8 @@ async fn a_new_tool_under_pin_is_withheld_until_approved_and_clients_hear_of_bot
         &[json!({"name": "wipe", "description": "Wipes", "inputSchema": {"type": "object"}})],
     );
     call_tool(addr, &sid, json!(1), "files__announce", Value::Null).await;
-    for _ in 0..100 {
-        if !up.withheld().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let withheld = || !up.withheld().is_empty();
+    eventually_sync("the new tool withheld", Duration::from_secs(5), withheld).await;
     let w = up.withheld();
     assert_eq!(
         (w.len(), w[0].tool.as_str(), w[0].reason_name()),
@@ -529,15 +514,26 @@ async fn trust_is_checked_by_the_config_and_at_reload() {
         e.contains("\"auto\"") && e.contains("\"pin\"") && e.contains("\"yes\""),
         "{e}"
     );
-    // Without a state directory a pin would not survive a restart.
+    // Without a state directory a pin would not survive a restart: checked
+    // by the binary with no $STATE_DIRECTORY (its default), whatever the
+    // test's own environment holds (systemd sets it for a service).
     let no_dir = format!("[server]\nlisten = \"127.0.0.1:0\"\n{up}trust = \"pin\"\n");
-    if std::env::var_os("STATE_DIRECTORY").is_none() {
-        let e = load(&no_dir).unwrap_err().to_string();
-        assert!(
-            e.contains("upstream[0].trust") && e.contains("server.state_directory"),
-            "{e}"
-        );
-    }
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("no-dir.toml");
+    std::fs::write(&file, &no_dir).unwrap();
+    let out = support::gateway_command()
+        .arg("check-config")
+        .arg(&file)
+        .env_remove("STATE_DIRECTORY")
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && e.contains("upstream[0].trust")
+            && e.contains("server.state_directory"),
+        "{e}"
+    );
     let ok = load(&format!(
         "[server]\nstate_directory = \"/var/lib/x\"\n{up}trust = \"pin\"\n"
     ))
@@ -554,11 +550,13 @@ async fn trust_is_checked_by_the_config_and_at_reload() {
         e.contains("server.state_directory") && e.contains("/nonexistent/mcp-edge"),
         "{e}"
     );
-    // A running gateway without a state directory refuses a reload to "pin".
-    if std::env::var_os("STATE_DIRECTORY").is_some() {
-        return; // every test gateway has one then
-    }
-    let gw = start("", up).await;
+    // A running gateway without a state directory refuses a reload to "pin"
+    // (this one has none, whatever $STATE_DIRECTORY says, nor an operator
+    // socket that would default beneath it).
+    let mut none = load(&format!("[server]\nlisten = \"127.0.0.1:0\"\n{up}")).unwrap();
+    none.server.state_directory = None;
+    none.server.admin_socket = None;
+    let gw = mcp_edge::gateway::Gateway::start(none).await.unwrap();
     let e = gw.admissible(&ok).unwrap_err();
     assert!(
         e.contains("server.state_directory") && e.contains("edge"),
@@ -634,12 +632,8 @@ async fn a_removed_upstream_withholds_nothing_in_the_metrics() {
     )
     .await;
     let gauge = || mcp_edge::metrics::read("mcp_edge_tools_withheld", "upstream=\"gone\"");
-    for _ in 0..100 {
-        if gauge() == 1.0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let one = || gauge() == 1.0;
+    eventually_sync("the withheld gauge at 1", Duration::from_secs(5), one).await;
     assert_eq!((up.withheld().len(), gauge()), (1, 1.0));
     let new = format!("[server]\nlisten = \"127.0.0.1:0\"\n{server}\n{edge}");
     let new = mcp_edge::config::Config::from_toml_str(&new, &support::origin("c.toml")).unwrap();
@@ -669,21 +663,23 @@ fn cli_as(uid: Option<u32>, config: &Path, args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
-/// The operator's lines of the audit log at `path` (waits up to 10 s for `n`).
-async fn operator_lines(path: &Path, n: usize) -> Vec<Value> {
-    let mut lines = Vec::new();
-    for _ in 0..100 {
+/// The operator's lines of the audit log at `path`, once (up to 10 s)
+/// `done` holds for them.
+async fn operator_lines(path: &Path, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let lines = || {
         let text = std::fs::read_to_string(path).unwrap_or_default();
-        lines = (text.lines())
+        let lines: Vec<Value> = (text.lines())
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
             .filter(|v| v["client"] == "operator")
             .collect();
-        if lines.len() >= n {
-            break;
+        if done(&lines) {
+            Ok(lines)
+        } else {
+            Err(format!("{lines:?}"))
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    lines
+    };
+    let what = format!("the operator's lines in {}", path.display());
+    eventually_sync(&what, Duration::from_secs(10), lines).await
 }
 
 /// Issue 23 part 1: withheld tools are approved only over the operator
@@ -833,12 +829,16 @@ async fn operator_socket_case(hidden_proc: bool) {
     assert!(ok && out.contains("approved files: note"), "{out}");
     wait_withheld(&gw, 0).await;
 
-    let lines = operator_lines(&audit.join("audit.jsonl"), 4).await;
-    let approved = |tool: &str| {
+    // Both approvals audited (the refusals come first, some 10 of them:
+    // waiting for 4 lines once read them before the approvals were written).
+    let approved_in = |lines: &[Value], tool: &str| {
         (lines.iter())
             .find(|l| l["method"] == "tools/approve" && l["name"] == tool && l["outcome"] == "ok")
             .map(|l| l["uid"].clone())
     };
+    let both = |l: &[Value]| approved_in(l, "echo").is_some() && approved_in(l, "note").is_some();
+    let lines = operator_lines(&audit.join("audit.jsonl"), both).await;
+    let approved = |tool: &str| approved_in(&lines, tool);
     assert_eq!(approved("echo"), Some(json!(GATEWAY_UID)), "{lines:?}");
     assert_eq!(approved("note"), Some(json!(0)), "{lines:?}");
     let refused_uids: Vec<&Value> = (lines.iter())

@@ -13,10 +13,10 @@
 use crate::support;
 
 use crate::support::binary::Running;
-use crate::support::free_port;
+use crate::support::{eventually_sync, free_port};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// What a test needs of `/proc/<pid>/stat`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -148,7 +148,8 @@ impl Watch {
 }
 
 /// The acceptance of issue 12 part 4: a stdio upstream that spawns a
-/// `setsid` grandchild and exits, respawned for 20 s, leaves no process
+/// `setsid` grandchild and exits, respawned again and again (watched until
+/// six of its grandchildren were seen running, about 7 s), leaves no process
 /// behind once the gateway stops; while it runs, each incarnation's
 /// grandchild goes with it and no zombies pile up.
 #[tokio::test]
@@ -168,26 +169,23 @@ async fn setsid_grandchildren_of_a_respawning_upstream_do_not_outlive_it() {
     let gateway = gw.pid();
 
     let mut watch = Watch::default();
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(20) {
+    let six_seen = || {
         watch.look(&pids, gateway);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        match watch.seen.len() {
+            6.. => Ok(()),
+            n => Err(format!("{n} seen: {:?}", pids_in(&pids))),
+        }
+    };
+    let within = Duration::from_secs(60);
+    eventually_sync("six grandchildren seen running", within, six_seen).await;
     // Stop while a grandchild runs, so the stop has one to end.
-    let newest = loop {
+    let newest_running = || {
         watch.look(&pids, gateway);
         let last = pids_in(&pids).last().copied();
-        if let Some((pid, start)) = last.and_then(|p| Some((p, *watch.seen.get(&p)?))) {
-            if alive(pid, start) {
-                break pid;
-            }
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(40),
-            "no running grandchild"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        let (pid, start) = last.and_then(|p| Some((p, *watch.seen.get(&p)?)))?;
+        alive(pid, start).then_some(pid)
     };
+    let newest = eventually_sync("a running grandchild", within, newest_running).await;
     let metrics = gw.metrics().await;
     let status = gw.terminate().await;
     assert!(status.success(), "{status}: {}", gw.log_text());
@@ -252,17 +250,13 @@ async fn setsid_grandchildren_of_a_respawning_upstream_do_not_outlive_it() {
 /// Waits (up to 10 s) until `path` names a running process whose parent is
 /// `gateway` (re-parented to the subreaper) and that leads its own session.
 async fn orphan_in(path: &Path, gateway: i32) -> (i32, u64) {
-    for _ in 0..200 {
-        if let Some(&pid) = pids_in(path).first() {
-            if let Some(s) = stat(pid) {
-                if s.ppid == gateway && s.sid == pid && s.state != 'Z' {
-                    return (pid, s.start);
-                }
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("no orphan of {gateway} in {}", path.display());
+    let orphan = || {
+        let pid = *pids_in(path).first()?;
+        let s = stat(pid)?;
+        (s.ppid == gateway && s.sid == pid && s.state != 'Z').then_some((pid, s.start))
+    };
+    let what = format!("an orphan of {gateway} in {}", path.display());
+    eventually_sync(&what, Duration::from_secs(10), orphan).await
 }
 
 /// A stopped stdio upstream takes its escaped grandchildren with it while
@@ -304,15 +298,12 @@ async fn a_reload_that_removes_an_upstream_stops_its_escaped_grandchildren() {
     std::fs::write(&gw.config, without).unwrap();
     let note = gw.reload().await;
     assert_eq!(note["rejected"], false, "{note}");
-    let t0 = Instant::now();
-    while alive(gone_orphan.0, gone_orphan.1) {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "the removed upstream's grandchild {gone_orphan:?} still runs: {}",
-            gw.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let gone = || match alive(gone_orphan.0, gone_orphan.1) {
+        true => Err(gw.log_text()),
+        false => Ok(()),
+    };
+    let what = format!("the removed upstream's grandchild {gone_orphan:?} gone");
+    eventually_sync(&what, Duration::from_secs(10), gone).await;
     assert!(gw.running(), "the gateway stopped: {}", gw.log_text());
     let status = gw.status().await;
     let names: Vec<&str> = (status["upstreams"].as_array().unwrap().iter())
@@ -444,10 +435,11 @@ async fn run_hostile(base: &Path, sandbox_keys: &str) -> HostileRun {
     ];
     let mut gw = Running::start_with_env(&base.join("etc"), &config, &env).await;
     let home = state.join("children/hostile");
-    let t0 = Instant::now();
-    while hostile_report(&home, "grandchild").is_empty() && t0.elapsed() < Duration::from_secs(20) {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let reported = || match hostile_report(&home, "grandchild").is_empty() {
+        true => Err(gw.log_text()),
+        false => Ok(()),
+    };
+    eventually_sync("the grandchild's report", Duration::from_secs(20), reported).await;
     let status = gw.status().await;
     let gateway = gw.pid();
     gw.terminate().await;
@@ -687,11 +679,11 @@ async fn a_grant_a_child_turned_into_a_symlink_grants_nothing() {
     std::fs::create_dir_all(&etc).unwrap();
     let gw = Running::start(&etc, &config).await;
     let report = state.join("children/evil/report.txt");
-    let t0 = Instant::now();
-    while !report.exists() && t0.elapsed() < Duration::from_secs(20) {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let got = std::fs::read_to_string(&report).unwrap_or_default();
+    let written = || {
+        let text = std::fs::read_to_string(&report).unwrap_or_default();
+        (!text.is_empty()).then_some(text)
+    };
+    let got = eventually_sync("the child's report", Duration::from_secs(20), written).await;
     assert!(std::fs::symlink_metadata(&sub).unwrap().is_symlink());
     assert!(got.starts_with("DENIED"), "{got}\n{}", gw.log_text());
     let m = gw.metrics().await;

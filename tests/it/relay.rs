@@ -271,10 +271,9 @@ async fn a_clients_cancellation_reaches_the_upstream() {
     // waits for its answer).
     let call = async { post_streaming(addr, &sid, slow).await.rest().await };
     let cancel = async {
-        // Until the gateway is answering it.
-        while gw.app().cancels.is_empty() {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        let answering = || !gw.app().cancels.is_empty();
+        let within = std::time::Duration::from_secs(10);
+        eventually_sync("the gateway answering the call", within, answering).await;
         let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
             "params": {"requestId": "long-one", "reason": "user pressed stop"}});
         let r = post(addr, &[("mcp-session-id", &sid)], &note).await;
@@ -289,14 +288,15 @@ async fn a_clients_cancellation_reaches_the_upstream() {
     assert_eq!(last["error"]["code"], -32800, "{last}");
     assert!(gw.app().cancels.is_empty());
     // The upstream is told by the stdio driver, a moment later.
-    let mut seen = Value::Null;
-    for i in 0..100 {
-        seen = fake_stats(addr, &sid, json!(i), "a").await;
-        if !seen["cancelled"].as_array().unwrap().is_empty() {
-            break;
+    let told = || async {
+        let seen = fake_stats(addr, &sid, json!("s"), "a").await;
+        match seen["cancelled"].as_array().unwrap().is_empty() {
+            true => Err(seen.to_string()),
+            false => Ok(seen),
         }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    };
+    let within = std::time::Duration::from_secs(10);
+    let seen = eventually("the upstream told to cancel", within, told).await;
     assert_eq!(seen["cancelled"].as_array().unwrap().len(), 1, "{seen}");
 }
 

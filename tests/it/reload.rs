@@ -42,6 +42,20 @@ fn children_of(parent: u32) -> Vec<(u32, String)> {
     out
 }
 
+/// Whether `parent` has a child running `sleep 1000` (the mute upstream).
+fn mute_running(parent: u32) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        let pid = e.file_name().to_string_lossy().into_owned();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let Some((_, after)) = stat.rsplit_once(") ") else {
+            return false;
+        };
+        let ppid = after.split(' ').nth(1).and_then(|p| p.parse::<u32>().ok());
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        ppid == Some(parent) && cmdline == b"sleep\x001000\x00"
+    })
+}
+
 fn pid_of(parent: u32, name: &str) -> Option<u32> {
     let found: Vec<u32> = children_of(parent)
         .into_iter()
@@ -206,24 +220,24 @@ async fn a_reload_asked_for_during_start_is_served_after_ready() {
     .unwrap();
     let gw = InProcess::spawn(&cfg, None).await;
     gw.controls.send(Control::Reload).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        !gw.app.ready.load(std::sync::atomic::Ordering::Relaxed),
-        "still waiting for the slow upstream"
-    );
-    assert_eq!(gw.last_reload(), None, "no reload before READY");
-    gw.wait_ready().await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let report = loop {
-        if let Some(r) = gw.last_reload() {
-            break r.message;
-        }
+    // Watched until the reload is reported: never a report while the
+    // gateway is not ready yet (the slow upstream takes 1.5 s to start).
+    let ready = || gw.app.ready.load(std::sync::atomic::Ordering::Relaxed);
+    let mut waited = false;
+    let served = || {
+        let (was_ready, report) = (ready(), gw.last_reload());
         assert!(
-            tokio::time::Instant::now() < deadline,
-            "the queued reload was dropped"
+            was_ready || report.is_none(),
+            "a reload before READY: {report:?}"
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        waited |= !was_ready;
+        report.map(|r| r.message)
     };
+    let report = eventually_sync("the queued reload served", Duration::from_secs(30), served).await;
+    assert!(
+        waited,
+        "the reload was asked for while the gateway still waited"
+    );
     assert_eq!(
         report,
         "reload applied: restarted -; started -; stopped -; 1 unchanged"
@@ -281,7 +295,13 @@ async fn a_reload_keeps_the_board_profile_and_sigterm_is_honoured_while_upstream
     .unwrap();
     unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
     assert!(next().contains("RELOADING=1"));
-    std::thread::sleep(Duration::from_millis(500));
+    // The reload waits for the new upstream, whose child never answers.
+    let mute = || mute_running(child.id());
+    eventually_blocking(
+        "the mute upstream's child started",
+        Duration::from_secs(20),
+        mute,
+    );
     let t0 = std::time::Instant::now();
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(next().contains("STOPPING=1"));

@@ -138,15 +138,15 @@ async fn updates_reach_exactly_the_subscribed_sessions() {
     // s2's session ends: nobody wants the URI, and the owner task tells the upstream.
     let r = request("DELETE", addr, &[("mcp-session-id", &s2)], "").await;
     assert_eq!(r.status, 200);
-    let mut left = vec![URI.to_string()];
-    for _ in 0..100 {
-        left = upstream_subscribed(addr, &s3).await;
+    let stopped = || async {
+        let left = upstream_subscribed(addr, &s3).await;
         if left.is_empty() {
-            break;
+            Ok(())
+        } else {
+            Err(format!("{left:?}"))
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(left.is_empty(), "the upstream was told to stop: {left:?}");
+    };
+    eventually("the upstream told to stop", Duration::from_secs(5), stopped).await;
     assert_eq!(gw.app().subscriptions.len(), 0);
     gw.shutdown().await;
 }
@@ -173,14 +173,12 @@ async fn a_reconnected_upstream_is_asked_again() {
     while !(up.attempts() == 2 && rx.borrow().is_ready()) {
         rx.changed().await.unwrap();
     }
-    let mut asked = Vec::new();
-    for _ in 0..100 {
-        asked = upstream_subscribed(addr, &sid).await;
-        if !asked.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let asked_again = || async {
+        let asked = upstream_subscribed(addr, &sid).await;
+        (!asked.is_empty()).then_some(asked)
+    };
+    let what = "a subscription on the new connection";
+    let asked = eventually(what, Duration::from_secs(5), asked_again).await;
     assert_eq!(asked, vec![URI], "subscribed again on the new connection");
     touch(addr, &sid).await;
     assert!(next_update(&mut g, Duration::from_secs(10)).await.is_some());
@@ -329,16 +327,18 @@ async fn a_listen_stream_reports_the_resources_it_was_allowed() {
     // The client closes the stream: its subscription goes, and so does the
     // upstream's.
     drop(rx);
-    let mut left = vec![URI.to_string()];
-    for _ in 0..100 {
-        left = upstream_subscribed(addr, &sid).await;
-        if left.is_empty() && gw.app().subscriptions.is_empty() {
-            break;
+    let both_gone = || async {
+        let left = upstream_subscribed(addr, &sid).await;
+        match left.is_empty() && gw.app().subscriptions.is_empty() {
+            true => Ok(()),
+            false => Err(format!(
+                "upstream: {left:?}, {} here",
+                gw.app().subscriptions.len()
+            )),
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(left.is_empty(), "{left:?}");
-    assert!(gw.app().subscriptions.is_empty());
+    };
+    let what = "the subscription gone, here and upstream";
+    eventually(what, Duration::from_secs(5), both_gone).await;
     gw.shutdown().await;
 }
 
@@ -392,16 +392,17 @@ async fn subscriptions_reach_a_modern_upstream_through_its_listen_stream() {
     )
     .await;
     assert_eq!(r.body["result"], json!({}));
-    let mut seen = json!(null);
-    for _ in 0..100 {
-        seen = stats(s2.clone()).await;
-        // The old listen is cancelled before its replacement is sent, so
-        // "nothing subscribed" alone may be the moment in between.
-        if seen["subscribed"] == json!([]) && seen["listens"] == 3 {
-            break;
+    // The old listen is cancelled before its replacement is sent, so
+    // "nothing subscribed" alone may be the moment in between.
+    let resubscribed = || async {
+        let seen = stats(s2.clone()).await;
+        match seen["subscribed"] == json!([]) && seen["listens"] == 3 {
+            true => Ok(seen),
+            false => Err(seen.to_string()),
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    };
+    let what = "the third listen, subscribed to nothing";
+    let seen = eventually(what, Duration::from_secs(5), resubscribed).await;
     assert_eq!(seen["subscribed"], json!([]), "{seen}");
     // One listen after the handshake, one with the URI, one without.
     assert_eq!(seen["listens"], 3, "{seen}");

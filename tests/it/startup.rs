@@ -89,9 +89,8 @@ async fn shutdown_releases_held_requests() {
         tokio::spawn(async move { call(addr, &sid, json!(1), "tools/list", json!({})).await });
     // Until the list is being held (the ok upstream may still be connecting too).
     let app = gw.app().clone();
-    while app.in_flight.active() == 0 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let held = || app.in_flight.active() > 0;
+    eventually_sync("the list held", Duration::from_secs(10), held).await;
     // A 30 s grace for calls in flight: only the release ends it sooner.
     tokio::time::timeout(
         Duration::from_secs(20),
@@ -125,14 +124,12 @@ async fn a_failed_first_listing_is_retried_at_the_next_health_check() {
     let addr = gw.local_addr();
     let up = gw.app().router.upstreams()[0].clone();
     let sid = legacy_session(addr, "2025-11-25").await;
-    let mut names = Vec::new();
-    for _ in 0..100 {
-        names = tool_names(&call(addr, &sid, json!(1), "tools/list", json!({})).await);
-        if !names.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let listed = || async {
+        let names = tool_names(&call(addr, &sid, json!(1), "tools/list", json!({})).await);
+        (!names.is_empty()).then_some(names)
+    };
+    let what = "the tools listed at the next health check";
+    let names = eventually(what, Duration::from_secs(10), listed).await;
     assert!(names.iter().any(|n| n == "a__echo"), "{names:?}");
     assert!(!up.catalog().incomplete);
     assert_eq!(up.attempts(), 1, "no reconnect was needed");

@@ -10,6 +10,11 @@
 //!   [`MAX_FILE_LINES`].
 //! - **Clock-free tables**: the fixed tables take `now` as an argument; their
 //!   non-test code never reads the clock.
+//! - **No sleep orders events** in the tests (`tests/it/`, the fakes of
+//!   `tests/fake/`): every `sleep(` either waits for something a test can see
+//!   (replace it with `support::eventually`) or says on its line, or the line
+//!   above, `not ordering: <why>` (a fake that must be slow, a time window
+//!   the test is about, a poll interval).
 //!
 //! Comments and string literals are blanked before reading, so doc links and
 //! messages do not count as imports.
@@ -21,6 +26,8 @@ use std::path::{Path, PathBuf};
 const MAX_FN_LINES: usize = 80;
 /// The longest a file in `src/` may be, in lines.
 const MAX_FILE_LINES: usize = 600;
+/// What a `sleep(` that orders nothing says on its line or the one above.
+const NOT_ORDERING: &str = "not ordering:";
 /// Modules that hold a fixed table and take `now` from their caller.
 const CLOCK_FREE: &[&str] = &[
     "src/session.rs",
@@ -163,7 +170,38 @@ fn tables_take_now_from_their_caller() {
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
-/// The checker itself: a circle, a layering breach and comment blanking.
+/// No test sleeps a fixed time to order events: each `sleep(` (Rust and
+/// the Python fakes) is marked `not ordering: <why>` on its line or the
+/// line above, or it is replaced with a wait on something observable
+/// (`support::eventually`, the fake's marks, a metric, a log line).
+#[test]
+fn no_sleep_orders_events_in_the_tests() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    walk_ext(&root.join("tests/it"), "rs", &mut files);
+    walk_ext(&root.join("tests/fake"), "py", &mut files);
+    assert!(
+        files.len() > 30,
+        "tests/it and tests/fake not read: {files:?}"
+    );
+    let mut bad = Vec::new();
+    for file in &files {
+        let raw = std::fs::read_to_string(file).unwrap();
+        let rel = file.strip_prefix(&root).unwrap().display().to_string();
+        for line in unmarked_sleeps(&raw, rel.ends_with(".py")) {
+            bad.push(format!("{rel}:{line}"));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "sleep( without `// {NOT_ORDERING} <why>` on its line or the one above \
+         (wait on something observable instead: support::eventually):\n  {}",
+        bad.join("\n  ")
+    );
+}
+
+/// The checker itself: a circle, a layering breach, comment blanking and
+/// marked sleeps.
 #[test]
 fn the_checker_sees_what_it_must() {
     let mut g = BTreeMap::new();
@@ -181,6 +219,11 @@ fn the_checker_sees_what_it_must() {
     assert_eq!(refs, ["z::w", "v"]);
     let f = functions(&blank("fn a() {\n let c = '{';\n}\nfn b();\n"));
     assert_eq!(f, vec![("a".to_string(), 1, 3)]);
+    let rs = "sleep(x);\n// not ordering: a window\nsleep(y);\nf();\nsleep(z); // not ordering:\n\
+              /* sleep( */ s(\"sleep(\");\nsleep_until(t);\nsleep(w); // not ordering: slow\n";
+    assert_eq!(unmarked_sleeps(rs, false), [1, 5, 7]);
+    let py = "time.sleep(1)\n# not ordering: a slow fake\ntime.sleep(2)\n# time.sleep(3)\n";
+    assert_eq!(unmarked_sleeps(py, true), [1]);
 }
 
 struct Tree {
@@ -283,6 +326,49 @@ fn module_of(rel: &Path) -> Option<ModPath> {
         parts.push("tests".into());
     }
     Some(parts)
+}
+
+/// `*.{ext}` files beneath `dir`, sorted.
+fn walk_ext(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            walk_ext(&p, ext, out);
+        } else if p.extension().is_some_and(|x| x == ext) {
+            out.push(p);
+        }
+    }
+    out.sort();
+}
+
+/// Lines (1-based) of `text` with a `sleep(` (or `sleep_until(`) in code,
+/// not in a comment or a string, and no `not ordering: <why>` on that line
+/// or the one above. `python`: `#` comments; else Rust (blanked).
+fn unmarked_sleeps(text: &str, python: bool) -> Vec<usize> {
+    let code = if python {
+        (text.lines())
+            .map(|l| l.split('#').next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n")
+    } else {
+        blank(text)
+    };
+    let raw: Vec<&str> = text.lines().collect();
+    let says_why = |l: &str| {
+        l.split_once(NOT_ORDERING)
+            .is_some_and(|(_, why)| !why.trim().is_empty())
+    };
+    let mut out = Vec::new();
+    for (i, line) in code.lines().enumerate() {
+        if !(line.contains("sleep(") || line.contains("sleep_until(")) {
+            continue;
+        }
+        if says_why(raw[i]) || (i > 0 && says_why(raw[i - 1])) {
+            continue;
+        }
+        out.push(i + 1);
+    }
+    out
 }
 
 /// Every `crate::…` and `super::…` path in `code`, resolved from `module`

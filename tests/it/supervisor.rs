@@ -26,6 +26,7 @@ async fn a_dead_upstream_is_tried_at_most_60_times_a_day_on_a_growing_schedule()
     let mut delays = Vec::new();
     while Instant::now() < day {
         tokio::select! {
+            // not ordering: the 24 virtual hours the test watches
             _ = tokio::time::sleep_until(day) => break,
             r = rx.changed() => {
                 r.unwrap();
@@ -66,7 +67,7 @@ async fn a_401_is_tried_once_a_day_and_once_more_after_the_credential_changes() 
     )
     .await;
     let up = gw.app().router.upstreams()[0].clone();
-    tokio::time::sleep(Duration::from_secs(24 * 3600)).await;
+    tokio::time::sleep(Duration::from_secs(24 * 3600)).await; // not ordering: 24 virtual hours pass
     assert_eq!(
         u.requests.lock().unwrap().len(),
         1,
@@ -96,10 +97,13 @@ async fn a_401_is_tried_once_a_day_and_once_more_after_the_credential_changes() 
         "{msg}"
     );
     assert!(!r.raw.contains("secret-realm"));
-    // New credentials: exactly one more attempt.
-    std::thread::sleep(Duration::from_millis(20)); // a distinct mtime on coarse filesystems
+    // New credentials: exactly one more attempt. (Their mtime set a second
+    // on: a coarse filesystem could give the new file the old one's.)
+    let old = std::fs::metadata(&token).unwrap().modified().unwrap();
     std::fs::write(&token, "new-token").unwrap();
-    tokio::time::sleep(Duration::from_secs(24 * 3600)).await;
+    let file = std::fs::File::options().write(true).open(&token).unwrap();
+    file.set_modified(old + Duration::from_secs(1)).unwrap();
+    tokio::time::sleep(Duration::from_secs(24 * 3600)).await; // not ordering: 24 virtual hours pass
     assert_eq!(u.requests.lock().unwrap().len(), 2);
 }
 
@@ -119,7 +123,7 @@ async fn retry_after_is_a_floor(http_date: bool) {
         .as_u64()
         .unwrap_or(0);
     assert!((100..=120).contains(&retry), "{}", r.raw);
-    tokio::time::sleep(Duration::from_secs(600)).await;
+    tokio::time::sleep(Duration::from_secs(600)).await; // not ordering: the 600 virtual seconds watched
     let reqs = u.requests.lock().unwrap().clone();
     assert!(reqs.len() >= 2, "connected after the window");
     let second = reqs[1].0 - t0;
@@ -171,6 +175,7 @@ async fn a_thousand_reconnects_leave_one_monitor_probing_at_its_interval() {
         );
     }
     let before: Vec<u64> = ups.iter().map(|u| u.probes().0 + u.probes().1).collect();
+    // not ordering: ten virtual health intervals, whose probes are counted
     tokio::time::sleep(Duration::from_secs(10 * 30) + Duration::from_millis(500)).await;
     for (up, b) in ups.iter().zip(before) {
         let probes = up.probes().0 + up.probes().1 - b;
@@ -213,10 +218,19 @@ async fn a_restart_resumes_the_persisted_backoff() {
     .await
     .unwrap();
     let up = gw.app().router.upstreams()[0].clone();
-    tokio::time::sleep(Duration::from_secs(290)).await;
+    tokio::time::sleep(Duration::from_secs(290)).await; // not ordering: virtual time up to just before the persisted attempt
     assert_eq!(up.attempts(), 0, "no attempt before the persisted time");
-    tokio::time::sleep(Duration::from_secs(20)).await;
+    tokio::time::sleep(Duration::from_secs(20)).await; // not ordering: virtual time past it
     assert_eq!(up.attempts(), 1);
+}
+
+/// Whether process `pid` runs (exists, and is no zombie).
+fn running(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, r)| r.split_whitespace().next());
+    state.is_some_and(|s| s != "Z")
 }
 
 /// Real processes and real time: the child's whole process group goes, on
@@ -254,12 +268,18 @@ async fn stdio_children_leave_no_process_behind() {
     .await
     .expect("respawned");
     gw.shutdown().await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let all: Vec<i32> = std::fs::read_to_string(&pids)
         .unwrap()
         .lines()
         .map(|l| l.trim().parse().unwrap())
         .collect();
+    let stopped = || all.iter().all(|pid| !running(*pid));
+    eventually_sync(
+        "every child and grandchild stopped",
+        Duration::from_secs(10),
+        stopped,
+    )
+    .await;
     assert_eq!(
         all.len(),
         4,
@@ -377,6 +397,7 @@ async fn a_legacy_get_stream_is_read_and_reopened_once_per_interval() {
             .count()
     };
     let (gets0, lists0) = (count("GET"), count("tools/list"));
+    // not ordering: ten virtual health intervals, whose GET streams are counted
     tokio::time::sleep(Duration::from_secs(10 * 30) + Duration::from_millis(500)).await;
     let gets = count("GET") - gets0;
     let lists = count("tools/list") - lists0;
@@ -404,14 +425,27 @@ async fn each_upstream_session_has_its_get_stream_read() {
     let (u, url) = scripted(Mode::LegacyGet).await;
     let gw = start("", &http_block("remote", &url, "health_interval = \"30s\"")).await;
     let addr = gw.local_addr();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(*u.gets.lock().unwrap(), ["s0"], "mcp-edge's own session");
+    let gets_at_least = |n: usize| {
+        let u = &u;
+        move || {
+            let gets = u.gets.lock().unwrap().clone();
+            (gets.len() >= n).then_some(gets)
+        }
+    };
+    let within = Duration::from_secs(10);
+    let first = eventually_sync("the first GET stream", within, gets_at_least(1)).await;
+    assert_eq!(first, ["s0"], "mcp-edge's own session");
     // A caller that declared nothing: its calls run in a session "s1".
     let bare = legacy_session(addr, "2025-11-25").await;
     let r = call_tool(addr, &bare, json!(1), "remote__hello", json!(null)).await;
     assert_eq!(text_of(&r), "hello from s1", "{}", r.raw);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(*u.gets.lock().unwrap(), ["s0", "s1"], "its stream opened");
+    let two = eventually_sync(
+        "the caller's session's GET stream",
+        within,
+        gets_at_least(2),
+    )
+    .await;
+    assert_eq!(two, ["s0", "s1"], "its stream opened");
     let lists = |u: &support::scripted::Upstream| {
         let r = u.requests.lock().unwrap();
         r.iter().filter(|(_, m)| m == "tools/list").count()
@@ -419,8 +453,8 @@ async fn each_upstream_session_has_its_get_stream_read() {
     let before = lists(&u);
     // Each stream sends a list_changed and ends; both are asked again
     // after the interval, and each list_changed refreshes the catalog.
-    tokio::time::sleep(Duration::from_secs(30)).await;
-    let gets = u.gets.lock().unwrap().clone();
+    tokio::time::sleep(Duration::from_secs(30)).await; // not ordering: one virtual health interval
+    let gets = eventually_sync("both streams asked again", within, gets_at_least(4)).await;
     assert_eq!(gets.len(), 4, "{gets:?}");
     assert!(gets[2..].contains(&"s1".to_string()), "{gets:?}");
     assert!(lists(&u) > before, "the catalog was refreshed");
@@ -430,8 +464,7 @@ async fn each_upstream_session_has_its_get_stream_read() {
     u.restart();
     let r = call_tool(addr, &bare, json!(2), "remote__hello", json!(null)).await;
     assert_eq!(text_of(&r), "hello from s2", "{}", r.raw);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let gets = u.gets.lock().unwrap().clone();
+    let gets = eventually_sync("the new session's stream", within, gets_at_least(5)).await;
     assert_eq!(gets[4..], ["s2"], "{gets:?}");
 }
 
@@ -457,7 +490,9 @@ async fn abandoned_calls_on_a_legacy_http_upstream_are_cancelled() {
     )
     .await;
     assert!(dropped.is_err(), "the hang tool never answers");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let two_cancelled = || u.cancelled.lock().unwrap().len() >= 2;
+    let within = Duration::from_secs(10);
+    eventually_sync("both abandoned calls cancelled", within, two_cancelled).await;
     let calls = u.calls.lock().unwrap().clone();
     assert_eq!(calls.len(), 3, "{calls:?}");
     assert_eq!(
@@ -489,29 +524,21 @@ fn sigterm_of_mcp_edge_leaves_no_child_behind() {
         format!("[server]\nlisten = \"127.0.0.1:0\"\n[[upstream]]\nname = \"g\"\ncommand = \"sh\"\nargs = [\"-c\", {}]\nsandbox = \"off\"\n", json!(script)),
     )
     .unwrap();
-    let mut child = support::gateway_command()
-        .args(["serve", "--config"])
-        .arg(&cfg)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while std::fs::read_to_string(&pids)
-        .map(|s| s.lines().count())
-        .unwrap_or(0)
-        < 2
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "upstream never started"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(300));
+    let notify = NotifySocket::bind(dir.path(), Duration::from_secs(20));
+    let mut child = serve_notified(&cfg, &notify).spawn().unwrap();
+    // READY=1: its upstream made its first attempt (and wrote its pids).
+    let ready = notify.next();
+    assert!(ready.contains("READY=1"), "{ready}");
+    let started = std::fs::read_to_string(&pids).map(|s| s.lines().count());
+    assert_eq!(started.ok(), Some(2), "the upstream's child and grandchild");
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}");
-    std::thread::sleep(Duration::from_millis(300));
+    let all: Vec<i32> = (std::fs::read_to_string(&pids).unwrap().lines())
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    let stopped = || all.iter().all(|pid| !running(*pid));
+    eventually_blocking("the children stopped", Duration::from_secs(10), stopped);
     for pid in std::fs::read_to_string(&pids).unwrap().lines() {
         let stat =
             std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();

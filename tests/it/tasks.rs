@@ -181,15 +181,15 @@ async fn a_completed_task_carries_its_result_and_listen_needs_the_extension() {
         .as_str()
         .unwrap()
         .to_string();
-    let mut done = Value::Null;
-    for _ in 0..100 {
+    let completed = || async {
         let got = task_req(addr, "tasks/get", &id).await;
-        if got.body["result"]["status"] == "completed" {
-            done = got.body["result"].clone();
-            break;
+        match got.body["result"]["status"] == "completed" {
+            true => Ok(got.body["result"].clone()),
+            false => Err(got.raw),
         }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    };
+    let within = std::time::Duration::from_secs(5);
+    let done = eventually("the task completed", within, completed).await;
     assert_eq!(done["result"]["content"][0]["text"], "slept 200", "{done}");
     // taskIds without the extension declared: -32021 (HTTP 400).
     let listen = json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
@@ -283,9 +283,9 @@ async fn a_followed_task_whose_caller_goes_away_is_cancelled_upstream() {
     let args = json!({"ms": 600_000});
     let calling = call_tool(addr, &sid, json!(7), "jobs__must", args);
     let cancelling = async {
-        while seen.created.load(Relaxed) == 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        let created = || seen.created.load(Relaxed) > 0;
+        let within = std::time::Duration::from_secs(10);
+        eventually_sync("the upstream's task created", within, created).await;
         let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
             "params": {"requestId": 7}});
         post(addr, &[("mcp-session-id", &sid)], &note).await
@@ -295,12 +295,9 @@ async fn a_followed_task_whose_caller_goes_away_is_cancelled_upstream() {
     assert_eq!(r.error_code(), Some(-32800), "{}", r.raw);
     assert_eq!(seen.cancels.load(Relaxed), 0, "not yet: the sweep does it");
     // The sweep runs every 2.5 s here (idle timeout / 4).
-    for _ in 0..200 {
-        if seen.cancels.load(Relaxed) > 0 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let cancelled = || seen.cancels.load(Relaxed) > 0;
+    let within = std::time::Duration::from_secs(10);
+    eventually_sync("the task cancelled upstream", within, cancelled).await;
     assert_eq!(seen.cancels.load(Relaxed), 1, "cancelled upstream");
 }
 

@@ -1,9 +1,11 @@
 //! The gateway binary as a black box ([`Running`]): started on a config
 //! file, read through its admin listener (plain HTTP on loopback:
 //! [`admin_get`], [`Running::status`], [`Running::metrics`]), signalled as
-//! systemd would ([`Running::reload`], [`Running::terminate`]), killed on
-//! drop (tests/it/access.rs, tests/it/tls.rs, tests/it/reaper.rs).
+//! systemd would ([`Running::reload`], [`Running::terminate`]) and heard as
+//! systemd hears it (its `NOTIFY_SOCKET`), killed on drop
+//! (tests/it/access.rs, tests/it/tls.rs, tests/it/reaper.rs).
 
+use super::eventually::{eventually, eventually_sync};
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -20,6 +22,8 @@ pub struct Running {
     pub config: PathBuf,
     /// Its stderr (`RUST_LOG=debug`).
     pub log: PathBuf,
+    /// Its `NOTIFY_SOCKET` (`<dir>/gateway-notify.sock`, read without blocking).
+    notify: std::os::unix::net::UnixDatagram,
 }
 
 impl Drop for Running {
@@ -69,10 +73,18 @@ impl Running {
         let path = dir.join("config.toml");
         std::fs::write(&path, config).unwrap();
         let log = dir.join("stderr.log");
+        let notify_path = dir.join("gateway-notify.sock");
+        let _ = std::fs::remove_file(&notify_path); // an earlier gateway's, in the same folder
+        let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).unwrap();
+        notify.set_nonblocking(true).unwrap();
+        // A gateway run as another user may send to it too.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&notify_path, std::fs::Permissions::from_mode(0o666)).unwrap();
         let child = command
             .args(["serve", "--config"])
             .arg(&path)
             .env("RUST_LOG", "debug")
+            .env("NOTIFY_SOCKET", &notify_path)
             .envs(env.iter().copied())
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -93,19 +105,22 @@ impl Running {
             admin: ([127, 0, 0, 1], port("admin_listen")).into(),
             config: path,
             log,
+            notify,
         };
         r.wait_ready().await;
         r
     }
 
     async fn wait_ready(&self) {
-        for _ in 0..300 {
-            if admin_get(self.admin, "/readyz").await.0 == 200 {
-                return;
+        let what = format!("/readyz on {}", self.admin);
+        let ready = || async {
+            let (code, body) = admin_get(self.admin, "/readyz").await;
+            match code {
+                200 => Ok(()),
+                _ => Err(format!("{code} {body}\n{}", self.log_text())),
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("gateway not ready: {}", self.log_text());
+        };
+        eventually(&what, Duration::from_secs(30), ready).await
     }
 
     /// The gateway's process id.
@@ -124,13 +139,19 @@ impl Running {
         // SAFETY: kill(2) on our own child's pid.
         let rc = unsafe { libc::kill(self.pid(), libc::SIGTERM) };
         assert_eq!(rc, 0, "SIGTERM: {}", std::io::Error::last_os_error());
-        for _ in 0..600 {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("no exit within 60 s of SIGTERM: {}", self.log_text());
+        let log = self.log.clone();
+        let child = &mut self.child;
+        eventually_sync(
+            "the gateway's exit after SIGTERM",
+            Duration::from_secs(60),
+            || {
+                child
+                    .try_wait()
+                    .unwrap()
+                    .ok_or_else(|| std::fs::read_to_string(&log).unwrap_or_default())
+            },
+        )
+        .await
     }
 
     /// What it wrote to stderr so far.
@@ -153,23 +174,40 @@ impl Running {
     }
 
     /// Sends SIGHUP (as `systemctl reload` does) and waits (up to 60 s)
-    /// until `/status`'s `last_reload` changes; returns the new one
-    /// (`{rejected, server_pending, message, at_unix}`). Two reloads with
-    /// the same outcome within one second look alike: call it once per
-    /// outcome.
+    /// for what systemd would hear, `RELOADING=1` then `READY=1` (sent once
+    /// the outcome is in `/status`); returns `/status`'s `last_reload`
+    /// (`{rejected, server_pending, message, at_unix}`).
     pub async fn reload(&self) -> Value {
-        let before = self.status().await["last_reload"].clone();
-        // SAFETY: kill(2) on our own child's pid.
+        self.notified(); // what earlier events left in the socket
+                         // SAFETY: kill(2) on our own child's pid.
         let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGHUP) };
         assert_eq!(rc, 0, "SIGHUP: {}", std::io::Error::last_os_error());
-        for _ in 0..600 {
-            let now = self.status().await["last_reload"].clone();
-            if now != before && !now.is_null() {
-                return now;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut heard = Vec::new();
+        eventually_sync(
+            "RELOADING=1, then READY=1 on the notify socket",
+            Duration::from_secs(60),
+            || {
+                heard.extend(self.notified());
+                let reloading = heard.iter().position(|m| m.contains("RELOADING=1"));
+                match reloading {
+                    Some(i) if heard[i..].iter().any(|m| m.contains("READY=1")) => Ok(()),
+                    _ => Err(format!("{heard:?}\n{}", self.log_text())),
+                }
+            },
+        )
+        .await;
+        self.status().await["last_reload"].clone()
+    }
+
+    /// The datagrams the gateway sent to its `NOTIFY_SOCKET` since the last
+    /// look (e.g. `READY=1\nSTATUS=…`).
+    pub fn notified(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = self.notify.recv(&mut buf) {
+            out.push(String::from_utf8_lossy(&buf[..n]).into_owned());
         }
-        panic!("no reload within 60 s: {}", self.log_text());
+        out
     }
 }
 

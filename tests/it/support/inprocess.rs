@@ -2,6 +2,7 @@
 //! [`Control`]s, as `main.rs` drives it by signals (tests/it/reload.rs,
 //! tests/it/tls.rs).
 
+use super::eventually::eventually_sync;
 use mcp_edge::gateway::{Control, Gateway};
 use std::time::Duration;
 
@@ -48,32 +49,19 @@ impl InProcess {
 
     /// Waits (up to 30 s) until `/readyz` would say ready.
     pub async fn wait_ready(&self) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while !self.app.ready.load(std::sync::atomic::Ordering::Relaxed) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "not ready within 30 s"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let ready = || self.app.ready.load(std::sync::atomic::Ordering::Relaxed);
+        eventually_sync("the gateway ready", Duration::from_secs(30), ready).await
     }
 
     /// Asks for a reload and returns the report it left for `/status`.
     pub async fn reload(&self) -> String {
         let before = self.last_reload();
         self.controls.send(Control::Reload).await.unwrap();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let now = self.last_reload();
-            if now != before {
-                return now.expect("a reload report").message;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no reload report within 60 s"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let report = eventually_sync("a new reload report", Duration::from_secs(60), || {
+            Some(self.last_reload()).filter(|now| *now != before)
+        })
+        .await;
+        report.expect("a reload report").message
     }
 
     /// What the last reload left for `/status`.

@@ -5,8 +5,9 @@
 //! SSE reader), [`inprocess`] (a gateway served in-process, driven by
 //! controls), [`binary`] (the gateway binary as a black box), [`tls`] (test
 //! certificates, TLS config files and a TLS client), [`eventually`] (waiting
-//! on observable state, never a fixed sleep) and [`heap`] (heap measurements
-//! alone in their process).
+//! on observable state, never a fixed sleep), [`marks`] (what the fake
+//! upstream has received), [`sockets`] (what the kernel says of a socket)
+//! and [`heap`] (heap measurements alone in their process).
 //!
 //! Not every helper is used by every configuration of the tests (qemu,
 //! no root), hence one `allow(dead_code)` here (it covers the submodules too).
@@ -17,11 +18,15 @@ pub mod binary;
 pub mod eventually;
 pub mod heap;
 pub mod inprocess;
+pub mod marks;
 pub mod peers;
 pub mod rmcp_tasks;
 pub mod scripted;
+pub mod sockets;
 pub mod sse;
 pub mod tls;
+
+pub use eventually::{eventually, eventually_blocking, eventually_sync};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};

@@ -17,12 +17,12 @@
 //! `extensions()` (unknown fields + `_meta["com.example/trace"]`: see [`EXTENSIONS_TRACE`]), `echo_meta()`,
 //! `sleep_ms(ms)`, `notify(steps)`.
 
-use super::free_port;
+use super::{eventually_blocking, free_port};
 use std::net::TcpStream;
 use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// `_meta["com.example/trace"]` of the fixture server's `extensions` tool result (JSON text).
 pub const EXTENSIONS_TRACE: &str =
@@ -133,29 +133,25 @@ fn spawn_listening(name: &str, mut build: impl FnMut(u16) -> Command) -> (KillOn
             .stdout(log.try_clone().expect("dup log"))
             .stderr(log);
         let mut child = KillOnDrop(cmd.spawn().unwrap_or_else(|e| panic!("spawn {name}: {e}")));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
+        // Listening (`Ok`), or exited first (`Err`, with its log).
+        let what = format!(
+            "{name} listening on 127.0.0.1:{port} (log: {})",
+            log_path.display()
+        );
+        let up = eventually_blocking(&what, Duration::from_secs(30), || {
             if let Some(status) = child.try_wait().expect("try_wait") {
                 let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                last_err =
-                    format!("{name} exited with {status} before listening on {port}:\n{log}");
-                break;
+                return Some(Err(format!(
+                    "{name} exited with {status} before listening on {port}:\n{log}"
+                )));
             }
-            if TcpStream::connect_timeout(
-                &([127, 0, 0, 1], port).into(),
-                Duration::from_millis(200),
-            )
-            .is_ok()
-            {
-                return (child, port);
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "{name} did not listen on 127.0.0.1:{port} within 30 s (log: {})",
-                    log_path.display()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
+            let addr = ([127, 0, 0, 1], port).into();
+            let listening = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok();
+            listening.then_some(Ok(()))
+        });
+        match up {
+            Ok(()) => return (child, port),
+            Err(e) => last_err = e,
         }
     }
     panic!("{last_err}")

@@ -106,7 +106,7 @@ impl ServerHandler for Handler {
                     return Err(ErrorData::new(code, "this tool runs as a task", Some(data)));
                 }
                 if !declared {
-                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    tokio::time::sleep(Duration::from_millis(ms)).await; // not ordering: a slow tool
                     return Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into());
                 }
                 let options = TaskOptions::new()
@@ -115,6 +115,7 @@ impl ServerHandler for Handler {
                 let task = self.tasks.spawn(options, move |ctx| {
                     Box::pin(async move {
                         tokio::select! {
+                            // not ordering: a slow task (the test's premise)
                             _ = tokio::time::sleep(Duration::from_millis(ms)) => {
                                 Ok(CallToolResult::success(vec![ContentBlock::text(text)]))
                             }

@@ -337,6 +337,7 @@ async fn answer(
         m if m.starts_with("notifications/") => resp(202, Value::Null),
         "tools/call" if body["params"]["name"] == "hang" => {
             u.calls.lock().unwrap().push(id.clone());
+            // not ordering: a tool that never answers (the test's premise)
             tokio::time::sleep(Duration::from_secs(3600)).await;
             ok(json!({"content": []}))
         }
