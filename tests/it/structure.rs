@@ -1,13 +1,20 @@
-//! Structure gate (stage 0 of `tests/run_all.sh`): the rules of
-//! `src/lib.rs`'s module map, checked by reading the sources.
+//! Structure gate (stage 0 of `tests/run_all.sh`, `cargo test --test it
+//! structure::`): the rules of `src/lib.rs`'s module map, checked by reading
+//! the sources.
 //!
 //! - **Layering**: a top-level module refers (`crate::x…`, `use crate::{x, …}`)
 //!   only to modules listed above it in the module map table of `src/lib.rs`.
+//! - **The binary on top**: `src/main.rs` and its own modules in `src/cli/`
+//!   ([`BIN_MODULES`]) use the library (`mcp_edge::…`, any module); the
+//!   library never uses them, and the binary declares no library module as
+//!   its own.
 //! - **No circles** among sibling submodules (`super::x`, `crate::a::x`) of
-//!   any module.
+//!   any module, the binary's included.
 //! - **Small functions and files**: no function in `src/` over
 //!   [`MAX_FN_LINES`] lines (from `fn` to its closing brace), no file over
-//!   [`MAX_FILE_LINES`].
+//!   [`MAX_FILE_LINES`]; `lib.rs` and `main.rs` included.
+//! - **Typed errors**: `anyhow` only in the binary (the library's errors are
+//!   types at its module boundaries; its unit tests may use it).
 //! - **Clock-free tables**: the fixed tables take `now` as an argument; their
 //!   non-test code never reads the clock.
 //! - **No sleep orders events** in the tests (`tests/it/`, the fakes of
@@ -26,6 +33,8 @@ use std::path::{Path, PathBuf};
 const MAX_FN_LINES: usize = 80;
 /// The longest a file in `src/` may be, in lines.
 const MAX_FILE_LINES: usize = 600;
+/// The binary's own modules, in `src/<name>/` and declared by `src/main.rs`.
+const BIN_MODULES: &[&str] = &["cli"];
 /// What a `sleep(` that orders nothing says on its line or the one above.
 const NOT_ORDERING: &str = "not ordering:";
 /// Modules that hold a fixed table and take `now` from their caller.
@@ -41,7 +50,12 @@ type ModPath = Vec<String>;
 
 struct Source {
     file: PathBuf,
+    /// In the binary (`main.rs`, [`BIN_MODULES`]) rather than the library.
+    bin: bool,
+    /// `[]` for a crate root (`lib.rs`, `main.rs`).
     module: ModPath,
+    /// The text as written.
+    raw: String,
     /// The text with comments and literals blanked (same line structure).
     code: String,
     lines: usize,
@@ -52,7 +66,7 @@ fn layering_follows_the_module_map() {
     let tree = Tree::read();
     let order = tree.map_order();
     let mut bad = Vec::new();
-    for (from, to) in tree.edges() {
+    for (from, to) in tree.edges(false) {
         let (f, t) = (&from[0], &to[0]);
         if f == t {
             continue;
@@ -87,7 +101,7 @@ fn module_map_lists_every_module() {
     let declared: BTreeSet<String> = tree
         .sources
         .iter()
-        .filter(|s| s.module.len() == 1)
+        .filter(|s| !s.bin && s.module.len() == 1)
         .map(|s| s.module[0].clone())
         .collect();
     assert_eq!(listed, declared, "src/lib.rs's module map vs src/*");
@@ -96,26 +110,30 @@ fn module_map_lists_every_module() {
 #[test]
 fn no_circles_among_sibling_modules() {
     let tree = Tree::read();
-    // parent -> (child -> children it uses)
-    let mut graphs: BTreeMap<ModPath, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
-    for (from, to) in tree.edges() {
-        let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
-        if common < from.len() && common < to.len() {
-            graphs
-                .entry(from[..common].to_vec())
-                .or_default()
-                .entry(from[common].clone())
-                .or_default()
-                .insert(to[common].clone());
+    // (binary?, parent) -> (child -> children it uses)
+    type Graph = BTreeMap<String, BTreeSet<String>>;
+    let mut graphs: BTreeMap<(bool, ModPath), Graph> = BTreeMap::new();
+    for bin in [false, true] {
+        for (from, to) in tree.edges(bin) {
+            let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+            if common < from.len() && common < to.len() {
+                graphs
+                    .entry((bin, from[..common].to_vec()))
+                    .or_default()
+                    .entry(from[common].clone())
+                    .or_default()
+                    .insert(to[common].clone());
+            }
         }
     }
     let mut bad = Vec::new();
-    for (parent, g) in &graphs {
+    for ((bin, parent), g) in &graphs {
         if let Some(cycle) = find_cycle(g) {
+            let krate = if *bin { "the binary" } else { "crate" };
             let p = if parent.is_empty() {
-                "crate".to_string()
+                krate.to_string()
             } else {
-                parent.join("::")
+                format!("{krate} {}", parent.join("::"))
             };
             bad.push(format!("in {p}: {}", cycle.join(" -> ")));
         }
@@ -170,6 +188,77 @@ fn tables_take_now_from_their_caller() {
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
+/// `src/main.rs` and `src/cli/` sit on top of the library: the library
+/// never names them, and the binary declares no library module as its own
+/// (it reaches every one through `mcp_edge::…`; a `mod config;` in
+/// `main.rs` would compile a second copy into the binary).
+#[test]
+fn the_binary_uses_the_library_never_the_reverse() {
+    let tree = Tree::read();
+    let mut bad = Vec::new();
+    for s in &tree.sources {
+        if s.bin {
+            for name in module_decls(&s.code) {
+                let own = BIN_MODULES.contains(&name.as_str())
+                    || (tree.modules.iter()).any(|(bin, m)| *bin && m.last() == Some(&name));
+                if !own {
+                    bad.push(format!(
+                        "{} declares `mod {name}`, no module of the binary (src/{{{}}}/): \
+                         the library is used as mcp_edge::{name}",
+                        s.file.display(),
+                        BIN_MODULES.join(",")
+                    ));
+                }
+            }
+        } else {
+            for target in references(&s.code, &s.module) {
+                if BIN_MODULES.contains(&target[0].as_str()) {
+                    bad.push(format!(
+                        "{} uses crate::{} of the binary",
+                        s.file.display(),
+                        target.join("::")
+                    ));
+                }
+            }
+            let path_attrs = s
+                .raw
+                .lines()
+                .filter(|l| l.trim_start().starts_with("#[path"));
+            for attr in path_attrs {
+                let of_bin = attr.contains("main.rs")
+                    || BIN_MODULES.iter().any(|d| attr.contains(&format!("{d}/")));
+                if of_bin {
+                    bad.push(format!(
+                        "{}: {} (a file of the binary)",
+                        s.file.display(),
+                        attr.trim()
+                    ));
+                }
+            }
+        }
+    }
+    let bin_files = tree.sources.iter().filter(|s| s.bin).count();
+    assert!(bin_files > 1, "src/main.rs and src/cli/ not read");
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// The library's errors are types at its module boundaries (`thiserror`);
+/// `anyhow` is for the binary, which only reports them. (The library's
+/// unit tests, `tests` modules, may use it to render an error's chain.)
+#[test]
+fn anyhow_only_in_the_binary() {
+    let tree = Tree::read();
+    let bad: Vec<String> = (tree.sources.iter())
+        .filter(|s| !s.bin && s.module.last().is_none_or(|m| m != "tests"))
+        .filter(|s| words(&s.code).any(|w| w == "anyhow"))
+        .map(|s| s.file.display().to_string())
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "anyhow in the library (use a typed error): {bad:?}"
+    );
+}
+
 /// No test sleeps a fixed time to order events: each `sleep(` (Rust and
 /// the Python fakes) is marked `not ordering: <why>` on its line or the
 /// line above, or it is replaced with a wait on something observable
@@ -200,8 +289,8 @@ fn no_sleep_orders_events_in_the_tests() {
     );
 }
 
-/// The checker itself: a circle, a layering breach, comment blanking and
-/// marked sleeps.
+/// The checker itself: a circle, a layering breach, comment blanking, `mod`
+/// declarations and marked sleeps.
 #[test]
 fn the_checker_sees_what_it_must() {
     let mut g = BTreeMap::new();
@@ -219,6 +308,8 @@ fn the_checker_sees_what_it_must() {
     assert_eq!(refs, ["z::w", "v"]);
     let f = functions(&blank("fn a() {\n let c = '{';\n}\nfn b();\n"));
     assert_eq!(f, vec![("a".to_string(), 1, 3)]);
+    let decls = "mod a;\npub(crate) mod b {\n mod c;\n}\n// mod d;\nuse e::model;\n";
+    assert_eq!(module_decls(&blank(decls)), ["a", "b", "c"]);
     let rs = "sleep(x);\n// not ordering: a window\nsleep(y);\nf();\nsleep(z); // not ordering:\n\
               /* sleep( */ s(\"sleep(\");\nsleep_until(t);\nsleep(w); // not ordering: slow\n";
     assert_eq!(unmarked_sleeps(rs, false), [1, 5, 7]);
@@ -229,7 +320,8 @@ fn the_checker_sees_what_it_must() {
 struct Tree {
     root: PathBuf,
     sources: Vec<Source>,
-    modules: BTreeSet<ModPath>,
+    /// (in the binary?, module) of every source file.
+    modules: BTreeSet<(bool, ModPath)>,
 }
 
 impl Tree {
@@ -240,18 +332,18 @@ impl Tree {
         let mut sources = Vec::new();
         for file in files {
             let rel = file.strip_prefix(root.join("src")).unwrap().to_path_buf();
-            let Some(module) = module_of(&rel) else {
-                continue;
-            };
+            let (bin, module) = module_of(&rel);
             let text = std::fs::read_to_string(&file).unwrap();
             sources.push(Source {
                 lines: text.lines().count(),
                 code: blank(&text),
+                raw: text,
                 file: rel,
+                bin,
                 module,
             });
         }
-        let modules = sources.iter().map(|s| s.module.clone()).collect();
+        let modules = sources.iter().map(|s| (s.bin, s.module.clone())).collect();
         Tree {
             root,
             sources,
@@ -270,12 +362,13 @@ impl Tree {
             .collect()
     }
 
-    /// (from module, to module) for every reference to another module.
-    fn edges(&self) -> Vec<(ModPath, ModPath)> {
+    /// (from module, to module) for every reference to another module of
+    /// the same crate: the library's, or the binary's (`bin`).
+    fn edges(&self, bin: bool) -> Vec<(ModPath, ModPath)> {
         let mut out = Vec::new();
-        for s in &self.sources {
+        for s in self.sources.iter().filter(|s| s.bin == bin) {
             for target in references(&s.code, &s.module) {
-                let to = self.deepest_module(&target);
+                let to = self.deepest_module(bin, &target);
                 if !to.is_empty() && !to.starts_with(&s.module) && !s.module.starts_with(&to) {
                     out.push((s.module.clone(), to));
                 }
@@ -284,12 +377,13 @@ impl Tree {
         out
     }
 
-    /// The longest prefix of `path` that names a module file.
-    fn deepest_module(&self, path: &[String]) -> ModPath {
+    /// The longest prefix of `path` that names a module file of the
+    /// library, or of the binary (`bin`).
+    fn deepest_module(&self, bin: bool, path: &[String]) -> ModPath {
         (1..=path.len())
             .rev()
             .map(|n| path[..n].to_vec())
-            .find(|p| self.modules.contains(p))
+            .find(|p| self.modules.contains(&(bin, p.clone())))
             .unwrap_or_default()
     }
 }
@@ -306,16 +400,19 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
     out.sort();
 }
 
+/// Whether `rel` (under `src/`) is the binary's, and its module:
 /// `a/b.rs` → `[a, b]`; `a/mod.rs` → `[a]`; `a/b_tests.rs` → `[a, b, tests]`
-/// (a `#[path]` test module); `lib.rs` and `main.rs` are roots, not modules.
-fn module_of(rel: &Path) -> Option<ModPath> {
+/// (a `#[path]` test module); `lib.rs` and `main.rs` are the crates' roots
+/// (`[]`); `cli/x.rs` is the binary's `cli::x` ([`BIN_MODULES`]).
+fn module_of(rel: &Path) -> (bool, ModPath) {
     let mut parts: Vec<String> = rel
         .iter()
         .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_string())
         .collect();
     if parts.len() == 1 && (parts[0] == "lib" || parts[0] == "main") {
-        return None;
+        return (parts[0] == "main", Vec::new());
     }
+    let bin = BIN_MODULES.contains(&parts[0].as_str());
     if parts.last().is_some_and(|l| l == "mod") {
         parts.pop();
     }
@@ -325,7 +422,7 @@ fn module_of(rel: &Path) -> Option<ModPath> {
         parts.push(base);
         parts.push("tests".into());
     }
-    Some(parts)
+    (bin, parts)
 }
 
 /// `*.{ext}` files beneath `dir`, sorted.
@@ -339,6 +436,22 @@ fn walk_ext(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
         }
     }
     out.sort();
+}
+
+/// The identifiers of `code`, in order.
+fn words(code: &str) -> impl Iterator<Item = &str> {
+    code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+}
+
+/// The names of the `mod` items `code` declares (`mod a;`, `pub mod b {`),
+/// nested ones included.
+fn module_decls(code: &str) -> Vec<String> {
+    let w: Vec<&str> = words(code).collect();
+    (w.windows(2))
+        .filter(|p| p[0] == "mod")
+        .map(|p| p[1].to_string())
+        .collect()
 }
 
 /// Lines (1-based) of `text` with a `sleep(` (or `sleep_until(`) in code,
