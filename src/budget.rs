@@ -4,7 +4,7 @@
 //! `heap_budget_bytes`.
 //!
 //! The per-entry costs are measured with the counting allocator by
-//! `tests/budget.rs`, which fails if any measurement exceeds its constant
+//! `tests/it/budget.rs`, which fails if any measurement exceeds its constant
 //! here (so the constants are upper bounds on this build, with headroom);
 //! the measured values are in `docs/benchmarks.md`. Byte-sized limits
 //! (request bodies, results, catalogs) are multiplied by a factor: the peak
@@ -49,7 +49,7 @@ pub const STREAM_BYTES: usize = 4 * 1024;
 pub const SUBSCRIPTION_BYTES: usize = 64;
 /// One parked call of a modern caller (`http::parked`: the boxed call
 /// future with its relay queue and the requests asked), measured by
-/// `tests/mrtr_heap.rs` at ≈ 67.5 kB per call for the whole test process
+/// `tests/it/mrtr_heap.rs` at ≈ 67.5 kB per call for the whole test process
 /// (gateway, scripted upstream and their connections), which fails when a
 /// parked call costs more than this.
 pub const PARKED_CALL_BYTES: usize = 72 * 1024;
@@ -63,14 +63,14 @@ pub const QUEUED_MESSAGE_BYTES: usize = 2 * 1024;
 /// One downstream connection before its body (bytes): its worst case is a
 /// request head just under [`limits::MAX_REQUEST_HEAD_BYTES`] held
 /// unterminated, hyper's read buffer at its largest. Measured by
-/// `tests/budget.rs` with 64 such connections: 71,056 B each (an idle
+/// `tests/it/budget.rs` with 64 such connections: 71,056 B each (an idle
 /// keep-alive connection: 31,072 B), with 32 KiB heads. That includes its
 /// place in `http::conns` (a shared slot, ~100 B; the table's entries,
 /// 32 B per place, are allocated at start and fit in the headroom).
 pub const CONNECTION_BYTES: usize = 80 * 1024;
 /// With `server.tls_cert`: what one downstream connection holds on top of
 /// [`CONNECTION_BYTES`], its rustls state (record buffers, traffic keys,
-/// the peer's certificate under mTLS) (bytes). Measured by `tests/budget.rs`
+/// the peer's certificate under mTLS) (bytes). Measured by `tests/it/budget.rs`
 /// like the plain connections: 64 idle keep-alive connections over TLS 1.3
 /// (rcgen ECDSA P-256 certificates), one request answered on each, the
 /// client's rustls state dropped and only its sockets kept; live heap delta
@@ -86,7 +86,7 @@ pub const TLS_CONNECTION_BYTES: usize = 16 * 1024;
 /// client chains grow each entry by their DER size).
 pub const TLS_SESSION_CACHE_BYTES: usize = 256 * 1024;
 /// Peak heap per byte of request body while it is read and parsed.
-/// Measured 2.2 for a modern `tools/call` (`tests/budget.rs`, issue 14:
+/// Measured 2.2 for a modern `tools/call` (`tests/it/budget.rs`, issue 14:
 /// its result no longer parsed and copied; 4.2 before).
 pub const BODY_FACTOR: usize = 3;
 /// One call in flight, without its result (bytes).
@@ -94,7 +94,7 @@ pub const CALL_BYTES: usize = 4 * 1024;
 /// Peak heap per byte of a stdio upstream's result while it is read and
 /// written to the client: the bytes as received, in a buffer grown by
 /// quarters (`protocol::raw`). Measured 1.4 for a 512 KiB result
-/// (`tests/budget.rs`), 1.12 for 4 MiB (`tests/bench/run.sh`); 6 before
+/// (`tests/it/budget.rs`), 1.12 for 4 MiB (`tests/bench/run.sh`); 6 before
 /// results passed through as bytes (issue 14). The same holds for an HTTP
 /// upstream: its JSON body is gathered once into a buffer reserved from
 /// `Content-Length`, its SSE event is the data line's own buffer, and its
@@ -107,7 +107,7 @@ pub const CATALOG_FACTOR: usize = 8;
 /// One tool pin with the tool withheld: its pin, its entry in the
 /// catalog's withheld list and in the merged view's set of withheld names
 /// (bytes, names of typical length; a name's bytes are also in the
-/// catalog). Measured by `tests/budget.rs` (1,024 pins, every tool withheld).
+/// catalog). Measured by `tests/it/budget.rs` (1,024 pins, every tool withheld).
 pub const PIN_BYTES: usize = 512;
 /// One upstream's own structures and tables, without its catalog (bytes).
 pub const UPSTREAM_BYTES: usize = 96 * 1024;

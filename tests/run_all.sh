@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The project's one test command:  tests/run_all.sh
 #   0. tests/gates.sh              fmt --check, clippy -D warnings, cargo deny (bans licenses sources),
-#                                  tests/structure.rs (module layering, no circles, function/file length)
+#                                  tests/it/structure.rs (module layering, no circles, function/file length,
+#                                  no test sleep that orders events)
 #   1. tests/interop/setup.sh      install the pinned real MCP peers into tests/interop/ (fast when present)
 #   2. cargo nextest run --all-targets --no-fail-fast + cargo test --doc   (cargo test --all-targets --no-fail-fast
-#      when nextest is absent: one failing test never hides the others),
-#      then tests/properties.rs with --nocapture (prints each property's case count)
+#      when nextest is absent: one failing test never hides the others); the integration tests are one
+#      binary, tests/it (a module per area), so they link once;
+#      then its properties module with --nocapture (prints each property's case count)
 #   3. tests/interop/conformance.sh  official MCP conformance suite (0.1.16) against the release gateway
 #      tests/interop/conformance_v2.sh  conformance 0.2.0-alpha.12, --requirements 2025-11-25 and 2026-07-28
 #                                    (incl. the tasks scenarios), fixture direct vs through mcp-edge with the
@@ -22,6 +24,7 @@
 # Stage 0 and stages 2 to 7 all run even if one fails; the exit code is non-zero if any stage failed.
 # Disk: builds here are not incremental (CARGO_INCREMENTAL=0 unless set: incremental state was as large as
 # the test binaries and a full run only builds each target once), and each stage prints the free space.
+# Time and disk of stage 2: docs/benchmarks.md, "Test stage (issue 24)".
 # Under CI (CI set, as .ci/run does) a stage's build outputs that no later stage reads are removed when
 # it ends (target/debug after stage 2, the aarch64 test build inside tests/arm.sh): a CI machine once
 # ran out of disk in stage 5. A developer's own run never deletes anything.
@@ -59,7 +62,7 @@ else
 fi
 # The property tests again with their output, so the log shows each
 # property's case count (nextest prints output only on failure); ~1 s.
-cargo test --test properties -- --nocapture --test-threads=1 || failed+=("properties")
+cargo test --test it -- properties:: --nocapture --test-threads=1 || failed+=("properties")
 ci_prune "$TARGET/debug"
 
 stage "3/7 conformance: tests/interop/conformance.sh, tests/interop/conformance_v2.sh"

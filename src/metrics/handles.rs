@@ -4,7 +4,7 @@
 //! exporter's registry and wraps the storage it finds in a new handle: 1
 //! allocation with literal labels, 3 with a label given as a variable (the
 //! label vector too), 5 with a per-upstream `String` label (measured with
-//! the counting allocator, `tests/metrics_hot.rs`). A held
+//! the counting allocator, `tests/it/metrics_hot.rs`). A held
 //! [`metrics::Counter`] is an `Arc` to the atomic itself: incrementing it
 //! allocates nothing.
 

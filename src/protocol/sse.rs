@@ -169,7 +169,7 @@ mod tests {
 
     #[test]
     fn refuses_event_that_grows_past_the_limit_when_decoded() {
-        // Found by tests/properties.rs: 8 invalid bytes fit in the line but
+        // Found by tests/it/properties.rs: 8 invalid bytes fit in the line but
         // become 24 bytes of U+FFFD.
         let mut d = Decoder::new(16);
         let mut got = Vec::new();

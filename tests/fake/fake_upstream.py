@@ -15,6 +15,9 @@ notifications/resources/updated for uri, before its answer), interview(rounds, t
 (asks the client elicitation/create, sampling/createMessage, roots/list in turn, each
 after the previous answer, or all at once with together, each after a log message; returns the answers as a JSON
 list; a refusal is kept in stats' "refused").
+--marks FILE: appends "call <tool>" to FILE when a tools/call arrives, before acting on it, and
+"cancelled <request id>" when a notifications/cancelled does (tests wait on these: the call is in
+flight at the upstream, the gateway told it to cancel; tests/it/support/marks.rs).
 --tools-file FILE: read at every tools/list when it exists, a JSON array of tool
 objects; one named like a built-in tool replaces it, the others are added. With
 it, one more tool: announce (sends notifications/tools/list_changed, then answers).
@@ -36,6 +39,7 @@ name = args[args.index("--name") + 1] if "--name" in args else "fake"
 page = int(args[args.index("--paged") + 1]) if "--paged" in args else 0
 looping = "--looping" in args
 tools_file = args[args.index("--tools-file") + 1] if "--tools-file" in args else None
+marks = args[args.index("--marks") + 1] if "--marks" in args else None
 # --fail-first-list: the first tools/list answers an error (a transient failure).
 fail_first_list = ["--fail-first-list" in args]
 lock = threading.Lock()
@@ -154,9 +158,17 @@ def mrtr(id, params, a):
     result(id, text(f"name={name} roots={roots} llm={llm} rounds={len(ids) + 1} ids_distinct={len(set(ids + [id])) == len(ids) + 1}"))
 
 
+def mark(line):
+    """Appends a line to the --marks file (written and closed before going on)."""
+    if marks:
+        with open(marks, "a") as f:
+            f.write(line + "\n")
+
+
 def call_tool(id, params):
     tool = params.get("name")
     a = params.get("arguments") or {}
+    mark(f"call {tool}")
     if tool == "mrtr" and era == "modern":
         mrtr(id, params, a)
     elif tool == "mrtr_forever" and era == "modern":
@@ -165,7 +177,7 @@ def call_tool(id, params):
         input_required(id, None, f"f{len(ids)}-{id}", ids)
     elif tool == "echo":
         # stall_ms: the whole server stops for that long first (stdin unread).
-        time.sleep(a.get("stall_ms", 0) / 1000)
+        time.sleep(a.get("stall_ms", 0) / 1000)  # not ordering: the fake must stall (a test's premise)
         result(id, text(f"{name}:{a.get('text', '')}"))
     elif tool == "announce":
         send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
@@ -183,7 +195,7 @@ def call_tool(id, params):
         result(id, text(f"touched {uri}"))
     elif tool == "slow_echo":
         def later():
-            time.sleep(a.get("ms", 100) / 1000)
+            time.sleep(a.get("ms", 100) / 1000)  # not ordering: a slow tool is the test's premise
             result(id, text(f"{name}:{a.get('text', '')}"))
         threading.Thread(target=later, daemon=True).start()
     elif tool == "exotic":
@@ -215,7 +227,7 @@ def call_tool(id, params):
                 if logs:
                     send({"jsonrpc": "2.0", "method": "notifications/message",
                           "params": {"level": "info", "data": f"step {i + 1} of {a.get('tag', '')}"}})
-                time.sleep(a.get("ms", 20) / 1000)
+                time.sleep(a.get("ms", 20) / 1000)  # not ordering: the pace of a slow tool's progress
             result(id, {"content": [{"type": "text", "text": f"done; upstream saw token {json.dumps(token)}"}]})
         threading.Thread(target=run, daemon=True).start()
     elif tool == "ask":
@@ -287,6 +299,7 @@ def handle(msg):
         if method == "notifications/initialized":
             initialized = True
         elif method == "notifications/cancelled":
+            mark(f"cancelled {params.get('requestId')}")
             seen["cancelled"].append(params.get("requestId"))
             if listens.pop(params.get("requestId"), None) is not None:
                 seen["subscribed"] = sorted(set().union(*listens.values()))
@@ -425,7 +438,7 @@ if "--http" in args:
     print(server.server_address[1], flush=True)
     server.serve_forever()
 if "--slow-start" in args:
-    time.sleep(int(args[args.index("--slow-start") + 1]) / 1000)
+    time.sleep(int(args[args.index("--slow-start") + 1]) / 1000)  # not ordering: a slow server's start
 for line in sys.stdin:
     line = line.strip()
     if line:

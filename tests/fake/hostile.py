@@ -131,7 +131,7 @@ def orphaned(parent_pid):
     """Waits (up to 10 s) until the intermediate parent has exited."""
     deadline = time.monotonic() + 10
     while os.getppid() == parent_pid and time.monotonic() < deadline:
-        time.sleep(0.02)
+        time.sleep(0.02)  # not ordering: the poll interval of a wait for the re-parenting
 
 
 def main():

@@ -1,4 +1,4 @@
-// The OAuth 2.1 authorization server of tests/oauth.rs: the certified `oidc-provider` library (9.13.3,
+// The OAuth 2.1 authorization server of tests/it/oauth.rs: the certified `oidc-provider` library (9.13.3,
 // installed by setup.sh into tests/interop/.oauth), configured, not mocked. Run with Node 22:
 //
 //   tests/interop/.node22/bin/node tests/interop/oauth_as.mjs CONFIG.json

@@ -1,7 +1,7 @@
 // A person's one-time login at oauth_as.mjs, scripted: the authorization_code grant with PKCE (S256) and
 // an RFC 8707 resource, driven through oidc-provider's own login and consent pages over plain HTTP
 // (cookies kept by hand), then the code exchanged at the token endpoint (client_secret_basic).
-// tests/oauth.rs seeds the gateway's token file with the answer, as `mcp-edge login` would.
+// tests/it/oauth.rs seeds the gateway's token file with the answer, as `mcp-edge login` would.
 //
 //   node oauth_login.mjs ISSUER CLIENT_ID CLIENT_SECRET REDIRECT_URI RESOURCE SCOPE
 //

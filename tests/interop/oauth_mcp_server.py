@@ -1,4 +1,4 @@
-"""An MCP server protected by OAuth, for tests/oauth.rs (real Python SDK, mcp==1.30.0, and PyJWT).
+"""An MCP server protected by OAuth, for tests/it/oauth.rs (real Python SDK, mcp==1.30.0, and PyJWT).
 
 usage: .venv1/bin/python oauth_mcp_server.py PORT ISSUER [--sdk-metadata]
 

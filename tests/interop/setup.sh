@@ -10,7 +10,7 @@
 #   .conf2         npm ci from node22-conf2/package.json + package-lock.json: @modelcontextprotocol/conformance
 #                  0.2.0-alpha.12 (both spec revisions), run with .node22's Node: .conf2/node_modules/.bin/conformance
 #   .oauth         npm ci from node22-oauth/package.json + package-lock.json: oidc-provider 9.13.3 (the OAuth
-#                  authorization server of tests/oauth.rs, run by oauth_as.mjs with .node22's Node)
+#                  authorization server of tests/it/oauth.rs, run by oauth_as.mjs with .node22's Node)
 # Idempotent: each step is skipped when its result is present and matches the pinned inputs (a stamp holding
 # the lock file's sha256 plus a version probe), so a second run takes seconds. Fails loudly on any error.
 # Env: PYTHON (default python3, needs >= 3.10 with venv), NPM (default npm).
@@ -116,7 +116,7 @@ CONF2_V="$(PATH="$HERE/.node22/bin:$PATH" .conf2/node_modules/.bin/conformance -
 [ "$CONF2_V" = "0.2.0-alpha.12" ] || die ".conf2 conformance is $CONF2_V, expected 0.2.0-alpha.12"
 say ".conf2: conformance $CONF2_V (run with PATH=$HERE/.node22/bin:\$PATH)"
 
-# ---------------------------------------------------------------- .oauth: oidc-provider (tests/oauth.rs)
+# ---------------------------------------------------------------- .oauth: oidc-provider (tests/it/oauth.rs)
 mkdir -p .oauth
 for f in package.json package-lock.json; do
   cmp -s "node22-oauth/$f" ".oauth/$f" || cp "node22-oauth/$f" ".oauth/$f"

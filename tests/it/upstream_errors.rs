@@ -1,0 +1,181 @@
+//! Per-request errors stay per-request (issue 13, part 1): an upstream's
+//! HTTP answer that refuses one request — a JSON-RPC error on any status,
+//! or a 4xx without one — is that caller's error, with code, message and
+//! `data` kept, and it neither marks the upstream down nor reconnects it.
+
+use crate::support::scripted::{http_block, scripted, Mode};
+use crate::support::*;
+use serde_json::json;
+
+#[tokio::test]
+async fn an_upstreams_refusal_of_one_request_is_that_callers_error_only() {
+    mcp_edge::metrics::prometheus();
+    let (up, url) = scripted(Mode::Legacy).await;
+    let gw = start("", &http_block("remote", &url, "")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let r = call_tool(addr, &sid, json!(1), "remote__needs_sampling", json!({})).await;
+    assert_eq!(r.error_code(), Some(-32021), "{}", r.raw);
+    let e = &r.body["error"];
+    assert_eq!(e["message"], "Missing required client capability");
+    assert_eq!(e["data"]["requiredCapabilities"], json!({"sampling": {}}));
+    let plain = call_tool(addr, &sid, json!(2), "remote__bad_request", json!({})).await;
+    assert_eq!(plain.error_code(), Some(-32603), "{}", plain.raw);
+    assert_eq!(plain.body["error"]["data"]["httpStatus"], 400);
+    // The upstream stayed up: the same upstream session (this caller's,
+    // opened at its first call: it declared no capabilities) answers next.
+    let ok = call_tool(addr, &sid, json!(3), "remote__hello", json!({})).await;
+    assert_eq!(text_of(&ok), "hello from s1", "{}", ok.raw);
+    let initializes = (up.requests.lock().unwrap().iter())
+        .filter(|(_, m)| m == "initialize")
+        .count();
+    assert_eq!(
+        initializes, 2,
+        "mcp-edge's session and the caller's; no reconnect"
+    );
+    // A modern caller answered in JSON gets the spec's HTTP status: 400
+    // (index.mdx: -32021 on HTTP is 400).
+    let params = json!({"name": "remote__needs_sampling", "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}}});
+    let headers = [
+        ("accept", "application/json"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "remote__needs_sampling"),
+    ];
+    let body = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": params});
+    let m = post(addr, &headers, &body).await;
+    assert_eq!((m.status, m.error_code()), (400, Some(-32021)), "{}", m.raw);
+}
+
+/// The acceptance of issue 13 part 1: while one client's calls draw
+/// -32021, -32020 and -32602 from a modern HTTP upstream, another client's
+/// calls to the same upstream keep succeeding, and the upstream is never
+/// reconnected (its connect counter and its handshakes unchanged).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_clients_refusals_never_take_the_upstream_from_another() {
+    mcp_edge::metrics::prometheus();
+    let (up, url) = scripted(Mode::Modern).await;
+    let gw = start("", &http_block("shared", &url, "")).await;
+    let addr = gw.local_addr();
+    let connects = || {
+        mcp_edge::metrics::read(
+            mcp_edge::metrics::UPSTREAM_CONNECTS,
+            "upstream=\"shared\",outcome=\"ok\"",
+        )
+    };
+    let discovers = || {
+        (up.requests.lock().unwrap().iter())
+            .filter(|(_, m)| m == "server/discover")
+            .count()
+    };
+    let (connects0, discovers0) = (connects(), discovers());
+    assert_eq!(connects0, 1.0);
+    let bad = legacy_session(addr, "2025-11-25").await;
+    let refused = async {
+        let expect = [
+            ("shared__needs_sampling", -32021),
+            ("shared__header_mismatch", -32020),
+            ("shared__bad_params", -32602),
+        ];
+        for i in 0..20 {
+            let (tool, code) = expect[i % 3];
+            let r = call_tool(addr, &bad, json!(i), tool, json!({})).await;
+            assert_eq!(r.error_code(), Some(code), "{tool}: {}", r.raw);
+        }
+        let r = call_tool(addr, &bad, json!(99), "shared__bad_params", json!({})).await;
+        assert_eq!(r.body["error"]["data"], json!({"field": "x"}), "data kept");
+    };
+    let served = async {
+        for i in 0..20 {
+            let r = modern(
+                addr,
+                json!(i),
+                "tools/call",
+                json!({"name": "shared__hello"}),
+            )
+            .await;
+            assert_eq!(r.status, 200, "{}", r.raw);
+            assert!(text_of(&r).starts_with("hello from"), "{}", r.raw);
+        }
+    };
+    tokio::join!(refused, served);
+    assert_eq!(connects(), connects0, "no reconnect");
+    assert_eq!(discovers(), discovers0, "no new handshake");
+    gw.shutdown().await;
+}
+
+/// A modern caller that takes SSE gets the same: the response head waits
+/// for the outcome, so an upstream's -32021 is HTTP 400 JSON, never an
+/// event inside a 200 stream (2026-07-28 transports-streamable-http.mdx;
+/// index.mdx). A successful call is still answered.
+#[tokio::test]
+async fn a_modern_sse_caller_gets_an_upstream_error_with_its_own_status() {
+    let (_up, url) = scripted(Mode::Legacy).await;
+    let gw = start("", &http_block("remote", &url, "")).await;
+    let addr = gw.local_addr();
+    for accept in ["application/json, text/event-stream", "text/event-stream"] {
+        for (tool, status, code) in [
+            ("remote__needs_sampling", 400, Some(-32021)),
+            ("remote__hello", 200, None),
+        ] {
+            let params = json!({"name": tool, "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {}}});
+            let headers = [
+                ("accept", accept),
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/call"),
+                ("mcp-name", tool),
+            ];
+            let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params});
+            let r = post(addr, &headers, &body).await;
+            assert_eq!(
+                (r.status, r.error_code()),
+                (status, code),
+                "{accept}: {}",
+                r.raw
+            );
+            if status != 200 {
+                assert_eq!(r.header("content-type"), Some("application/json"));
+                assert_eq!(
+                    r.body["error"]["data"]["requiredCapabilities"],
+                    json!({"sampling": {}})
+                );
+            }
+        }
+    }
+}
+
+/// The held head of a modern SSE-framed call waits at most one keep-alive
+/// period: a call longer than that gets its stream opened with keep-alive
+/// comments before its answer (a reverse proxy with a read timeout would
+/// otherwise cut a long call that sends nothing).
+#[tokio::test]
+async fn a_long_modern_call_streams_keep_alives_before_its_answer() {
+    let gw = start("keepalive = \"1s\"", &fake_block("a", "legacy", "")).await;
+    let addr = gw.local_addr();
+    let params = json!({"name": "a__slow_echo", "arguments": {"text": "late", "ms": 2500},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}}});
+    let h = [
+        ("accept", "application/json, text/event-stream"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "a__slow_echo"),
+    ];
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+    let r = request("POST", addr, &h, &body.to_string()).await;
+    assert_eq!(r.status, 200, "{}", r.raw);
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    let keepalive = r
+        .raw
+        .find(": keep-alive")
+        .expect("a keep-alive before the answer");
+    let answer = r.raw.find("a:late").expect("the answer");
+    assert!(keepalive < answer, "{}", r.raw);
+    gw.shutdown().await;
+}
