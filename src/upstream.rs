@@ -388,7 +388,7 @@ impl Upstream {
             });
         }
         let (conn, neg, generation) = self.current().ok_or_else(|| self.unavailable())?;
-        let claim = self.callers.claim(who, &self.config.name)?;
+        let claim = (self.callers).claim(who, &self.config.name, || conn.reclaim_stale())?;
         let _active = self.calls.enter();
         let t0 = Instant::now();
         let mut params = era::adapt_params(neg.era, params);

@@ -89,41 +89,25 @@ fn get(app: Arc<App>, head: &Head) -> Response<Body> {
     if let Err(e) = super::admission::charge(&app, who) {
         return Refusal(StatusCode::TOO_MANY_REQUESTS, e).into_response(Value::Null);
     }
-    // A stream of another client may end for this one: not for a session
-    // that is gone or has all its streams open.
-    let session = app.sessions.peek(&id);
+    // The session's own stream first (the owner checked, at most `max`, in
+    // one lookup): only a live session of this client's may cost another
+    // client a stream place; a refused place gives the session's back.
     let max = crate::limits::MAX_STREAMS_PER_SESSION;
-    if session.is_some_and(|s| s.streams >= max) {
-        metrics::counter!(crate::metrics::REFUSED, "limit" => "streams_per_session").increment(1);
-        let e = SessionError::TooManyStreams { max };
-        return refuse(
-            StatusCode::TOO_MANY_REQUESTS,
-            protocol::INVALID_REQUEST,
-            e.to_string(),
-        )
-        .into_response(Value::Null);
-    }
-    // A place in the shared pool before the session counts the stream, so
-    // a full pool costs the session nothing.
-    let place = match app.streams.take(who.access.shares(), who.owner()) {
-        Ok(p) => p,
-        Err((status, e)) => return Refusal(status, e).into_response(Value::Null),
+    let held = match (app.sessions).open_stream(id, who.owner(), max) {
+        Ok(held) => held,
+        Err(e @ SessionError::TooManyStreams { .. }) => {
+            return refuse(
+                StatusCode::TOO_MANY_REQUESTS,
+                protocol::INVALID_REQUEST,
+                e.to_string(),
+            )
+            .into_response(Value::Null)
+        }
+        Err(_) => return super::admission::not_found().into_response(Value::Null),
     };
-    let opened = (app.sessions).open_stream(id, who.owner(), max);
-    match opened {
-        Ok(held) => reply::session_stream(app.clone(), held, place),
-        Err(e @ SessionError::TooManyStreams { .. }) => refuse(
-            StatusCode::TOO_MANY_REQUESTS,
-            protocol::INVALID_REQUEST,
-            e.to_string(),
-        )
-        .into_response(Value::Null),
-        Err(_) => refuse(
-            StatusCode::NOT_FOUND,
-            protocol::INVALID_REQUEST,
-            "Session not found",
-        )
-        .into_response(Value::Null),
+    match app.streams.take(who.access.shares(), who.owner()) {
+        Ok(place) => reply::session_stream(app.clone(), held, place),
+        Err((status, e)) => Refusal(status, e).into_response(Value::Null),
     }
 }
 

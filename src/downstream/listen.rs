@@ -156,6 +156,11 @@ pub async fn open(
     let (on, uris) = asked(params).map_err(|e| (StatusCode::OK, e))?;
     let task_ids =
         super::task_callers::asked(params).map_err(|e| (super::modern::error_status(&e), e))?;
+    if !on.contains(&true) && uris.is_empty() && task_ids.is_empty() {
+        // Nothing asked: acknowledged and closed without taking a stream
+        // place (which could end another client's stream for nothing).
+        return Ok(empty_listen(&id, on));
+    }
     let stream_place = app.streams.take(caller.access.shares(), caller.owner())?;
     let who = Subscriber::Listen(NEXT_STREAM.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     // From here on, dropping the place forgets this stream's subscriptions.
@@ -180,11 +185,7 @@ pub async fn open(
         // Nothing to listen for here: acknowledge the empty subset and end
         // gracefully at once rather than hold a place for keep-alives.
         drop(place);
-        let mut body = sse::event(&first.to_string()).to_vec();
-        body.extend_from_slice(&sse::event(&closing(&id).to_string()));
-        let mut r = Response::new(super::reply::full(body));
-        super::reply::sse_headers(&mut r);
-        return Ok(r);
+        return Ok(acknowledged_and_closed(&id, &first));
     }
     let mut state = State::new(app, id, on, first, place, caller.owner());
     state.tasks = followed;
@@ -195,6 +196,27 @@ pub async fn open(
     let mut r = Response::new(BodyExt::boxed_unsync(StreamBody::new(stream)));
     super::reply::sse_headers(&mut r);
     Ok(r)
+}
+
+/// The acknowledgment of a listen with nothing to listen for, then its
+/// closing answer, as one finished SSE body.
+fn acknowledged_and_closed(id: &Value, first: &Value) -> Response<Body> {
+    let mut body = sse::event(&first.to_string()).to_vec();
+    body.extend_from_slice(&sse::event(&closing(id).to_string()));
+    let mut r = Response::new(super::reply::full(body));
+    super::reply::sse_headers(&mut r);
+    r
+}
+
+/// [`acknowledged_and_closed`] of a listen that asked for nothing.
+fn empty_listen(id: &Value, on: [bool; 3]) -> Response<Body> {
+    let ack = acknowledged(on, Vec::new());
+    let first = stamped(
+        "notifications/subscriptions/acknowledged",
+        id,
+        Some(("notifications", ack)),
+    );
+    acknowledged_and_closed(id, &first)
 }
 
 /// Subscribes `who` to each distinct URI (no more than one client's

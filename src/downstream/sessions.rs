@@ -45,19 +45,21 @@ impl Sessions {
     /// Runs `f` on the table under its lock, then finishes whatever
     /// sessions it ended (outside the lock).
     fn with<R>(&self, f: impl FnOnce(&mut Table) -> R) -> R {
-        let (r, ended, live) = {
+        let (r, ended) = {
             let mut t = self.table.lock().expect("sessions");
             let before = t.len();
             let r = f(&mut t);
             // Collected only when something ended (rare): no allocation
             // on the request path.
             let ended: Vec<SessionId> = t.take_ended().map(|(id, _)| id).collect();
-            (r, ended, (t.len() != before).then_some(t.len()))
+            // Set under the lock (two calls cannot store their counts out of
+            // order), and only when the count moved: nothing registered per
+            // request.
+            if t.len() != before {
+                metrics::gauge!(crate::metrics::SESSIONS_ACTIVE).set(t.len() as f64);
+            }
+            (r, ended)
         };
-        // Only when the count moved: nothing registered per request.
-        if let Some(live) = live {
-            metrics::gauge!(crate::metrics::SESSIONS_ACTIVE).set(live as f64);
-        }
         if !ended.is_empty() {
             self.finish(&ended);
         }

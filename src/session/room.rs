@@ -15,19 +15,20 @@ impl Table {
         shares: &Shares,
         now: Instant,
     ) -> Result<Option<SessionId>, SessionError> {
-        let idle = match self.free {
-            NIL => self.evictable(owner, shares, now),
-            _ => Vec::new(),
+        let decide = |idle: &[(u64, u32)]| {
+            let is_idle = |c: u64| idle.iter().any(|(o, _)| *o == c);
+            let (capacity, live) = (self.capacity(), self.live);
+            share::decide(shares, capacity, live, &self.counts, owner, is_idle)
         };
-        let is_idle = |c: u64| idle.iter().any(|(o, _)| *o == c);
-        let decision = share::decide(
-            shares,
-            self.capacity(),
-            self.live,
-            &self.counts,
-            owner,
-            is_idle,
-        );
+        // Without a free slot to take (the table full, or what is free kept
+        // for other clients), the sessions that may give theirs up are
+        // looked for: one walk of the recency list, only then.
+        let mut idle = Vec::new();
+        let mut decision = decide(&idle);
+        if decision != Decision::Take {
+            idle = self.evictable(owner, shares, now);
+            decision = decide(&idle);
+        }
         match decision {
             Decision::Take => Ok(None),
             Decision::TakeFrom(c) => {
@@ -47,7 +48,7 @@ impl Table {
     /// Per owner, the session [`Table::make_room`] may evict for `who`: its
     /// least recently used one with no request in flight — for `who`'s own
     /// (and anyone's without shares) only once idle `min_idle_before_evict`.
-    /// One walk of the recency list, made only when the table is full.
+    /// One walk of the recency list, made only when no free slot may be taken.
     fn evictable(&self, who: u64, shares: &Shares, now: Instant) -> Vec<(u64, u32)> {
         let mut seen: Vec<u64> = Vec::new();
         let mut found = Vec::new();

@@ -330,3 +330,24 @@ fn an_expired_session_made_room_is_reported() {
         .unwrap();
     assert_eq!((b.expired, b.evicted), (Some(a), None));
 }
+
+/// A client at its share while free slots are kept for the others
+/// replaces its own least recently used idle session (it is not refused
+/// until the sweep expires one).
+#[test]
+fn a_client_at_its_share_replaces_its_own_idle_session_beside_kept_slots() {
+    let s = Duration::from_secs;
+    let t0 = Instant::now();
+    let (a, b, c) = (11u64, 13u64, 15u64);
+    let shares = Shares::new([(a, 1), (b, 1), (c, 1)]);
+    let mut t = Table::new(6, s(600), s(60));
+    let put = |t: &mut Table, at| t.insert(V, a, ClientCaps::NONE, &shares, at);
+    let mine: Vec<SessionId> = (0..4).map(|_| put(&mut t, t0).unwrap().id).collect();
+    assert!(matches!(
+        put(&mut t, t0 + s(1)),
+        Err(SessionError::Share { .. })
+    ));
+    let next = put(&mut t, t0 + s(60)).unwrap();
+    assert_eq!(next.evicted, Some(mine[0]), "its own, idle 60 s");
+    assert_eq!(t.len(), 4, "the two kept slots stay free");
+}

@@ -79,6 +79,15 @@ pub enum Conn {
 }
 
 impl Conn {
+    /// Frees the in-flight places of calls abandoned past their timeout
+    /// (only a stdio child keeps a slot after its caller gave up); how many.
+    pub fn reclaim_stale(&self) -> usize {
+        match self {
+            Conn::Stdio(c) => c.reclaim_stale(),
+            Conn::Http(_) | Conn::Builtin => 0,
+        }
+    }
+
     /// Opens a connection to `up` as its config says: spawns the child, or
     /// prepares the HTTP client (no request yet), or the built-in tools.
     pub fn open(up: &Upstream) -> Result<Opened, OpenError> {

@@ -54,6 +54,27 @@ struct Inner {
 }
 
 impl Inner {
+    /// Frees the slots abandoned longer than `max_age`; returns the
+    /// claims they held, to be dropped by the caller once unlocked.
+    fn reclaim_stale(&mut self) -> Vec<Option<Claim>> {
+        let now = Instant::now();
+        let max_age = self.max_age;
+        let stale: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| {
+                self.slots[i]
+                    .abandoned
+                    .is_some_and(|t| now.saturating_duration_since(t) >= max_age)
+            })
+            .collect();
+        (stale.into_iter())
+            .map(|i| {
+                let claim = self.slots[i].claim.take();
+                self.release(i);
+                claim
+            })
+            .collect()
+    }
+
     fn release(&mut self, slot: usize) {
         let s = &mut self.slots[slot];
         s.waiter = None;
@@ -157,20 +178,7 @@ impl InFlight {
     ) -> Option<Ticket> {
         let mut g = self.inner.lock().expect("in-flight lock");
         if g.free.is_empty() {
-            // Full: reclaim calls abandoned longer than max_age (the upstream
-            // never answered them).
-            let now = Instant::now();
-            let max_age = g.max_age;
-            let stale: Vec<usize> = (0..g.slots.len())
-                .filter(|&i| {
-                    g.slots[i]
-                        .abandoned
-                        .is_some_and(|t| now.saturating_duration_since(t) >= max_age)
-                })
-                .collect();
-            for i in stale {
-                g.release(i);
-            }
+            g.reclaim_stale();
         }
         let slot = g.free.pop()?;
         let (tx, rx) = oneshot::channel();
@@ -186,6 +194,15 @@ impl InFlight {
             generation,
             rx,
         })
+    }
+
+    /// Frees the slots of calls abandoned longer than `max_age` (the
+    /// upstream never answered them), and with them their clients' places
+    /// in [`Callers`]; returns how many.
+    pub fn reclaim_stale(&self) -> usize {
+        let freed = self.inner.lock().expect("in-flight lock").reclaim_stale();
+        // The claims drop here, outside the table's lock.
+        freed.len()
     }
 
     /// Delivers a reply for upstream id `id`; false if nobody waits for it
@@ -302,14 +319,50 @@ impl Callers {
     /// places left are kept for others (counted as `upstream_share`),
     /// [`CallError::Busy`] when every place is taken (`in_flight`). `None`
     /// when no share applies (the transport's own bound is the only one).
+    /// Before refusing, `reclaim` frees the places of calls abandoned past
+    /// their timeout (a stdio slot keeps its client's place until then) and
+    /// the decision is taken again.
     pub fn claim(
         self: &Arc<Self>,
         who: Claimant<'_>,
         name: &str,
+        reclaim: impl FnOnce() -> usize,
     ) -> Result<Option<Claim>, CallError> {
         if !who.shares.applies() {
             return Ok(None);
         }
+        let refusal = match self.try_claim(who) {
+            Ok(claim) => return Ok(Some(claim)),
+            Err(_) if reclaim() > 0 => match self.try_claim(who) {
+                Ok(claim) => return Ok(Some(claim)),
+                Err(r) => r,
+            },
+            Err(r) => r,
+        };
+        let counts = self.counts.lock().expect("callers");
+        match refusal {
+            share::Refusal::Share => {
+                metrics::counter!(crate::metrics::REFUSED, "limit" => "upstream_share")
+                    .increment(1);
+                Err(CallError::Share {
+                    name: name.to_owned(),
+                    held: counts.get(who.owner) as usize,
+                    share: who.shares.share_of(who.owner, self.capacity),
+                    capacity: self.capacity,
+                })
+            }
+            share::Refusal::Full => {
+                metrics::counter!(crate::metrics::REFUSED, "limit" => "in_flight").increment(1);
+                Err(CallError::Busy {
+                    name: name.to_owned(),
+                    capacity: self.capacity,
+                })
+            }
+        }
+    }
+
+    /// One decision under the lock: the place taken, or why not.
+    fn try_claim(self: &Arc<Self>, who: Claimant<'_>) -> Result<Claim, share::Refusal> {
         let mut counts = self.counts.lock().expect("callers");
         let used = counts.total();
         match share::decide(who.shares, self.capacity, used, &counts, who.owner, |_| {
@@ -321,25 +374,9 @@ impl Callers {
                     callers: self.clone(),
                     owner: who.owner,
                 };
-                Ok(Some(Claim(Arc::new(held))))
+                Ok(Claim(Arc::new(held)))
             }
-            Decision::Refuse(share::Refusal::Share) => {
-                metrics::counter!(crate::metrics::REFUSED, "limit" => "upstream_share")
-                    .increment(1);
-                Err(CallError::Share {
-                    name: name.to_owned(),
-                    held: counts.get(who.owner) as usize,
-                    share: who.shares.share_of(who.owner, self.capacity),
-                    capacity: self.capacity,
-                })
-            }
-            Decision::Refuse(share::Refusal::Full) => {
-                metrics::counter!(crate::metrics::REFUSED, "limit" => "in_flight").increment(1);
-                Err(CallError::Busy {
-                    name: name.to_owned(),
-                    capacity: self.capacity,
-                })
-            }
+            Decision::Refuse(r) => Err(r),
         }
     }
 }
@@ -426,13 +463,13 @@ mod tests {
         };
         let callers = Callers::new(4);
         let (t, _cancel) = InFlight::new(4, Duration::from_secs(60));
-        let first = callers.claim(who(a), "up").unwrap();
+        let first = callers.claim(who(a), "up", || 0).unwrap();
         let ticket = t.reserve_relayed(None, first.clone()).unwrap();
         let id = ticket.upstream_id();
         drop(first); // the caller gave up: its slot still holds the place
         drop(ticket);
-        let _second = callers.claim(who(a), "up").unwrap();
-        match callers.claim(who(a), "up") {
+        let _second = callers.claim(who(a), "up", || 0).unwrap();
+        match callers.claim(who(a), "up", || 0) {
             Err(CallError::Share {
                 held: 2,
                 share: 1,
@@ -442,16 +479,47 @@ mod tests {
             Err(e) => panic!("{e}"),
             Ok(_) => panic!("a took a place kept for b or c"),
         }
-        let _b = callers.claim(who(b), "up").unwrap().expect("a place");
-        let _c = callers.claim(who(c), "up").unwrap().expect("a place");
+        let _b = callers.claim(who(b), "up", || 0).unwrap().expect("a place");
+        let _c = callers.claim(who(c), "up", || 0).unwrap().expect("a place");
         assert!(matches!(
-            callers.claim(who(b), "up"),
+            callers.claim(who(b), "up", || 0),
             Err(CallError::Busy { .. })
         ));
-        let nobody = callers.claim(Claimant::NOBODY, "up").unwrap();
+        let nobody = callers.claim(Claimant::NOBODY, "up", || 0).unwrap();
         assert!(nobody.is_none(), "without clients no share applies");
         // The abandoned call's late answer frees its slot, and a's place.
         assert!(!t.complete(&serde_json::json!(id), Ok(serde_json::json!(0).into())));
-        assert!(callers.claim(who(a), "up").unwrap().is_some());
+        assert!(callers.claim(who(a), "up", || 0).unwrap().is_some());
+    }
+
+    /// A place held by a call abandoned past its timeout is reclaimed
+    /// before a client is refused (the upstream may never answer it).
+    #[tokio::test(start_paused = true)]
+    async fn a_stale_abandoned_call_gives_its_place_back_before_a_refusal() {
+        let (a, b) = (11, 13);
+        let shares = crate::share::Shares::new([(a, 1), (b, 1)]);
+        let who = |owner| Claimant {
+            shares: &shares,
+            owner,
+        };
+        let callers = Callers::new(2);
+        let (t, _cancel) = InFlight::new(2, Duration::from_secs(60));
+        let claim = callers.claim(who(a), "up", || 0).unwrap();
+        drop(t.reserve_relayed(None, claim).unwrap()); // abandoned
+        let _b = callers.claim(who(b), "up", || 0).unwrap().expect("a place");
+        let reclaim = || t.reclaim_stale();
+        assert!(
+            matches!(
+                callers.claim(who(a), "up", reclaim),
+                Err(CallError::Busy { .. })
+            ),
+            "not stale yet: still held"
+        );
+        tokio::time::advance(Duration::from_secs(61)).await;
+        let again = callers.claim(who(a), "up", || t.reclaim_stale());
+        assert!(
+            again.unwrap().is_some(),
+            "the stale call's place was reclaimed"
+        );
     }
 }

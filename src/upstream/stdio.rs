@@ -465,6 +465,13 @@ async fn on_request(
 }
 
 impl StdioConn {
+    /// [`InFlight::reclaim_stale`] of this child's table.
+    pub fn reclaim_stale(&self) -> usize {
+        self.inflight.reclaim_stale()
+    }
+}
+
+impl StdioConn {
     /// Sends a request with a fresh upstream id and waits for its answer.
     /// With a `relay`, the caller's `_meta.progressToken` is replaced by the
     /// upstream id (so tokens of different clients cannot collide) and

@@ -43,6 +43,7 @@ const NOT_ORDERING: &str = "not ordering:";
 /// Modules that hold a fixed table and take `now` from their caller.
 const CLOCK_FREE: &[&str] = &[
     "src/session.rs",
+    "src/session/room.rs",
     "src/subscriptions.rs",
     "src/tasks.rs",
     "src/downstream/conns.rs",
@@ -195,7 +196,7 @@ fn tables_take_now_from_their_caller() {
             continue;
         }
         seen += 1;
-        let non_test = s.code.split("#[cfg(test)]").next().unwrap_or("");
+        let non_test = without_tests(&s.code);
         for needle in ["Instant::now", "SystemTime::now"] {
             if non_test.contains(needle) {
                 bad.push(format!("{} reads the clock ({needle})", s.file.display()));
@@ -347,8 +348,8 @@ fn the_downstream_face_has_no_up_arrows() {
         let files: Vec<&Source> = tree.sources.iter().filter(inside).collect();
         assert!(files.len() > 1, "{folder} holds {} files", files.len());
         for s in files {
-            let code = s.code.split("#[cfg(test)]").next().unwrap_or("");
-            for name in super_names(code) {
+            let code = without_tests(&s.code);
+            for name in super_names(&code) {
                 let sibling = dir.join(format!("{name}.rs"));
                 if !sibling.is_file() && !dir.join(&name).is_dir() {
                     let file = s.file.display();
@@ -386,6 +387,46 @@ fn top_level_items(inner: &str) -> Vec<String> {
         .collect()
 }
 
+/// `code` without the items marked `#[cfg(test)]` (a `mod x;` line, or an
+/// item up to its matching closing brace): what the build keeps.
+fn without_tests(code: &str) -> String {
+    let mut out = String::with_capacity(code.len());
+    let mut rest = code;
+    while let Some(i) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..i]);
+        let item = &rest[i..];
+        let (semi, brace) = (item.find(';'), item.find('{'));
+        let end = match (semi, brace) {
+            (Some(s), b) if b.is_none_or(|b| s < b) => s + 1,
+            (_, Some(b)) => b + matching_brace(&item[b..]).unwrap_or(item.len() - b),
+            _ => item.len(),
+        };
+        // Keep the line structure: line numbers still match the file.
+        out.extend(item[..end].chars().filter(|&c| c == '\n'));
+        rest = &item[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The length of `s` (starting at `{`) up to and including its matching `}`.
+fn matching_brace(s: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, c) in s.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
 /// A unit-test module (`tests`, or a `<module>_tests` file).
 fn is_test_module(m: &str) -> bool {
     m == "tests" || m.ends_with("_tests")
@@ -408,6 +449,8 @@ fn super_names(code: &str) -> BTreeSet<String> {
                     out.insert(head);
                 }
             }
+        } else if rest.starts_with('*') {
+            out.insert("*".to_string()); // a glob: the parent's items too
         } else if let Some(after) = rest.strip_prefix("super::") {
             rest = after; // super::super::…: not this folder's parent
         } else {
@@ -452,6 +495,15 @@ fn the_checker_sees_what_it_must() {
     let ups: Vec<String> = super_names(&ups).into_iter().collect();
     assert_eq!(ups, ["Body", "app", "reply"]);
     assert!(is_test_module("audit_tests") && !is_test_module("tests_of"));
+    let t = blank(
+        "fn a() {}\n#[cfg(test)]\nfn b() { x }\nfn c() {}\n#[cfg(test)]\nmod t;\nfn d() {}\n",
+    );
+    assert_eq!(
+        without_tests(&t),
+        "fn a() {}\n\n\nfn c() {}\n\n\nfn d() {}\n"
+    );
+    let glob: Vec<String> = super_names(&blank("use super::*;\n")).into_iter().collect();
+    assert_eq!(glob, ["*"]);
 }
 
 struct Tree {
