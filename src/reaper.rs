@@ -231,7 +231,7 @@ pub fn spawn(
         free = table.iter().position(|e| e.0 == 0);
     }
     let Some(slot) = free else {
-        metrics::counter!(crate::metrics::REFUSED, "limit" => "tracked_children").increment(1);
+        crate::metrics::refused("tracked_children");
         return Err(SpawnError::Full);
     };
     let child = cmd.spawn()?;

@@ -507,7 +507,7 @@ impl Router {
         }
         .map_err(|miss| {
             if let Some(limit) = miss.refused {
-                metrics::counter!(crate::metrics::REFUSED, "limit" => limit).increment(1);
+                crate::metrics::refused(limit);
             }
             miss.error
         })?;

@@ -496,8 +496,7 @@ impl Table {
         let i = self.find(id).ok_or(SessionError::NotFound)?;
         let s = self.slots[i as usize].session.as_mut().expect("live slot");
         if s.streams >= max {
-            metrics::counter!(crate::metrics::REFUSED, "limit" => "streams_per_session")
-                .increment(1);
+            crate::metrics::refused("streams_per_session");
             return Err(SessionError::TooManyStreams { max });
         }
         s.streams += 1;

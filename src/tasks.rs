@@ -316,7 +316,7 @@ impl Tasks {
         now: Instant,
     ) -> Result<TaskId, TasksError> {
         if upstream_task.is_empty() || upstream_task.len() > limits::MAX_TASK_ID_BYTES {
-            metrics::counter!(crate::metrics::REFUSED, "limit" => "tasks").increment(1);
+            crate::metrics::refused("tasks");
             return Err(TasksError::BadId);
         }
         let mut t = self.inner.lock().expect("tasks");
@@ -324,7 +324,7 @@ impl Tasks {
             expire_locked(&mut t, now);
         }
         let Some(i) = t.free.pop() else {
-            metrics::counter!(crate::metrics::REFUSED, "limit" => "tasks").increment(1);
+            crate::metrics::refused("tasks");
             return Err(TasksError::Full {
                 capacity: t.slots.len(),
             });
@@ -376,7 +376,7 @@ impl Tasks {
     pub fn orphan(&self, upstream: usize, upstream_task: &str) -> bool {
         let mut t = self.inner.lock().expect("tasks");
         if t.orphans.len() == limits::TASK_ORPHANS {
-            metrics::counter!(crate::metrics::REFUSED, "limit" => "task_orphans").increment(1);
+            crate::metrics::refused("task_orphans");
             return false;
         }
         t.orphans.push((upstream, upstream_task.into()));

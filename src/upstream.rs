@@ -529,14 +529,14 @@ impl Upstream {
                 after: self.config.call_timeout,
             },
             SendError::Busy => {
-                metrics::counter!(crate::metrics::REFUSED, "limit" => "in_flight").increment(1);
+                crate::metrics::refused("in_flight");
                 CallError::Busy {
                     name,
                     capacity: self.config.max_in_flight,
                 }
             }
             SendError::TooLarge => {
-                metrics::counter!(crate::metrics::REFUSED, "limit" => "result_bytes").increment(1);
+                crate::metrics::refused("result_bytes");
                 CallError::TooLarge {
                     name,
                     limit: self.config.max_result_bytes,

@@ -175,7 +175,7 @@ impl Entry {
             line.pop(); // the closing brace
             if args.len() > crate::limits::AUDIT_ARGUMENTS_BYTES {
                 let limit = "audit_arguments";
-                metrics::counter!(crate::metrics::REFUSED, "limit" => limit).increment(1);
+                crate::metrics::refused(limit);
                 let n = args.len();
                 line.push_str(&format!(
                     ",\"arguments_omitted\":true,\"arguments_bytes\":{n}"

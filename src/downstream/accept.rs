@@ -53,8 +53,7 @@ pub async fn accept_loop(
         let admission = match conns.admit(peer, now()) {
             Ok(a) => {
                 if a == conns::Admission::ClosedSamePeer {
-                    metrics::counter!(crate::metrics::REFUSED, "limit" => "peer_connections")
-                        .increment(1);
+                    crate::metrics::refused("peer_connections");
                 }
                 a
             }
@@ -105,8 +104,7 @@ async fn make_room(
             let access = app.access();
             match conns.close_oldest_idle(tokio::time::Instant::now(), access.shares()) {
                 conns::Yield::Closed => {
-                    metrics::counter!(crate::metrics::REFUSED, "limit" => "idle_connections")
-                        .increment(1);
+                    crate::metrics::refused("idle_connections");
                     Some(crate::limits::CONNECTION_YIELD_GRACE)
                 }
                 conns::Yield::After(d) => Some(d),
@@ -174,7 +172,7 @@ fn refuse_connection(
     addr: SocketAddr,
     why: conns::Refusal,
 ) {
-    metrics::counter!(crate::metrics::REFUSED, "limit" => "peer_connections").increment(1);
+    crate::metrics::refused("peer_connections");
     if let Some(skipped) = app.refusal_log.allow(tokio::time::Instant::now()) {
         tracing::info!(skipped, %addr, "connection refused: {why} (server.max_connections_per_peer)");
     }
@@ -215,7 +213,7 @@ async fn serve_tls(
     match shake {
         Ok((stream, peer)) => serve_connection(app, stream, peer, tracker).await,
         Err(e) => {
-            metrics::counter!(crate::metrics::REFUSED, "limit" => "tls_handshake").increment(1);
+            crate::metrics::refused("tls_handshake");
             if let Some(skipped) = app.refusal_log.allow(tokio::time::Instant::now()) {
                 tracing::info!(skipped, "TLS handshake refused: {e}");
             }
@@ -286,7 +284,7 @@ where
     };
     if let Err(e) = served {
         if e.is_parse_too_large() {
-            metrics::counter!(crate::metrics::REFUSED, "limit" => "head_bytes").increment(1);
+            crate::metrics::refused("head_bytes");
         }
         tracing::debug!("connection: {e}");
     }

@@ -257,7 +257,7 @@ async fn approval(
     let bytes = match http_body_util::Limited::new(body, limit).collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            metrics::counter!(crate::metrics::REFUSED, "limit" => "admin_body").increment(1);
+            crate::metrics::refused("admin_body");
             let m = format!("body over {limit} bytes (limits::ADMIN_BODY_BYTES)");
             return Err(error(StatusCode::PAYLOAD_TOO_LARGE, m));
         }

@@ -128,7 +128,7 @@ pub(super) fn head<B>(app: &App, req: &Request<B>) -> Result<Head, Response<Body
 /// The 503 of a request whose client holds its share of the connections
 /// (counted as `connection_share`); the connection ends with it.
 fn over_share(app: &App, who: &Who, e: super::conns::ShareRefusal) -> Response<Body> {
-    metrics::counter!(crate::metrics::REFUSED, "limit" => "connection_share").increment(1);
+    crate::metrics::refused("connection_share");
     if let Some(skipped) = app.refusal_log.allow(Instant::now()) {
         tracing::info!(client = who.name(), skipped, "503: {e}");
     }
@@ -247,7 +247,7 @@ pub(super) fn charge(app: &App, who: &Who) -> Result<(), RpcError> {
         Ok(()) => return Ok(()),
         Err(wait) => wait,
     };
-    metrics::counter!(crate::metrics::REFUSED, "limit" => "rate").increment(1);
+    crate::metrics::refused("rate");
     if let Some(skipped) = app.refusal_log.allow(Instant::now()) {
         tracing::info!(client = who.name(), skipped, "429: over its rate");
     }
@@ -271,7 +271,7 @@ fn peer_addr(peer: Option<&Peer>) -> String {
 }
 
 fn unauthorized(app: &App, peer: Option<&Peer>, e: AuthError) -> Response<Body> {
-    metrics::counter!(crate::metrics::REFUSED, "limit" => "auth").increment(1);
+    crate::metrics::refused("auth");
     if let Some(skipped) = app.refusal_log.allow(Instant::now()) {
         let peer = peer_addr(peer);
         tracing::warn!(%peer, skipped, "401: {e}");

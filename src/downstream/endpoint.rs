@@ -31,7 +31,7 @@ where
     match app.origin.check_head(req.headers(), req.uri()) {
         Ok(()) => {}
         Err(HeadError::Malformed { limit, why }) => {
-            metrics::counter!(crate::metrics::REFUSED, "limit" => limit).increment(1);
+            crate::metrics::refused(limit);
             if let Some(skipped) = app.refusal_log.allow(Instant::now()) {
                 tracing::info!(skipped, "400: {why}");
             }
@@ -171,7 +171,7 @@ where
     )
     .await
     .map_err(|_| {
-        metrics::counter!(crate::metrics::REFUSED, "limit" => "body_read_time").increment(1);
+        crate::metrics::refused("body_read_time");
         refuse(
             StatusCode::REQUEST_TIMEOUT,
             protocol::INVALID_REQUEST,
@@ -200,7 +200,7 @@ where
 /// 413 for a body over `limit` (counted as `refused{limit="body_bytes"}`),
 /// closing the connection: what is left of the body is not read.
 fn too_large(limit: usize) -> Response<Body> {
-    metrics::counter!(crate::metrics::REFUSED, "limit" => "body_bytes").increment(1);
+    crate::metrics::refused("body_bytes");
     let mut resp = refuse(
         StatusCode::PAYLOAD_TOO_LARGE,
         protocol::INVALID_REQUEST,

@@ -285,7 +285,7 @@ pub async fn serve(socket: Socket, app: Arc<App>, mut shutdown: watch::Receiver<
 /// connects in a loop cannot flush the audit log; the next line logged
 /// says how many were not).
 fn refused(app: &App, throttle: &Throttle, uid: u32, pid: Option<i32>, why: &Refused) {
-    metrics::counter!(crate::metrics::REFUSED, "limit" => "admin_peer").increment(1);
+    crate::metrics::refused("admin_peer");
     let Some(skipped) = throttle.allow(tokio::time::Instant::now()) else {
         return;
     };

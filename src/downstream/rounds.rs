@@ -380,8 +380,7 @@ impl Round {
             }
             Err(NotParked { parked, full }) => {
                 let e = if full {
-                    metrics::counter!(crate::metrics::REFUSED, "limit" => "parked_calls")
-                        .increment(1);
+                    crate::metrics::refused("parked_calls");
                     RpcError::new(protocol::PARKED_CALLS_FULL, format!(
                         "mcp-edge cannot take this call's input: all {} places for calls waiting for a client's inputResponses are taken; retry later",
                         table.capacity()))

@@ -43,27 +43,32 @@ impl Sessions {
     }
 
     /// Runs `f` on the table under its lock, then finishes whatever
-    /// sessions it ended (outside the lock).
+    /// sessions it ended (outside the lock). Generic only in `f`: the rest
+    /// is one copy ([`Sessions::settle`]), not one per call site.
     fn with<R>(&self, f: impl FnOnce(&mut Table) -> R) -> R {
-        let (r, ended) = {
-            let mut t = self.table.lock().expect("sessions");
-            let before = t.len();
-            let r = f(&mut t);
-            // Collected only when something ended (rare): no allocation
-            // on the request path.
-            let ended: Vec<SessionId> = t.take_ended().map(|(id, _)| id).collect();
-            // Set under the lock (two calls cannot store their counts out of
-            // order), and only when the count moved: nothing registered per
-            // request.
-            if t.len() != before {
-                metrics::gauge!(crate::metrics::SESSIONS_ACTIVE).set(t.len() as f64);
-            }
-            (r, ended)
-        };
+        let mut t = self.table.lock().expect("sessions");
+        let before = t.len();
+        let r = f(&mut t);
+        self.settle(t, before);
+        r
+    }
+
+    /// After a change of the table held by `t` (which held `before`
+    /// sessions): the gauge, set under the lock (two calls cannot store
+    /// their counts out of order) and only when the count moved (nothing
+    /// registered per request); then, unlocked, the endings finished.
+    #[inline(never)]
+    fn settle(&self, mut t: std::sync::MutexGuard<'_, Table>, before: usize) {
+        // Collected only when something ended (rare): no allocation on the
+        // request path.
+        let ended: Vec<SessionId> = t.take_ended().map(|(id, _)| id).collect();
+        if t.len() != before {
+            metrics::gauge!(crate::metrics::SESSIONS_ACTIVE).set(t.len() as f64);
+        }
+        drop(t);
         if !ended.is_empty() {
             self.finish(&ended);
         }
-        r
     }
 
     /// The steps of every ending, whatever ended it.

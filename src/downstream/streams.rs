@@ -98,8 +98,7 @@ impl StreamPool {
                     .expect("a free place")
             }
             Decision::TakeFrom(c) => {
-                metrics::counter!(crate::metrics::REFUSED, "limit" => "stream_evicted")
-                    .increment(1);
+                crate::metrics::refused("stream_evicted");
                 let (index, old) = (p.held.iter().enumerate())
                     .filter_map(|(i, h)| h.as_ref().filter(|h| h.owner == c).map(|h| (i, h)))
                     .min_by_key(|(_, h)| h.seq)
@@ -142,7 +141,7 @@ impl StreamPool {
                  for other clients (stream_share); retry later"
             )),
         };
-        metrics::counter!(crate::metrics::REFUSED, "limit" => limit).increment(1);
+        crate::metrics::refused(limit);
         let secs = crate::limits::LISTEN_RETRY_AFTER.as_secs();
         let e = RpcError::new(protocol::STREAMS_FULL, message)
             .with_data(json!({"retryAfterSeconds": secs, "limit": limit}));

@@ -94,8 +94,7 @@ impl App {
             let code = match e {
                 SubscribeError::UriTooLong { .. } => protocol::INVALID_PARAMS,
                 _ => {
-                    metrics::counter!(crate::metrics::REFUSED, "limit" => "resource_subscriptions")
-                        .increment(1);
+                    crate::metrics::refused("resource_subscriptions");
                     protocol::SUBSCRIPTIONS_FULL
                 }
             };

@@ -88,8 +88,7 @@ impl Followed {
                 continue;
             }
             if items.len() == crate::limits::MAX_TASKS_PER_LISTEN {
-                metrics::counter!(crate::metrics::REFUSED, "limit" => "tasks_per_listen")
-                    .increment(1);
+                crate::metrics::refused("tasks_per_listen");
                 continue;
             }
             if app.router.task_known(wire, owner) {
@@ -168,8 +167,7 @@ impl Item {
                 return true;
             }
             Err(_) => {
-                metrics::counter!(crate::metrics::REFUSED, "limit" => "task_call_time")
-                    .increment(1);
+                crate::metrics::refused("task_call_time");
                 self.due = retry;
                 return true;
             }

@@ -144,8 +144,7 @@ impl Fetch {
                 .await
                 .map_err(|e| {
                     if e.is::<http_body_util::LengthLimitError>() {
-                        metrics::counter!(crate::metrics::REFUSED, "limit" => "oauth_body_bytes")
-                            .increment(1);
+                        crate::metrics::refused("oauth_body_bytes");
                         OAuthError::BadAnswer(format!(
                             "{url}: answer over {} bytes",
                             limits::OAUTH_BODY_BYTES

@@ -144,7 +144,7 @@ impl Renewal {
     /// [`limits::OAUTH_STEP_UPS`] times between ordinary token requests.
     pub(super) fn step_up(&mut self, cfg: &OAuthConfig, scope: &str) -> Result<String, OAuthError> {
         if self.step_ups >= limits::OAUTH_STEP_UPS {
-            metrics::counter!(crate::metrics::REFUSED, "limit" => "oauth_step_up").increment(1);
+            crate::metrics::refused("oauth_step_up");
             return Err(OAuthError::StepUpLimit(scope.to_string()));
         }
         self.step_ups += 1;
@@ -181,7 +181,7 @@ impl Renewal {
                 continue;
             }
             if s.len() > 256 || self.asked.len() >= limits::OAUTH_MAX_SCOPES {
-                metrics::counter!(crate::metrics::REFUSED, "limit" => "oauth_scopes").increment(1);
+                crate::metrics::refused("oauth_scopes");
                 continue;
             }
             self.asked.push(s.to_string());

@@ -50,7 +50,7 @@ impl Pins {
         }
         let bytes = file::encode(&st.table);
         if bytes.len() > limits::PINS_FILE_MAX_BYTES {
-            metrics::counter!(crate::metrics::REFUSED, "limit" => "pins_file_bytes").increment(1);
+            crate::metrics::refused("pins_file_bytes");
             return Err(PinsError::TooLarge { bytes: bytes.len() });
         }
         (st.dirty, st.urgent, st.written) = (false, false, Some(now));

@@ -254,8 +254,7 @@ impl Router {
                 let bounded =
                     tokio::time::timeout(crate::limits::TASK_CALL_MAX, cancel_upstream(&up, task));
                 if bounded.await.is_err() {
-                    metrics::counter!(crate::metrics::REFUSED, "limit" => "task_call_time")
-                        .increment(1);
+                    crate::metrics::refused("task_call_time");
                 }
             })
         });

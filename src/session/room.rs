@@ -95,15 +95,14 @@ impl Table {
         let capacity = self.capacity();
         match why {
             share::Refusal::Full => {
-                metrics::counter!(crate::metrics::REFUSED, "limit" => "session_capacity")
-                    .increment(1);
+                crate::metrics::refused("session_capacity");
                 SessionError::Full {
                     capacity,
                     retry_after,
                 }
             }
             share::Refusal::Share => {
-                metrics::counter!(crate::metrics::REFUSED, "limit" => "session_share").increment(1);
+                crate::metrics::refused("session_share");
                 SessionError::Share {
                     held: self.counts.get(owner) as usize,
                     share: shares.share_of(owner, capacity),

@@ -165,8 +165,7 @@ async fn list_all(
             for item in items {
                 if out.len() >= budget.max_entries {
                     metrics::counter!(crate::metrics::CATALOG_DROPPED, "reason" => "catalog_entries").increment(1);
-                    metrics::counter!(crate::metrics::REFUSED, "limit" => "catalog_entries")
-                        .increment(1);
+                    crate::metrics::refused("catalog_entries");
                     tracing::warn!(upstream = %up.name(), "{method}: more than {} entries (max_catalog_entries); the rest are left out", budget.max_entries);
                     return Some(out);
                 }
@@ -174,8 +173,7 @@ async fn list_all(
                 if size > budget.bytes_left {
                     metrics::counter!(crate::metrics::CATALOG_DROPPED, "reason" => "catalog_bytes")
                         .increment(1);
-                    metrics::counter!(crate::metrics::REFUSED, "limit" => "catalog_bytes")
-                        .increment(1);
+                    crate::metrics::refused("catalog_bytes");
                     tracing::warn!(upstream = %up.name(), "{method}: an entry of {size} bytes left out: catalog over max_catalog_bytes");
                     continue;
                 }

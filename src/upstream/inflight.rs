@@ -125,7 +125,7 @@ impl Drop for Ticket {
             // The queue holds as many ids as the table has slots, so it is
             // full only while the owner falls that far behind; counted.
             if let Err(mpsc::error::TrySendError::Full(_)) = g.cancel.try_send(id) {
-                metrics::counter!(crate::metrics::REFUSED, "limit" => "cancellations").increment(1);
+                crate::metrics::refused("cancellations");
             }
         } else {
             g.release(self.slot as usize);
@@ -342,8 +342,7 @@ impl Callers {
         let counts = self.counts.lock().expect("callers");
         match refusal {
             share::Refusal::Share => {
-                metrics::counter!(crate::metrics::REFUSED, "limit" => "upstream_share")
-                    .increment(1);
+                crate::metrics::refused("upstream_share");
                 Err(CallError::Share {
                     name: name.to_owned(),
                     held: counts.get(who.owner) as usize,
@@ -352,7 +351,7 @@ impl Callers {
                 })
             }
             share::Refusal::Full => {
-                metrics::counter!(crate::metrics::REFUSED, "limit" => "in_flight").increment(1);
+                crate::metrics::refused("in_flight");
                 Err(CallError::Busy {
                     name: name.to_owned(),
                     capacity: self.capacity,

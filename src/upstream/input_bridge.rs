@@ -101,7 +101,7 @@ impl Upstream {
         let mut rounds = 0;
         while input_required(&result) {
             if rounds == crate::limits::MRTR_MAX_ROUNDS {
-                metrics::counter!(crate::metrics::REFUSED, "limit" => "mrtr_rounds").increment(1);
+                crate::metrics::refused("mrtr_rounds");
                 let msg = format!(
                     "upstream '{}' still asked for input after {rounds} rounds (mcp-edge's limit)",
                     self.name()
@@ -150,7 +150,7 @@ impl Upstream {
 
     /// The whole exchange outlasted `call_timeout` (counted `mrtr_time`).
     fn out_of_time(&self) -> CallError {
-        metrics::counter!(crate::metrics::REFUSED, "limit" => "mrtr_time").increment(1);
+        crate::metrics::refused("mrtr_time");
         let after = self.config.call_timeout;
         let msg = format!(
             "upstream '{}' and the client's answers to its input requests took longer than its call_timeout ({after:?})",
@@ -187,8 +187,7 @@ impl Upstream {
             let Some((slot, generation, answer)) =
                 self.pending.insert_waiter(session.clone(), now, max_age)
             else {
-                metrics::counter!(crate::metrics::REFUSED, "limit" => "pending_server_requests")
-                    .increment(1);
+                crate::metrics::refused("pending_server_requests");
                 return Err(self.no_room());
             };
             asked

@@ -158,7 +158,7 @@ impl Relay {
         }
         let ok = self.tx.try_send(msg).is_ok();
         if !ok {
-            metrics::counter!(crate::metrics::REFUSED, "limit" => "relay_queue").increment(1);
+            crate::metrics::refused("relay_queue");
         }
         ok
     }
@@ -359,7 +359,7 @@ pub(crate) fn relay_request(
     let relay = relay?;
     let session = relay.session.clone()?;
     if !relay.allows(method, params.as_ref()) {
-        metrics::counter!(crate::metrics::REFUSED, "limit" => "client_capability").increment(1);
+        crate::metrics::refused("client_capability");
         return None;
     }
     let (slot, generation) = ctx
@@ -372,8 +372,7 @@ pub(crate) fn relay_request(
             ctx.max_age,
         )
         .or_else(|| {
-            metrics::counter!(crate::metrics::REFUSED, "limit" => "pending_server_requests")
-                .increment(1);
+            crate::metrics::refused("pending_server_requests");
             None
         })?;
     let msg = crate::protocol::request(downstream_id(ctx.id, slot, generation), method, params);

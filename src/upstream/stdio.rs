@@ -243,7 +243,7 @@ impl Pump {
     /// An answer for no call in flight (never sent, answered, or given up):
     /// counted in `refused{limit="unknown_id"}`, logged within the budget.
     fn unknown_id(&self, id: &Value) {
-        metrics::counter!(crate::metrics::REFUSED, "limit" => "unknown_id").increment(1);
+        crate::metrics::refused("unknown_id");
         if let Some(skipped) = self.warn_allowed() {
             let id: String = id.to_string().chars().take(64).collect();
             let id = printable(&id);
@@ -255,7 +255,7 @@ impl Pump {
     /// its first bytes) gets an error.
     fn too_long(&self) {
         let (name, max_bytes) = (&self.name, self.max_bytes);
-        metrics::counter!(crate::metrics::REFUSED, "limit" => "result_bytes").increment(1);
+        crate::metrics::refused("result_bytes");
         if let Some(skipped) = self.warn_allowed() {
             tracing::warn!(upstream = %name, limit = max_bytes, skipped, "dropped an over-long message from upstream");
         }

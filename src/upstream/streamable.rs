@@ -101,7 +101,7 @@ impl Drop for Abandon<'_> {
             // Closed: the connection was replaced; its session (and the
             // work on it) is gone with it.
             if let Err(mpsc::error::TrySendError::Full(_)) = to.try_send((self.id, self.lane)) {
-                metrics::counter!(crate::metrics::REFUSED, "limit" => "cancellations").increment(1);
+                crate::metrics::refused("cancellations");
             }
         }
     }

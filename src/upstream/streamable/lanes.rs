@@ -258,8 +258,7 @@ impl HttpConn {
             None => match self.lanes.add(caps) {
                 Some(lane) => lane,
                 None => {
-                    metrics::counter!(crate::metrics::REFUSED, "limit" => "capability_sessions")
-                        .increment(1);
+                    crate::metrics::refused("capability_sessions");
                     return Ok(Lane::MAIN);
                 }
             },
@@ -278,8 +277,7 @@ impl HttpConn {
             }
             Err(e) => {
                 self.lanes.with(lane, |s| s.refused = true);
-                metrics::counter!(crate::metrics::REFUSED, "limit" => "capability_sessions")
-                    .increment(1);
+                crate::metrics::refused("capability_sessions");
                 tracing::info!(
                     "{}: a session for callers that declared other client capabilities was refused ({}); they share mcp-edge's session on this connection",
                     self.shown_url,

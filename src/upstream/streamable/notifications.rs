@@ -200,7 +200,7 @@ impl HttpConn {
             };
             let mut events = Vec::new();
             if dec.push(data, &mut |e| events.push(e)).is_err() {
-                metrics::counter!(crate::metrics::REFUSED, "limit" => limit).increment(1);
+                crate::metrics::refused(limit);
                 return NotificationsEnd::Ended(format!(
                     "GET stream: an event over {max} bytes ({limit})"
                 ));

@@ -143,7 +143,7 @@ impl HttpConn {
             }
             Ok(Message::Response { .. }) => {
                 // An answer to no call of this stream: counted, not logged.
-                metrics::counter!(crate::metrics::REFUSED, "limit" => "unknown_id").increment(1);
+                crate::metrics::refused("unknown_id");
                 None
             }
             _ => None,
