@@ -81,7 +81,10 @@ async fn a_full_parked_table_refuses_counts_and_drains_to_its_baseline() {
     let baseline = settled(&up).await;
     let mut refused = 0;
     let mut drained = Vec::new();
-    for round in 0..2 {
+    // Three rounds: the first drain back to the baseline, then no growth
+    // between the last two (a leak per call would grow every round; what a
+    // runtime thread first allocates under load, once, does not).
+    for round in 0..3 {
         let (full, after) = fill_and_drain(addr, &app, &up, round * 10_000, &mut refused).await;
         refused = 0; // its log was emptied
         eprintln!(
@@ -101,7 +104,7 @@ async fn a_full_parked_table_refuses_counts_and_drains_to_its_baseline() {
         drained[0]
     );
     assert!(
-        drained[1] <= drained[0] + TOLERANCE / 4,
+        drained[2] <= drained[1] + TOLERANCE / 4,
         "no growth with work done: {drained:?}"
     );
 }
