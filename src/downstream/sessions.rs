@@ -128,11 +128,6 @@ impl Sessions {
         })
     }
 
-    /// Session `id` as it is now, unless gone or expired (not touched).
-    pub fn peek(&self, id: &SessionId) -> Option<Session> {
-        self.with(|t| t.peek(id, Instant::now()))
-    }
-
     /// Whether session `id` is still in its table and not expired.
     pub fn is_live(&self, id: &SessionId) -> bool {
         self.with(|t| t.peek(id, Instant::now()).is_some())
