@@ -20,12 +20,26 @@
 //!   prompts ([`crate::router`] applies it).
 //! - **Rate.** A token bucket per client (`rate = "20/s"`: 20 a second,
 //!   burst 20), in a table fixed when the config is loaded.
+//! - **Origin.** Where a request on the downstream face may come from
+//!   ([`OriginPolicy`]): `Host`, target authority and `Origin`
+//!   (DNS-rebinding protection,
+//!   `../shared/spec/2026-07-28/transports-streamable-http.mdx` §Security &
+//!   Endpoint; `../shared/spec/2025-11-25/transports.mdx` §Security
+//!   Warning). Allowed: loopback hosts (`localhost`, `127.0.0.0/8`,
+//!   `[::1]`) on any port, the listen address's own host, and
+//!   `server.allowed_hosts` / `server.allowed_origins`. Strict heads: two
+//!   `Authorization` or two `Host` headers are a 400 (RFC 9110 §5.3, RFC
+//!   9112 §3.2); an absolute-form target's authority (RFC 9112 §3.2.2)
+//!   passes the `Host` check too and must name the same authority as `Host`.
 //! - **Share.** Each client's weight (`share = 1`) in the fair share of
 //!   every table clients share ([`Access::shares`], [`crate::share`]).
 
 use crate::config::{ClientConfig, Config, Credential};
-use crate::logline::Bucket;
+use crate::limits::AUDIT_FIELD_BYTES;
+use crate::logline::{capped, Bucket};
 use crate::share::Shares;
+use http::HeaderMap;
+use std::borrow::Cow;
 use std::sync::Mutex;
 use std::time::Duration;
 use subtle::ConstantTimeEq;
@@ -330,130 +344,162 @@ impl Throttle {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::{Rate, Secret};
+/// Why a request's head is refused before any handler runs.
+#[derive(Debug, thiserror::Error)]
+pub enum HeadError {
+    /// Two of a header that comes once, or an absolute-form target whose
+    /// authority is not `Host`'s: 400, counted under `limit`.
+    #[error("{why}")]
+    Malformed {
+        /// The `mcp_edge_refused_total` label.
+        limit: &'static str,
+        /// The reason.
+        why: String,
+    },
+    /// A `Host`, target authority or `Origin` not allowed: 403.
+    #[error("{0}")]
+    Forbidden(String),
+}
 
-    fn client(name: &str, credential: Credential) -> ClientConfig {
-        ClientConfig {
-            name: name.into(),
-            credential,
-            allow: None,
-            deny: Vec::new(),
-            rate: None,
-            share: 1,
+/// `Err` naming the header when `headers` has two `Authorization` or two
+/// `Host` headers (the admin listener's guard uses it too).
+pub fn one_each(headers: &HeaderMap) -> Result<(), String> {
+    for name in [http::header::AUTHORIZATION, http::header::HOST] {
+        if headers.get_all(&name).iter().nth(1).is_some() {
+            return Err(format!("more than one {name} header"));
         }
     }
+    Ok(())
+}
 
-    fn token(name: &str, t: &str) -> ClientConfig {
-        client(
-            name,
-            Credential::Token {
-                sha256: Secret::new(sha256(t.as_bytes())),
-                file: None,
-            },
-        )
-    }
-
-    fn access(clients: Vec<ClientConfig>) -> Access {
-        let mut c = Config::embedded_default();
-        c.clients = clients;
-        Access::new(&c, Instant::now())
-    }
-
-    #[test]
-    fn without_clients_everyone_is_anonymous() {
-        let a = access(vec![]);
-        assert!(!a.required());
-        assert_eq!(a.authenticate(None, None), Ok(Principal::Anonymous));
-        assert_eq!(a.name(Principal::Anonymous), "-");
-        assert_eq!(a.owner(Principal::Anonymous), 0);
-    }
-
-    #[test]
-    fn a_token_names_its_client_and_nothing_else_does() {
-        let a = access(vec![
-            token("a", "tok-a-0123456789"),
-            token("b", "tok-b-0123456789"),
-        ]);
-        let auth = |h: &str| a.authenticate(Some(h.as_bytes()), None);
-        assert_eq!(auth("Bearer tok-b-0123456789"), Ok(Principal::Client(1)));
-        assert_eq!(auth("bearer  tok-a-0123456789 "), Ok(Principal::Client(0)));
-        assert_eq!(auth("Bearer tok-c-0123456789"), Err(AuthError::Unknown));
-        assert_eq!(auth("Basic dG9rLWE="), Err(AuthError::Malformed));
-        assert_eq!(auth("Bearer"), Err(AuthError::Malformed));
-        assert_eq!(a.authenticate(None, None), Err(AuthError::Missing));
-        assert_ne!(a.owner(Principal::Client(0)), a.owner(Principal::Client(1)));
-        assert_ne!(a.owner(Principal::Client(0)), 0);
-    }
-
-    #[test]
-    fn a_certificate_subject_matches_as_a_set() {
-        let subject = |s: &[(&str, &str)]| {
-            s.iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect::<Vec<_>>()
-        };
-        let a = access(vec![
-            token("t", "tok-t-0123456789"),
-            client(
-                "c",
-                Credential::CertSubject(subject(&[("CN", "agent"), ("O", "Site")])),
-            ),
-        ]);
-        let presented = subject(&[("O", "Site"), ("cn", "agent")]);
-        assert_eq!(
-            a.authenticate(None, Some(&presented)),
-            Ok(Principal::Client(1))
-        );
-        let other = subject(&[("CN", "agent")]);
-        assert_eq!(
-            a.authenticate(None, Some(&other)),
-            Err(AuthError::UnknownCertificate),
-            "a subset is not the subject"
-        );
-        // An unmatched certificate still lets a token speak.
-        let t = a.authenticate(Some(b"Bearer tok-t-0123456789"), Some(&other));
-        assert_eq!(t, Ok(Principal::Client(0)));
-    }
-
-    #[test]
-    fn deny_wins_and_absent_allow_means_everything() {
-        let p = Policy::new(
-            Some(&["files__read_*".into(), "edge__*".into()]),
-            &["edge__shell".into()],
-        );
-        assert!(p.allows("files__read_file"));
-        assert!(p.allows("edge__status"));
-        assert!(!p.allows("edge__shell"));
-        assert!(!p.allows("files__write_file"));
-        assert!(!p.is_open());
-        let everything = Policy::new(None, &[]);
-        assert!(everything.is_open() && everything.allows("anything"));
-        let nothing = Policy::new(Some(&[]), &[]);
-        assert!(!nothing.allows("edge__status"));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_rate_is_a_bucket_with_a_burst_of_its_size() {
-        let mut c = token("r", "tok-r-0123456789");
-        c.rate = Some(Rate {
-            count: 2,
-            per: Duration::from_secs(1),
-        });
-        let a = access(vec![c, token("free", "tok-f-0123456789")]);
-        let now = Instant::now();
-        assert!(a.admit(Principal::Client(0), now).is_ok());
-        assert!(a.admit(Principal::Client(0), now).is_ok());
-        let wait = a.admit(Principal::Client(0), now).unwrap_err();
-        assert_eq!(wait, Duration::from_millis(500));
-        assert!(a.admit(Principal::Client(0), now + wait).is_ok());
-        for _ in 0..100 {
-            assert!(
-                a.admit(Principal::Client(1), now).is_ok(),
-                "no rate: no limit"
-            );
-        }
+/// The host part of `host[:port]` / `[v6]:port`, lowercased (copied only
+/// when it has capitals).
+fn host_of(authority: &str) -> Cow<'_, str> {
+    let a = authority.trim();
+    let host = match a.strip_prefix('[').and_then(|r| r.find(']')) {
+        Some(i) => &a[..i + 2],
+        None if a.starts_with('[') => a,
+        None => match a.rsplit_once(':') {
+            Some((h, p)) if p.chars().all(|c| c.is_ascii_digit()) => h,
+            _ => a,
+        },
+    };
+    match host.bytes().any(|b| b.is_ascii_uppercase()) {
+        true => Cow::Owned(host.to_ascii_lowercase()),
+        false => Cow::Borrowed(host),
     }
 }
+
+fn is_loopback(host: &str) -> bool {
+    host == "localhost"
+        || host == "[::1]"
+        || host.ends_with(".localhost")
+        || host
+            .parse::<std::net::Ipv4Addr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The Origin/Host policy of one listener.
+#[derive(Debug, Clone)]
+pub struct OriginPolicy {
+    allowed_hosts: Vec<String>,
+    allowed_origins: Vec<String>,
+}
+
+impl OriginPolicy {
+    /// A policy allowing loopback plus `listen`'s host and the allow-lists.
+    pub fn new(
+        listen: std::net::SocketAddr,
+        allowed_hosts: &[String],
+        allowed_origins: &[String],
+    ) -> Self {
+        let mut hosts: Vec<String> = allowed_hosts
+            .iter()
+            .map(|h| host_of(h).into_owned())
+            .collect();
+        if !listen.ip().is_unspecified() {
+            hosts.push(host_of(&listen.to_string()).into_owned());
+        }
+        OriginPolicy {
+            allowed_hosts: hosts,
+            allowed_origins: allowed_origins
+                .iter()
+                .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
+                .collect(),
+        }
+    }
+
+    /// [`OriginPolicy::check`] after the strict-head rules (module docs)
+    /// on a request's `headers` and target `uri`.
+    pub fn check_head(&self, headers: &HeaderMap, uri: &http::Uri) -> Result<(), HeadError> {
+        one_each(headers).map_err(|why| HeadError::Malformed {
+            limit: "duplicate_header",
+            why,
+        })?;
+        if let Some(target) = uri.authority().map(|a| a.as_str()) {
+            self.allow_host("target authority", target)
+                .map_err(HeadError::Forbidden)?;
+            let host = headers.get(http::header::HOST).map(|v| v.as_bytes());
+            if host.is_some_and(|h| !h.eq_ignore_ascii_case(target.as_bytes())) {
+                let why = format!(
+                    "the request target's authority {:?} is not the Host header's",
+                    capped(target, AUDIT_FIELD_BYTES)
+                );
+                let limit = "authority";
+                return Err(HeadError::Malformed { limit, why });
+            }
+            if host.is_none() {
+                return self.origin(headers).map_err(HeadError::Forbidden);
+            }
+        }
+        self.check(headers).map_err(HeadError::Forbidden)
+    }
+
+    /// `Ok(())` when `host` (a `Host` value or a target's authority) is one
+    /// this listener answers to; the reason for a 403 otherwise.
+    fn allow_host(&self, what: &str, host: &str) -> Result<(), String> {
+        let h = host_of(host);
+        if !is_loopback(&h) && !self.allowed_hosts.iter().any(|a| *a == h) {
+            return Err(format!(
+                "{what} {:?} is not allowed (add its name to server.allowed_hosts)",
+                capped(host, AUDIT_FIELD_BYTES)
+            ));
+        }
+        Ok(())
+    }
+
+    /// `Ok(())` or the reason for a 403.
+    pub fn check(&self, headers: &HeaderMap) -> Result<(), String> {
+        let host = headers
+            .get(http::header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .ok_or("missing or invalid Host header")?;
+        self.allow_host("Host", host)?;
+        self.origin(headers)
+    }
+
+    /// The `Origin` rule alone.
+    fn origin(&self, headers: &HeaderMap) -> Result<(), String> {
+        if let Some(origin) = headers.get(http::header::ORIGIN) {
+            let o = origin.to_str().map_err(|_| "invalid Origin header")?;
+            let o = &*capped(o, AUDIT_FIELD_BYTES);
+            let lower = o.trim_end_matches('/').to_ascii_lowercase();
+            if self.allowed_origins.contains(&lower) {
+                return Ok(());
+            }
+            let authority = lower
+                .strip_prefix("http://")
+                .or_else(|| lower.strip_prefix("https://"))
+                .ok_or_else(|| format!("Origin {o:?} is not allowed (server.allowed_origins)"))?;
+            if !is_loopback(&host_of(authority)) {
+                return Err(format!(
+                    "Origin {o:?} is not allowed (server.allowed_origins)"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod access_tests;

@@ -7,7 +7,6 @@ use super::app::Body;
 use super::app::{App, Peer};
 use super::{conns, endpoint, reply, tls_accept};
 use http::{Request, StatusCode};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
@@ -237,23 +236,10 @@ where
     let marks = tracker.clone();
     let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         req.extensions_mut().insert(Peer::clone(&peer));
-        // The gate names the connection's client in the table with it.
+        // The endpoint marks the request begun on the connection, named
+        // for the client its head names ([`conns::Tracker::enter`]).
         req.extensions_mut().insert(marks.clone());
-        let busy = marks.begin(!hyper::body::Body::is_end_stream(req.body()));
-        let app = app.clone();
-        async move {
-            let Some(busy) = busy else {
-                return Ok::<_, Infallible>(reply::closing(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "connection closed to admit a newer one; retry",
-                ));
-            };
-            let req = req.map(|b| conns::Marked::receiving(b, &busy));
-            let res = route(app, req).await?;
-            // Answered: busy until hyper has taken the whole response body.
-            busy.received();
-            Ok(res.map(|b| busy.hold(b).boxed_unsync()))
-        }
+        route(app.clone(), req)
     });
     // A client must finish each request head within HEADER_READ_TIMEOUT,
     // so silent or half-sent connections cannot hold permits forever; and
@@ -311,16 +297,14 @@ fn set_user_timeout(stream: &tokio::net::TcpStream, t: Duration) {
     }
 }
 
-/// The path of a request: `/mcp` to [`super::endpoint::handle`], 404 otherwise.
-async fn route(
-    app: Arc<App>,
-    req: http::Request<conns::Marked<hyper::body::Incoming>>,
-) -> Result<http::Response<Body>, std::convert::Infallible> {
+/// The path route: `/mcp` is the endpoint ([`endpoint::handle`]); any
+/// other path is a 404 naming it.
+async fn route(app: Arc<App>, req: Request<Incoming>) -> Result<http::Response<Body>, Infallible> {
     if req.uri().path() == "/mcp" {
         Ok(endpoint::handle(app, req).await)
     } else {
         Ok(reply::json(
-            http::StatusCode::NOT_FOUND,
+            StatusCode::NOT_FOUND,
             &serde_json::json!({"error": format!("no such path {}; the MCP endpoint is /mcp", req.uri().path())}),
         ))
     }

@@ -183,12 +183,12 @@ fn browser_guard(
     headers: &http::HeaderMap,
     local: std::net::SocketAddr,
 ) -> Result<(), (StatusCode, String)> {
-    super::checks::one_each(headers).map_err(|why| (StatusCode::BAD_REQUEST, why))?;
+    crate::access::one_each(headers).map_err(|why| (StatusCode::BAD_REQUEST, why))?;
     if headers.contains_key(http::header::ORIGIN) {
         let m = "a request with an Origin header (a browser's) is not served here; use the mcp-edge command";
         return Err((StatusCode::FORBIDDEN, m.to_owned()));
     }
-    super::checks::OriginPolicy::new(local, &[], &[])
+    crate::access::OriginPolicy::new(local, &[], &[])
         .check(headers)
         .map_err(|why| (StatusCode::FORBIDDEN, why))
 }

@@ -1,37 +1,41 @@
-//! Admission: who sent a request on `/mcp` and in which era and session it
-//! acts, decided once, before anything is served.
+//! Admission: whether a request on `/mcp` may come in, who sent it, in
+//! which era and session it acts, decided once, before anything is served.
 //!
-//! Two steps, each run once per request. [`head`], before the body is
-//! read: the caller's credentials ([`crate::access::Access::authenticate`]:
-//! 401 with `WWW-Authenticate: Bearer realm="mcp-edge"`, RFC 6750 §3); with
-//! `[[client]]`s, the connection becomes one of the client's places in the
-//! connection table ([`super::conns::Tracker::claim`]: 503 naming
-//! `connection_share`, and the connection closed, when the client holds
-//! its share and the places left are kept for others); and the
-//! `Mcp-Session-Id` it names, parsed once. [`admit`], per JSON-RPC request
-//! once the message is read: its charge to the client's rate (429 with
-//! `Retry-After`; a GET stream is charged as it opens; notifications,
-//! answers and DELETE are not charged,
-//! so a client over its rate can still cancel, answer and end its
-//! session), its era (`../shared/spec/2026-07-28/versioning.mdx` §Backward
-//! Compatibility) and, for a legacy request, its session taken with one
-//! lookup that checks the owner, touches it and holds it busy
-//! (`../shared/spec/2025-11-25/basic/transports.mdx` §Session Management:
-//! another client's session is answered as an unknown one, 404). The
-//! result is a [`Caller`]; everything after admission takes it.
-//! Refusals are counted in `mcp_edge_refused_total` (`auth`, `rate`) and
-//! logged with the peer address under [`crate::access::Throttle`].
+//! Two steps. [`head`], once per HTTP request, before the body is read:
+//! - `Host`, target authority and `Origin` (DNS-rebinding protection,
+//!   `../shared/spec/2026-07-28/transports-streamable-http.mdx` §Security &
+//!   Endpoint; `../shared/spec/2025-11-25/transports.mdx` §Security
+//!   Warning): loopback hosts on any port, the listen address's own host,
+//!   `server.allowed_hosts` / `server.allowed_origins` (403). Strict heads:
+//!   two `Authorization` or two `Host` headers are a 400 (RFC 9110 §5.3,
+//!   RFC 9112 §3.2); an absolute-form target's authority (RFC 9112 §3.2.2)
+//!   passes the `Host` check too and must name the same authority as `Host`;
+//! - what `Accept` allows ([`Accept`], RFC 9110 §12.5.1);
+//! - the caller's credentials ([`crate::access::Access::authenticate`]: 401
+//!   with `WWW-Authenticate: Bearer realm="mcp-edge"`, RFC 6750 §3);
+//! - the `Mcp-Session-Id` it names, parsed once.
+//!
+//! [`admit`], per JSON-RPC request once the message is read: its charge to
+//! the client's rate (429 with `Retry-After`; GET streams are charged as
+//! they open; notifications, answers and DELETE never, so a client over
+//! its rate can still cancel, answer and end its session), its era
+//! (`../shared/spec/2026-07-28/versioning.mdx` §Backward Compatibility) and,
+//! when legacy, its session in one lookup: owner checked, touched, held
+//! busy, the request registered for cancellation (2025-11-25
+//! basic/transports.mdx §Session Management: another client's session is
+//! an unknown one, 404). The result is the one request type, [`Call`].
+//! Refusals are counted in `mcp_edge_refused_total` and logged under
+//! [`crate::access::Throttle`].
 
 use super::app::{App, Body, Peer, Who};
-use super::reply::{refuse, Refusal};
+use super::reply::{self, refuse, Refusal};
 use super::sessions::Held;
-use crate::access::AuthError;
+use crate::access::{AuthError, HeadError};
 use crate::protocol::{self, ProtocolVersion, RpcError};
 use crate::session::SessionId;
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http::{header, HeaderMap, HeaderValue, Request, Response, StatusCode};
 use serde_json::{json, Value};
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::time::Instant;
 
 /// The era a downstream client speaks, per message (the upstream face has
@@ -58,6 +62,8 @@ impl ClientEra {
 pub(super) struct Head {
     /// Who sent it.
     pub(super) who: Who,
+    /// What its `Accept` allows.
+    pub(super) accept: Accept,
     /// Its `Mcp-Session-Id`: `None` when absent, `Some(Err)` when it is no
     /// id mcp-edge could have made (as an unknown session to a legacy
     /// request; ignored by a modern one).
@@ -71,7 +77,7 @@ impl Head {
         match self.session {
             None => Ok(None),
             Some(Ok(id)) => Ok(Some(id)),
-            Some(Err(())) => Err(not_found()),
+            Some(Err(())) => Err(reply::not_found()),
         }
     }
 
@@ -103,82 +109,163 @@ impl Caller {
     }
 }
 
-/// The head's step: the caller (or the 401 to send instead) and its
-/// session id, parsed once.
-pub(super) fn head<B>(app: &App, req: &Request<B>) -> Result<Head, Response<Body>> {
+/// What a request's head is ([`head`]).
+pub(super) enum Entry {
+    /// A CORS preflight (`OPTIONS`) from an allowed origin: it carries no
+    /// credentials (Fetch §CORS-preflight request).
+    Preflight,
+    /// Any other request, from a known caller.
+    Request(Head),
+    /// The 401 of a request from an allowed origin without a known
+    /// caller's credentials.
+    Unauthorized(Response<Body>),
+}
+
+/// The head's step: `Host`/`Origin` (400, 403), then, unless it is a
+/// preflight, the caller (or the 401 to send instead), what it accepts and
+/// its session id, parsed once.
+pub(super) fn head<B>(app: &App, req: &Request<B>) -> Result<Entry, Response<Body>> {
+    match app.origin.check_head(req.headers(), req.uri()) {
+        Ok(()) => {}
+        Err(HeadError::Malformed { limit, why }) => {
+            crate::metrics::refused(limit);
+            let why = format!("Bad request: {why}");
+            return Err(head_refusal(app, StatusCode::BAD_REQUEST, why));
+        }
+        Err(HeadError::Forbidden(why)) => {
+            metrics::counter!(crate::metrics::FORBIDDEN).increment(1);
+            let why = format!("Forbidden: {why}");
+            return Err(head_refusal(app, StatusCode::FORBIDDEN, why));
+        }
+    }
+    if req.method() == http::Method::OPTIONS {
+        return Ok(Entry::Preflight);
+    }
     let access = app.access();
     let peer = req.extensions().get::<Peer>();
-    let authorization = req.headers().get(http::header::AUTHORIZATION);
+    let authorization = req.headers().get(header::AUTHORIZATION);
     let subject = peer.and_then(|p| p.cert_subject.as_deref());
     let principal = match access.authenticate(authorization.map(HeaderValue::as_bytes), subject) {
         Ok(p) => p,
-        Err(e) => return Err(unauthorized(app, peer, e)),
+        Err(e) => return Ok(Entry::Unauthorized(unauthorized(app, peer, e))),
     };
-    let who = Who { access, principal };
-    if let Some(conn) = req.extensions().get::<super::conns::Tracker>() {
-        if let Err(e) = conn.claim(who.access.shares(), who.owner()) {
-            return Err(over_share(app, &who, e));
-        }
-    }
     let session = (req.headers().get("mcp-session-id"))
         .map(|v| v.to_str().ok().and_then(SessionId::parse).ok_or(()));
-    Ok(Head { who, session })
+    Ok(Entry::Request(Head {
+        who: Who { access, principal },
+        accept: Accept::of(req.headers()),
+        session,
+    }))
 }
 
-/// The 503 of a request whose client holds its share of the connections
-/// (counted as `connection_share`); the connection ends with it.
-fn over_share(app: &App, who: &Who, e: super::conns::ShareRefusal) -> Response<Body> {
-    crate::metrics::refused("connection_share");
+/// The 400 or 403 of a head refused before credentials are read.
+fn head_refusal(app: &App, status: StatusCode, why: String) -> Response<Body> {
     if let Some(skipped) = app.refusal_log.allow(Instant::now()) {
-        tracing::info!(client = who.name(), skipped, "503: {e}");
+        tracing::info!(skipped, "{}: {why}", status.as_u16());
     }
-    let err = RpcError::new(protocol::CONNECTIONS_FULL, e.to_string())
-        .with_data(json!({"retryAfterSeconds": 1, "limit": "connection_share"}));
-    let mut r = Refusal(StatusCode::SERVICE_UNAVAILABLE, err).into_response(Value::Null);
-    // The body was not read: say the connection ends (RFC 9112 §9.6).
-    let h = r.headers_mut();
-    h.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
-    r
+    refuse(status, protocol::INVALID_REQUEST, why).into_response(Value::Null)
+}
+
+/// One admitted request: the one request type of the pipeline, made here
+/// and taken by everything after admission.
+pub(super) struct Call {
+    pub(super) id: Value,
+    pub(super) method: String,
+    /// A legacy session's call carries the capabilities the session
+    /// declared ([`declare_caps`]).
+    pub(super) params: Option<Value>,
+    pub(super) caller: Caller,
+    /// Size of the message as received (the audit log's `request_bytes`).
+    pub(super) request_bytes: usize,
 }
 
 /// What [`admit`] found a request to be.
 pub(super) enum Admitted {
-    /// A legacy `initialize`: a new session for this caller.
-    Initialize(Who),
+    /// A legacy `initialize`: a new session for this caller (id, params).
+    Initialize(Who, Value, Option<Value>),
     /// Any other request.
-    Call(Caller),
+    Call(Call),
 }
 
 /// A request's step: its charge to the rate, its era and, when legacy,
-/// its session (one lookup).
+/// its session (one lookup, which also registers it for cancellation).
 pub(super) fn admit(
     app: &Arc<App>,
     head: &Head,
     h: &HeaderMap,
-    method: &str,
-    params: Option<&Value>,
-) -> Result<Admitted, Refusal> {
-    charge(app, &head.who).map_err(|e| Refusal(StatusCode::TOO_MANY_REQUESTS, e))?;
-    let who = head.who.clone();
-    if method == "initialize" && !has_modern_meta(params) {
-        return Ok(Admitted::Initialize(who));
+    (id, method, params): (Value, String, Option<Value>),
+    request_bytes: usize,
+) -> Result<Admitted, (Value, Refusal)> {
+    if let Err(e) = charge(app, &head.who) {
+        return Err((id, Refusal(StatusCode::TOO_MANY_REQUESTS, e)));
     }
-    let Some(id) = legacy_session(h, head, method, params)? else {
-        return Ok(Admitted::Call(Caller {
-            who,
-            era: ClientEra::Modern,
-            held: None,
-        }));
+    let who = head.who.clone();
+    if method == "initialize" && !has_modern_meta(params.as_ref()) {
+        return Ok(Admitted::Initialize(who, id, params));
+    }
+    let sid = match legacy_session(h, head, &method, params.as_ref()) {
+        Err(r) => return Err((id, r)),
+        Ok(sid) => sid,
     };
-    let held = app
-        .sessions
-        .enter(id, who.owner())
-        .map_err(|_| not_found())?;
-    Ok(Admitted::Call(Caller {
-        era: ClientEra::Legacy(id, held.seen.version),
-        who,
-        held: Some(held),
-    }))
+    let (caller, params) = match sid {
+        None => (
+            Caller {
+                who,
+                era: ClientEra::Modern,
+                held: None,
+            },
+            params,
+        ),
+        Some(sid) => {
+            let Ok(held) = app.sessions.enter(sid, who.owner(), Some(&id)) else {
+                return Err((id, reply::not_found()));
+            };
+            let params = declare_caps(held.seen.caps, &method, params);
+            let era = ClientEra::Legacy(sid, held.seen.version);
+            (
+                Caller {
+                    who,
+                    era,
+                    held: Some(held),
+                },
+                params,
+            )
+        }
+    };
+    let call = Call {
+        id,
+        method,
+        params,
+        caller,
+        request_bytes,
+    };
+    Ok(Admitted::Call(call))
+}
+
+/// `params` of a legacy session's call that a modern upstream may answer
+/// with an `InputRequiredResult` (`tools/call`, `prompts/get`,
+/// `resources/read`: `../shared/spec/2026-07-28/patterns-mrtr.mdx`
+/// §Supported Requests), with the capabilities the session declared at
+/// `initialize` as the modern `_meta["io.modelcontextprotocol/clientCapabilities"]`
+/// (2026-07-28 index.mdx §_meta; any value the client put there replaced),
+/// so the upstream asks only for what the caller can give;
+/// `upstream::era::adapt_params` keeps it for a modern upstream and removes
+/// it for a legacy one.
+fn declare_caps(
+    caps: protocol::ClientCaps,
+    method: &str,
+    mut params: Option<Value>,
+) -> Option<Value> {
+    if !matches!(method, "tools/call" | "prompts/get" | "resources/read") {
+        return params;
+    }
+    if let Some(Value::Object(p)) = params.as_mut() {
+        let meta = p.entry("_meta").or_insert_with(|| json!({}));
+        if let Value::Object(m) = meta {
+            m.insert(protocol::META_CLIENT_CAPABILITIES.into(), caps.to_json());
+        }
+    }
+    params
 }
 
 /// `None` for a modern request (per-request `_meta` version, or a modern
@@ -228,16 +315,6 @@ pub(super) fn has_modern_meta(params: Option<&Value>) -> bool {
     protocol::params_meta(params).is_some_and(|m| m.get(protocol::META_PROTOCOL_VERSION).is_some())
 }
 
-/// 404 "Session not found": an unknown, ended, malformed or another
-/// client's session id.
-pub(super) fn not_found() -> Refusal {
-    refuse(
-        StatusCode::NOT_FOUND,
-        protocol::INVALID_REQUEST,
-        "Session not found",
-    )
-}
-
 /// Takes one request from `who`'s rate (a single request, each request
 /// of a batch, or a stream when opened); the error to answer when it is
 /// used up (with `data.retryAfterSeconds`, which becomes `Retry-After`),
@@ -251,47 +328,94 @@ pub(super) fn charge(app: &App, who: &Who) -> Result<(), RpcError> {
     if let Some(skipped) = app.refusal_log.allow(Instant::now()) {
         tracing::info!(client = who.name(), skipped, "429: over its rate");
     }
-    Err(rate_error(who, wait))
+    Err(reply::rate_limited(who.name(), wait))
 }
 
-fn rate_error(who: &Who, wait: Duration) -> RpcError {
-    let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
-    RpcError::new(
-        protocol::RATE_LIMITED,
-        format!(
-            "Too many requests: client {:?} is over its rate",
-            who.name()
-        ),
-    )
-    .with_data(json!({"retryAfterSeconds": secs}))
-}
-
-fn peer_addr(peer: Option<&Peer>) -> String {
-    peer.map_or_else(|| "-".to_owned(), |p| p.addr.to_string())
-}
-
+/// The 401 of unknown credentials, logged with the peer's address.
 fn unauthorized(app: &App, peer: Option<&Peer>, e: AuthError) -> Response<Body> {
     crate::metrics::refused("auth");
     if let Some(skipped) = app.refusal_log.allow(Instant::now()) {
-        let peer = peer_addr(peer);
+        let peer = peer.map_or_else(|| "-".to_owned(), |p| p.addr.to_string());
         tracing::warn!(%peer, skipped, "401: {e}");
     }
-    let challenge = match e {
-        AuthError::Missing | AuthError::UnknownCertificate => r#"Bearer realm="mcp-edge""#,
-        AuthError::Malformed => r#"Bearer realm="mcp-edge", error="invalid_request""#,
-        AuthError::Unknown => r#"Bearer realm="mcp-edge", error="invalid_token""#,
-    };
-    let err = RpcError::new(protocol::UNAUTHORIZED, format!("Unauthorized: {e}"));
-    let mut r = super::reply::json(
-        StatusCode::UNAUTHORIZED,
-        &protocol::error_response(Value::Null, &err),
-    );
-    let h = r.headers_mut();
-    h.insert(
-        http::header::WWW_AUTHENTICATE,
-        HeaderValue::from_static(challenge),
-    );
-    // The body was not read: say the connection ends (RFC 9112 §9.6).
-    h.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
-    r
+    super::reply::unauthorized(e)
 }
+
+/// What the `Accept` header's media ranges allow, read in one pass (RFC 9110
+/// §12.5.1): each comma-separated range compared whole, ASCII case ignored,
+/// parameters after `;` skipped except `q=0` ("not acceptable"). The most
+/// specific range that names a type decides: `text/event-stream` over
+/// `text/*` over `*/*`. Nothing is allocated; this runs on every POST.
+#[derive(Clone, Copy, Default, Debug, PartialEq)]
+pub struct Accept {
+    /// `text/event-stream`: relayed messages can be streamed.
+    pub sse: bool,
+    /// `application/json`
+    pub json: bool,
+}
+
+/// What the ranges said of one type, at each specificity (`None`: not named).
+#[derive(Default)]
+struct Said {
+    exact: Option<bool>,
+    subtype_any: Option<bool>,
+}
+
+impl Said {
+    fn verdict(&self, any: Option<bool>) -> bool {
+        self.exact.or(self.subtype_any).or(any).unwrap_or(false)
+    }
+}
+
+/// Records `ok` for one level: acceptable once any range accepts it.
+fn say(level: &mut Option<bool>, ok: bool) {
+    *level = Some(level.unwrap_or(false) || ok);
+}
+
+impl Accept {
+    /// Reads the request's `Accept` headers.
+    pub fn of(h: &HeaderMap) -> Accept {
+        let (mut sse, mut json, mut any) = (Said::default(), Said::default(), None);
+        let ranges =
+            (h.get_all(header::ACCEPT).iter()).flat_map(|v| v.as_bytes().split(|&b| b == b','));
+        for range in ranges {
+            let mut parts = range.split(|&b| b == b';');
+            let media = parts.next().unwrap_or_default().trim_ascii();
+            let ok = !parts.any(|p| is_q_zero(p.trim_ascii()));
+            match media {
+                b"*/*" => say(&mut any, ok),
+                m if m.eq_ignore_ascii_case(b"text/event-stream") => say(&mut sse.exact, ok),
+                m if m.eq_ignore_ascii_case(b"application/json") => say(&mut json.exact, ok),
+                m if m.eq_ignore_ascii_case(b"text/*") => say(&mut sse.subtype_any, ok),
+                m if m.eq_ignore_ascii_case(b"application/*") => say(&mut json.subtype_any, ok),
+                _ => {}
+            }
+        }
+        Accept {
+            sse: sse.verdict(any),
+            json: json.verdict(any),
+        }
+    }
+
+    /// SSE but not JSON: every answer goes as an SSE stream.
+    pub fn sse_only(self) -> bool {
+        self.sse && !self.json
+    }
+}
+
+/// `q=0`, `q=0.`, `q=0.000` (RFC 9110 §12.4.2): "not acceptable".
+fn is_q_zero(param: &[u8]) -> bool {
+    match param.split_first() {
+        Some((q, rest)) if q.eq_ignore_ascii_case(&b'q') => match rest.trim_ascii_start() {
+            [b'=', v @ ..] => {
+                let v = v.trim_ascii();
+                v.first() == Some(&b'0') && v[1..].iter().all(|&b| b == b'.' || b == b'0')
+            }
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod admission_tests;

@@ -2,8 +2,8 @@
 //! built by the composition root), who sent a request ([`Peer`], [`Who`])
 //! and the body type of every response ([`Body`]).
 
-use super::{cancel, checks, parked, sessions, streams};
-use crate::access::{Access, Principal};
+use super::{parked, sessions, streams};
+use crate::access::{Access, OriginPolicy, Principal};
 use crate::config::{ServerConfig, TlsConfig};
 use crate::router::Router;
 use crate::session::{Removal, Table};
@@ -75,7 +75,7 @@ pub struct App {
     /// Catalog and routing.
     pub(super) router: Arc<Router>,
     /// Origin/Host policy.
-    pub(super) origin: checks::OriginPolicy,
+    pub(super) origin: OriginPolicy,
     /// Downstream requests being answered right now (shutdown waits for them).
     pub(super) in_flight: crate::drain::Drain,
     /// Places for long-lived streams, legacy GET and `subscriptions/listen`
@@ -91,8 +91,6 @@ pub struct App {
     /// send `notifications/{tools,prompts,resources}/list_changed` for the
     /// kinds that moved.
     pub(super) catalog_gen: Arc<watch::Sender<crate::upstream::ListGens>>,
-    /// Legacy requests being answered, cancellable by `notifications/cancelled`.
-    pub(super) cancels: Arc<cancel::Cancels>,
     /// Downstream resource subscriptions (fixed table, [`crate::subscriptions`]).
     pub(super) subscriptions: Arc<crate::subscriptions::Subscriptions>,
     /// Modern callers' calls parked for their `inputResponses` (fixed
@@ -149,11 +147,6 @@ impl App {
     /// Downstream requests being answered right now.
     pub fn in_flight(&self) -> &crate::drain::Drain {
         &self.in_flight
-    }
-
-    /// Legacy requests being answered, cancellable.
-    pub fn cancels(&self) -> &Arc<cancel::Cancels> {
-        &self.cancels
     }
 
     /// Downstream resource subscriptions.
@@ -223,17 +216,12 @@ impl App {
             )),
             catalog_gen,
             subscriptions,
-            cancels: Default::default(),
             ready: false.into(),
             in_flight: crate::drain::Drain::new(),
             streams: streams::StreamPool::new((server.max_connections / 2).max(1)),
             stopping: watch::Sender::new(false),
             router,
-            origin: checks::OriginPolicy::new(
-                listen_addr,
-                &server.allowed_hosts,
-                &server.allowed_origins,
-            ),
+            origin: OriginPolicy::new(listen_addr, &server.allowed_hosts, &server.allowed_origins),
             last_reload: Mutex::new(None),
             parked: parked::ParkedCalls::new(
                 crate::limits::PARKED_CALLS,

@@ -160,9 +160,10 @@ pub struct Marked<B> {
 }
 
 impl<B> Marked<B> {
-    /// `body` of the request marked `busy`.
-    pub fn receiving(body: B, busy: &Busy) -> Marked<B> {
-        let arrived = Some(busy.slot.clone());
+    /// `body` of the request marked `busy` (`None`: a request on no
+    /// connection of the table, e.g. a test's).
+    pub fn receiving(body: B, busy: Option<&Busy>) -> Marked<B> {
+        let arrived = busy.map(|b| b.slot.clone());
         Marked {
             body,
             arrived,
@@ -292,6 +293,18 @@ impl Tracker {
         }
     }
 
+    /// A request begins on this connection ([`Tracker::begin`]), its head
+    /// naming `claim`'s client (`(shares, owner mark)`) when it names one
+    /// ([`Tracker::claim`]): the two marks of the request's way down in one
+    /// step. `Err` when the client is at its share (nothing marked) or the
+    /// connection was told to close just as this head arrived.
+    pub fn enter(&self, receiving: bool, claim: Option<(&Shares, u64)>) -> Result<Busy, NotBegun> {
+        if let Some((shares, owner)) = claim {
+            self.claim(shares, owner).map_err(NotBegun::OverShare)?;
+        }
+        self.begin(receiving).ok_or(NotBegun::Closed)
+    }
+
     /// Resolves once the table told this connection to close.
     pub async fn closed(&self) {
         self.slot.close.notified().await
@@ -351,6 +364,15 @@ pub struct ShareRefusal {
     pub share: usize,
     /// `server.max_connections`.
     pub capacity: usize,
+}
+
+/// Why a request could not begin on a connection ([`Tracker::enter`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotBegun {
+    /// The table closed the connection to admit a newer one.
+    Closed,
+    /// The request's client holds its share of the connections.
+    OverShare(ShareRefusal),
 }
 
 /// What admitting a connection did to make room.

@@ -2,78 +2,121 @@
 //! within its limits, batches, and the framing of what one message
 //! produced. Each message is served by [`super::request`].
 
-use super::admission::Head;
-use super::app::{App, Body};
-use super::checks::HeadError;
-use super::reply;
+use super::admission::{self, admit, Admitted, Call, Entry, Head};
+use super::app::{App, Body, Who};
+use super::call::{Answer, Outcome};
 use super::reply::{refuse, Refusal};
-use super::request::{one, Answer, Outcome};
+use super::{answered_here, conns, modern, reply};
 use crate::protocol::envelope::Body as Parsed;
 use crate::protocol::{self, Message, ProtocolVersion, RpcError};
 use crate::session::SessionError;
-use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::sync::Arc;
 use tokio::time::Instant;
 
-/// Entry point for every request on `/mcp`: the Origin/Host check (403),
-/// then POST, GET, DELETE, or an OPTIONS CORS preflight; every answer to an
-/// allowed `Origin` carries the CORS response headers
-/// ([`reply::allow_origin`]). Generic over the request body so tests and
-/// benchmarks can drive the endpoint without a socket
-/// (`Request<Full<Bytes>>`); the listener passes hyper's `Incoming`.
+/// Entry point for every request on `/mcp`: its head
+/// ([`admission::head`]: 400, 403, 401), the connection marked busy and
+/// claimed for the caller's client ([`conns::Tracker::begin`]: 503 naming
+/// `connection_share` when the client holds its share), then POST, GET,
+/// DELETE, or an OPTIONS CORS preflight; every answer to an allowed
+/// `Origin` carries the CORS response headers ([`reply::allow_origin`]),
+/// and keeps the connection busy until hyper has taken all of it. Generic
+/// over the request body so tests and benchmarks can drive the endpoint
+/// without a socket (`Request<Full<Bytes>>`, no connection to mark); the
+/// listener passes hyper's `Incoming`.
 pub async fn handle<B>(app: Arc<App>, req: Request<B>) -> Response<Body>
 where
-    B: hyper::body::Body<Data = bytes::Bytes>,
+    B: hyper::body::Body<Data = bytes::Bytes> + Unpin,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    match app.origin.check_head(req.headers(), req.uri()) {
-        Ok(()) => {}
-        Err(HeadError::Malformed { limit, why }) => {
-            crate::metrics::refused(limit);
-            if let Some(skipped) = app.refusal_log.allow(Instant::now()) {
-                tracing::info!(skipped, "400: {why}");
-            }
-            let m = format!("Bad request: {why}");
-            return refuse(StatusCode::BAD_REQUEST, protocol::INVALID_REQUEST, m)
-                .into_response(Value::Null);
-        }
-        Err(HeadError::Forbidden(why)) => return forbidden(&app, &why),
-    }
+    let entry = admission::head(&app, &req);
+    let busy = match req.extensions().get::<conns::Tracker>() {
+        None => None,
+        Some(conn) => match mark(&app, conn, &req, &entry) {
+            Ok(busy) => Some(busy),
+            Err(refused) => return refused,
+        },
+    };
     let origin = req.headers().get(http::header::ORIGIN).cloned();
-    let mut resp = if req.method() == Method::OPTIONS {
-        // A CORS preflight carries no credentials (Fetch §CORS-preflight request).
-        reply::preflight(req.headers())
-    } else {
-        match super::admission::head(&app, &req) {
-            Err(refused) => refused,
-            Ok(head) => match *req.method() {
-                Method::POST => post(app, req, head).await,
-                Method::GET => get(app, &head),
-                Method::DELETE => delete(app, &head),
-                _ => reply::method_not_allowed(),
-            },
-        }
+    let req = req.map(|b| conns::Marked::receiving(b, busy.as_ref()));
+    let mut resp = match entry {
+        // Refused before its origin was found allowed: no CORS headers.
+        Err(refused) => return unmark(busy, refused),
+        Ok(Entry::Unauthorized(refused)) => refused,
+        Ok(Entry::Preflight) => reply::preflight(req.headers()),
+        Ok(Entry::Request(head)) => match *req.method() {
+            Method::POST => post(app, req, head).await,
+            Method::GET => get(app, &head),
+            Method::DELETE => delete(app, &head),
+            _ => reply::method_not_allowed(),
+        },
     };
     if let Some(origin) = origin {
         reply::allow_origin(&mut resp, origin);
     }
-    resp
+    unmark(busy, resp)
 }
 
-/// The 403 of a `Host`, target authority or `Origin` not allowed.
-fn forbidden(app: &App, why: &str) -> Response<Body> {
-    metrics::counter!(crate::metrics::FORBIDDEN).increment(1);
-    if let Some(skipped) = app.refusal_log.allow(Instant::now()) {
-        tracing::info!(skipped, "403: {why}");
+/// Answered: the connection stays busy until hyper has taken the whole
+/// response body.
+fn unmark(busy: Option<conns::Busy>, resp: Response<Body>) -> Response<Body> {
+    match busy {
+        Some(busy) => {
+            busy.received();
+            resp.map(|b| busy.hold(b).boxed_unsync())
+        }
+        None => resp,
     }
-    refuse(
-        StatusCode::FORBIDDEN,
-        protocol::INVALID_REQUEST,
-        format!("Forbidden: {why}"),
-    )
-    .into_response(Value::Null)
+}
+
+/// The connection's mark for this request ([`conns::Tracker::begin`]),
+/// named for the caller's client once its head names one: the 503 of a
+/// connection the table closed meanwhile, or of a client at its share.
+fn mark<B>(
+    app: &App,
+    conn: &conns::Tracker,
+    req: &Request<B>,
+    entry: &Result<Entry, Response<Body>>,
+) -> Result<conns::Busy, Response<Body>>
+where
+    B: hyper::body::Body,
+{
+    let receiving = !req.body().is_end_stream();
+    let claim = match entry {
+        Ok(Entry::Request(head)) => Some((head.who.access.shares(), head.who.owner())),
+        _ => None,
+    };
+    match conn.enter(receiving, claim) {
+        Ok(busy) => Ok(busy),
+        Err(conns::NotBegun::Closed) => Err(reply::closing(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "connection closed to admit a newer one; retry",
+        )),
+        Err(conns::NotBegun::OverShare(e)) => {
+            let Ok(Entry::Request(head)) = entry else {
+                unreachable!("only a named client is refused its share")
+            };
+            Err(over_share(app, &head.who, e))
+        }
+    }
+}
+
+/// The 503 of a request whose client holds its share of the connections
+/// (counted as `connection_share`); the connection ends with it.
+fn over_share(app: &App, who: &Who, e: conns::ShareRefusal) -> Response<Body> {
+    crate::metrics::refused("connection_share");
+    if let Some(skipped) = app.refusal_log.allow(Instant::now()) {
+        tracing::info!(client = who.name(), skipped, "503: {e}");
+    }
+    let err = RpcError::new(protocol::CONNECTIONS_FULL, e.to_string())
+        .with_data(json!({"retryAfterSeconds": 1, "limit": "connection_share"}));
+    let mut r = Refusal(StatusCode::SERVICE_UNAVAILABLE, err).into_response(Value::Null);
+    // The body was not read: say the connection ends (RFC 9112 §9.6).
+    let h = r.headers_mut();
+    h.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    r
 }
 
 /// A legacy session's GET stream: charged to the client's rate when it
@@ -103,7 +146,7 @@ fn get(app: Arc<App>, head: &Head) -> Response<Body> {
             )
             .into_response(Value::Null)
         }
-        Err(_) => return super::admission::not_found().into_response(Value::Null),
+        Err(_) => return reply::not_found().into_response(Value::Null),
     };
     match app.streams.take(who.access.shares(), who.owner()) {
         Ok(place) => reply::session_stream(app.clone(), held, place),
@@ -244,7 +287,7 @@ where
         Ok(x) => x,
         Err(refused) => return refused,
     };
-    let media = super::media::Accept::of(&headers);
+    let media = head.accept;
     let sse = media.sse_only();
     let msg = match protocol::envelope::parse(&bytes) {
         Ok(Parsed::One(Ok(m))) => m,
@@ -306,7 +349,7 @@ async fn batch(
 /// admitted on its own (over the rate: that error in its place).
 async fn batch_item(app: &Arc<App>, h: &HeaderMap, item: Value, head: &Head) -> Option<Value> {
     let size = match app.audit {
-        Some(_) => super::audited::json_len(&item),
+        Some(_) => super::call::json_len(&item),
         None => 0,
     };
     let m = match protocol::classify(item) {
@@ -344,7 +387,7 @@ fn batch_session(app: &Arc<App>, head: &Head) -> Result<super::sessions::Held, R
         return Err(not_here());
     };
     // Held for the batch's length: its session stays busy while it runs.
-    match app.sessions.enter(sid, head.who.owner()) {
+    match app.sessions.enter(sid, head.who.owner(), None) {
         Err(_) => Err(refuse(
             StatusCode::NOT_FOUND,
             protocol::INVALID_REQUEST,
@@ -353,5 +396,141 @@ fn batch_session(app: &Arc<App>, head: &Head) -> Result<super::sessions::Held, R
         .into_response(Value::Null)),
         Ok(held) if held.seen.version != ProtocolVersion::V2025_03_26 => Err(not_here()),
         Ok(held) => Ok(held),
+    }
+}
+
+/// Methods whose upstream may send request-scoped notifications or
+/// server→client requests while working.
+fn relayable(method: &str) -> bool {
+    matches!(
+        method,
+        "tools/call" | "prompts/get" | "resources/read" | "completion/complete"
+    )
+}
+
+/// A client's answer to a request relayed from an upstream: back to that upstream.
+async fn relayed_answer(app: &App, head: &Head, id: Value, outcome: Result<Value, RpcError>) {
+    let Some((up, slot, generation)) = crate::upstream::relay::parse_downstream_id(&id) else {
+        return; // not ours
+    };
+    let session = head.own_session(app).map(|s| s.to_header());
+    let (Some(upstream), Some(session)) = (app.router.by_id(up), session) else {
+        return;
+    };
+    if !upstream
+        .answer_relayed(slot, generation, &session, outcome)
+        .await
+    {
+        tracing::info!(upstream = %upstream.name(), "dropped an answer to an unknown or expired relayed request");
+    }
+}
+
+/// Serves one message: a client's answer to a relayed request, a
+/// notification, or a request: admitted ([`admit`]), checked in its era,
+/// then routed ([`Call::route`]).
+pub(super) async fn one(
+    app: &Arc<App>,
+    head: &Head,
+    h: &HeaderMap,
+    msg: Message,
+    stream_ok: bool,
+    request_bytes: usize,
+) -> Result<Outcome, (Value, Refusal)> {
+    let request = match msg {
+        Message::Response { id, outcome } => {
+            relayed_answer(app, head, id, outcome).await;
+            return Ok(Outcome::Accepted);
+        }
+        Message::Notification { method, params } => {
+            notification(app, head, &method, params.as_ref());
+            return Ok(Outcome::Accepted);
+        }
+        Message::Request { id, method, params } => (id, method, params),
+    };
+    let call = match admit(app, head, h, request, request_bytes)? {
+        Admitted::Call(call) => call,
+        Admitted::Initialize(who, id, params) => {
+            return answered_here::initialize(app, id, params.as_ref(), &who).map(Outcome::Answer)
+        }
+    };
+    if call.caller.modern() {
+        modern_checks(app, h, &call)?;
+    }
+    match call.route(stream_ok) {
+        Route::Listen => call.listen(app, stream_ok).await,
+        Route::SetLevel => Ok(Outcome::Answer(call.set_level(app))),
+        Route::Subscription => Ok(Outcome::Answer(call.subscription(app).await)),
+        Route::Relayed => Ok(call.relayed(app).await),
+        Route::Modern => Ok(super::rounds::serve(app, call, stream_ok).await),
+        Route::Plain => Ok(Outcome::Answer(call.serve(app, None).await)),
+    }
+}
+
+/// `notifications/initialized` marks the session; `notifications/cancelled`
+/// drops the legacy request it names. Others are accepted and dropped.
+fn notification(app: &App, head: &Head, method: &str, params: Option<&Value>) {
+    match method {
+        "notifications/initialized" => {
+            if let Some(id) = head.own_session(app) {
+                app.sessions.mark_initialized(&id);
+            }
+        }
+        "notifications/cancelled" => {
+            let request = params.and_then(|p| p.get("requestId"));
+            if let (Some(sid), Some(request)) = (head.own_session(app), request) {
+                app.sessions.cancel(sid, request);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A modern request's own checks: a method 2026-07-28 removed (404,
+/// [`modern::removed`]), then its `_meta` and headers
+/// ([`modern::validate`]) and its `Mcp-Param-*` headers (400); a refusal
+/// is audited ([`super::call::refused`]).
+fn modern_checks(app: &App, h: &HeaderMap, call: &Call) -> Result<(), (Value, Refusal)> {
+    let (method, params, who) = (call.method.as_str(), call.params.as_ref(), &call.caller.who);
+    let checked = modern::removed(method)
+        .map_err(|e| Refusal(StatusCode::NOT_FOUND, e))
+        .and_then(|()| {
+            modern::validate(h, method, params)
+                .and_then(|()| modern::check_param_headers(app, h, method, params, who.policy()))
+                .map_err(|e| Refusal(StatusCode::BAD_REQUEST, e))
+        });
+    checked.map_err(|r| {
+        let bytes = call.request_bytes;
+        super::call::refused(app, &call.id, method, params, who, bytes, &r.1);
+        (call.id.clone(), r)
+    })
+}
+
+/// Which handler of [`Call`] serves a request.
+enum Route {
+    Listen,
+    SetLevel,
+    Subscription,
+    Relayed,
+    Modern,
+    Plain,
+}
+
+impl Call {
+    /// The dispatch table: methods mcp-edge answers itself in this era,
+    /// then a relayed call (SSE, when the client takes a stream), then a
+    /// plain one. (Decided here, awaited by the caller: one async layer
+    /// less in every connection's future.)
+    fn route(&self, stream_ok: bool) -> Route {
+        let legacy = !self.caller.modern();
+        match self.method.as_str() {
+            "subscriptions/listen" if !legacy => Route::Listen,
+            "logging/setLevel" if legacy => Route::SetLevel,
+            "resources/subscribe" | "resources/unsubscribe" if legacy => Route::Subscription,
+            // A modern call's head waits for its outcome; its upstream's
+            // requests become MRTR rounds (super::rounds).
+            m if !legacy && relayable(m) => Route::Modern,
+            m if stream_ok && relayable(m) => Route::Relayed,
+            _ => Route::Plain,
+        }
     }
 }

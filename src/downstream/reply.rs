@@ -491,6 +491,49 @@ fn last_pieces<F>(
     None
 }
 
+/// 404 "Session not found": an unknown, ended, malformed or another
+/// client's session id.
+pub(super) fn not_found() -> Refusal {
+    refuse(
+        StatusCode::NOT_FOUND,
+        protocol::INVALID_REQUEST,
+        "Session not found",
+    )
+}
+
+/// The `-31008` of a client over its rate: `data.retryAfterSeconds` (which
+/// becomes `Retry-After`) is `wait` rounded up, at least 1.
+pub(super) fn rate_limited(client: &str, wait: std::time::Duration) -> RpcError {
+    let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+    let msg = format!("Too many requests: client {client:?} is over its rate");
+    RpcError::new(protocol::RATE_LIMITED, msg)
+        .with_data(serde_json::json!({"retryAfterSeconds": secs}))
+}
+
+/// The 401 of a request without a known caller's credentials, with its
+/// challenge (`WWW-Authenticate: Bearer realm="mcp-edge"`, RFC 6750 §3)
+/// and `Connection: close` (the body was not read, RFC 9112 §9.6).
+pub(super) fn unauthorized(e: crate::access::AuthError) -> Response<Body> {
+    use crate::access::AuthError;
+    let challenge = match e {
+        AuthError::Missing | AuthError::UnknownCertificate => r#"Bearer realm="mcp-edge""#,
+        AuthError::Malformed => r#"Bearer realm="mcp-edge", error="invalid_request""#,
+        AuthError::Unknown => r#"Bearer realm="mcp-edge", error="invalid_token""#,
+    };
+    let err = RpcError::new(protocol::UNAUTHORIZED, format!("Unauthorized: {e}"));
+    let mut r = json(
+        StatusCode::UNAUTHORIZED,
+        &protocol::error_response(Value::Null, &err),
+    );
+    let h = r.headers_mut();
+    h.insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static(challenge),
+    );
+    h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    r
+}
+
 /// An HTTP-level refusal: status plus JSON-RPC error (id null).
 pub(super) struct Refusal(pub(super) StatusCode, pub(super) RpcError);
 

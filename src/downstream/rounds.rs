@@ -25,10 +25,9 @@
 //!   requests are answered with an error, and dropping the call cancels it
 //!   upstream.
 
+use super::admission::Call;
 use super::app::{App, Who};
-use super::audited;
-use super::call::{dispatch, Call};
-use super::finish::{finish_audited, observe, Answer, Outcome};
+use super::call::{dispatch, finish_audited, observe, Answer, Outcome, Pending};
 use super::parked::{self, Asked, Event, Identity, NotParked, Running, StateError};
 use crate::limits;
 use crate::protocol::{self, Payload, RpcError};
@@ -63,7 +62,7 @@ struct Round {
     /// `_meta["io.modelcontextprotocol/clientCapabilities"]` of this request.
     caps: Value,
     identity: Identity,
-    audit: Option<Box<audited::Pending>>,
+    audit: Option<Box<Pending>>,
     t0: Instant,
     running: Option<Running>,
     /// The input requests of the round being gathered ([`Round::on_event`]).
@@ -101,7 +100,7 @@ pub(super) async fn serve(app: &Arc<App>, req: Call, stream_ok: bool) -> Outcome
             &req.method,
             protocol::routed_name(&req.method, params.as_ref()),
         ),
-        audit: audited::Pending::start(
+        audit: Pending::start(
             app,
             &req.method,
             params.as_ref(),

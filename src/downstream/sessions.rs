@@ -11,15 +11,32 @@
 //! ([`Sessions::finish`]): the gauge, the GET streams woken (they see the
 //! session gone and end), the upstreams told to forget the session's
 //! relayed requests, its resource subscriptions dropped.
+//!
+//! A legacy request held in its session is also registered for its
+//! client's `notifications/cancelled` (2025-11-25
+//! basic/utilities/cancellation.mdx) under (session, request id): the
+//! request it names, if still being answered, is dropped, which tells the
+//! upstream in turn (stdio: `notifications/cancelled` with the upstream's
+//! own id; legacy HTTP: the same through the owner task; modern: the
+//! stream closes), and answered with `-32800`. A modern client cancels by
+//! closing its response stream (2026-07-28 patterns-cancellation.mdx),
+//! which drops the call the same way. The registry holds one entry per
+//! request being answered, removed with its hold.
 
 use crate::protocol::{ClientCaps, ProtocolVersion};
 use crate::router::Router;
 use crate::session::{Removal, Session, SessionError, SessionId, Table};
 use crate::share::Shares;
 use crate::subscriptions::{Subscriber, Subscriptions};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use tokio::sync::Notify;
+use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
+
+/// A legacy request being answered: its session and its id as JSON text.
+type Running = (SessionId, String);
 
 /// The session service (see the module docs).
 pub struct Sessions {
@@ -28,6 +45,10 @@ pub struct Sessions {
     changed: Notify,
     router: Arc<Router>,
     subscriptions: Arc<Subscriptions>,
+    /// Legacy requests being answered, by (session, request id as JSON
+    /// text): the token of the hold that registered it and its trigger.
+    running: Mutex<HashMap<Running, (u64, oneshot::Sender<()>)>>,
+    next_token: AtomicU64,
 }
 
 impl Sessions {
@@ -39,6 +60,8 @@ impl Sessions {
             changed: Notify::new(),
             router,
             subscriptions,
+            running: Mutex::default(),
+            next_token: AtomicU64::new(0),
         }
     }
 
@@ -98,14 +121,48 @@ impl Sessions {
 
     /// A request of `owner` in session `id` begins: the session as it was
     /// found, held busy (not idle, not evictable) until the hold drops. A
-    /// session of another owner is [`SessionError::NotFound`].
-    pub fn enter(self: &Arc<Self>, id: SessionId, owner: u64) -> Result<Held, SessionError> {
+    /// session of another owner is [`SessionError::NotFound`]. With its
+    /// JSON-RPC `request` id, the hold also carries its cancellation
+    /// ([`Held::cancelled`]; a second request reusing an id still in
+    /// flight is not cancellable: the first keeps the entry).
+    pub fn enter(
+        self: &Arc<Self>,
+        id: SessionId,
+        owner: u64,
+        request: Option<&Value>,
+    ) -> Result<Held, SessionError> {
         let seen = self.with(|t| t.enter(&id, owner, Instant::now()))?;
-        Ok(Held {
+        let mut held = Held {
             sessions: self.clone(),
             id,
             seen,
-        })
+            registered: None,
+            cancelled: None,
+        };
+        if let Some(request) = request {
+            let key = (id, request.to_string());
+            let (tx, rx) = oneshot::channel();
+            let token = self.next_token.fetch_add(1, Relaxed);
+            let mut running = self.running.lock().expect("cancels");
+            if !running.contains_key(&key) {
+                running.insert(key.clone(), (token, tx));
+                held.registered = Some((key.1, token));
+                held.cancelled = Some(rx);
+            }
+        }
+        Ok(held)
+    }
+
+    /// The client of `sid` cancelled `request`: true if it was running.
+    pub fn cancel(&self, sid: SessionId, request: &Value) -> bool {
+        let key = (sid, request.to_string());
+        let tx = self.running.lock().expect("cancels").remove(&key);
+        tx.is_some_and(|(_, tx)| tx.send(()).is_ok())
+    }
+
+    /// Legacy requests registered for cancellation now.
+    pub fn cancellable(&self) -> usize {
+        self.running.lock().expect("cancels").len()
     }
 
     /// Opens a GET stream of `owner` on session `id` (at most `max` per
@@ -192,6 +249,12 @@ pub struct Held {
     /// The session as the request found it (its version, declared
     /// capabilities and log floor).
     pub seen: Session,
+    /// The request id's text and token under which it is registered for
+    /// cancellation, if it is.
+    registered: Option<(String, u64)>,
+    /// Fires when the client cancels the request: taken by whoever runs
+    /// the call (which then answers `-32800`).
+    pub cancelled: Option<oneshot::Receiver<()>>,
 }
 
 impl Held {
@@ -203,6 +266,15 @@ impl Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
+        if let Some((request, token)) = self.registered.take() {
+            let mut running = self.sessions.running.lock().expect("cancels");
+            let key = (self.id, request);
+            // Only its own entry: a later request may reuse the id once
+            // this one was cancelled.
+            if running.get(&key).is_some_and(|(t, _)| *t == token) {
+                running.remove(&key);
+            }
+        }
         (self.sessions).with(|t| t.end_request(&self.id, Instant::now()));
     }
 }
@@ -340,7 +412,10 @@ mod tests {
         // An expired session found by its own next request.
         let (g, answer) = holding(&sessions, &up, &subs, 1);
         tokio::time::advance(Duration::from_secs(61)).await;
-        assert!(matches!(sessions.enter(g, 1), Err(SessionError::NotFound)));
+        assert!(matches!(
+            sessions.enter(g, 1, None),
+            Err(SessionError::NotFound)
+        ));
         forgotten(&subs, g, answer, "expiry on lookup");
         // Shutdown.
         let (h, answer) = holding(&sessions, &up, &subs, 1);
@@ -357,8 +432,11 @@ mod tests {
         let a = sessions
             .open(V, 1, ClientCaps::NONE, &Shares::default())
             .unwrap();
-        assert!(matches!(sessions.enter(a, 2), Err(SessionError::NotFound)));
-        let held = sessions.enter(a, 1).unwrap();
+        assert!(matches!(
+            sessions.enter(a, 2, None),
+            Err(SessionError::NotFound)
+        ));
+        let held = sessions.enter(a, 1, None).unwrap();
         tokio::time::advance(Duration::from_secs(3600)).await;
         assert!(matches!(
             sessions.open(V, 1, ClientCaps::NONE, &Shares::default()),

@@ -4,20 +4,8 @@
 //! `subscriptions/listen` stream (§Task Status Notifications). Routing and
 //! the table are [`crate::router`]'s and [`crate::tasks`]'.
 
-use super::app::{App, Who};
-use crate::router::TaskCaller;
+use super::app::App;
 use serde_json::{json, Value};
-
-/// The tasks-extension view of a request of `who`: a modern request
-/// declaring the extension in its `_meta` is a caller of it; legacy
-/// requests never are (their task-backed calls are followed).
-pub(super) fn caller(who: &Who, params: Option<&Value>, modern: bool) -> TaskCaller {
-    TaskCaller {
-        owner: who.owner(),
-        modern,
-        declared: modern && crate::tasks::declared(params),
-    }
-}
 
 /// The capabilities of a `server/discover` answer: [`App::capabilities`],
 /// plus the extension when the request declared it and an upstream
