@@ -471,7 +471,11 @@ async fn each_upstream_session_has_its_get_stream_read() {
         .strip_prefix("hello from ")
         .unwrap_or_else(|| panic!("{}", r.raw))
         .to_string();
-    assert!(!["s0", "s1"].contains(&new.as_str()), "a new session: {}", r.raw);
+    assert!(
+        !["s0", "s1"].contains(&new.as_str()),
+        "a new session: {}",
+        r.raw
+    );
     eventually_sync("the new session's stream", within, || {
         let gets = u.gets.lock().unwrap().clone();
         gets[4..].contains(&new).then_some(gets)
