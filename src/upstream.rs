@@ -17,7 +17,6 @@ pub mod inflight;
 mod input_bridge;
 mod link;
 mod pinning;
-pub mod relay;
 pub mod ring;
 pub mod state;
 pub mod stdio;
@@ -26,6 +25,7 @@ mod subscribing;
 
 use crate::config::UpstreamConfig;
 use crate::protocol::{self, Payload};
+use crate::relay;
 use crate::share::Claimant;
 use serde_json::Value;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};

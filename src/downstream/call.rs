@@ -26,7 +26,7 @@ pub(super) async fn dispatch(
     method: &str,
     params: Option<Value>,
     modern: bool,
-    relay: Option<crate::upstream::relay::Relay>,
+    relay: Option<crate::relay::Relay>,
     who: &Who,
 ) -> Result<Payload, RpcError> {
     match method {

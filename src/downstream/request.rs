@@ -33,7 +33,7 @@ fn relayable(method: &str) -> bool {
 
 /// A client's answer to a request relayed from an upstream: back to that upstream.
 async fn relayed_answer(app: &App, head: &Head, id: Value, outcome: Result<Value, RpcError>) {
-    let Some((up, slot, generation)) = crate::upstream::relay::parse_downstream_id(&id) else {
+    let Some((up, slot, generation)) = crate::relay::parse_downstream_id(&id) else {
         return; // not ours
     };
     let session = head.own_session(app).map(|s| s.to_header());
@@ -217,7 +217,7 @@ impl Call {
         let level = (self.params.as_ref())
             .and_then(|p| p.get("level"))
             .and_then(Value::as_str);
-        let outcome = match level.and_then(crate::upstream::relay::log_rank) {
+        let outcome = match level.and_then(crate::relay::log_rank) {
             Some(rank) => {
                 app.sessions.set_log_floor(sid, rank as u8);
                 Ok(json!({}))
@@ -226,7 +226,7 @@ impl Call {
                 protocol::INVALID_PARAMS,
                 format!(
                     "params.level must be one of {}",
-                    crate::upstream::relay::LOG_LEVELS.join(", ")
+                    crate::relay::LOG_LEVELS.join(", ")
                 ),
             )),
         };
@@ -259,10 +259,8 @@ impl Call {
     /// stream relaying them, then the response; a plain answer when it
     /// relays nothing ([`reply::hold`]).
     async fn relayed(self, app: &Arc<App>) -> Outcome {
-        let (relay, rx) = crate::upstream::relay::Relay::new(
-            self.caller.era.session(),
-            app.server.sse_queue_depth,
-        );
+        let (relay, rx) =
+            crate::relay::Relay::new(self.caller.era.session(), app.server.sse_queue_depth);
         let (floor, caps) = self.relay_view();
         let relay = relay.with_log_floor(floor).with_caps(caps);
         let keepalive = app.server.keepalive;
@@ -330,7 +328,7 @@ impl Call {
                 let floor = protocol::params_meta(self.params.as_ref())
                     .and_then(|m| m.get("io.modelcontextprotocol/logLevel"))
                     .and_then(Value::as_str)
-                    .and_then(crate::upstream::relay::log_rank);
+                    .and_then(crate::relay::log_rank);
                 (floor, None)
             }
         }

@@ -273,7 +273,7 @@ mod tests {
         up: &Upstream,
         subs: &Subscriptions,
         owner: u64,
-    ) -> (SessionId, crate::upstream::relay::Answer) {
+    ) -> (SessionId, crate::relay::Answer) {
         let id = sessions
             .open(V, owner, ClientCaps::NONE, &Shares::default())
             .unwrap();
@@ -290,12 +290,7 @@ mod tests {
 
     /// The relayed request was dropped (its waiter sees the sender gone)
     /// and the session has no subscription left.
-    fn forgotten(
-        subs: &Subscriptions,
-        id: SessionId,
-        mut answer: crate::upstream::relay::Answer,
-        how: &str,
-    ) {
+    fn forgotten(subs: &Subscriptions, id: SessionId, mut answer: crate::relay::Answer, how: &str) {
         assert!(
             matches!(
                 answer.try_recv(),

@@ -12,8 +12,9 @@
 //! 2026-07-28 patterns-cancellation.mdx); a built-in call never.
 
 use super::era::UpstreamEra;
-use super::{builtin, relay, stdio, streamable, SendError, Upstream};
+use super::{builtin, stdio, streamable, SendError, Upstream};
 use crate::protocol::{self, Payload, RpcError};
+use crate::relay;
 use serde_json::Value;
 use std::time::Duration;
 use tokio::sync::mpsc;
