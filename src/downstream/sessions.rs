@@ -246,7 +246,7 @@ mod tests {
     fn service(capacity: usize) -> (Arc<Sessions>, Arc<Upstream>, Arc<Subscriptions>) {
         let subscriptions = Arc::new(Subscriptions::new(8));
         let config = Config::embedded_default().upstreams.remove(0);
-        let up = Upstream::new(
+        let (up, _owner) = Upstream::new(
             0,
             config,
             1,
