@@ -40,7 +40,7 @@ pub(super) fn declare_caps(
 /// §Sending Messages to the Server, item 2).
 pub(super) fn no_stream(outcome: Result<Payload, RpcError>) -> Result<Payload, RpcError> {
     let result = outcome?;
-    if !crate::upstream::input_required(&result) {
+    if !crate::router::input_required(&result) {
         return Ok(result);
     }
     let result = result.into_value();
