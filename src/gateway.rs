@@ -25,7 +25,7 @@ use crate::pins::Pins;
 use crate::router::Router;
 use crate::subscriptions::Subscriptions;
 use crate::supervisor::{persist::Persist, OwnedTask, Supervisor};
-use crate::upstream::{ListGens, Upstream};
+use crate::upstream::{ListGens, Steward, Upstream};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -105,16 +105,30 @@ struct Shared {
 }
 
 impl Shared {
-    /// A new upstream for `c`; `previous` is the one it replaces (a
-    /// reload), whose OAuth client it keeps when its URL and
-    /// `[upstream.oauth]` are unchanged: one renewal lock per grant, never
-    /// two instances refreshing the same token.
+    /// What the upstreams of a gateway started with `config` share.
+    fn new(config: &Config) -> Result<Shared, GatewayError> {
+        Ok(Shared {
+            catalog_gen: Arc::new(watch::channel(ListGens::default()).0),
+            subscriptions: Arc::new(Subscriptions::new(
+                crate::limits::MAX_RESOURCE_SUBSCRIPTIONS,
+            )),
+            pins: Arc::new(pins(config)?),
+            max_pending: config.server.max_pending_server_requests,
+            state_directory: config.server.state_directory.clone(),
+        })
+    }
+
+    /// A new upstream for `c`, the handle and its owner's side (for the
+    /// supervisor); `previous` is the one it replaces (a reload), whose
+    /// OAuth client it keeps when its URL and `[upstream.oauth]` are
+    /// unchanged: one renewal lock per grant, never two instances
+    /// refreshing the same token.
     fn upstream(
         &self,
         id: usize,
         c: &UpstreamConfig,
         previous: Option<&Upstream>,
-    ) -> Arc<Upstream> {
+    ) -> (Arc<Upstream>, Steward) {
         let oauth = previous
             .and_then(|p| p.oauth_for(c))
             .or_else(|| oauth_client(c, self.state_directory.as_deref()));
@@ -180,23 +194,16 @@ impl Gateway {
             }
             None => (None, None),
         };
-        let shared = Shared {
-            catalog_gen: Arc::new(watch::channel(ListGens::default()).0),
-            subscriptions: Arc::new(Subscriptions::new(
-                crate::limits::MAX_RESOURCE_SUBSCRIPTIONS,
-            )),
-            pins: Arc::new(pins(&config)?),
-            max_pending: s.max_pending_server_requests,
-            state_directory: s.state_directory.clone(),
-        };
+        let shared = Shared::new(&config)?;
         // After the pins: a state directory at fault is reported as such.
         let operator = match &s.admin_socket {
             Some(p) => Some(crate::downstream::operator_socket::Socket::bind(p)?),
             None => None,
         };
-        let upstreams: Vec<Arc<Upstream>> = (config.upstreams.iter().enumerate())
-            .map(|(i, c)| shared.upstream(i, c, None))
-            .collect();
+        let (upstreams, owners): (Vec<Arc<Upstream>>, Vec<Steward>) =
+            (config.upstreams.iter().enumerate())
+                .map(|(i, c)| shared.upstream(i, c, None))
+                .unzip();
         let router = Router::new(
             upstreams.clone(),
             s.tool_names,
@@ -219,7 +226,7 @@ impl Gateway {
             // Only with server.allow_unauthenticated: config loading refuses otherwise.
             tracing::warn!(listen = %addr, "serving every tool to anyone who can reach {addr}: no [[client]] is configured and server.allow_unauthenticated = true");
         }
-        let supervisor = Supervisor::start(&upstreams, persist(&config, &upstreams));
+        let supervisor = Supervisor::start(owners, persist(&config, &upstreams));
         metrics::gauge!(crate::metrics::SESSIONS_CAPACITY).set(s.session_capacity as f64);
         let (shutdown, _) = watch::channel(false);
         let admin_addr = admin.as_ref().and_then(|l| l.local_addr().ok());

@@ -29,12 +29,13 @@
 //! | [`session`] | the fixed-capacity legacy session table (time passed in) |
 //! | [`access`] | who a downstream caller is (`[[client]]`: bearer token or TLS client certificate), what it may see and call, its rate |
 //! | [`subscriptions`] | the fixed table of downstream resource subscriptions (who wants which URI from which upstream) |
+//! | [`relay`] | what an upstream sends during a call, on its way to the caller: the bounded queue of a call's relayed messages, the table of server→client requests awaiting a client's answer, their ids; below both faces |
 //! | [`tasks`] | the tasks extension (`io.modelcontextprotocol/tasks`): the fixed table of tasks handed to callers under gateway task ids (upstream, its task id, owner, expiry) and the extension's wire rules |
 //! | [`pins`] | tool pins: each upstream tool's definition hashed, compared with the hash pinned for it, withheld under `trust = "pin"` until approved; the pins file |
 //! | [`oauth`] | the OAuth 2.1 client of HTTP upstreams: discovery (RFC 9728, RFC 8414), token requests (client credentials, refresh, authorization code with PKCE), the token file, one renewal in flight per upstream with backoff and parking |
-//! | [`upstream`] | the per-upstream handle and the one connection interface over the transports (`stdio`, `http`, `builtin`); era probe, in-flight table, id remap |
-//! | [`router`] | aggregated catalog, exposed-name mapping, list merge, call routing |
-//! | [`supervisor`] | the owner task per upstream (connect, reconnect); with [`gateway`], the only spawner of long-lived tasks |
+//! | [`upstream`] | each upstream as a pair made together: the handle callers share (calls, status, catalog) and the owner's side ([`upstream::Steward`]: connection, status, catalog, progress) its owner task holds; the one connection interface over the transports (`stdio`, `streamable`, `builtin`); era probe, in-flight table, id remap |
+//! | [`router`] | aggregated catalog, exposed-name mapping, list merge, call routing; the downstream face's only way to the upstreams |
+//! | [`supervisor`] | the owner task per upstream (connect, reconnect), holding its upstream's owner side; with [`gateway`], the only spawner of long-lived tasks |
 //! | [`downstream`] | the downstream face: accept loop (with the TLS handshake), `/mcp` endpoint, Origin/Host checks, framing, admin routes |
 //! | [`gateway`] | the composition root: builds everything from a `Config`; start, reload, shutdown, the systemd lifecycle |
 //!
@@ -65,6 +66,7 @@ pub mod oauth;
 pub mod pins;
 pub mod protocol;
 pub mod reaper;
+pub mod relay;
 pub mod router;
 pub mod sandbox;
 pub mod session;

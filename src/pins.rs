@@ -6,7 +6,7 @@
 //! unknown fields fail closed) and compared with its *pin*, the hash recorded for that
 //! upstream and tool name. One [`Pins`] store per gateway holds every
 //! upstream's pins (one lock), shared by the upstream handles, which review
-//! each catalog they install against it (`Upstream::set_catalog`) and record
+//! each catalog they install against it (`Steward::set_catalog`) and record
 //! an operator's approval (`Upstream::approve`).
 //!
 //! - **Trust on first use.** An upstream with no pins at all (a fresh state

@@ -8,19 +8,28 @@
 //! the upstream set changed. A reload swaps the upstream set
 //! ([`Router::set_upstreams`]); routes hold the upstream itself, so a call
 //! routed just before the swap still reaches the upstream it was routed to.
+//!
+//! The downstream face reaches upstreams only through here: the handles
+//! of the set, the routes, and the few upstream types re-exported below.
 
 pub mod names;
 mod task_routing;
 mod view;
+/// What the downstream face names of the upstreams, which it reaches only
+/// through the router (it names nothing of `upstream` itself,
+/// `tests/it/structure.rs`): the handle routes hand out, its status, an
+/// approval's error, the list generations streams follow, and the test of
+/// an answer that asks its caller for input.
+pub use crate::upstream::{input_required, ApproveError, ListGens, Status, Upstream};
 pub use task_routing::{offers_tasks, TaskCaller};
 pub use view::Described;
 
 use crate::access::Policy;
 use crate::config::ToolNameRule;
 use crate::protocol::{self, Payload, RpcError};
+use crate::relay::Relay;
 use crate::share::{Claimant, Shares};
-use crate::upstream::relay::Relay;
-use crate::upstream::{Catalog, Upstream};
+use crate::upstream::Catalog;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};

@@ -30,7 +30,7 @@ pub struct Session {
     /// GET streams open on this session.
     pub streams: u8,
     /// The least severe `notifications/message` the client wants, as a rank
-    /// of `upstream::relay::LOG_LEVELS` (`logging/setLevel`; 0 = all).
+    /// of `relay::LOG_LEVELS` (`logging/setLevel`; 0 = all).
     pub log_floor: u8,
     /// Who created it (`crate::access::Access::owner`; 0 = anonymous):
     /// another client presenting its id is answered as for an unknown id.

@@ -3,7 +3,9 @@
 //! place that spawns long-lived tasks.
 //!
 //! Each owner task ([`owner`]) runs connect, health probing and reconnect as
-//! one loop, so a reconnect can never start a second monitor. The task is
+//! one loop, so a reconnect can never start a second monitor. It holds its
+//! upstream's [`Steward`], the owner's side made together with the handle:
+//! one per upstream, so one owner. The task is
 //! held by an [`OwnerHandle`] whose drop aborts it; every sleep also listens
 //! for shutdown. The retry policy ([`backoff`]) and its persistence across
 //! restarts ([`persist`]) live here and nowhere else.
@@ -12,7 +14,7 @@ pub use crate::backoff;
 pub(crate) mod owner;
 pub mod persist;
 
-use crate::upstream::Upstream;
+use crate::upstream::{Steward, Upstream};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,26 +59,28 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
-    /// Starts one owner task per enabled upstream; `persist` (from
-    /// `server.state_directory`) carries backoff across restarts.
-    pub fn start(
-        upstreams: &[Arc<Upstream>],
-        persist: Option<Arc<persist::Persist>>,
-    ) -> Supervisor {
+    /// Starts one owner task per enabled upstream, each given its
+    /// upstream's owner side (made with the handle, [`Upstream::new`]);
+    /// `persist` (from `server.state_directory`) carries backoff across
+    /// restarts.
+    pub fn start(owners: Vec<Steward>, persist: Option<Arc<persist::Persist>>) -> Supervisor {
         let mut s = Supervisor {
-            owners: Vec::with_capacity(upstreams.len()),
+            owners: Vec::with_capacity(owners.len()),
             persist,
         };
-        for up in upstreams {
-            s.start_one(up.clone());
+        for steward in owners {
+            s.start_one(steward);
         }
         s
     }
 
-    /// Starts the owner of `up` (a task only if it is enabled). The caller
-    /// must have stopped any owner of the same name first
-    /// ([`Supervisor::stop_one`]); a second one is refused with a log line.
-    pub fn start_one(&mut self, up: Arc<Upstream>) {
+    /// Starts the owner of `steward`'s upstream (a task only if it is
+    /// enabled; a disabled upstream's owner side is dropped, as nothing
+    /// will change it). The caller must have stopped any owner of the same
+    /// name first ([`Supervisor::stop_one`]); a second one is refused with
+    /// a log line.
+    pub fn start_one(&mut self, steward: Steward) {
+        let up = steward.upstream().clone();
         if self.owners.iter().any(|o| o.upstream.name() == up.name()) {
             tracing::error!(upstream = %up.name(), "an owner task already runs for this name; not starting a second");
             return;
@@ -84,10 +88,8 @@ impl Supervisor {
         let (stop, stop_rx) = watch::channel(false);
         // The supervisor is one of the two places that start long-lived tasks.
         #[allow(clippy::disallowed_methods)]
-        let task = up
-            .config
-            .enabled
-            .then(|| tokio::spawn(owner::run(up.clone(), stop_rx, self.persist.clone())));
+        let task = (up.config.enabled)
+            .then(|| tokio::spawn(owner::run(steward, stop_rx, self.persist.clone())));
         self.owners.push(OwnerHandle {
             upstream: up,
             stop,

@@ -1,10 +1,13 @@
 //! Upstream MCP servers: one shared connection per configured upstream.
 //!
-//! An [`Upstream`] is the shared face of one configured server: callers use
-//! [`Upstream::call`]; the supervisor's owner task connects, installs the live
-//! [`Conn`] and replaces it after a failure. Transports: [`stdio`] (child
-//! process, newline-delimited JSON-RPC), [`http`] (streamable HTTP client) and
-//! [`builtin`] (the in-process `edge` tools). [`handshake`] decides the era.
+//! Each upstream is a pair made together by [`Upstream::new`]: the
+//! [`Upstream`] handle callers share (calls, status, catalog, telling the
+//! owner things) and the [`Steward`], the owner's side, held by the
+//! supervisor's owner task alone, which connects, installs the live
+//! [`Conn`], publishes the status and catalog and replaces the connection
+//! after a failure. Transports: [`stdio`] (child process, newline-delimited
+//! JSON-RPC), [`streamable`] (streamable HTTP client) and [`builtin`] (the
+//! in-process `edge` tools). [`handshake`] decides the era.
 
 pub mod builtin;
 mod call_error;
@@ -15,22 +18,21 @@ pub mod era;
 pub mod handshake;
 pub mod inflight;
 mod input_bridge;
-mod link;
 mod pinning;
-pub mod relay;
 pub mod ring;
 pub mod state;
 pub mod stdio;
+mod steward;
 pub mod streamable;
 mod subscribing;
 
 use crate::config::UpstreamConfig;
 use crate::protocol::{self, Payload};
+use crate::relay;
 use crate::share::Claimant;
 use serde_json::Value;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, RwLock};
-use tokio::sync::{watch, Notify};
+use std::sync::Arc;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 pub use call_error::{CallError, SendError};
@@ -41,13 +43,16 @@ pub use handshake::Negotiated;
 pub use input_bridge::input_required;
 pub use pinning::ApproveError;
 pub use state::Status;
+use steward::Loss;
+pub use steward::Steward;
 
 /// The shared face of one configured upstream (cheap to share behind `Arc`):
-/// the handle callers hold. Its owner task (`supervisor::owner`) alone opens,
-/// installs and drops connections and changes the status; callers read what
-/// it publishes (status on a `watch`, the catalog `Arc`, the live connection
-/// in [`Shared`]), send calls on that connection, cancel one by dropping it,
-/// and tell the owner things through [`Signals`].
+/// the handle callers hold. They read what its owner publishes (status on a
+/// `watch`, the catalog, the live connection), send calls on that
+/// connection, cancel one by dropping it, and tell the owner things (a
+/// lost connection, a Retry-After, a reconnect, an early attempt). What the
+/// owner writes is its [`Steward`]'s to write: the handle has no method
+/// that does, but for the few writes a caller makes, each saying so.
 pub struct Upstream {
     /// Identity in this process, part of relayed request ids: the config
     /// position at start; upstreams (re)started by a reload get fresh numbers,
@@ -55,39 +60,34 @@ pub struct Upstream {
     pub id: usize,
     /// Its validated config.
     pub config: UpstreamConfig,
-    /// Where it is in its life cycle (changed only by the owner task).
-    status: watch::Sender<Status>,
-    /// Everything else the owner task publishes, behind one lock.
-    shared: RwLock<Shared>,
+    /// What the owner task writes (status, connection, clocks, counters)
+    /// and what callers tell it; written through the [`Steward`] only.
+    owned: steward::OwnerState,
     /// What it lists now, and which of its tools are withheld; replaced
-    /// whole, under this lock, by the owner task ([`Upstream::set_catalog`])
-    /// and by an approval ([`Upstream::approve`]).
-    catalog: RwLock<Arc<Catalog>>,
+    /// whole, under its lock, by the owner ([`Steward::set_catalog`]) and
+    /// by an approval ([`Upstream::approve`]).
+    catalog: pinning::CatalogSlot,
     /// The tool pins (shared by all upstreams; [`crate::pins`]).
     pins: Arc<crate::pins::Pins>,
-    /// What callers, transports and operators tell the owner task.
-    pub(crate) signals: Signals,
-    /// Counters of the owner task's work.
-    pub(crate) counters: Counters,
     /// One legacy HTTP re-initialization at a time.
     reinit: tokio::sync::Mutex<()>,
     /// Server→client requests relayed to downstream clients, awaiting answers.
-    pub(crate) pending: Arc<relay::Pending>,
+    pending: Arc<relay::Pending>,
     /// Moved on, per kind, whenever any upstream's catalog changes (shared by all upstreams).
     catalog_gen: Arc<watch::Sender<ListGens>>,
     /// The downstream resource subscriptions (shared by all upstreams).
-    pub(crate) subscriptions: Arc<crate::subscriptions::Subscriptions>,
+    subscriptions: Arc<crate::subscriptions::Subscriptions>,
     /// The resource URIs this connection was asked to report
     /// (`resources/subscribe` sent and answered); emptied on every connect.
-    pub(crate) subscribed: std::sync::Mutex<std::collections::BTreeSet<Box<str>>>,
+    subscribed: std::sync::Mutex<std::collections::BTreeSet<Box<str>>>,
     /// One subscription change at a time (a client's subscribe, or the
     /// owner's reconcile).
     subs_lock: tokio::sync::Mutex<()>,
     /// Last 16 KiB of a stdio child's stderr.
-    pub(crate) stderr_tail: Arc<std::sync::Mutex<ring::Ring>>,
+    stderr_tail: Arc<std::sync::Mutex<ring::Ring>>,
     /// The OAuth client of an HTTP upstream with `[upstream.oauth]`: its
     /// tokens and renewal state outlive each connection.
-    pub(crate) oauth: Option<Arc<crate::oauth::OAuth>>,
+    oauth: Option<Arc<crate::oauth::OAuth>>,
     /// Calls being answered right now (a reload drains them before a stop).
     calls: crate::drain::Drain,
     /// Its `max_in_flight` places as clients hold them ([`inflight::Callers`]).
@@ -97,84 +97,12 @@ pub struct Upstream {
     created: Instant,
 }
 
-/// What the owner task publishes besides the status, read by callers under
-/// one lock: the connection state, the retry windows, and the clocks.
-struct Shared {
-    /// The live connection, if any.
-    link: Link,
-    /// Calls are refused until then (the upstream's Retry-After; set by
-    /// the call that saw it, or by the owner after a failed attempt).
-    retry_floor: Option<Instant>,
-    /// The un-jittered end of the current backoff window (for `connect_on_demand`).
-    earliest_retry: Option<Instant>,
-    /// When the current state was entered, and when the owner task last
-    /// reported progress in it (the watchdog's progress clock).
-    entered: Instant,
-    progress: Instant,
-    /// When it was last Ready (its creation time until it first is): the
-    /// clock of `watchdog.required_grace`.
-    last_ready: Instant,
-    /// When the owner task started the first connect attempt.
-    first_started: Option<Instant>,
-}
-
-/// The connection state: down, or up with a live connection; and the
-/// generation of the last connection installed (0: none yet).
-#[derive(Default)]
-struct Link {
-    live: Option<Live>,
-    generation: u64,
-}
-
-struct Live {
-    conn: Arc<Conn>,
-    negotiated: Arc<Negotiated>,
-    /// Its generation ([`Upstream::install`]).
-    generation: u64,
-}
-
-/// What others tell the owner task.
-pub(crate) struct Signals {
-    /// The last connection loss a call reported.
-    loss: watch::Sender<Option<Loss>>,
-    /// Woken by `notifications/*/list_changed`: the owner task refreshes the catalog.
-    pub(crate) list_changed: Arc<Notify>,
-    /// Operator action: reconnect now (no failure counted).
-    pub(crate) reconnect: Notify,
-    /// A call asking for an early attempt (`connect_on_demand`).
-    pub(crate) wake: Notify,
-}
-
-/// Counters of the owner task's work.
-#[derive(Default)]
-pub(crate) struct Counters {
-    /// Health probes sent, by outcome.
-    pub(crate) probes_ok: AtomicU64,
-    pub(crate) probes_failed: AtomicU64,
-    /// Health monitors running (one per connected owner task; never more than 1).
-    pub(crate) monitors: AtomicUsize,
-    /// Connect attempts started.
-    pub(crate) attempts: AtomicU64,
-}
-
-/// Why a connection was found dead by traffic.
-#[derive(Debug, Clone)]
-pub(crate) struct Loss {
-    /// What failed.
-    pub reason: String,
-    /// 401/403: park instead of backing off.
-    pub auth: bool,
-    /// Which connection failed (its generation, [`Upstream::install`]): a
-    /// late report about an old connection must not tear down its
-    /// replacement (an address could be reused by the replacement; a
-    /// generation never is).
-    pub conn: u64,
-}
-
 impl Upstream {
-    /// A not-yet-connected upstream whose table of relayed server→client
-    /// requests holds `max_pending` entries (`server.max_pending_server_requests`),
-    /// reviewing its tools against `pins`.
+    /// A not-yet-connected upstream and its owner's side, made together
+    /// (the only way to get either): the handle to share, the [`Steward`]
+    /// for its owner task. Its table of relayed server→client requests
+    /// holds `max_pending` entries (`server.max_pending_server_requests`);
+    /// its tools are reviewed against `pins`.
     pub fn new(
         id: usize,
         config: UpstreamConfig,
@@ -183,32 +111,16 @@ impl Upstream {
         subscriptions: Arc<crate::subscriptions::Subscriptions>,
         pins: Arc<crate::pins::Pins>,
         oauth: Option<Arc<crate::oauth::OAuth>>,
-    ) -> Arc<Self> {
+    ) -> (Arc<Self>, Steward) {
         let initial = Status::initial(config.enabled);
         let now = Instant::now();
         let callers = inflight::Callers::new(config.max_in_flight);
-        Arc::new(Upstream {
+        let up = Arc::new(Upstream {
             id,
             config,
-            status: watch::channel(initial).0,
-            shared: RwLock::new(Shared {
-                link: Link::default(),
-                retry_floor: None,
-                earliest_retry: None,
-                entered: now,
-                progress: now,
-                last_ready: now,
-                first_started: None,
-            }),
-            catalog: RwLock::new(Arc::new(Catalog::default())),
+            owned: steward::OwnerState::new(initial, now),
+            catalog: pinning::CatalogSlot::default(),
             pins,
-            signals: Signals {
-                loss: watch::channel(None).0,
-                list_changed: Arc::new(Notify::new()),
-                reconnect: Notify::new(),
-                wake: Notify::new(),
-            },
-            counters: Counters::default(),
             reinit: tokio::sync::Mutex::new(()),
             pending: Arc::new(relay::Pending::new(max_pending)),
             catalog_gen,
@@ -222,7 +134,9 @@ impl Upstream {
             callers,
             created: now,
             oauth,
-        })
+        });
+        let owner = Steward::of(&up);
+        (up, owner)
     }
 
     /// When each credential file it depends on was last modified
@@ -293,12 +207,12 @@ impl Upstream {
 
     /// The current status.
     pub fn status(&self) -> Status {
-        self.status.borrow().clone()
+        self.owned.status()
     }
 
     /// A receiver of status changes.
     pub fn subscribe(&self) -> watch::Receiver<Status> {
-        self.status.subscribe()
+        self.owned.subscribe()
     }
 
     /// Calls being answered right now.
@@ -314,27 +228,30 @@ impl Upstream {
     }
 
     /// Operator action: drop the connection (or end the wait) and connect
-    /// again now, without counting a failure.
+    /// again now, without counting a failure. A caller's write: it signals
+    /// the owner, which alone reconnects.
     pub fn force_reconnect(&self) {
-        self.signals.reconnect.notify_one();
+        self.owned.ask_reconnect();
     }
 
     /// Health probes sent so far: (answered, missed).
     pub fn probes(&self) -> (u64, u64) {
-        (
-            self.counters.probes_ok.load(Relaxed),
-            self.counters.probes_failed.load(Relaxed),
-        )
+        self.owned.probes()
     }
 
     /// Health monitors running for this upstream (0 or 1).
     pub fn monitors(&self) -> usize {
-        self.counters.monitors.load(Relaxed)
+        self.owned.monitors()
     }
 
     /// Connect attempts started since start-up.
     pub fn attempts(&self) -> u64 {
-        self.counters.attempts.load(Relaxed)
+        self.owned.attempts()
+    }
+
+    /// What the handshake learnt, while connected.
+    pub fn negotiated(&self) -> Option<Arc<Negotiated>> {
+        self.owned.negotiated()
     }
 
     /// The last bytes (≤ 16 KiB) a stdio child wrote on stderr.
@@ -347,7 +264,7 @@ impl Upstream {
 
     /// The current catalog (empty while not connected).
     pub fn catalog(&self) -> Arc<Catalog> {
-        self.catalog.read().expect("catalog lock").clone()
+        self.catalog.get()
     }
 
     /// Calls `method` on this upstream with the caller's `params` (adapted to
@@ -381,13 +298,13 @@ impl Upstream {
         relay: Option<relay::Relay>,
         who: Claimant<'_>,
     ) -> Result<Payload, CallError> {
-        if let Some(retry_in) = self.retry_window() {
+        if let Some(retry_in) = self.owned.retry_window() {
             return Err(CallError::RetryLater {
                 name: self.config.name.clone(),
                 retry_in,
             });
         }
-        let (conn, neg, generation) = self.current().ok_or_else(|| self.unavailable())?;
+        let (conn, neg, generation) = self.owned.current().ok_or_else(|| self.unavailable())?;
         let claim = (self.callers).claim(who, &self.config.name, || conn.reclaim_stale())?;
         let _active = self.calls.enter();
         let t0 = Instant::now();
@@ -468,7 +385,7 @@ impl Upstream {
             Some(relay::Target::Waiter(w)) => return w.send(outcome).is_ok(),
             Some(relay::Target::Upstream(id, lane)) => (id, lane),
         };
-        let Some((conn, _, _)) = self.current() else {
+        let Some((conn, _, _)) = self.owned.current() else {
             return false;
         };
         let msg = match outcome {
@@ -495,14 +412,15 @@ impl Upstream {
 
     /// The error for a call while not connected; with `connect_on_demand`,
     /// wakes the owner for one early attempt once the un-jittered backoff
-    /// window has passed (never sooner, so calls cannot cause a storm).
+    /// window has passed (never sooner, so calls cannot cause a storm): a
+    /// caller's write, a signal to the owner.
     pub fn unavailable(&self) -> CallError {
         let now = tokio::time::Instant::now();
         let status = self.status();
         if self.config.connect_on_demand {
-            let earliest = self.shared.read().expect("shared lock").earliest_retry;
+            let earliest = self.owned.earliest_retry();
             if matches!(status, Status::Backoff { .. }) && earliest.is_some_and(|e| now >= e) {
-                self.signals.wake.notify_one();
+                self.owned.wake();
             }
         }
         CallError::Unavailable {
@@ -512,6 +430,11 @@ impl Upstream {
         }
     }
 
+    /// `e`, seen by a call on the connection of `generation`, as the
+    /// caller's error naming the upstream. A caller's writes: a
+    /// Retry-After sets the floor for calls, and a failure that counts
+    /// against the upstream is reported to the owner as that connection's
+    /// loss (docs/architecture.md, *Which errors count against an upstream*).
     fn name_send_error(&self, e: SendError, generation: u64) -> CallError {
         let name = self.config.name.clone();
         match e {
@@ -543,7 +466,8 @@ impl Upstream {
                 }
             }
             SendError::RetryAfter { after, .. } => {
-                let retry_in = self.set_retry_floor(after);
+                let cap = self.config.retry_after_cap;
+                let retry_in = self.owned.set_retry_floor(after, cap);
                 CallError::RetryLater { name, retry_in }
             }
             // The connection is fine; only its token is missing. Parked
@@ -552,7 +476,7 @@ impl Upstream {
             // so calls succeed again as soon as a token can be had.
             SendError::OAuth(e) => {
                 if e.parks() {
-                    self.lose(Loss {
+                    self.owned.lose(Loss {
                         reason: e.to_string(),
                         auth: true,
                         conn: generation,
@@ -565,7 +489,7 @@ impl Upstream {
             }
             other => {
                 let auth = matches!(other, SendError::Auth(_));
-                self.lose(Loss {
+                self.owned.lose(Loss {
                     reason: other.to_string(),
                     auth,
                     conn: generation,

@@ -48,7 +48,7 @@
 
 use super::app::App;
 pub use crate::audit::Operator;
-use crate::upstream::Status;
+use crate::router::Status;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
@@ -306,7 +306,7 @@ async fn approve(app: &App, op: Operator, body: hyper::body::Incoming) -> Respon
     let result = up.approve(ask.tool.as_deref(), expect.as_deref()).await;
     let done = match &result {
         Ok(approved) => approved.as_slice(),
-        Err(crate::upstream::ApproveError::NotSaved { approved, .. }) => approved.as_slice(),
+        Err(crate::router::ApproveError::NotSaved { approved, .. }) => approved.as_slice(),
         Err(_) => &[],
     };
     for w in done {
@@ -320,7 +320,7 @@ async fn approve(app: &App, op: Operator, body: hyper::body::Incoming) -> Respon
             json!({"upstream": up.name(), "approved": listed(&approved), "withheld": listed(&up.withheld())}),
         ),
         Err(e) => {
-            use crate::upstream::ApproveError::{NotSaved, NotWithheld, Stale};
+            use crate::router::ApproveError::{NotSaved, NotWithheld, Stale};
             let (status, approved, now, outcome) = match &e {
                 NotWithheld { .. } => (StatusCode::NOT_FOUND, None, None, "not_found"),
                 Stale { now, .. } => (StatusCode::CONFLICT, None, Some(now.hex()), "conflict"),

@@ -53,7 +53,7 @@ impl Call {
         let level = (self.params.as_ref())
             .and_then(|p| p.get("level"))
             .and_then(Value::as_str);
-        let outcome = match level.and_then(crate::upstream::relay::log_rank) {
+        let outcome = match level.and_then(crate::relay::log_rank) {
             Some(rank) => {
                 app.sessions.set_log_floor(sid, rank as u8);
                 Ok(json!({}))
@@ -62,7 +62,7 @@ impl Call {
                 protocol::INVALID_PARAMS,
                 format!(
                     "params.level must be one of {}",
-                    crate::upstream::relay::LOG_LEVELS.join(", ")
+                    crate::relay::LOG_LEVELS.join(", ")
                 ),
             )),
         };

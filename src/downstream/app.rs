@@ -90,7 +90,7 @@ pub struct App {
     /// (or a reload swaps the upstream set); GET and listen streams then
     /// send `notifications/{tools,prompts,resources}/list_changed` for the
     /// kinds that moved.
-    pub(super) catalog_gen: Arc<watch::Sender<crate::upstream::ListGens>>,
+    pub(super) catalog_gen: Arc<watch::Sender<crate::router::ListGens>>,
     /// Downstream resource subscriptions (fixed table, [`crate::subscriptions`]).
     pub(super) subscriptions: Arc<crate::subscriptions::Subscriptions>,
     /// Modern callers' calls parked for their `inputResponses` (fixed
@@ -198,7 +198,7 @@ impl App {
         server: ServerConfig,
         board: Option<String>,
         router: Router,
-        catalog_gen: Arc<watch::Sender<crate::upstream::ListGens>>,
+        catalog_gen: Arc<watch::Sender<crate::router::ListGens>>,
         subscriptions: Arc<crate::subscriptions::Subscriptions>,
         audit: Option<crate::audit::Audit>,
     ) -> App {

@@ -23,9 +23,9 @@ use super::{modern, reply};
 use crate::audit::{self, Record};
 pub(super) use crate::protocol::raw::json_len;
 use crate::protocol::{self, ClientCaps, Outgoing, Payload, ProtocolVersion, RpcError};
+use crate::relay::Relay;
 use crate::router::TaskCaller;
 use crate::session::SessionId;
-use crate::upstream::relay::Relay;
 use http::{Response, StatusCode};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -172,10 +172,8 @@ impl Call {
     /// stream relaying them, then the response; a plain answer when it
     /// relays nothing ([`reply::hold`]).
     pub(super) async fn relayed(self, app: &Arc<App>) -> Outcome {
-        let (relay, rx) = crate::upstream::relay::Relay::new(
-            self.caller.era.session(),
-            app.server.sse_queue_depth,
-        );
+        let (relay, rx) =
+            crate::relay::Relay::new(self.caller.era.session(), app.server.sse_queue_depth);
         let (floor, caps) = self.relay_view();
         let relay = relay.with_log_floor(floor).with_caps(caps);
         let keepalive = app.server.keepalive;
@@ -211,7 +209,7 @@ impl Call {
                 let floor = protocol::params_meta(self.params.as_ref())
                     .and_then(|m| m.get("io.modelcontextprotocol/logLevel"))
                     .and_then(Value::as_str)
-                    .and_then(crate::upstream::relay::log_rank);
+                    .and_then(crate::relay::log_rank);
                 (floor, None)
             }
         }
@@ -265,7 +263,7 @@ impl Call {
 /// §Sending Messages to the Server, item 2).
 fn no_stream(outcome: Result<Payload, RpcError>) -> Result<Payload, RpcError> {
     let result = outcome?;
-    if !crate::upstream::input_required(&result) {
+    if !crate::router::input_required(&result) {
         return Ok(result);
     }
     let result = result.into_value();

@@ -410,7 +410,7 @@ fn relayable(method: &str) -> bool {
 
 /// A client's answer to a request relayed from an upstream: back to that upstream.
 async fn relayed_answer(app: &App, head: &Head, id: Value, outcome: Result<Value, RpcError>) {
-    let Some((up, slot, generation)) = crate::upstream::relay::parse_downstream_id(&id) else {
+    let Some((up, slot, generation)) = crate::relay::parse_downstream_id(&id) else {
         return; // not ours
     };
     let session = head.own_session(app).map(|s| s.to_header());

@@ -45,7 +45,7 @@ use serde_json::{json, Map, Value};
 use std::convert::Infallible;
 use std::sync::Arc;
 
-/// The filter field of each list kind, in [`crate::upstream::ListGens`] order.
+/// The filter field of each list kind, in [`crate::router::ListGens`] order.
 const FIELDS: [&str; 3] = [
     "toolsListChanged",
     "promptsListChanged",
@@ -285,9 +285,9 @@ struct State {
     id: Value,
     on: [bool; 3],
     app: Arc<App>,
-    lists: tokio::sync::watch::Receiver<crate::upstream::ListGens>,
+    lists: tokio::sync::watch::Receiver<crate::router::ListGens>,
     /// The generations last announced.
-    seen: crate::upstream::ListGens,
+    seen: crate::router::ListGens,
     stopping: tokio::sync::watch::Receiver<bool>,
     keepalive: tokio::time::Interval,
     /// A message to send before anything else (the acknowledgment).

@@ -78,7 +78,7 @@ pub(super) struct Running {
     /// Its outcome, once known, while queued messages are still handed out.
     pub done: Option<Result<Payload, RpcError>>,
     /// The key its upstream's requests wait under in the upstream's table of
-    /// relayed requests ([`crate::upstream::relay::Pending`]); `None` when
+    /// relayed requests ([`crate::relay::Pending`]); `None` when
     /// this call cannot be asked anything (not an MRTR method).
     pub key: Option<String>,
     /// When the call began: however often it is parked again, it stays

@@ -315,7 +315,7 @@ pub(crate) fn list_changed(
     subscription: Option<&Value>,
 ) -> Option<Bytes> {
     let mut out = Vec::new();
-    for (i, method) in crate::upstream::ListGens::METHODS.iter().enumerate() {
+    for (i, method) in crate::router::ListGens::METHODS.iter().enumerate() {
         if changed[i] && wanted[i] {
             let params = subscription
                 .map(|id| serde_json::json!({"_meta": {super::streams::META_SUBSCRIPTION_ID: id}}));

@@ -167,9 +167,8 @@ impl Round {
         let floor = protocol::params_meta(params.as_ref())
             .and_then(|m| m.get("io.modelcontextprotocol/logLevel"))
             .and_then(Value::as_str)
-            .and_then(crate::upstream::relay::log_rank);
-        let (relay, rx) =
-            crate::upstream::relay::Relay::new(key.clone(), self.app.server.sse_queue_depth);
+            .and_then(crate::relay::log_rank);
+        let (relay, rx) = crate::relay::Relay::new(key.clone(), self.app.server.sse_queue_depth);
         let declared = protocol::ClientCaps::parse(Some(&self.caps));
         let relay = relay.with_log_floor(floor).with_declared(declared);
         let (app, who, method) = (self.app.clone(), self.who.clone(), self.method.clone());
@@ -496,8 +495,7 @@ async fn answer_upstream(
     key: Option<&str>,
     outcome: Result<Value, RpcError>,
 ) {
-    let (Some((up, slot, generation)), Some(key)) =
-        (crate::upstream::relay::parse_downstream_id(id), key)
+    let (Some((up, slot, generation)), Some(key)) = (crate::relay::parse_downstream_id(id), key)
     else {
         return;
     };

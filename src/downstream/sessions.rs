@@ -318,7 +318,7 @@ mod tests {
     fn service(capacity: usize) -> (Arc<Sessions>, Arc<Upstream>, Arc<Subscriptions>) {
         let subscriptions = Arc::new(Subscriptions::new(8));
         let config = Config::embedded_default().upstreams.remove(0);
-        let up = Upstream::new(
+        let (up, _owner) = Upstream::new(
             0,
             config,
             1,
@@ -345,7 +345,7 @@ mod tests {
         up: &Upstream,
         subs: &Subscriptions,
         owner: u64,
-    ) -> (SessionId, crate::upstream::relay::Answer) {
+    ) -> (SessionId, crate::relay::Answer) {
         let id = sessions
             .open(V, owner, ClientCaps::NONE, &Shares::default())
             .unwrap();
@@ -362,12 +362,7 @@ mod tests {
 
     /// The relayed request was dropped (its waiter sees the sender gone)
     /// and the session has no subscription left.
-    fn forgotten(
-        subs: &Subscriptions,
-        id: SessionId,
-        mut answer: crate::upstream::relay::Answer,
-        how: &str,
-    ) {
+    fn forgotten(subs: &Subscriptions, id: SessionId, mut answer: crate::relay::Answer, how: &str) {
         assert!(
             matches!(
                 answer.try_recv(),

@@ -60,7 +60,7 @@ impl App {
         &self,
         uri: &str,
         policy: &Policy,
-    ) -> Result<std::sync::Arc<crate::upstream::Upstream>, RpcError> {
+    ) -> Result<std::sync::Arc<crate::router::Upstream>, RpcError> {
         let up = self
             .router
             .resource_owner(uri, policy)

@@ -24,7 +24,7 @@
 use super::Gateway;
 use crate::config::{Config, ServerConfig, TlsConfig, Trust};
 use crate::limits::{OWNER_STOP_GRACE, RELOAD_DRAIN_GRACE};
-use crate::upstream::Upstream;
+use crate::upstream::{Steward, Upstream};
 use std::fmt;
 use std::sync::Arc;
 
@@ -107,8 +107,9 @@ struct Plan {
     report: ReloadReport,
     /// The new set, in config order: kept upstreams and fresh ones.
     set: Vec<Arc<Upstream>>,
-    /// The fresh ones, to start once their predecessors stopped.
-    fresh: Vec<Arc<Upstream>>,
+    /// The owner sides of the fresh ones, to start once their
+    /// predecessors stopped.
+    fresh: Vec<Steward>,
 }
 
 impl Gateway {
@@ -154,8 +155,8 @@ impl Gateway {
             // A removed upstream withholds nothing: its gauge must not keep its last value.
             metrics::gauge!(crate::metrics::TOOLS_WITHHELD, "upstream" => name.clone()).set(0.0);
         }
-        for up in fresh {
-            self.supervisor.start_one(up);
+        for owner in fresh {
+            self.supervisor.start_one(owner);
         }
         *self.watchdog.lock().expect("watchdog lock") = new.watchdog;
         if report.upstreams_changed() {
@@ -224,12 +225,12 @@ impl Gateway {
                 Some(_) => plan.report.restarted.push(c.name.clone()),
                 None => plan.report.started.push(c.name.clone()),
             }
-            let up = self
+            let (up, owner) = self
                 .shared
                 .upstream(self.next_id, c, previous.map(|p| &**p));
             self.next_id += 1;
-            plan.set.push(up.clone());
-            plan.fresh.push(up);
+            plan.set.push(up);
+            plan.fresh.push(owner);
         }
         plan.report.stopped = (old.iter())
             .filter(|o| !new.upstreams.iter().any(|c| c.name == o.name()))

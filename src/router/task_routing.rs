@@ -96,7 +96,7 @@ impl Router {
         &self,
         up: Arc<Upstream>,
         params: Option<Value>,
-        relay: Option<crate::upstream::relay::Relay>,
+        relay: Option<crate::relay::Relay>,
         caller: TaskCaller,
         who: crate::share::Claimant<'_>,
     ) -> Result<Payload, RpcError> {

@@ -7,15 +7,19 @@
 //! parks the upstream until its credential file changes (mtime) or an
 //! operator asks; `Retry-After` (429/503) is a floor for the next attempt.
 //! Every wait also listens for shutdown.
+//!
+//! The task holds its upstream's [`Steward`], the owner's side made with
+//! the handle: everything it writes about the upstream (connection, status,
+//! catalog, progress, backoff window, counters) goes through it, and what
+//! callers tell it (a loss, a reconnect, a wake) it waits for through it.
 
 use super::persist::{unix_ms_after, Persist, Saved};
 use crate::backoff::{jitter_unit, Backoff};
 use crate::limits;
 use crate::upstream::{
-    era, handshake, Abandoned, Catalog, Conn, Driver, Negotiated, Opened, SendError, Upstream,
-    UpstreamEra,
+    era, handshake, Abandoned, Catalog, Conn, Driver, Negotiated, Opened, SendError, Steward,
+    Upstream, UpstreamEra,
 };
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
@@ -79,26 +83,27 @@ impl Failure {
 }
 
 /// Counts this upstream's live monitor while it exists.
-struct MonitorGuard<'a>(&'a Upstream);
+struct MonitorGuard<'a>(&'a Steward);
 
 impl<'a> MonitorGuard<'a> {
-    fn new(up: &'a Upstream) -> Self {
-        up.counters.monitors.fetch_add(1, Relaxed);
+    fn new(owner: &'a Steward) -> Self {
+        owner.count_monitor(true);
         metrics::gauge!(crate::metrics::MONITORS).increment(1.0);
-        MonitorGuard(up)
+        MonitorGuard(owner)
     }
 }
 
 impl Drop for MonitorGuard<'_> {
     fn drop(&mut self) {
-        self.0.counters.monitors.fetch_sub(1, Relaxed);
+        self.0.count_monitor(false);
         metrics::gauge!(crate::metrics::MONITORS).decrement(1.0);
     }
 }
 
 /// One probe: `ping` for a legacy upstream, `server/discover` for a modern
 /// one — never a list. Any JSON-RPC answer, even an error, shows it is alive.
-async fn probe(up: &Upstream, conn: &Conn, neg: &Negotiated) -> bool {
+async fn probe(owner: &Steward, conn: &Conn, neg: &Negotiated) -> bool {
+    let up = owner.upstream();
     let method = match neg.era {
         UpstreamEra::Modern => "server/discover",
         UpstreamEra::Legacy(_) => "ping",
@@ -109,30 +114,26 @@ async fn probe(up: &Upstream, conn: &Conn, neg: &Negotiated) -> bool {
             .await,
         Ok(_) | Err(SendError::Rpc(_))
     );
-    let (counter, outcome) = if ok {
-        (&up.counters.probes_ok, "ok")
-    } else {
-        (&up.counters.probes_failed, "missed")
-    };
-    counter.fetch_add(1, Relaxed);
+    owner.count_probe(ok);
+    let outcome = if ok { "ok" } else { "missed" };
     metrics::counter!(crate::metrics::UPSTREAM_PROBES, "upstream" => up.config.name.clone(), "outcome" => outcome).increment(1);
     ok
 }
 
 /// Connects once and serves until the connection ends.
-async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) -> End {
-    up.attempt_started();
+async fn connect_and_serve(owner: &Steward, shutdown: &mut watch::Receiver<bool>) -> End {
+    owner.attempt_started();
     let Opened {
         conn,
         mut driver,
         mut abandoned,
-    } = match Conn::open(up) {
+    } = match Conn::open(owner) {
         Ok(x) => x,
         Err(e) => return Failure::plain(e.to_string()),
     };
     let conn = Arc::new(conn);
-    match handshake(up, &conn, &mut driver, &mut abandoned, shutdown).await {
-        Ok(neg) => serve(up, conn, neg, driver, abandoned, shutdown).await,
+    match handshake(owner, &conn, &mut driver, &mut abandoned, shutdown).await {
+        Ok(neg) => serve(owner, conn, neg, driver, abandoned, shutdown).await,
         Err(end) => end,
     }
 }
@@ -141,18 +142,19 @@ async fn connect_and_serve(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
 /// child that dies during it ends it) and the cancellation of calls given
 /// up on (an era probe that timed out); the connection is closed on failure.
 async fn handshake(
-    up: &Upstream,
+    owner: &Steward,
     conn: &Conn,
     driver: &mut Driver,
     abandoned: &mut Abandoned,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<Negotiated, End> {
+    let up = owner.upstream();
     let hs = tokio::select! {
         r = tokio::time::timeout(up.config.startup_timeout, handshake::open(conn, up.config.era)) => r,
         reason = &mut *driver => Ok(Err(handshake::HandshakeError::Incompatible(reason))),
         never = cancel_abandoned(up, conn, abandoned) => match never {},
         _ = shutdown.changed() => { conn.close().await; return Err(End::Shutdown); }
-        _ = up.signals.reconnect.notified() => { conn.close().await; return Err(End::Reconnect); }
+        _ = owner.reconnect_asked() => { conn.close().await; return Err(End::Reconnect); }
     };
     let end = match hs {
         Ok(Ok(n)) => return Ok(n),
@@ -181,34 +183,35 @@ async fn handshake(
 /// driver, the [`Monitor`], a call's loss report about it, an operator's
 /// reconnect or shutdown.
 async fn serve(
-    up: &Upstream,
+    owner: &Steward,
     conn: Arc<Conn>,
     neg: Negotiated,
     mut driver: Driver,
     mut abandoned: Abandoned,
     shutdown: &mut watch::Receiver<bool>,
 ) -> End {
+    let up = owner.upstream();
     metrics::counter!(crate::metrics::UPSTREAM_CONNECTS, "upstream" => up.name().to_string(), "outcome" => "ok").increment(1);
     tracing::info!(upstream = %up.name(), era = ?neg.era, "connected");
-    let generation = up.install(conn.clone(), neg.clone());
-    up.forget_subscribed(); // a new connection was asked for nothing yet
+    // Also forgets what the previous connection was asked to report.
+    let generation = owner.install(conn.clone(), neg.clone());
     let since = Instant::now();
-    let _monitor = MonitorGuard::new(up);
+    let _monitor = MonitorGuard::new(owner);
     let end = tokio::select! {
         reason = &mut driver => Failure::plain(reason),
-        reason = Monitor::new(up, &conn, &neg).run(since) => Failure::plain(reason),
+        reason = Monitor::new(owner, &conn, &neg).run(since) => Failure::plain(reason),
         never = cancel_abandoned(up, &conn, &mut abandoned) => match never {},
-        loss = up.loss_of(generation) => End::Failed(Failure {
+        loss = owner.loss_of(generation) => End::Failed(Failure {
             reason: loss.reason,
             auth: loss.auth,
             retry_after: None,
             was_stable: false,
             token_only: false,
         }),
-        _ = up.signals.reconnect.notified() => End::Reconnect,
+        _ = owner.reconnect_asked() => End::Reconnect,
         _ = shutdown.changed() => End::Shutdown,
     };
-    up.uninstall();
+    owner.uninstall();
     conn.close().await;
     // Only a connection with a stop sequence has a driver that ends after
     // close; the others never do, so don't wait on them.
@@ -229,7 +232,7 @@ async fn serve(
 /// polled together with the driver so answers keep
 /// flowing while it waits. Returns why the connection must go.
 struct Monitor<'a> {
-    up: &'a Upstream,
+    owner: &'a Steward,
     conn: &'a Conn,
     neg: &'a Negotiated,
     /// Health probes unanswered in a row.
@@ -237,9 +240,9 @@ struct Monitor<'a> {
 }
 
 impl<'a> Monitor<'a> {
-    fn new(up: &'a Upstream, conn: &'a Conn, neg: &'a Negotiated) -> Self {
+    fn new(owner: &'a Steward, conn: &'a Conn, neg: &'a Negotiated) -> Self {
         Monitor {
-            up,
+            owner,
             conn,
             neg,
             misses: 0,
@@ -247,11 +250,12 @@ impl<'a> Monitor<'a> {
     }
 
     async fn run(mut self, since: Instant) -> String {
-        let (up, name) = (self.up, self.up.name());
+        let (owner, up) = (self.owner, &**self.owner.upstream());
+        let name = up.name();
         let c = Catalog::fetch(up, self.neg).await;
         tracing::info!(upstream = %name, tools = c.tools.len(), prompts = c.prompts.len(), resources = c.resources.len(), "catalog loaded");
-        up.set_catalog(c).await;
-        up.transition(|s| s.ready(self.neg.era, since));
+        owner.set_catalog(c).await;
+        owner.transition(|s| s.ready(self.neg.era, since));
         let every = up.config.health_interval;
         let mut tick = tokio::time::interval_at(Instant::now() + every, every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -264,19 +268,19 @@ impl<'a> Monitor<'a> {
         tokio::pin!(notifications);
         // Resource subscriptions clients hold on this upstream: asked for
         // again on this connection, then kept in line with the table.
-        let mut wanted = up.subscriptions.wanted.subscribe();
+        let mut wanted = owner.wanted_subscriptions();
         wanted.mark_unchanged();
-        up.reconcile_subscriptions().await;
+        owner.reconcile_subscriptions().await;
         loop {
             tokio::select! {
                 biased;
                 _ = tick.tick() => if let Some(reason) = self.on_tick().await {
                     return reason;
                 },
-                _ = up.signals.list_changed.notified() => self.refresh().await,
+                _ = owner.list_changed() => self.refresh().await,
                 Ok(()) = wanted.changed() => {
                     wanted.mark_unchanged();
-                    up.reconcile_subscriptions().await;
+                    owner.reconcile_subscriptions().await;
                 }
                 _ = &mut notifications => {}
             }
@@ -287,19 +291,19 @@ impl<'a> Monitor<'a> {
     /// incomplete is listed again and subscriptions are reconciled.
     /// `Some(reason)` after `probe_misses` unanswered probes in a row.
     async fn on_tick(&mut self) -> Option<String> {
-        let up = self.up;
+        let (owner, up) = (self.owner, &**self.owner.upstream());
         if crate::fault::active(crate::fault::Fault::StallOwners) {
             tracing::warn!(upstream = %up.name(), "test fault: the owner task hangs in its probe");
             std::future::pending::<()>().await;
         }
-        let answered = probe(up, self.conn, self.neg).await;
-        up.progressed();
+        let answered = probe(owner, self.conn, self.neg).await;
+        owner.progressed();
         if answered {
             if up.catalog().incomplete {
                 // A listing failed last time: try again now.
                 self.refresh().await;
             }
-            up.reconcile_subscriptions().await;
+            owner.reconcile_subscriptions().await;
             self.misses = 0;
             return None;
         }
@@ -310,10 +314,9 @@ impl<'a> Monitor<'a> {
 
     /// Lists the catalog again.
     async fn refresh(&self) {
-        (self.up)
-            .set_catalog(Catalog::fetch(self.up, self.neg).await)
-            .await;
-        self.up.progressed();
+        let owner = self.owner;
+        (owner.set_catalog(Catalog::fetch(owner.upstream(), self.neg).await)).await;
+        owner.progressed();
     }
 }
 
@@ -344,7 +347,8 @@ async fn cancel_abandoned(
 
 /// Parked: wait for the credential file to change (checked by mtime every
 /// [`limits::CREDENTIAL_CHECK_PERIOD`]), an operator, or shutdown. True to try again.
-async fn await_credentials(up: &Upstream, shutdown: &mut watch::Receiver<bool>) -> bool {
+async fn await_credentials(owner: &Steward, shutdown: &mut watch::Receiver<bool>) -> bool {
+    let up = owner.upstream();
     let seen = up.credential_mtimes();
     let mut tick = tokio::time::interval(limits::CREDENTIAL_CHECK_PERIOD);
     tick.tick().await;
@@ -356,7 +360,7 @@ async fn await_credentials(up: &Upstream, shutdown: &mut watch::Receiver<bool>) 
                     return true;
                 }
             }
-            _ = up.signals.reconnect.notified() => return true,
+            _ = owner.reconnect_asked() => return true,
             _ = shutdown.changed() => return false,
         }
     }
@@ -379,13 +383,15 @@ impl Drop for OwnerGauge {
     }
 }
 
-/// The owner loop of one upstream. `persist` remembers backoff across restarts.
+/// The owner loop of one upstream, holding its owner's side (`owner`).
+/// `persist` remembers backoff across restarts.
 pub(crate) async fn run(
-    up: Arc<Upstream>,
+    owner: Steward,
     mut shutdown: watch::Receiver<bool>,
     persist: Option<Arc<Persist>>,
 ) {
     let _gauge = OwnerGauge::new();
+    let up = owner.upstream();
     let cfg = &up.config;
     let policy = match Backoff::new(cfg.backoff_initial, cfg.backoff_factor, cfg.backoff_cap) {
         Ok(p) => p,
@@ -395,7 +401,7 @@ pub(crate) async fn run(
         }
     };
     let mut owner = Owner {
-        up: up.clone(),
+        steward: owner,
         policy,
         persist,
         failures: 0,
@@ -403,12 +409,13 @@ pub(crate) async fn run(
     if owner.resume(&mut shutdown).await {
         while owner.once(&mut shutdown).await {}
     }
-    up.transition(|s| s.stop());
+    owner.steward.transition(|s| s.stop());
 }
 
 /// The retry state of one owner task.
 struct Owner {
-    up: Arc<Upstream>,
+    /// The owner's side of its upstream.
+    steward: Steward,
     policy: Backoff,
     persist: Option<Arc<Persist>>,
     /// Failed attempts in a row.
@@ -416,23 +423,27 @@ struct Owner {
 }
 
 impl Owner {
+    fn up(&self) -> &Upstream {
+        self.steward.upstream()
+    }
+
     fn save(&self, s: Option<Saved>) {
         if let Some(p) = &self.persist {
-            p.put(self.up.name(), s);
+            p.put(self.up().name(), s);
         }
     }
 
     /// A restart does not reset politeness: resumes the saved schedule
     /// (parked, or waiting until the saved next attempt). False on shutdown.
     async fn resume(&mut self, shutdown: &mut watch::Receiver<bool>) -> bool {
-        let up = &self.up;
+        let (owner, up) = (&self.steward, self.steward.upstream());
         let Some(saved) = self.persist.as_ref().and_then(|p| p.get(up.name())) else {
             return true;
         };
         self.failures = saved.failures;
         if saved.parked {
-            up.transition(|s| s.park(Instant::now(), saved.reason.clone()));
-            return await_credentials(up, shutdown).await;
+            owner.transition(|s| s.park(Instant::now(), saved.reason.clone()));
+            return await_credentials(owner, shutdown).await;
         }
         let wait = saved.wait_from(SystemTime::now());
         if wait.is_zero() {
@@ -441,10 +452,10 @@ impl Owner {
         let until = Instant::now() + wait;
         tracing::info!(upstream = %up.name(), ?wait, "resuming the backoff saved before the restart");
         let reason = format!("(before restart) {}", saved.reason);
-        up.transition(|s| s.back_off(self.failures, until, reason));
+        owner.transition(|s| s.back_off(self.failures, until, reason));
         tokio::select! {
             _ = sleep_until(until) => true,
-            _ = up.signals.reconnect.notified() => true,
+            _ = owner.reconnect_asked() => true,
             _ = shutdown.changed() => false,
         }
     }
@@ -453,8 +464,8 @@ impl Owner {
     /// (parking or backing off). False on shutdown.
     async fn once(&mut self, shutdown: &mut watch::Receiver<bool>) -> bool {
         let failures = self.failures;
-        self.up.transition(|s| s.connect(failures + 1));
-        match connect_and_serve(&self.up, shutdown).await {
+        self.steward.transition(|s| s.connect(failures + 1));
+        match connect_and_serve(&self.steward, shutdown).await {
             End::Shutdown => false,
             End::Reconnect => {
                 self.failures = 0;
@@ -462,7 +473,7 @@ impl Owner {
                 true
             }
             End::Failed(f) => {
-                metrics::counter!(crate::metrics::UPSTREAM_CONNECTS, "upstream" => self.up.name().to_string(), "outcome" => "error").increment(1);
+                metrics::counter!(crate::metrics::UPSTREAM_CONNECTS, "upstream" => self.up().name().to_string(), "outcome" => "error").increment(1);
                 if f.was_stable {
                     self.failures = 0;
                 }
@@ -478,16 +489,16 @@ impl Owner {
     /// 401/403: parked until the credential file changes, an operator
     /// asks, or shutdown (false).
     async fn park(&self, f: Failure, shutdown: &mut watch::Receiver<bool>) -> bool {
-        let up = &self.up;
-        tracing::warn!(upstream = %up.name(), "credentials refused ({}); parked until they change", crate::logline::printable(&f.reason));
-        up.transition(|s| s.park(Instant::now(), f.reason.clone()));
+        let owner = &self.steward;
+        tracing::warn!(upstream = %self.up().name(), "credentials refused ({}); parked until they change", crate::logline::printable(&f.reason));
+        owner.transition(|s| s.park(Instant::now(), f.reason.clone()));
         self.save(Some(Saved {
             failures: self.failures,
             next_attempt_unix_ms: 0,
             parked: true,
             reason: f.reason,
         }));
-        if !await_credentials(&self.up, shutdown).await {
+        if !await_credentials(owner, shutdown).await {
             return false;
         }
         self.save(None);
@@ -498,48 +509,45 @@ impl Owner {
     /// persisted; ended early by an operator, a `connect_on_demand` call
     /// once the un-jittered window passed, or shutdown (false).
     async fn back_off(&mut self, f: Failure, shutdown: &mut watch::Receiver<bool>) -> bool {
-        let up = self.up.clone();
         self.failures = self.failures.saturating_add(1);
         let failures = self.failures;
+        let (owner, up) = (&self.steward, self.steward.upstream());
         let base = self.policy.base_delay(failures);
         let mut delay = self.policy.delay(failures, jitter_unit());
         if f.token_only {
             delay = (f.retry_after.unwrap_or(limits::OAUTH_BACKOFF_INITIAL))
                 .clamp(limits::OAUTH_BACKOFF_INITIAL, limits::OAUTH_BACKOFF_CAP);
         } else if let Some(ra) = f.retry_after {
-            delay = delay.max(up.set_retry_floor(ra));
+            delay = delay.max(owner.set_retry_floor(ra));
         }
         let now = Instant::now();
         let until = now + delay;
-        up.set_earliest_retry(now + base);
+        owner.set_earliest_retry(now + base);
         tracing::warn!(upstream = %up.name(), attempt = failures, retry_in = ?delay, "upstream down: {}", crate::logline::printable(&f.reason));
-        up.transition(|s| s.back_off(failures, until, f.reason.clone()));
+        owner.transition(|s| s.back_off(failures, until, f.reason.clone()));
         self.save(Some(Saved {
             failures,
             next_attempt_unix_ms: unix_ms_after(delay),
             parked: false,
             reason: f.reason,
         }));
-        tokio::select! {
-            _ = sleep_until(until) => {}
-            _ = up.signals.wake.notified(), if up.config.connect_on_demand => {
+        // An operator's reconnect starts the count over.
+        let reset = tokio::select! {
+            _ = sleep_until(until) => false,
+            _ = owner.woken(), if up.config.connect_on_demand => {
                 tracing::info!(upstream = %up.name(), "early attempt requested by a call (connect_on_demand)");
+                false
             }
-            _ = up.signals.reconnect.notified() => self.failures = 0,
-            _ = token_ready(&up) => {
+            _ = owner.reconnect_asked() => true,
+            _ = owner.token_ready() => {
                 tracing::info!(upstream = %up.name(), "an access token arrived; trying again");
+                false
             }
             _ = shutdown.changed() => return false,
+        };
+        if reset {
+            self.failures = 0;
         }
         true
-    }
-}
-
-/// Ends when the upstream's OAuth client gets a token after failing;
-/// pending without `[upstream.oauth]`.
-async fn token_ready(up: &Upstream) {
-    match up.oauth.as_ref() {
-        Some(o) => o.token_ready().await,
-        None => std::future::pending().await,
     }
 }

@@ -1,4 +1,5 @@
-//! An upstream's status transitions and the clocks read about it: when
+//! The clocks read about an upstream (the owner writes them:
+//! [`super::Steward::transition`], `progressed`, `attempt_started`): when
 //! the current state was entered and last made progress (the watchdog's
 //! [`Upstream::wedged`]), when it was last Ready (`required_grace`,
 //! [`Upstream::required_down`]), and when its first connect attempt
@@ -8,32 +9,13 @@ use super::{Status, Upstream};
 use std::time::Duration;
 
 impl Upstream {
-    /// The owner task starts a connect attempt (counted in [`Upstream::attempts`];
-    /// the first one also starts the clock of [`Upstream::first_attempt`]).
-    pub(crate) fn attempt_started(&self) {
-        if self
-            .counters
-            .attempts
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            == 0
-        {
-            self.shared.write().expect("shared lock").first_started =
-                Some(tokio::time::Instant::now());
-        }
-    }
-
     /// How long a request may wait for the first attempt: from its start
     /// (or, until the owner task starts it, from creation — a reload starts
     /// a changed upstream only after the old one drained and stopped),
     /// `startup_timeout` for the handshake + `call_timeout` for the first
     /// catalog request + [`crate::limits::FIRST_ATTEMPT_MARGIN`].
     fn first_attempt_deadline(&self) -> tokio::time::Instant {
-        let from = self
-            .shared
-            .read()
-            .expect("shared lock")
-            .first_started
-            .unwrap_or(self.created);
+        let from = self.owned.first_started().unwrap_or(self.created);
         from + self.config.startup_timeout
             + self.config.call_timeout
             + crate::limits::FIRST_ATTEMPT_MARGIN
@@ -43,7 +25,7 @@ impl Upstream {
     /// attempt: enabled, `Connecting`, no second attempt started yet, and
     /// the wait's bound ([`Upstream::first_attempt`]) not yet passed at `now`.
     pub fn first_attempt_pending(&self, now: tokio::time::Instant) -> bool {
-        matches!(*self.status.borrow(), Status::Connecting { .. })
+        (self.owned).status_is(|s| matches!(s, Status::Connecting { .. }))
             && self.attempts() <= 1
             && now < self.first_attempt_deadline()
     }
@@ -55,7 +37,7 @@ impl Upstream {
     /// catalog waits on this, so a client connecting right after a
     /// (re)start sees every upstream that can connect, not an empty list.
     pub async fn first_attempt(&self) {
-        let mut rx = self.status.subscribe();
+        let mut rx = self.owned.subscribe();
         // The predicate reads the status it is given: borrowing the watch
         // again inside `wait_for` would take its lock twice.
         let settled = |s: &Status| !matches!(s, Status::Connecting { .. }) || self.attempts() > 1;
@@ -72,41 +54,6 @@ impl Upstream {
         }
     }
 
-    /// Moves to the state `f` derives from the current one (the owner task's
-    /// only way to change state) and publishes `mcp_edge_upstream_state`.
-    pub(crate) fn transition(&self, f: impl FnOnce(&Status) -> Status) {
-        let next = f(&self.status.borrow());
-        let name = self.config.name.clone();
-        metrics::gauge!(crate::metrics::UPSTREAM_READY, "upstream" => name.clone())
-            .set(if next.is_ready() { 1.0 } else { 0.0 });
-        for st in Status::NAMES {
-            metrics::gauge!(crate::metrics::UPSTREAM_STATE, "upstream" => name.clone(), "state" => st)
-                .set(if st == next.name() { 1.0 } else { 0.0 });
-        }
-        let backoff = next
-            .retry_in(tokio::time::Instant::now())
-            .map(|d| d.as_secs_f64())
-            .unwrap_or(0.0);
-        metrics::gauge!(crate::metrics::UPSTREAM_BACKOFF_SECONDS, "upstream" => name).set(backoff);
-        let now = tokio::time::Instant::now();
-        let was_ready = self.status.borrow().is_ready();
-        {
-            let mut shared = self.shared.write().expect("shared lock");
-            if next.is_ready() || was_ready {
-                shared.last_ready = now;
-            }
-            shared.entered = now;
-            shared.progress = now;
-        }
-        self.status.send_replace(next);
-    }
-
-    /// The owner task's "still alive" while Ready: after each health probe
-    /// and catalog refresh.
-    pub(crate) fn progressed(&self) {
-        self.shared.write().expect("shared lock").progress = tokio::time::Instant::now();
-    }
-
     /// `Some(reason)` when the owner task looks wedged: a connect attempt, a
     /// backoff wait, or (while Ready) a probe round that has outlived its own
     /// deadline by `margin`. Deadlines: Connecting `startup_timeout`; Backoff
@@ -114,10 +61,7 @@ impl Upstream {
     /// `probe_timeout` and `call_timeout` (a catalog refresh) since the last
     /// progress report.
     pub fn wedged(&self, now: tokio::time::Instant, margin: Duration) -> Option<String> {
-        let (since, progress) = {
-            let shared = self.shared.read().expect("shared lock");
-            (shared.entered, shared.progress)
-        };
+        let (since, progress) = self.owned.entered_and_progress();
         let status = self.status();
         let c = &self.config;
         let late = match &status {
@@ -151,7 +95,7 @@ impl Upstream {
         if status.is_ready() {
             return None;
         }
-        let last_ready = self.shared.read().expect("shared lock").last_ready;
+        let last_ready = self.owned.last_ready();
         let away = now.saturating_duration_since(last_ready);
         (away > grace).then(|| {
             format!(

@@ -12,8 +12,9 @@
 //! 2026-07-28 patterns-cancellation.mdx); a built-in call never.
 
 use super::era::UpstreamEra;
-use super::{builtin, relay, stdio, streamable, SendError, Upstream};
+use super::{builtin, stdio, streamable, SendError, Steward};
 use crate::protocol::{self, Payload, RpcError};
+use crate::relay;
 use serde_json::Value;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -88,11 +89,14 @@ impl Conn {
         }
     }
 
-    /// Opens a connection to `up` as its config says: spawns the child, or
-    /// prepares the HTTP client (no request yet), or the built-in tools.
-    pub fn open(up: &Upstream) -> Result<Opened, OpenError> {
+    /// Opens a connection to the upstream as its config says: spawns the
+    /// child, or prepares the HTTP client (no request yet), or the built-in
+    /// tools. Its owner's act (`owner`): only the owner task opens, installs
+    /// and drops connections.
+    pub fn open(owner: &Steward) -> Result<Opened, OpenError> {
         use crate::config::Transport;
-        let list_changed = up.signals.list_changed.clone();
+        let up = owner.upstream();
+        let list_changed = up.owned.list_changed();
         match &up.config.transport {
             Transport::Stdio { .. } => {
                 let (c, driver, abandoned) = stdio::open(

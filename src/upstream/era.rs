@@ -96,10 +96,10 @@ pub fn adapt_params(era: UpstreamEra, params: Option<Value>) -> Option<Value> {
 }
 
 /// Asks a modern upstream for log messages from `floor` (a rank of
-/// [`crate::upstream::relay::LOG_LEVELS`]) up, unless the caller asked
+/// [`crate::relay::LOG_LEVELS`]) up, unless the caller asked
 /// itself (`params._meta` made by [`adapt_params`]).
 pub fn ask_log_level(params: &mut Option<Value>, floor: usize) {
-    let Some(level) = crate::upstream::relay::LOG_LEVELS.get(floor) else {
+    let Some(level) = crate::relay::LOG_LEVELS.get(floor) else {
         return;
     };
     if let Some(meta) = params

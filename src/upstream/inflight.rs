@@ -21,9 +21,9 @@
 //! freed — an abandoned stdio call until the upstream answers or `max_age`
 //! passes — so abandoning calls frees no room.
 
-use super::relay::Relay;
 use super::CallError;
 use crate::protocol::{Payload, RpcError};
+use crate::relay::Relay;
 use crate::share::{self, Claimant, Counts, Decision};
 use serde_json::Value;
 use std::sync::{Arc, Mutex};

@@ -32,9 +32,9 @@
 //! passes); an answer that never comes because the session ended or the
 //! entry was reclaimed → `-32603`.
 
-use super::relay::{self, Relay};
 use super::{CallError, Conn, SendError, Upstream, UpstreamEra};
 use crate::protocol::{self, ClientCaps, Payload, ResultType, RpcError};
+use crate::relay::{self, Relay};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use tokio::time::Instant;

@@ -1,14 +1,34 @@
-//! The upstream's side of the tool pins ([`crate::pins`]): every catalog
-//! the owner task installs is reviewed against the pins, and an operator's
-//! approval puts withheld tools back into service. Both replace the catalog
-//! whole under its lock, so an approval and a refresh never undo each
-//! other; the pins file is written after the lock is released.
+//! The upstream's side of the tool pins ([`crate::pins`]) and its catalog
+//! slot: every catalog the owner installs ([`Steward::set_catalog`]) is
+//! reviewed against the pins, and an operator's approval
+//! ([`Upstream::approve`]) puts withheld tools back into service. Both
+//! replace the catalog whole under its lock, so an approval and a refresh
+//! never undo each other; the pins file is written after the lock is
+//! released. These are the only writes of the slot (its lock is private
+//! to this file).
 
-use super::{Catalog, Upstream};
+use super::{Catalog, Steward, Upstream};
 use crate::logline::printable;
 use crate::pins::{self, Flush, Withheld};
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock, RwLockWriteGuard};
+
+/// What an upstream lists now, replaced whole under its lock by the owner
+/// ([`Steward::set_catalog`], [`Steward::clear_catalog`]) or an approval
+/// ([`Upstream::approve`]); read by everyone ([`Upstream::catalog`]).
+#[derive(Default)]
+pub(super) struct CatalogSlot(RwLock<Arc<Catalog>>);
+
+impl CatalogSlot {
+    /// The catalog now.
+    pub(super) fn get(&self) -> Arc<Catalog> {
+        self.0.read().expect("catalog lock").clone()
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Arc<Catalog>> {
+        self.0.write().expect("catalog lock")
+    }
+}
 
 /// Why an approval ([`Upstream::approve`]) did not (wholly) happen.
 #[derive(Debug, thiserror::Error)]
@@ -78,32 +98,29 @@ fn why_not(withheld: &[String], state: &Option<String>) -> String {
     }
 }
 
-impl Upstream {
-    /// Installs a freshly listed catalog (the owner task), its tools
-    /// reviewed against the pins: under `trust = "pin"` the changed and new
-    /// ones are withheld; under `"auto"` changes are logged and pinned.
-    /// Clients are told of the kinds that changed (withheld tools included).
+impl Steward {
+    /// Installs a freshly listed catalog, its tools reviewed against the
+    /// pins: under `trust = "pin"` the changed and new ones are withheld;
+    /// under `"auto"` changes are logged and pinned. Clients are told of
+    /// the kinds that changed (withheld tools included).
     pub(crate) async fn set_catalog(&self, mut c: Catalog) {
-        if let Some(live) = self.shared.read().expect("shared lock").link.live.as_ref() {
-            live.conn.set_param_headers(&c.tools);
+        let up = &**self.upstream();
+        if let Some((conn, _, _)) = up.owned.current() {
+            conn.set_param_headers(&c.tools);
         }
         // Hashed before the lock: the catalog can be a megabyte.
         let listed = pins::digest::listed(&c.tools);
-        let (name, trust, capacity) = (
-            self.name(),
-            self.config.trust,
-            self.config.max_catalog_entries,
-        );
+        let (name, trust, capacity) = (up.name(), up.config.trust, up.config.max_catalog_entries);
         {
-            let mut cur = self.catalog.write().expect("catalog lock");
-            c.withheld = self
+            let mut cur = up.catalog.write();
+            c.withheld = up
                 .pins
                 .review(name, trust, capacity, &listed, !c.incomplete);
-            log_newly_withheld(&self.pins, name, &cur.withheld, &c.withheld);
-            self.publish(&mut cur, c);
+            log_newly_withheld(&up.pins, name, &cur.withheld, &c.withheld);
+            up.publish(&mut cur, c);
         }
-        if let Err(e) = self.pins.flush(Flush::Coalesced).await {
-            if let Some(skipped) = self.pins.log_allowed(name) {
+        if let Err(e) = up.pins.flush(Flush::Coalesced).await {
+            if let Some(skipped) = up.pins.log_allowed(name) {
                 tracing::warn!(upstream = %name, skipped, "tool pins not saved: {e}");
             }
         }
@@ -111,10 +128,13 @@ impl Upstream {
 
     /// Empties the catalog (the connection ended: nothing is listed, nothing withheld).
     pub(crate) fn clear_catalog(&self) {
-        let mut cur = self.catalog.write().expect("catalog lock");
-        self.publish(&mut cur, Catalog::default());
+        let up = self.upstream();
+        let mut cur = up.catalog.write();
+        up.publish(&mut cur, Catalog::default());
     }
+}
 
+impl Upstream {
     /// Replaces `cur` with `c`, publishes `mcp_edge_tools_withheld` and
     /// moves on the list generations of the kinds that changed (a refresh
     /// that found the same lists announces nothing).
@@ -144,7 +164,8 @@ impl Upstream {
     }
 
     /// An operator approves withheld tool `tool` (`None`: every withheld
-    /// tool): the definition listed now is pinned, the pins file written,
+    /// tool). A caller's write, the handle's only one of the catalog: the
+    /// definition listed now is pinned, the pins file written,
     /// and the tool served from the next request on (clients get
     /// `notifications/tools/list_changed`). Returns what was approved
     /// (empty when nothing was withheld and no tool was named). `expect`
@@ -165,7 +186,7 @@ impl Upstream {
     ) -> Result<Vec<Withheld>, ApproveError> {
         let name = self.name();
         let chosen = {
-            let mut cur = self.catalog.write().expect("catalog lock");
+            let mut cur = self.catalog.write();
             let chosen = self.choose(&cur, tool, expect)?;
             if chosen.is_empty() {
                 return Ok(chosen); // connected, and nothing is withheld

@@ -13,13 +13,13 @@ mod writer;
 
 use super::era::{listen_params, LISTEN_ID};
 use super::inflight::InFlight;
-use super::relay::{relay_request, Lane, Relay, RelayCtx};
 use super::ring::Ring;
 use super::SendError;
 use crate::config::UpstreamConfig;
 use crate::limits;
 use crate::logline::{printable, Throttle};
 use crate::protocol::{self, Message, Payload, RpcError};
+use crate::relay::{relay_request, Lane, Relay, RelayCtx};
 use child::Incarnation;
 pub use lines::sniff_id;
 use lines::{read_line_bounded, LogBudget};

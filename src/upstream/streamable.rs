@@ -18,10 +18,10 @@ pub use wire::header_safe;
 use wire::{is_sse, refused};
 
 use super::era::UpstreamEra;
-use super::relay::{Lane, Relay, RelayCtx};
 use super::SendError;
 use crate::config::{Transport, UpstreamConfig};
 use crate::protocol::{self, Payload};
+use crate::relay::{Lane, Relay, RelayCtx};
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
 use http_body_util::{BodyExt, Full};

@@ -10,7 +10,7 @@
 //! once ([`Upstream::ensure_subscribed`], so the upstream's refusal reaches
 //! the client); everything else — the last client leaving, a reconnect that
 //! must ask again — is settled by the owner task's monitor
-//! ([`Upstream::reconcile_subscriptions`]), on every table change and every
+//! ([`Steward::reconcile_subscriptions`]), on every table change and every
 //! health tick.
 //!
 //! Only upstreams that declare `resources.subscribe` are asked. A legacy
@@ -23,7 +23,7 @@
 //! the subscription table as a legacy upstream's do.
 
 use super::era::UpstreamEra;
-use super::{CallError, Upstream};
+use super::{CallError, Steward, Upstream};
 use crate::protocol::{self, RpcError};
 use serde_json::json;
 
@@ -58,7 +58,7 @@ impl Upstream {
 
     /// Makes sure the current connection reports `uri`: sends
     /// `resources/subscribe` unless it was already sent on this connection.
-    /// Serialized with [`Upstream::reconcile_subscriptions`] (one lock per
+    /// Serialized with [`Steward::reconcile_subscriptions`] (one lock per
     /// upstream), so the two never both ask, nor race an unsubscribe.
     /// Errors: the upstream's own, or the call's (timeout, not connected).
     pub async fn ensure_subscribed(&self, uri: &str) -> Result<(), CallError> {
@@ -86,11 +86,11 @@ impl Upstream {
         if same {
             return Ok(());
         }
-        let (conn, _, generation) = self.current().ok_or_else(|| self.unavailable())?;
+        let (conn, _, generation) = self.owned.current().ok_or_else(|| self.unavailable())?;
         if let Err(e) = conn.relisten(wanted.clone()).await {
             return Err(self.name_send_error(e, generation));
         }
-        if self.live_generation() == Some(generation) {
+        if self.owned.live_generation() == Some(generation) {
             *self.subscribed.lock().expect("subscribed lock") = wanted.into_iter().collect();
         }
         Ok(())
@@ -100,12 +100,12 @@ impl Upstream {
         if self.is_subscribed(uri) {
             return Ok(());
         }
-        let conn = self.live_generation();
+        let conn = self.owned.live_generation();
         self.call("resources/subscribe", Some(json!({ "uri": uri })))
             .await?;
         // Recorded only for the connection that was asked: a reconnect in
         // between started from nothing, and the owner asks it again.
-        if conn.is_some() && self.live_generation() == conn {
+        if conn.is_some() && self.owned.live_generation() == conn {
             self.subscribed
                 .lock()
                 .expect("subscribed lock")
@@ -123,13 +123,15 @@ impl Upstream {
 
     /// A new connection — or a legacy HTTP session re-initialized after a
     /// 404 — was asked for nothing yet; the owner is woken to ask again.
-    pub(crate) fn forget_subscribed(&self) {
+    pub(super) fn forget_subscribed(&self) {
         self.subscribed.lock().expect("subscribed lock").clear();
         self.subscriptions
             .wanted
             .send_modify(|g| *g = g.wrapping_add(1));
     }
+}
 
+impl Steward {
     /// Asks for every wanted URI not asked for on this connection, and
     /// unsubscribes every URI no client wants any more (re-checked just
     /// before, under the same lock as [`Upstream::ensure_subscribed`]). Each
@@ -140,24 +142,25 @@ impl Upstream {
     /// cannot subscribe, and when a client's subscribe holds the lock for
     /// longer than `probe_timeout` (the next round catches up).
     pub(crate) async fn reconcile_subscriptions(&self) {
-        if self.can_subscribe().is_err() {
+        let up = &**self.upstream();
+        if up.can_subscribe().is_err() {
             return;
         }
         let Ok(_one_at_a_time) =
-            tokio::time::timeout(self.config.probe_timeout, self.subs_lock.lock()).await
+            tokio::time::timeout(up.config.probe_timeout, up.subs_lock.lock()).await
         else {
             return;
         };
-        if self.is_modern() {
-            if let Err(e) = self.relisten().await {
-                tracing::info!(upstream = %self.name(), "subscriptions/listen with new resources failed: {}", crate::logline::printable(&e.to_string()));
+        if up.is_modern() {
+            if let Err(e) = up.relisten().await {
+                tracing::info!(upstream = %up.name(), "subscriptions/listen with new resources failed: {}", crate::logline::printable(&e.to_string()));
             }
             self.progressed();
             return;
         }
-        let bound = self.config.probe_timeout;
-        let wanted = self.subscriptions.uris_of(self.id);
-        let asked: Vec<Box<str>> = self
+        let bound = up.config.probe_timeout;
+        let wanted = up.subscriptions.uris_of(up.id);
+        let asked: Vec<Box<str>> = up
             .subscribed
             .lock()
             .expect("subscribed lock")
@@ -165,32 +168,32 @@ impl Upstream {
             .cloned()
             .collect();
         for uri in wanted.iter().filter(|u| !asked.contains(u)) {
-            match tokio::time::timeout(bound, self.subscribe_locked(uri)).await {
+            match tokio::time::timeout(bound, up.subscribe_locked(uri)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
-                    tracing::info!(upstream = %self.name(), uri = %crate::logline::printable(&**uri), "resources/subscribe failed: {}", crate::logline::printable(&e.to_string()))
+                    tracing::info!(upstream = %up.name(), uri = %crate::logline::printable(&**uri), "resources/subscribe failed: {}", crate::logline::printable(&e.to_string()))
                 }
                 Err(_) => {
-                    tracing::info!(upstream = %self.name(), uri = %crate::logline::printable(&**uri), "resources/subscribe: no answer within {bound:?}")
+                    tracing::info!(upstream = %up.name(), uri = %crate::logline::printable(&**uri), "resources/subscribe: no answer within {bound:?}")
                 }
             }
             self.progressed();
         }
         for uri in asked.iter() {
-            if self.subscriptions.uris_of(self.id).contains(uri) {
+            if up.subscriptions.uris_of(up.id).contains(uri) {
                 continue; // wanted again meanwhile
             }
-            let call = self.call("resources/unsubscribe", Some(json!({ "uri": &**uri })));
+            let call = up.call("resources/unsubscribe", Some(json!({ "uri": &**uri })));
             let done = match tokio::time::timeout(bound, call).await {
                 Ok(Ok(_)) | Ok(Err(CallError::Rpc(_))) => true,
                 Ok(Err(e)) => {
-                    tracing::info!(upstream = %self.name(), uri = %crate::logline::printable(&**uri), "resources/unsubscribe failed: {}", crate::logline::printable(&e.to_string()));
+                    tracing::info!(upstream = %up.name(), uri = %crate::logline::printable(&**uri), "resources/unsubscribe failed: {}", crate::logline::printable(&e.to_string()));
                     false
                 }
                 Err(_) => false,
             };
             if done {
-                self.subscribed.lock().expect("subscribed lock").remove(uri);
+                up.subscribed.lock().expect("subscribed lock").remove(uri);
             }
             self.progressed();
         }

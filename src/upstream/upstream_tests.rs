@@ -1,10 +1,10 @@
-//! Unit tests of the shared face: connection identity.
+//! Unit tests of the handle and its owner's side: connection identity.
 
 use super::*;
 use serde_json::json;
 use std::time::Duration;
 
-fn builtin_upstream() -> Arc<Upstream> {
+fn builtin_upstream() -> (Arc<Upstream>, Steward) {
     let config = crate::config::Config::embedded_default()
         .upstreams
         .into_iter()
@@ -36,17 +36,17 @@ fn negotiated() -> Negotiated {
 /// former `Arc::as_ptr`, could not tell apart).
 #[tokio::test(start_paused = true)]
 async fn a_late_loss_report_leaves_the_successor_alone() {
-    let up = builtin_upstream();
-    let n = up.install(Arc::new(Conn::Builtin), negotiated());
+    let (up, owner) = builtin_upstream();
+    let n = owner.install(Arc::new(Conn::Builtin), negotiated());
     // A call took connection N and saw it fail: it reports the loss.
-    let (conn, _, used) = up.current().expect("connected");
+    let (conn, _, used) = up.owned.current().expect("connected");
     assert_eq!(used, n);
     let old_addr = Arc::as_ptr(&conn) as usize;
     let _ = up.name_send_error(SendError::Transport("broken pipe".into()), used);
     // Meanwhile the owner left N for another reason and replaced it; the
     // old connection is freed once the call lets go of it, and the next
     // allocation of the same size takes its slot.
-    up.uninstall();
+    owner.uninstall();
     drop(conn);
     // The successor is allocated at the freed address (the old identity
     // sees one connection). glibc hands it back at once; other allocators
@@ -61,9 +61,9 @@ async fn a_late_loss_report_leaves_the_successor_alone() {
         spares.push(c);
     };
     drop(spares);
-    let next = up.install(successor, negotiated());
+    let next = owner.install(successor, negotiated());
     // The owner now watches N+1: the stale report about N is discarded.
-    let watched = tokio::time::timeout(Duration::from_secs(3600), up.loss_of(next)).await;
+    let watched = tokio::time::timeout(Duration::from_secs(3600), owner.loss_of(next)).await;
     assert!(
         watched.is_err(),
         "a report about connection {n} tore down connection {next}: {:?}",
@@ -72,7 +72,7 @@ async fn a_late_loss_report_leaves_the_successor_alone() {
     assert_eq!(next, n + 1, "generations count installed connections");
     // A report about N+1 itself still reaches the owner.
     let _ = up.name_send_error(SendError::Transport("reset".into()), next);
-    let loss = tokio::time::timeout(Duration::from_secs(1), up.loss_of(next))
+    let loss = tokio::time::timeout(Duration::from_secs(1), owner.loss_of(next))
         .await
         .expect("a report about the live connection is seen");
     assert_eq!((loss.conn, loss.reason.as_str()), (next, "reset"));

@@ -183,7 +183,7 @@ async fn per_entry_costs_stay_below_the_budget_constants() {
     let note = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {
         "progressToken": "mcp-edge:0:12:3", "progress": 7, "total": 10, "message": "step 7 of 10 (fake)"}});
     let base = live_bytes();
-    let (relay, rx) = mcp_edge::upstream::relay::Relay::new(None, DEPTH);
+    let (relay, rx) = mcp_edge::relay::Relay::new(None, DEPTH);
     for _ in 0..DEPTH {
         assert!(relay.forward(note.clone()));
     }

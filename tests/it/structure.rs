@@ -20,6 +20,9 @@
 //! - **Names by role**: no file name repeats in `src/`.
 //! - **No up-arrows** in the folders of [`NO_UP_ARROWS`] (the downstream
 //!   face): a file uses `super::` only for its sibling modules.
+//! - **Through the router**: the downstream face's non-test code names
+//!   nothing of `upstream` (`crate::upstream…`, however written); what it
+//!   needs of the upstreams is the router's API ([`THROUGH`]).
 //! - **No sleep orders events** in the tests (`tests/it/`, the fakes of
 //!   `tests/fake/`): every `sleep(` either waits for something a test can see
 //!   (replace it with `support::eventually`) or says on its line, or the line
@@ -54,6 +57,10 @@ const CLOCK_FREE: &[&str] = &[
 /// re-exports its children and holds nothing they need, so the folder's
 /// imports run one way (issue 24: the downstream face as a pipeline).
 const NO_UP_ARROWS: &[&str] = &["src/downstream"];
+/// (module, module it never names, the module it reaches it through): the
+/// downstream face reaches upstreams only through the router (issue 24
+/// part 4), which re-exports what of them it serves.
+const THROUGH: &[(&str, &str, &str)] = &[("downstream", "upstream", "router")];
 
 type ModPath = Vec<String>;
 
@@ -363,6 +370,35 @@ fn the_downstream_face_has_no_up_arrows() {
         "up-arrows inside a folder:\n{}",
         bad.join("\n")
     );
+}
+
+/// The modules of [`THROUGH`] never name the module they reach through
+/// another: no `crate::upstream…` path (a `use`, a type, a call; brace
+/// groups and `super::super::` resolved) in `src/downstream.rs` or
+/// `src/downstream/`, test modules left out.
+#[test]
+fn the_downstream_face_reaches_upstreams_through_the_router() {
+    let tree = Tree::read();
+    let mut bad = Vec::new();
+    for (from, never, via) in THROUGH {
+        let inside = |s: &&Source| !s.bin && s.module.first().is_some_and(|m| m == from);
+        let files: Vec<&Source> = tree.sources.iter().filter(inside).collect();
+        assert!(files.len() > 1, "{from} holds {} files", files.len());
+        for s in files {
+            let code = without_tests(&s.code);
+            for target in references(&code, &s.module) {
+                if target.first().is_some_and(|m| m == never) {
+                    let (file, path) = (s.file.display(), target.join("::"));
+                    bad.push(format!(
+                        "src/{file}: crate::{path} (reach {never} through {via})"
+                    ));
+                }
+            }
+        }
+    }
+    bad.sort();
+    bad.dedup();
+    assert!(bad.is_empty(), "names it must not:\n{}", bad.join("\n"));
 }
 
 /// The first segment of each comma-separated item of a `{…}` list whose

@@ -25,8 +25,8 @@
 use super::HttpConn;
 use crate::limits::UPSTREAM_CAPABILITY_SESSIONS;
 use crate::protocol::{ClientCaps, ProtocolVersion};
+use crate::relay::{Lane, Relay};
 use crate::upstream::era::{initialize_params, UpstreamEra};
-use crate::upstream::relay::{Lane, Relay};
 use crate::upstream::SendError;
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request};

@@ -7,7 +7,7 @@
 use super::wire::read_body;
 use super::HttpConn;
 use crate::protocol::{self, sse, Message, Payload, RawResult, RpcError};
-use crate::upstream::relay::{relay_request, Lane, Relay};
+use crate::relay::{relay_request, Lane, Relay};
 use crate::upstream::SendError;
 use bytes::Bytes;
 use http::StatusCode;

@@ -11,6 +11,11 @@
 //! when exactly one call with a relay is in flight on that upstream (otherwise
 //! dropped, or refused for requests), so one client never sees another's
 //! messages. HTTP upstreams send them on the call's own SSE stream.
+//!
+//! Below both faces (it uses only `protocol`, `metrics` and
+//! `subscriptions`): the upstream transports fill it, the downstream face
+//! drains it and parses the ids of relayed requests, and neither face
+//! reaches into the other to do so.
 
 use serde_json::Value;
 use std::sync::Mutex;
@@ -327,7 +332,7 @@ impl Pending {
 /// What a transport needs to relay one upstream's server→client requests.
 #[derive(Clone)]
 pub struct RelayCtx {
-    /// The upstream's [`crate::upstream::Upstream::id`] (part of relayed ids).
+    /// The upstream's id (`upstream::Upstream::id`, part of relayed ids).
     pub id: usize,
     /// Its pending server→client requests.
     pub pending: std::sync::Arc<Pending>,
