@@ -5,11 +5,32 @@
 //! [`open`] spawns the child and returns the connection plus its *driver*: a
 //! future that reads stdout (answers go to the [`InFlight`] table) and stderr
 //! (into the log) and ends, with a reason, when the child exits. The owner
-//! task polls the driver; no task is spawned here.
+//! task polls the driver; no task is spawned here ([`pump`]: the reading
+//! side). A call's whole way down is here: its slot, then its line written.
+//!
+//! Writing to a child's stdin (`../shared/spec/2026-07-28/transports-stdio.mdx`:
+//! one JSON-RPC message per line).
+//!
+//! Every caller serializes its message straight into one shared queue; a
+//! request's caller then yields once, so the requests woken in the same turn
+//! of the runtime queue theirs too; whichever caller then holds the pipe writes everything
+//! queued, its own line and the others, in one `write` (under the benchmark's
+//! load about four lines per `write`, one per line before). Callers that find their
+//! line already written return at once. So under load several messages go
+//! out per system call, with no task of its own and no copy per message.
+//! The buffers keep at most [`limits::STDIN_BUFFER_KEEP`] bytes between
+//! bursts.
+//!
+//! A caller dropped in the middle of a write (its client went away) leaves
+//! the rest of that write behind in the pipe's state; the next writer
+//! finishes it first, so lines are never cut or reordered.
 
 mod child;
 mod lines;
-mod writer;
+mod pump;
+use pump::Pump;
+#[cfg(test)]
+mod stdio_tests;
 
 use super::era::{listen_params, LISTEN_ID};
 use super::inflight::InFlight;
@@ -17,21 +38,21 @@ use super::ring::Ring;
 use super::SendError;
 use crate::config::UpstreamConfig;
 use crate::limits;
-use crate::logline::{printable, Throttle};
-use crate::protocol::{self, Message, Payload, RpcError};
-use crate::relay::{relay_request, Lane, Relay, RelayCtx};
-use child::Incarnation;
+use crate::logline::Throttle;
+use crate::protocol::{self, Payload};
+use crate::relay::{Relay, RelayCtx};
 pub use lines::sniff_id;
-use lines::{read_line_bounded, LogBudget};
+use lines::LogBudget;
 use serde_json::{json, Value};
 use std::future::Future;
+use std::io::Write as _;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::AsyncWriteExt;
 use tokio::io::BufReader;
-use tokio::process::{Child, ChildStderr, ChildStdout};
+use tokio::process::ChildStdin;
 use tokio::sync::{mpsc, Notify};
-use writer::Stdin;
 
 /// A future that runs a connection's I/O and returns why it ended.
 pub type Driver = Pin<Box<dyn Future<Output = String> + Send>>;
@@ -128,340 +149,6 @@ fn start_error(command: &str, spec: &crate::sandbox::Spec, e: &child::StartError
     } else {
         format!("cannot start {command:?}: {e}")
     }
-}
-
-/// The driver's state: the child's output pipes, their line buffers, and
-/// where what it says goes.
-struct Pump {
-    name: String,
-    stdout: BufReader<ChildStdout>,
-    stderr: BufReader<ChildStderr>,
-    stdin: Arc<Stdin>,
-    inflight: InFlight,
-    max_bytes: usize,
-    list_changed: Arc<Notify>,
-    ctx: RelayCtx,
-    stderr_tail: Arc<std::sync::Mutex<Ring>>,
-    line: Vec<u8>,
-    /// The stdout line being read is over-long (only its head is kept).
-    line_cut: bool,
-    err_line: Vec<u8>,
-    err_cut: bool,
-    stderr_open: bool,
-    log_budget: LogBudget,
-    /// The log budget of per-message warnings (over-long lines, noise,
-    /// answers to unknown ids).
-    warnings: Throttle,
-    noise: u64,
-    /// `mcp_edge_upstream_stdout_noise_total{upstream}`, resolved once.
-    noise_total: crate::metrics::LazyCounter,
-}
-
-/// What one read of a pipe gave: a line, EOF, or an over-long line skipped.
-type LineRead = std::io::Result<Result<bool, bool>>;
-
-/// However the driver ends — its child gone, or its future dropped because
-/// the owner replaced the connection (a forced reconnect, a reload) — the
-/// calls still waiting on this child fail at once ("connection lost"), not
-/// at their `call_timeout`: their callers hold the connection, so its
-/// in-flight table outlives the driver.
-impl Drop for Pump {
-    fn drop(&mut self) {
-        self.inflight.fail_all();
-    }
-}
-
-impl Pump {
-    /// Reads stdout and stderr until the child
-    /// exits or its stdout ends, then stops it; returns why it ended.
-    async fn drive(mut self, mut child: Child, incarnation: Incarnation) -> String {
-        let reason = loop {
-            let ended = tokio::select! {
-                r = read_line_bounded(&mut self.stdout, &mut self.line, &mut self.line_cut, self.max_bytes) => {
-                    let ended = self.on_stdout(r).await;
-                    lines::line_done(&mut self.line, &mut self.line_cut);
-                    ended
-                }
-                r = read_line_bounded(&mut self.stderr, &mut self.err_line, &mut self.err_cut, limits::STDERR_LINE_BYTES), if self.stderr_open => {
-                    self.on_stderr(r);
-                    lines::line_done(&mut self.err_line, &mut self.err_cut);
-                    None
-                }
-                status = child.wait() => Some(self.on_exit(status).await),
-            };
-            if let Some(reason) = ended {
-                break reason;
-            }
-        };
-        // Pending calls fail now (not at their timeout).
-        self.inflight.fail_all();
-        self.stop(child, incarnation, reason).await
-    }
-
-    /// One read of stdout; `Some(reason)` when stdout ended.
-    async fn on_stdout(&mut self, r: LineRead) -> Option<String> {
-        match r {
-            Err(e) => return Some(format!("reading stdout: {e}")),
-            Ok(Ok(false)) => return Some("stdout closed".to_string()),
-            Ok(Err(_)) => self.too_long(),
-            Ok(Ok(true)) => {
-                // An answer keeps the line's buffer (its result is passed
-                // on as these bytes); the next line starts a new one.
-                match lines::answer(&mut self.line, &self.inflight) {
-                    lines::Answered::Yes => return None,
-                    lines::Answered::UnknownId(n) => {
-                        self.unknown_id(&Value::from(n));
-                        return None;
-                    }
-                    lines::Answered::No => {}
-                }
-                let line = &self.line;
-                let kind = on_line(
-                    line,
-                    &self.inflight,
-                    &self.stdin,
-                    &self.list_changed,
-                    &self.ctx,
-                )
-                .await;
-                match kind {
-                    Line::Handled => {}
-                    Line::Noise => self.noise(line.len().min(200)),
-                    Line::UnknownId(id) => self.unknown_id(&id),
-                }
-            }
-        }
-        None
-    }
-
-    /// `skipped: n` when a per-message warning may be logged now (`n`
-    /// earlier ones were not), `None` when this one is not logged.
-    fn warn_allowed(&self) -> Option<u64> {
-        self.warnings.allow(tokio::time::Instant::now())
-    }
-
-    /// An answer for no call in flight (never sent, answered, or given up):
-    /// counted in `refused{limit="unknown_id"}`, logged within the budget.
-    fn unknown_id(&self, id: &Value) {
-        crate::metrics::refused("unknown_id");
-        if let Some(skipped) = self.warn_allowed() {
-            let id: String = id.to_string().chars().take(64).collect();
-            let id = printable(&id);
-            tracing::debug!(upstream = %self.name, %id, skipped, "answer for a request nobody waits for");
-        }
-    }
-
-    /// An over-long message was skipped: its caller (found by the id in
-    /// its first bytes) gets an error.
-    fn too_long(&self) {
-        let (name, max_bytes) = (&self.name, self.max_bytes);
-        crate::metrics::refused("result_bytes");
-        if let Some(skipped) = self.warn_allowed() {
-            tracing::warn!(upstream = %name, limit = max_bytes, skipped, "dropped an over-long message from upstream");
-        }
-        if let Some(id) = sniff_id(&self.line) {
-            let e = RpcError::new(
-                protocol::UPSTREAM_RESULT_TOO_LARGE,
-                format!("upstream '{name}' sent a message larger than {max_bytes} bytes (max_result_bytes)"),
-            );
-            self.inflight.complete(&id, Err(e));
-        }
-    }
-
-    /// A stdout line that is not JSON-RPC was skipped: counted, and logged
-    /// (its first `shown` bytes, [`printable`]) within the warning budget.
-    fn noise(&mut self, shown: usize) {
-        self.noise += 1;
-        let (name, noise) = (&self.name, self.noise);
-        self.noise_total.increment(
-            1,
-            || metrics::counter!(crate::metrics::STDOUT_NOISE, "upstream" => name.clone()),
-        );
-        if let Some(skipped) = self.warn_allowed() {
-            let text = printable(&self.line[..shown]);
-            tracing::warn!(upstream = %name, noise, skipped, "stdout line that is not JSON-RPC skipped: {text}");
-        }
-    }
-
-    /// One read of stderr: the line goes to the log (rate-limited) and the tail.
-    fn on_stderr(&mut self, r: LineRead) {
-        match r {
-            Ok(Ok(true)) => self.keep_stderr_line(),
-            Ok(Err(_)) => self.log_budget.log(&self.name, &self.err_line, true),
-            Ok(Ok(false)) | Err(_) => self.stderr_open = false,
-        }
-    }
-
-    fn keep_stderr_line(&self) {
-        self.log_budget.log(&self.name, &self.err_line, false);
-        self.stderr_tail
-            .lock()
-            .expect("stderr lock")
-            .push_line(&self.err_line);
-    }
-
-    /// The child exited: why, with its last stderr line. The child's last
-    /// words are usually the real reason: what is left of its stderr is
-    /// drained first (briefly).
-    async fn on_exit(&mut self, status: std::io::Result<std::process::ExitStatus>) -> String {
-        let s = match status {
-            Ok(s) => s,
-            Err(e) => return format!("waiting for process: {e}"),
-        };
-        let _ = tokio::time::timeout(crate::limits::CHILD_EXIT_DRAIN, async {
-            while self.stderr_open {
-                let r = read_line_bounded(
-                    &mut self.stderr,
-                    &mut self.err_line,
-                    &mut self.err_cut,
-                    limits::STDERR_LINE_BYTES,
-                )
-                .await;
-                match r {
-                    Ok(Ok(true)) => self.keep_stderr_line(),
-                    _ => self.stderr_open = false,
-                }
-                lines::line_done(&mut self.err_line, &mut self.err_cut);
-            }
-        })
-        .await;
-        match self.stderr_tail.lock().expect("stderr lock").last_line() {
-            Some(t) => format!("process exited ({s}); last stderr line: {t}"),
-            None => format!("process exited ({s})"),
-        }
-    }
-
-    /// The stop sequence (transports-stdio.mdx §Shutdown): close stdin,
-    /// then [`Incarnation::stop`] (wait, SIGTERM, wait, SIGKILL; the
-    /// child's escaped descendants too). Returns `reason`, with how the
-    /// process ended when stdout ended first.
-    async fn stop(self, mut child: Child, incarnation: Incarnation, mut reason: String) -> String {
-        self.stdin.close().await;
-        if !reason.starts_with("process exited") {
-            // stdout closed (or broke) first: say how the process ended, if it did.
-            if let Ok(Ok(status)) =
-                tokio::time::timeout(crate::limits::CHILD_EXIT_DRAIN, child.wait()).await
-            {
-                reason = format!("{reason}; process exited ({status})");
-                if let Some(t) = self.stderr_tail.lock().expect("stderr lock").last_line() {
-                    reason = format!("{reason}; last stderr line: {t}");
-                }
-            }
-        }
-        incarnation.stop(&mut child).await;
-        reason
-    }
-}
-
-/// What one stdout line was.
-enum Line {
-    Handled,
-    /// Not JSON-RPC.
-    Noise,
-    /// An answer for no call in flight.
-    UnknownId(Value),
-}
-
-/// Handles one stdout line.
-async fn on_line(
-    line: &[u8],
-    inflight: &InFlight,
-    stdin: &Stdin,
-    list_changed: &Notify,
-    ctx: &RelayCtx,
-) -> Line {
-    if line.iter().all(u8::is_ascii_whitespace) {
-        return Line::Handled;
-    }
-    let Ok(v) = serde_json::from_slice::<Value>(line) else {
-        return Line::Noise; // a banner or log line: counted as noise by the caller
-    };
-    match protocol::classify(v) {
-        Ok(Message::Response { id, outcome }) => {
-            // mcp-edge's own listens end with a response nobody waits for
-            // (one per filter change: `StdioConn::listen`).
-            let own_listen = id.as_str().is_some_and(|s| s.starts_with(LISTEN_ID));
-            if !own_listen && !inflight.complete(&id, outcome.map(Payload::from)) {
-                return Line::UnknownId(id);
-            }
-        }
-        Ok(Message::Notification { method, params }) => {
-            on_notification(method, params, inflight, list_changed, ctx)
-        }
-        Ok(Message::Request { id, method, params }) => {
-            on_request(id, method, params, inflight, stdin, ctx).await
-        }
-        Err(_) => return Line::Noise, // JSON, but not JSON-RPC: noise too
-    }
-    Line::Handled
-}
-
-/// A notification from the child: list changes wake the catalog refresh,
-/// resource updates mark the subscription table, progress goes to the call
-/// whose (rewritten) token it names, anything else to the sole relayed call.
-fn on_notification(
-    method: String,
-    params: Option<Value>,
-    inflight: &InFlight,
-    list_changed: &Notify,
-    ctx: &RelayCtx,
-) {
-    match method.as_str() {
-        m if m.ends_with("/list_changed") => list_changed.notify_one(),
-        "notifications/resources/updated" => ctx.resource_updated(params.as_ref()),
-        // mcp-edge's own listen stream (StdioConn::listen): nobody to tell.
-        "notifications/subscriptions/acknowledged" => {}
-        "notifications/progress" => {
-            let token = params.as_ref().and_then(|p| p.get("progressToken"));
-            if let Some((relay, original)) = token.and_then(|t| inflight.progress_target(t)) {
-                let mut params = params.unwrap_or_default();
-                params["progressToken"] = original;
-                relay.forward(protocol::notification(&method, Some(params)));
-            }
-        }
-        _ => {
-            if let Some(relay) = inflight.sole_relay() {
-                relay.forward(protocol::notification(&method, params));
-            }
-        }
-    }
-}
-
-/// A request from the child: relayed to the sole relayed call's client, or
-/// answered here (`ping`, an empty `roots/list`) or refused.
-async fn on_request(
-    id: Value,
-    method: String,
-    params: Option<Value>,
-    inflight: &InFlight,
-    stdin: &Stdin,
-    ctx: &RelayCtx,
-) {
-    if method != "ping"
-        && relay_request(
-            ctx,
-            inflight.sole_relay(),
-            (&id, Lane::MAIN),
-            &method,
-            params.clone(),
-        )
-        .is_some()
-    {
-        return;
-    }
-    // Nobody to ask: answer the harmless ones, refuse the rest.
-    let reply = match method.as_str() {
-        "ping" => protocol::result_response(id, json!({})),
-        "roots/list" => protocol::result_response(id, json!({"roots": []})),
-        _ => protocol::error_response(
-            id,
-            &RpcError::new(
-                protocol::METHOD_NOT_FOUND,
-                format!("mcp-edge has no client to relay {method} to"),
-            ),
-        ),
-    };
-    let _ = stdin.message(&reply).await;
 }
 
 impl StdioConn {
@@ -573,5 +260,141 @@ impl StdioConn {
     /// Closes stdin: the child sees EOF and should exit (transports-stdio.mdx §Shutdown).
     pub async fn close(&self) {
         self.stdin.close().await;
+    }
+}
+
+/// A child's stdin, shared by every caller of the connection.
+pub(super) struct Stdin {
+    pipe: tokio::sync::Mutex<Pipe>,
+    queued: std::sync::Mutex<Vec<u8>>,
+}
+
+/// The writer's side: the pipe (closed: `None`), the batch being written
+/// and how much of it is written.
+struct Pipe {
+    w: Option<ChildStdin>,
+    batch: Vec<u8>,
+    done: usize,
+    /// `write` calls made (tests check the coalescing with it).
+    #[cfg(test)]
+    writes: usize,
+}
+
+impl Stdin {
+    pub(super) fn new(w: Option<ChildStdin>) -> Self {
+        Stdin {
+            pipe: tokio::sync::Mutex::new(Pipe {
+                w,
+                batch: Vec::new(),
+                done: 0,
+                #[cfg(test)]
+                writes: 0,
+            }),
+            queued: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Writes a request line `{"jsonrpc":"2.0","id":id,"method":…,"params":…}`.
+    pub(super) async fn request(
+        &self,
+        id: u64,
+        method: &str,
+        params: Option<&Value>,
+    ) -> Result<(), SendError> {
+        self.queue(|b| {
+            let _ = write!(b, "{{\"jsonrpc\":\"2.0\",\"id\":{id}");
+            b.extend_from_slice(b",\"method\":");
+            let _ = serde_json::to_writer(&mut *b, method);
+            if let Some(p) = params {
+                b.extend_from_slice(b",\"params\":");
+                let _ = serde_json::to_writer(&mut *b, p);
+            }
+            b.push(b'}');
+        });
+        // Let the tasks already woken (requests read in the same turn of
+        // the runtime) queue their lines first: then one `write` carries
+        // them all, and the child is woken once, not once per line. A
+        // caller dropped here leaves its line queued; its ticket's
+        // `notifications/cancelled` follows through `message`, whose flush
+        // writes both.
+        tokio::task::yield_now().await;
+        self.flush().await
+    }
+
+    /// Writes `msg` as one line, at once (answers to the child's requests
+    /// and notifications are rare; one must not wait for a flush that may
+    /// never come when its caller goes away).
+    pub(super) async fn message(&self, msg: &Value) -> Result<(), SendError> {
+        self.queue(|b| {
+            let _ = serde_json::to_writer(&mut *b, msg);
+        });
+        self.flush().await
+    }
+
+    /// Closes the pipe: the child sees EOF.
+    pub(super) async fn close(&self) {
+        let mut p = self.pipe.lock().await;
+        p.w.take();
+        p.batch = Vec::new();
+        p.done = 0;
+    }
+
+    fn queue(&self, fill: impl FnOnce(&mut Vec<u8>)) {
+        let mut q = self.queued.lock().expect("stdin queue");
+        fill(&mut q);
+        q.push(b'\n');
+    }
+
+    /// Writes what is queued (unless a writer before took it already):
+    /// first the rest of a batch a dropped writer left, then the queue,
+    /// which holds this caller's line unless an earlier batch took it.
+    async fn flush(&self) -> Result<(), SendError> {
+        let mut pipe = self.pipe.lock().await;
+        let p = &mut *pipe;
+        if p.done < p.batch.len() {
+            p.write_batch().await?;
+        }
+        p.batch.clear();
+        p.done = 0;
+        std::mem::swap(&mut *self.queued.lock().expect("stdin queue"), &mut p.batch);
+        p.write_batch().await?;
+        if p.batch.capacity() > limits::STDIN_BUFFER_KEEP {
+            p.batch = Vec::new();
+            p.done = 0;
+        }
+        Ok(())
+    }
+}
+
+impl Pipe {
+    /// Writes the batch from where it stands; a failed write drops it (the
+    /// pipe is gone: the connection fails its calls).
+    async fn write_batch(&mut self) -> Result<(), SendError> {
+        if self.done >= self.batch.len() {
+            return Ok(());
+        }
+        let Some(w) = self.w.as_mut() else {
+            self.batch.clear();
+            self.done = 0;
+            return Err(SendError::Transport("stdin closed".into()));
+        };
+        while self.done < self.batch.len() {
+            #[cfg(test)]
+            {
+                self.writes += 1;
+            }
+            let failed = match w.write(&self.batch[self.done..]).await {
+                Ok(0) => "pipe closed".to_string(),
+                Ok(n) => {
+                    self.done += n;
+                    continue;
+                }
+                Err(e) => e.to_string(),
+            };
+            self.batch.clear();
+            self.done = 0;
+            return Err(SendError::Transport(format!("writing stdin: {failed}")));
+        }
+        Ok(())
     }
 }
