@@ -20,7 +20,7 @@ mod view;
 /// `tests/it/structure.rs`): the handle routes hand out, its status, an
 /// approval's error, the list generations streams follow, and the test of
 /// an answer that asks its caller for input.
-pub use crate::upstream::{input_required, ApproveError, ListGens, Status, Upstream};
+pub use crate::upstream::{ApproveError, ListGens, Status, Upstream};
 pub use task_routing::{offers_tasks, TaskCaller};
 pub use view::Described;
 

@@ -40,7 +40,6 @@ pub use catalog::{Catalog, ListGens};
 pub use conn::{Abandoned, Conn, Driver, OpenError, Opened};
 pub use era::UpstreamEra;
 pub use handshake::Negotiated;
-pub use input_bridge::input_required;
 pub use pinning::ApproveError;
 pub use state::Status;
 use steward::Loss;
@@ -313,12 +312,12 @@ impl Upstream {
             era::ask_log_level(&mut params, floor);
         }
         // Kept only when the bridge may need them (no copy otherwise).
-        let bridge = input_bridge::may_bridge(neg.era, method, relay.as_ref())
+        let bridge = era::may_bridge(neg.era, method, relay.as_ref())
             .then(|| (params.clone(), relay.clone()));
         let sent = (neg.era, generation);
         let first = (self.send_once(&conn, sent, method, params, relay, claim.clone())).await?;
         match bridge {
-            Some((params, Some(relay))) if input_bridge::input_required(&first) => {
+            Some((params, Some(relay))) if first.is_input_required() => {
                 let call = input_bridge::Bridged {
                     conn,
                     generation,

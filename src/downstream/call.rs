@@ -263,7 +263,7 @@ impl Call {
 /// §Sending Messages to the Server, item 2).
 fn no_stream(outcome: Result<Payload, RpcError>) -> Result<Payload, RpcError> {
     let result = outcome?;
-    if !crate::router::input_required(&result) {
+    if !result.is_input_required() {
         return Ok(result);
     }
     let result = result.into_value();

@@ -292,6 +292,12 @@ impl Payload {
         }
     }
 
+    /// An `InputRequiredResult` (2026-07-28 schema.json `resultType`,
+    /// `../shared/spec/2026-07-28/patterns-mrtr.mdx`).
+    pub fn is_input_required(&self) -> bool {
+        self.result_type() == Some(ResultType::InputRequired)
+    }
+
     /// `isError: true`.
     pub fn is_tool_error(&self) -> bool {
         match self {

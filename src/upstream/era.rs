@@ -131,3 +131,19 @@ pub fn listen_params(resources: &[Box<str>]) -> Option<Value> {
         Some(json!({ "notifications": filter })),
     )
 }
+
+/// Whether a call could need the bridge ([`super::input_bridge`]): a
+/// modern upstream, a method a server may answer with an
+/// `InputRequiredResult` (2026-07-28 patterns-mrtr.mdx §Supported
+/// Requests), a legacy session's SSE relay (a modern caller handles MRTR
+/// itself; a legacy caller without a stream is told by the downstream
+/// face).
+pub(super) fn may_bridge(
+    era: UpstreamEra,
+    method: &str,
+    relay: Option<&crate::relay::Relay>,
+) -> bool {
+    era == UpstreamEra::Modern
+        && matches!(method, "tools/call" | "prompts/get" | "resources/read")
+        && relay.is_some_and(crate::relay::Relay::is_legacy_caller)
+}

@@ -33,28 +33,11 @@
 //! entry was reclaimed → `-32603`.
 
 use super::{CallError, Conn, SendError, Upstream, UpstreamEra};
-use crate::protocol::{self, ClientCaps, Payload, ResultType, RpcError};
+use crate::protocol::{self, ClientCaps, Payload, RpcError};
 use crate::relay::{self, Relay};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use tokio::time::Instant;
-
-/// Requests a server may answer with `InputRequiredResult` (§Supported Requests).
-fn supported(method: &str) -> bool {
-    matches!(method, "tools/call" | "prompts/get" | "resources/read")
-}
-
-/// Whether a result is an `InputRequiredResult` (schema.json `resultType`).
-pub fn input_required(result: &Payload) -> bool {
-    result.result_type() == Some(ResultType::InputRequired)
-}
-
-/// Whether a call could need the bridge: a modern upstream, a supported
-/// method, a legacy session's SSE relay (a modern caller handles MRTR
-/// itself; a legacy caller without a stream is told by `http`).
-pub(super) fn may_bridge(era: UpstreamEra, method: &str, relay: Option<&Relay>) -> bool {
-    era == UpstreamEra::Modern && supported(method) && relay.is_some_and(Relay::is_legacy_caller)
-}
 
 /// One bridged call: what is sent again every round.
 pub(super) struct Bridged<'a> {
@@ -99,7 +82,7 @@ impl Upstream {
         let caps = ClientCaps::parse(meta.and_then(|m| m.get(protocol::META_CLIENT_CAPABILITIES)));
         let mut result = first;
         let mut rounds = 0;
-        while input_required(&result) {
+        while result.is_input_required() {
             if rounds == crate::limits::MRTR_MAX_ROUNDS {
                 crate::metrics::refused("mrtr_rounds");
                 let msg = format!(
