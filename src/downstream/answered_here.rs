@@ -6,8 +6,9 @@
 
 use super::admission::{Call, ClientEra};
 use super::app::{App, Who};
-use super::call::{finish, observe, Answer, Outcome};
+use super::call::{finish, observe};
 use super::reply::{refuse, Refusal};
+use super::reply::{Answer, Outcome};
 use crate::protocol::{self, ClientCaps, Payload, ProtocolVersion, RpcError};
 use crate::session::SessionError;
 use http::StatusCode;

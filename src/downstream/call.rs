@@ -17,38 +17,20 @@
 //! `InputRequiredResult` for it (issue 13, part 3) becomes a clear error.
 
 use super::admission::{Call, ClientEra};
-use super::app::{App, Body, Who};
+use super::app::{App, Who};
+use super::modern;
 use super::parked::Expiry;
-use super::{modern, reply};
+use super::reply::{self, Answer, Outcome};
 use crate::audit::{self, Record};
 pub(super) use crate::protocol::raw::json_len;
 use crate::protocol::{self, ClientCaps, Outgoing, Payload, ProtocolVersion, RpcError};
 use crate::relay::Relay;
 use crate::router::TaskCaller;
-use crate::session::SessionId;
-use http::{Response, StatusCode};
+use http::StatusCode;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::SystemTime;
 use tokio::time::Instant;
-
-/// What one POSTed message produced.
-pub(super) enum Outcome {
-    /// A notification or response: 202 without body.
-    Accepted,
-    /// A complete JSON-RPC response.
-    Answer(Answer),
-    /// An SSE stream relaying the upstream's messages, then the response.
-    Stream(Response<Body>),
-}
-
-/// What one request produced: the JSON-RPC response, the HTTP status and, for
-/// `initialize`, the new session id.
-pub(super) struct Answer {
-    pub(super) response: Outgoing,
-    pub(super) status: StatusCode,
-    pub(super) session: Option<SessionId>,
-}
 
 /// Status and framing of a finished call ([`modern::error_status`] for a
 /// modern caller's error; a modern result [`modern::decorate`]d).
@@ -180,14 +162,7 @@ impl Call {
         let app = app.clone();
         // Boxed: the call's state is not part of every connection's future.
         let fut = Box::pin(async move { self.serve(&app, Some(relay)).await.response });
-        match reply::hold(rx, fut, keepalive).await {
-            reply::Held::Answer(response) => Outcome::Answer(Answer {
-                response,
-                status: StatusCode::OK,
-                session: None,
-            }),
-            reply::Held::Stream(r) => Outcome::Stream(r),
-        }
+        reply::hold(rx, fut, keepalive).await
     }
 
     /// From which level log messages reach this caller: a legacy session's

@@ -4,8 +4,8 @@
 
 use super::admission::{self, admit, Admitted, Call, Entry, Head};
 use super::app::{App, Body, Who};
-use super::call::{Answer, Outcome};
 use super::reply::{refuse, Refusal};
+use super::reply::{Answer, Outcome};
 use super::{answered_here, conns, modern, reply};
 use crate::protocol::envelope::Body as Parsed;
 use crate::protocol::{self, Message, ProtocolVersion, RpcError};

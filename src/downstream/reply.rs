@@ -350,12 +350,23 @@ enum RelayState<F> {
     Done,
 }
 
-/// What a relayed call gave within its first keep-alive period ([`hold`]).
-pub enum Held {
-    /// Its answer, with nothing relayed before it: a plain response.
-    Answer(Outgoing),
-    /// The SSE stream of what it relays, then its answer.
+/// What one POSTed message produced, on its way up: the one result type
+/// of the pipeline (a refusal before any JSON-RPC answer is a [`Refusal`]).
+pub enum Outcome {
+    /// A notification or response: 202 without body.
+    Accepted,
+    /// A complete JSON-RPC response.
+    Answer(Answer),
+    /// An SSE stream relaying the upstream's messages, then the response.
     Stream(Response<Body>),
+}
+
+/// What one request produced: the JSON-RPC response, the HTTP status and, for
+/// `initialize`, the new session id.
+pub struct Answer {
+    pub(super) response: Outgoing,
+    pub(super) status: StatusCode,
+    pub(super) session: Option<SessionId>,
 }
 
 /// Holds a relayed call's response head until the call relays its first
@@ -368,7 +379,7 @@ pub async fn hold<F>(
     mut rx: tokio::sync::mpsc::Receiver<Value>,
     mut call: std::pin::Pin<Box<F>>,
     keepalive: std::time::Duration,
-) -> Held
+) -> Outcome
 where
     F: std::future::Future<Output = Outgoing> + Send + 'static,
 {
@@ -379,10 +390,13 @@ where
         tokio::select! {
             biased;
             fin = &mut call => match rx.try_recv() {
-                Err(_) => return Held::Answer(fin),
+                Err(_) => {
+                    let (status, session) = (StatusCode::OK, None);
+                    return Outcome::Answer(Answer { response: fin, status, session });
+                }
                 Ok(v) => {
                     let rest = RelayState::<F>::Draining(fin, rx);
-                    return Held::Stream(stream_of(RelayState::Lead(v, Box::new(rest))));
+                    return Outcome::Stream(stream_of(RelayState::Lead(v, Box::new(rest))));
                 }
             },
             m = rx.recv(), if open => match m {
@@ -394,7 +408,7 @@ where
     };
     let iv = tokio::time::interval_at(Instant::now() + keepalive, keepalive);
     let running = RelayState::Running(call, rx, iv);
-    Held::Stream(stream_of(match first {
+    Outcome::Stream(stream_of(match first {
         Some(v) => RelayState::Lead(v, Box::new(running)),
         None => running,
     }))

@@ -27,8 +27,9 @@
 
 use super::admission::Call;
 use super::app::{App, Who};
-use super::call::{dispatch, finish_audited, observe, Answer, Outcome, Pending};
+use super::call::{dispatch, finish_audited, observe, Pending};
 use super::parked::{self, Asked, Event, Identity, NotParked, Running, StateError};
+use super::reply::{Answer, Outcome};
 use crate::limits;
 use crate::protocol::{self, Payload, RpcError};
 use serde_json::{json, Map, Value};
