@@ -21,7 +21,7 @@ mod view;
 /// approval's error, the list generations streams follow, and the test of
 /// an answer that asks its caller for input.
 pub use crate::upstream::{ApproveError, ListGens, Status, Upstream};
-pub use task_routing::{offers_tasks, TaskCaller};
+pub use task_routing::TaskCaller;
 pub use view::Described;
 
 use crate::access::Policy;
@@ -291,12 +291,22 @@ impl Router {
         caller: TaskCaller,
         who: Claimant<'_>,
     ) -> Result<Payload, RpcError> {
-        if method == "tools/call" {
+        if method != "tools/call" {
+            return (up.call_as(method, params, relay, who).await).map_err(|e| e.to_rpc());
+        }
+        // A caller that did not declare the tasks extension, calling an
+        // upstream that offers it, may be sent again with it declared
+        // ([`task_routing`]); otherwise the call goes straight, and only a
+        // task it answers with is adopted.
+        if !caller.declared && up.offers_tasks() {
             return self.call_with_tasks(up, params, relay, caller, who).await;
         }
-        up.call_as(method, params, relay, who)
-            .await
-            .map_err(|e| e.to_rpc())
+        let t0 = tokio::time::Instant::now();
+        let result = (up.call_as(method, params, relay, who).await).map_err(|e| e.to_rpc())?;
+        match result.result_type() == Some(protocol::ResultType::Task) {
+            false => Ok(result),
+            true => self.adopt_task(up, result, caller, t0).await,
+        }
     }
 
     /// Waits for the first connect attempt of every upstream still making

@@ -287,6 +287,15 @@ impl Upstream {
         self.call_as(method, params, relay, Claimant::NOBODY).await
     }
 
+    /// Whether it offers the tasks extension now: a modern connection
+    /// whose discovered capabilities name it (ext-tasks §Capability
+    /// Negotiation).
+    pub fn offers_tasks(&self) -> bool {
+        self.negotiated().is_some_and(|n| {
+            n.era == UpstreamEra::Modern && crate::tasks::in_capabilities(Some(&n.capabilities))
+        })
+    }
+
     /// [`Upstream::call_relayed`] for a downstream client `who`: the call
     /// takes one of the upstream's in-flight places within the client's
     /// share ([`inflight::Callers`]: [`CallError::Share`] otherwise).

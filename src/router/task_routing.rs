@@ -57,14 +57,6 @@ impl TaskCaller {
     };
 }
 
-/// True when `up` negotiated the extension (modern, declared in `server/discover`).
-pub fn offers_tasks(up: &Upstream) -> bool {
-    up.negotiated().is_some_and(|n| {
-        n.era == crate::upstream::UpstreamEra::Modern
-            && tasks::in_capabilities(Some(&n.capabilities))
-    })
-}
-
 /// The params of a `tasks/*` request to the upstream: the caller's, with
 /// the upstream's task id and the extension declared.
 fn upstream_params(params: Option<&Value>, upstream_task: &str) -> Option<Value> {
@@ -85,13 +77,13 @@ impl Router {
     /// True when some upstream negotiated the extension now (advertised to
     /// callers that declare it, `server/discover`).
     pub fn tasks_offered(&self) -> bool {
-        self.upstreams().iter().any(|u| offers_tasks(u))
+        self.upstreams().iter().any(|u| u.offers_tasks())
     }
 
-    /// Sends `tools/call` to `up` as the caller sent it — once more with
-    /// the extension declared when the tool requires a task — and adopts a
-    /// task it answers with (also one it was not asked for: an upstream's
-    /// task id never reaches a caller).
+    /// Sends `tools/call` to `up`, which offers the extension, as a caller
+    /// that did not declare it sent it — once more with the extension
+    /// declared when the tool requires a task — and adopts a task it
+    /// answers with ([`Router::adopt_task`]).
     pub(super) async fn call_with_tasks(
         &self,
         up: Arc<Upstream>,
@@ -101,25 +93,35 @@ impl Router {
         who: crate::share::Claimant<'_>,
     ) -> Result<Payload, RpcError> {
         let t0 = Instant::now();
-        let retry =
-            (!caller.declared && offers_tasks(&up)).then(|| (params.clone(), relay.clone()));
+        let again = (params.clone(), relay.clone());
         let result = match up.call_as("tools/call", params, relay, who).await {
             Ok(r) => r,
             Err(e) => {
                 let e = e.to_rpc();
-                match retry {
-                    Some((mut params, relay)) if tasks::requires_tasks(&e) => {
-                        tasks::declare(&mut params);
-                        (up.call_as("tools/call", params, relay, who).await)
-                            .map_err(|e| e.to_rpc())?
-                    }
-                    _ => return Err(e),
+                if !tasks::requires_tasks(&e) {
+                    return Err(e);
                 }
+                let (mut params, relay) = again;
+                tasks::declare(&mut params);
+                (up.call_as("tools/call", params, relay, who).await).map_err(|e| e.to_rpc())?
             }
         };
         if result.result_type() != Some(ResultType::Task) {
             return Ok(result);
         }
+        self.adopt_task(up, result, caller, t0).await
+    }
+
+    /// A `CreateTaskResult` `up` answered a `tools/call` with, begun at
+    /// `t0` (also one it was not asked for: an upstream's task id never
+    /// reaches a caller): handed on or followed ([`Router::adopt`]).
+    pub(super) async fn adopt_task(
+        &self,
+        up: Arc<Upstream>,
+        result: Payload,
+        caller: TaskCaller,
+        t0: Instant,
+    ) -> Result<Payload, RpcError> {
         let adopted = Box::pin(self.adopt(up, result.into_value(), caller, t0)).await;
         adopted.map(Payload::from)
     }
