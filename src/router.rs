@@ -26,11 +26,9 @@ pub use view::Described;
 
 use crate::access::Policy;
 use crate::config::ToolNameRule;
-use crate::protocol::{self, Payload, RpcError};
-use crate::relay::Relay;
-use crate::share::{Claimant, Shares};
+use crate::protocol::{self, RpcError};
 use crate::upstream::Catalog;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -117,20 +115,6 @@ impl Router {
         self.upstreams().iter().find(|u| u.id == id).cloned()
     }
 
-    /// The merged view, rebuilt if the upstream set or any upstream catalog
-    /// changed since last time.
-    pub fn merged(&self) -> Arc<Merged> {
-        let ups = self.upstreams();
-        let mut g = self.merged.lock().expect("merged lock");
-        let same = g.snapshot.len() == ups.len()
-            && (g.snapshot.iter().zip(ups.iter()))
-                .all(|(a, u)| Arc::ptr_eq(&a.0, u) && Arc::ptr_eq(&a.1, &u.catalog()));
-        if !same {
-            let current = ups.iter().map(|u| (u.clone(), u.catalog())).collect();
-            *g = Arc::new(self.build(current));
-        }
-        g.clone()
-    }
 
     fn expose_all(
         &self,
@@ -282,33 +266,6 @@ impl Router {
         }
     }
 
-    async fn forward(
-        &self,
-        up: Arc<Upstream>,
-        method: &str,
-        params: Option<Value>,
-        relay: Option<Relay>,
-        caller: TaskCaller,
-        who: Claimant<'_>,
-    ) -> Result<Payload, RpcError> {
-        if method != "tools/call" {
-            return (up.call_as(method, params, relay, who).await).map_err(|e| e.to_rpc());
-        }
-        // A caller that did not declare the tasks extension, calling an
-        // upstream that offers it, may be sent again with it declared
-        // ([`task_routing`]); otherwise the call goes straight, and only a
-        // task it answers with is adopted.
-        if !caller.declared && up.offers_tasks() {
-            return self.call_with_tasks(up, params, relay, caller, who).await;
-        }
-        let t0 = tokio::time::Instant::now();
-        let result = (up.call_as(method, params, relay, who).await).map_err(|e| e.to_rpc())?;
-        match result.result_type() == Some(protocol::ResultType::Task) {
-            false => Ok(result),
-            true => self.adopt_task(up, result, caller, t0).await,
-        }
-    }
-
     /// Waits for the first connect attempt of every upstream still making
     /// it (each bounded by [`Upstream::first_attempt`]; all released at once
     /// by [`Router::stop_holding`]). True if it waited (counted in
@@ -371,179 +328,6 @@ impl Router {
     /// with what there is rather than keep the shutdown waiting.
     pub fn stop_holding(&self) {
         self.stopping.send_replace(true);
-    }
-
-    /// Where a `tools/call`, `prompts/get`, `resources/*` or
-    /// `completion/complete` request goes, found in `m`; a name or URI
-    /// outside `policy` is missed as if it did not exist.
-    fn target(
-        &self,
-        m: &Merged,
-        method: &str,
-        params: Option<&Value>,
-        policy: &Policy,
-    ) -> Result<Target, Miss> {
-        let bad = |message: &str| Miss {
-            error: RpcError::new(protocol::INVALID_PARAMS, message),
-            unknown: false,
-            refused: None,
-        };
-        let uri_target = |uri: &str| self.uri_target(m, uri, policy);
-        let name_target = |kind: &str, routes: &Routes, name: &str| {
-            let withheld = (kind == "tool").then_some(&m.withheld);
-            self.name_target(kind, routes, withheld, name, policy)
-        };
-        let Some(params) = params else {
-            return Err(bad(if method.starts_with("resources/") {
-                "params.uri must be a string"
-            } else {
-                "missing params"
-            }));
-        };
-        match method {
-            "tools/call" | "prompts/get" => {
-                let name = params
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| bad("params.name must be a string"))?;
-                if name.len() > names::LONGEST {
-                    return Err(Miss {
-                        error: RpcError::new(protocol::INVALID_PARAMS, format!(
-                            "Invalid params: params.name is {} bytes, longer than any exposed name ({} at most)",
-                            name.len(), names::LONGEST)),
-                        unknown: false,
-                        refused: Some("name_length"),
-                    });
-                }
-                if method == "tools/call" {
-                    name_target("tool", &m.tool_routes, name)
-                } else {
-                    name_target("prompt", &m.prompt_routes, name)
-                }
-            }
-            "completion/complete" => {
-                let r = params.get("ref").unwrap_or(&Value::Null);
-                match r.get("type").and_then(Value::as_str) {
-                    Some("ref/prompt") => {
-                        let name = r.get("name").and_then(Value::as_str).unwrap_or("");
-                        name_target("prompt", &m.prompt_routes, name)
-                    }
-                    Some("ref/resource") => {
-                        uri_target(r.get("uri").and_then(Value::as_str).unwrap_or(""))
-                    }
-                    _ => Err(bad("params.ref must be a ref/prompt or ref/resource")),
-                }
-            }
-            _ => uri_target(
-                params
-                    .get("uri")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| bad("params.uri must be a string"))?,
-            ),
-        }
-    }
-
-    /// Handles one downstream request that is routed to upstreams (everything
-    /// but the lifecycle methods, which the endpoint answers itself), as
-    /// `policy` lets its client see the catalog: lists show only what it
-    /// may use, and anything else gets the answer a name or URI that does
-    /// not exist gets (counted as `mcp_edge_refused_total{limit="policy"}`).
-    /// Tools withheld by their pins are treated the same way for every
-    /// client (`limit="withheld"`).
-    ///
-    /// Lists, and names or URIs not found, first wait for upstreams still
-    /// making their first connect attempt ([`Upstream::first_attempt`]): a
-    /// client that connects right after a start or reload gets the tools of
-    /// every upstream that can connect, not `Unknown tool`.
-    /// Errors: -32601 unknown method, -32602 unknown tool/prompt/resource or
-    /// bad params, gateway-local -31000… for upstream failures, or the
-    /// upstream's own error unchanged.
-    pub async fn dispatch(
-        &self,
-        method: &str,
-        params: Option<Value>,
-        relay: Option<Relay>,
-        policy: &Policy,
-    ) -> Result<Payload, RpcError> {
-        let nobody = Claimant::NOBODY.shares;
-        (self.dispatch_as(method, params, relay, policy, TaskCaller::NONE, nobody)).await
-    }
-
-    /// [`Router::dispatch`] for a `caller` of the tasks extension
-    /// ([`task_routing`]): `tasks/*` routed by gateway task id, task results of
-    /// `tools/call` adopted; a call routed to an upstream takes one of its
-    /// in-flight places within the caller's client's share under `shares`
-    /// ([`Upstream::call_as`]).
-    pub async fn dispatch_as(
-        &self,
-        method: &str,
-        params: Option<Value>,
-        relay: Option<Relay>,
-        policy: &Policy,
-        caller: TaskCaller,
-        shares: &Shares,
-    ) -> Result<Payload, RpcError> {
-        let cursor = params.as_ref().and_then(|p| p.get("cursor"));
-        if method.ends_with("/list") && cursor.is_some_and(|c| !c.is_null()) {
-            return Err(RpcError::new(
-                protocol::INVALID_PARAMS,
-                "Invalid cursor: mcp-edge returns complete lists",
-            ));
-        }
-        match method {
-            "logging/setLevel" => return Ok(json!({}).into()),
-            "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => {
-                self.first_attempts().await;
-                return Ok(self.list(&self.merged(), method, policy).into());
-            }
-            "tasks/get" | "tasks/update" | "tasks/cancel" => {
-                return (self.task_request(method, params, caller).await).map(Payload::from)
-            }
-            "tools/call"
-            | "prompts/get"
-            | "resources/read"
-            | "completion/complete" => {}
-            // Legacy sessions' are answered by the endpoint (the gateway keeps
-            // them); 2026-07-28 removed both in favour of subscriptions/listen.
-            "resources/subscribe" | "resources/unsubscribe" => {
-                return Err(RpcError::new(
-                    protocol::METHOD_NOT_FOUND,
-                    format!("Method not found: {method} (2026-07-28: use subscriptions/listen with resourceSubscriptions)"),
-                ))
-            }
-            _ => {
-                return Err(RpcError::new(
-                    protocol::METHOD_NOT_FOUND,
-                    format!("Method not found: {method}"),
-                ))
-            }
-        }
-        let target = match self.target(&self.merged(), method, params.as_ref(), policy) {
-            Err(miss) if miss.unknown && self.first_attempts().await => {
-                self.target(&self.merged(), method, params.as_ref(), policy)
-            }
-            found => found,
-        }
-        .map_err(|miss| {
-            if let Some(limit) = miss.refused {
-                crate::metrics::refused(limit);
-            }
-            miss.error
-        })?;
-        let mut params = params;
-        if let (Some(original), Some(p)) = (target.original, params.as_mut()) {
-            if method == "completion/complete" {
-                p["ref"]["name"] = Value::String(original);
-            } else {
-                p["name"] = Value::String(original);
-            }
-        }
-        let who = Claimant {
-            shares,
-            owner: caller.owner,
-        };
-        self.forward(target.up, method, params, relay, caller, who)
-            .await
     }
 }
 

@@ -3,13 +3,9 @@
 //! room and made by closing the connection idle longest when there is not;
 //! then each connection's task (TLS handshake, HTTP/1.1).
 
-use super::app::Body;
 use super::app::{App, Peer};
-use super::{conns, endpoint, reply, tls_accept};
-use http::{Request, StatusCode};
-use hyper::body::Incoming;
+use super::{conns, endpoint, tls_accept};
 use hyper_util::rt::TokioIo;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -232,15 +228,9 @@ where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let addr = peer.addr;
-    let peer = Arc::new(peer);
-    let marks = tracker.clone();
-    let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-        req.extensions_mut().insert(Peer::clone(&peer));
-        // The endpoint marks the request begun on the connection, named
-        // for the client its head names ([`conns::Tracker::enter`]).
-        req.extensions_mut().insert(marks.clone());
-        route(app.clone(), req)
-    });
+    // Each request enters the endpoint's service, marked by the
+    // connection's tracker ([`conns::Tracker::enter`]).
+    let svc = endpoint::service(app, peer, tracker.clone());
     // A client must finish each request head within HEADER_READ_TIMEOUT,
     // so silent or half-sent connections cannot hold permits forever; and
     // within MAX_REQUEST_HEAD_BYTES, else hyper answers 431 and closes. The
@@ -294,18 +284,5 @@ fn set_user_timeout(stream: &tokio::net::TcpStream, t: Duration) {
     };
     if rc != 0 {
         tracing::debug!("TCP_USER_TIMEOUT: {}", std::io::Error::last_os_error());
-    }
-}
-
-/// The path route: `/mcp` is the endpoint ([`endpoint::handle`]); any
-/// other path is a 404 naming it.
-async fn route(app: Arc<App>, req: Request<Incoming>) -> Result<http::Response<Body>, Infallible> {
-    if req.uri().path() == "/mcp" {
-        Ok(endpoint::handle(app, req).await)
-    } else {
-        Ok(reply::json(
-            StatusCode::NOT_FOUND,
-            &serde_json::json!({"error": format!("no such path {}; the MCP endpoint is /mcp", req.uri().path())}),
-        ))
     }
 }

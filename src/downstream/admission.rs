@@ -217,7 +217,12 @@ pub(super) fn admit(
             params,
         ),
         Some(sid) => {
-            let Ok(held) = app.sessions.enter(sid, who.owner(), Some(&id)) else {
+            // Registered for cancellation unless answered here at once.
+            let served = !matches!(
+                method.as_str(),
+                "logging/setLevel" | "resources/subscribe" | "resources/unsubscribe"
+            );
+            let Ok(held) = app.sessions.enter(sid, who.owner(), served.then_some(&id)) else {
                 return Err((id, reply::not_found()));
             };
             let params = declare_caps(held.seen.caps, &method, params);

@@ -5,7 +5,7 @@
 //! on the way up (status and framing per era, the request metrics, the
 //! audit record). A call whose upstream may send request-scoped messages
 //! is served under [`reply::hold`] ([`Call::relayed`]); any other in one
-//! answer ([`Call::plain`]). A modern caller's relayable call is
+//! answer ([`Call::serve`]). A modern caller's relayable call is
 //! [`super::rounds`]'s, which uses the same pieces.
 //!
 //! The audit record ([`crate::audit`]) of one `tools/call`, `prompts/get`

@@ -1,9 +1,11 @@
-//! The `/mcp` endpoint: POST, GET and DELETE for both eras; the body read
-//! within its limits, batches, and the framing of what one message
-//! produced. Each message is served by [`super::request`].
+//! The per-request service of a connection and the `/mcp` endpoint: POST,
+//! GET and DELETE for both eras; the head admitted and the connection
+//! marked, the body read within its limits, batches, one message admitted,
+//! checked in its era and routed ([`one`]), and the framing of what it
+//! produced.
 
 use super::admission::{self, admit, Admitted, Call, Entry, Head};
-use super::app::{App, Body, Who};
+use super::app::{App, Body, Peer, Who};
 use super::reply::{refuse, Refusal};
 use super::reply::{Answer, Outcome};
 use super::{answered_here, conns, modern, reply};
@@ -12,13 +14,67 @@ use crate::protocol::{self, Message, ProtocolVersion, RpcError};
 use crate::session::SessionError;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
+use hyper::body::Incoming;
 use serde_json::{json, Value};
+use std::convert::Infallible;
 use std::sync::Arc;
 use tokio::time::Instant;
 
+/// The per-request service of one connection (hyper calls it for each
+/// request the connection's task reads, [`super::accept`]): the request
+/// gets its [`Peer`] and the connection's tracker; `/mcp` is [`handle`]d,
+/// any other path is a 404 naming it.
+pub(super) fn service(
+    app: Arc<App>,
+    peer: Peer,
+    conn: conns::Tracker,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = Response<Body>,
+    Error = Infallible,
+    Future = impl std::future::Future<Output = Result<Response<Body>, Infallible>> + Send,
+> {
+    let peer = Arc::new(peer);
+    hyper::service::service_fn(move |mut req: Request<Incoming>| {
+        req.extensions_mut().insert(Peer::clone(&peer));
+        req.extensions_mut().insert(conn.clone());
+        let app = app.clone();
+        async move {
+            if req.uri().path() == "/mcp" {
+                return Ok(handle(app, req).await);
+            }
+            // Marked like any request: busy while answered.
+            let receiving = !hyper::body::Body::is_end_stream(req.body());
+            let Ok(busy) = conn_of(&req).enter(receiving, None) else {
+                return Ok(closed());
+            };
+            let path = req.uri().path();
+            let e = format!("no such path {path}; the MCP endpoint is /mcp");
+            let resp = reply::json(StatusCode::NOT_FOUND, &json!({ "error": e }));
+            Ok(unmark(Some(busy), resp))
+        }
+    })
+}
+
+/// The connection's tracker [`service`] put on a request.
+fn conn_of<B>(req: &Request<B>) -> &conns::Tracker {
+    req.extensions()
+        .get::<conns::Tracker>()
+        .expect("set by service")
+}
+
+/// The 503 of a request on a connection the table closed meanwhile to
+/// admit a newer one.
+fn closed() -> Response<Body> {
+    reply::closing(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "connection closed to admit a newer one; retry",
+    )
+}
+
 /// Entry point for every request on `/mcp`: its head
 /// ([`admission::head`]: 400, 403, 401), the connection marked busy and
-/// claimed for the caller's client ([`conns::Tracker::begin`]: 503 naming
+/// claimed for the caller's client ([`conns::Tracker::enter`]: 503 naming
 /// `connection_share` when the client holds its share), then POST, GET,
 /// DELETE, or an OPTIONS CORS preflight; every answer to an allowed
 /// `Origin` carries the CORS response headers ([`reply::allow_origin`]),
@@ -71,9 +127,11 @@ fn unmark(busy: Option<conns::Busy>, resp: Response<Body>) -> Response<Body> {
     }
 }
 
-/// The connection's mark for this request ([`conns::Tracker::begin`]),
+/// The connection's mark for this request ([`conns::Tracker::enter`]),
 /// named for the caller's client once its head names one: the 503 of a
-/// connection the table closed meanwhile, or of a client at its share.
+/// connection the table closed meanwhile, or of a client at its share
+/// (with the CORS headers of an allowed origin, as every answer after the
+/// head's checks).
 fn mark<B>(
     app: &App,
     conn: &conns::Tracker,
@@ -90,15 +148,16 @@ where
     };
     match conn.enter(receiving, claim) {
         Ok(busy) => Ok(busy),
-        Err(conns::NotBegun::Closed) => Err(reply::closing(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "connection closed to admit a newer one; retry",
-        )),
+        Err(conns::NotBegun::Closed) => Err(closed()),
         Err(conns::NotBegun::OverShare(e)) => {
             let Ok(Entry::Request(head)) = entry else {
                 unreachable!("only a named client is refused its share")
             };
-            Err(over_share(app, &head.who, e))
+            let mut refused = over_share(app, &head.who, e);
+            if let Some(origin) = req.headers().get(http::header::ORIGIN) {
+                reply::allow_origin(&mut refused, origin.clone());
+            }
+            Err(refused)
         }
     }
 }

@@ -37,7 +37,7 @@ pub(super) type CallFuture = Pin<Box<dyn Future<Output = Result<Payload, RpcErro
 /// upstream's own, passed through untouched).
 pub const STATE_PREFIX: &str = "mcp-edge/1.";
 /// Length of the identity digest kept in a state.
-const ID_LEN: usize = 16;
+pub(super) const ID_LEN: usize = 16;
 /// Signed part of a state: slot, generation, owner, expiry, identity.
 const BODY_LEN: usize = 4 + 4 + 8 + 8 + ID_LEN;
 /// HMAC-SHA256 tag length.
@@ -45,18 +45,6 @@ const TAG_LEN: usize = 32;
 
 /// What a request is, for binding a state to it: method and name/uri.
 pub(super) type Identity = [u8; ID_LEN];
-
-/// The identity of `method` on `name` (SHA-256, truncated).
-pub(super) fn identity(method: &str, name: Option<&str>) -> Identity {
-    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
-    ctx.update(method.as_bytes());
-    ctx.update(&[0]);
-    ctx.update(name.unwrap_or("").as_bytes());
-    let d = ctx.finish();
-    let mut out = [0u8; ID_LEN];
-    out.copy_from_slice(&d.as_ref()[..ID_LEN]);
-    out
-}
 
 /// One server→client request asked of the caller.
 pub(super) struct Asked {
@@ -346,7 +334,7 @@ impl ParkedCalls {
     }
 }
 
-/// The audit record of a parked call ([`super::audited::Pending::parked`]), written when
+/// The audit record of a parked call ([`super::call::Pending::parked`]), written when
 /// the call expires unclaimed ([`Expiry::expired`]); dropped unwritten when
 /// a retry takes the call back. (Servers "MUST NOT assume that clients
 /// will ... retry the original request",

@@ -97,7 +97,7 @@ pub(super) async fn serve(app: &Arc<App>, req: Call, stream_ok: bool) -> Outcome
         .unwrap_or_else(|| json!({}));
     let mut round = Round {
         app: app.clone(),
-        identity: parked::identity(
+        identity: identity(
             &req.method,
             protocol::routed_name(&req.method, params.as_ref()),
         ),
@@ -155,6 +155,19 @@ pub(super) async fn serve(app: &Arc<App>, req: Call, stream_ok: bool) -> Outcome
             Some(Step::Final(a)) => return Outcome::Answer(a),
         }
     }
+}
+
+/// The identity of a round of `method` on `name` (SHA-256, truncated),
+/// what its parked state is bound to ([`parked::Identity`]).
+fn identity(method: &str, name: Option<&str>) -> Identity {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    ctx.update(method.as_bytes());
+    ctx.update(&[0]);
+    ctx.update(name.unwrap_or("").as_bytes());
+    let d = ctx.finish();
+    let mut out = [0u8; parked::ID_LEN];
+    out.copy_from_slice(&d.as_ref()[..parked::ID_LEN]);
+    out
 }
 
 /// Distinguishes the keys parked calls' requests wait under.

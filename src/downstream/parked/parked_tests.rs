@@ -23,7 +23,7 @@ fn running_since(started: Instant) -> Running {
 fn parking_again_never_extends_a_calls_life_past_its_start_plus_the_ttl() {
     let t0 = Instant::now();
     let table = ParkedCalls::new(1, TTL, t0);
-    let id = identity("tools/call", Some("a__ask"));
+    let id = [1; ID_LEN];
     let first = table
         .park(running_since(t0), asked(), 0, id, t0)
         .ok()
@@ -54,7 +54,7 @@ const TTL: Duration = Duration::from_secs(60);
 async fn a_state_resumes_its_call_once_for_its_owner_and_request() {
     let t0 = Instant::now();
     let table = ParkedCalls::new(2, TTL, t0);
-    let id = identity("tools/call", Some("a__ask"));
+    let id = [1; ID_LEN];
     let state = table.park(running(), asked(), 7, id, t0).ok().unwrap();
     assert!(state.starts_with(STATE_PREFIX));
     assert_eq!(table.len(), 1);
@@ -63,7 +63,7 @@ async fn a_state_resumes_its_call_once_for_its_owner_and_request() {
         table.resume(&state, 8, id, later).err(),
         Some(StateError::OtherCaller)
     );
-    let other = identity("tools/call", Some("a__other"));
+    let other = [2; ID_LEN];
     assert_eq!(
         table.resume(&state, 7, other, later).err(),
         Some(StateError::OtherRequest)
@@ -85,7 +85,7 @@ async fn a_state_resumes_its_call_once_for_its_owner_and_request() {
 fn altered_or_foreign_states_fail_verification() {
     let t0 = Instant::now();
     let table = ParkedCalls::new(1, TTL, t0);
-    let id = identity("prompts/get", Some("p"));
+    let id = [3; ID_LEN];
     let state = table.park(running(), asked(), 0, id, t0).ok().unwrap();
     let b64 = state.strip_prefix(STATE_PREFIX).unwrap();
     let mut raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
@@ -120,7 +120,7 @@ fn altered_or_foreign_states_fail_verification() {
 fn a_full_table_gives_the_call_back_and_expiry_frees_it() {
     let t0 = Instant::now();
     let table = ParkedCalls::new(1, TTL, t0);
-    let id = identity("resources/read", Some("x://y"));
+    let id = [4; ID_LEN];
     let state = table.park(running(), asked(), 0, id, t0).ok().unwrap();
     let refused = table.park(running(), asked(), 0, id, t0).err().unwrap();
     assert!(refused.full);
