@@ -82,6 +82,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 /// What travels on the queue.
 enum Msg {
@@ -289,6 +290,32 @@ impl ErrorLog {
             "audit: cannot write a record: {err} ({skipped} more not logged since the last report; all in mcp_edge_audit_write_errors_total)"
         );
         self.last = Some(now);
+    }
+}
+
+/// The audit record of a parked call (`downstream::call::Pending::parked`), written when
+/// the call expires unclaimed ([`Expiry::expired`]); dropped unwritten when
+/// a retry takes the call back. (Servers "MUST NOT assume that clients
+/// will ... retry the original request",
+/// `../shared/spec/2026-07-28/patterns-mrtr.mdx` §Server Requirements
+/// (Basic Workflow): a round never retried is legal, and the log says so.)
+pub struct Expiry {
+    record: Record,
+    t0: Instant,
+    audit: Audit,
+}
+
+impl Expiry {
+    /// The record to write if the call expires, of a call begun at `t0`.
+    pub fn new(record: Record, t0: Instant, audit: Audit) -> Self {
+        Expiry { record, t0, audit }
+    }
+
+    /// Audits the parked call as `input_expired` (never waits).
+    pub fn expired(self) {
+        let mut r = self.record;
+        r.duration_ms = self.t0.elapsed().as_millis() as u64;
+        self.audit.record(r);
     }
 }
 

@@ -29,7 +29,7 @@
 //! | [`session`] | the fixed-capacity legacy session table (time passed in) |
 //! | [`access`] | who a downstream caller is (`[[client]]`: bearer token or TLS client certificate), what it may see and call, its rate |
 //! | [`subscriptions`] | the fixed table of downstream resource subscriptions (who wants which URI from which upstream) |
-//! | [`relay`] | what an upstream sends during a call, on its way to the caller: the bounded queue of a call's relayed messages, the table of server→client requests awaiting a client's answer, their ids; below both faces |
+//! | [`relay`] | what an upstream sends during a call, on its way to the caller: the bounded queue of a call's relayed messages, the table of server→client requests awaiting a client's answer, their ids, a modern caller's running call; below both faces |
 //! | [`tasks`] | the tasks extension (`io.modelcontextprotocol/tasks`): the fixed table of tasks handed to callers under gateway task ids (upstream, its task id, owner, expiry) and the extension's wire rules |
 //! | [`pins`] | tool pins: each upstream tool's definition hashed, compared with the hash pinned for it, withheld under `trust = "pin"` until approved; the pins file |
 //! | [`oauth`] | the OAuth 2.1 client of HTTP upstreams: discovery (RFC 9728, RFC 8414), token requests (client credentials, refresh, authorization code with PKCE), the token file, one renewal in flight per upstream with backoff and parking |

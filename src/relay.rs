@@ -17,7 +17,10 @@
 //! drains it and parses the ids of relayed requests, and neither face
 //! reaches into the other to do so.
 
+use crate::protocol::{Payload, RpcError};
 use serde_json::Value;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -384,157 +387,72 @@ pub(crate) fn relay_request(
     relay.forward(msg).then_some(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
+/// The call of a round: one upstream call, boxed so it can be parked.
+pub type CallFuture = Pin<Box<dyn Future<Output = Result<Payload, RpcError>> + Send>>;
 
-    #[test]
-    fn ids_round_trip() {
-        let id = downstream_id(3, 7, 9);
-        assert_eq!(parse_downstream_id(&id), Some((3, 7, 9)));
-        assert_eq!(parse_downstream_id(&json!("mcp-edge:1:2")), None);
-        assert_eq!(parse_downstream_id(&json!(5)), None);
-    }
+/// A running upstream call of a modern caller and what its upstream relays.
+pub struct Running {
+    /// The call.
+    pub call: CallFuture,
+    /// Its relayed messages (notifications, server→client requests).
+    pub rx: mpsc::Receiver<Value>,
+    /// Its outcome, once known, while queued messages are still handed out.
+    pub done: Option<Result<Payload, RpcError>>,
+    /// The key its upstream's requests wait under in the upstream's table of
+    /// relayed requests ([`crate::relay::Pending`]); `None` when
+    /// this call cannot be asked anything (not an MRTR method).
+    pub key: Option<String>,
+    /// When the call began: however often it is parked again, it stays
+    /// parked no later than this plus the table's TTL, so a caller that
+    /// keeps retrying without answers cannot hold its place for ever.
+    pub started: Instant,
+    /// Its audit record if it expires parked (`[audit]` only).
+    pub audit: Option<Box<crate::audit::Expiry>>,
+}
 
-    #[test]
-    fn answers_only_from_the_owning_session_and_only_once() {
-        let p = Pending::new(1);
-        let now = Instant::now();
-        let (slot, g) = p
-            .insert(
-                json!(41),
-                Lane(2),
-                "s1".into(),
-                now,
-                Duration::from_secs(60),
-            )
-            .unwrap();
-        assert!(
-            p.insert(
-                json!(42),
-                Lane::MAIN,
-                "s1".into(),
-                now,
-                Duration::from_secs(60)
-            )
-            .is_none(),
-            "full"
-        );
-        assert!(p.take(slot, g, "s2").is_none());
-        assert!(
-            matches!(p.take(slot, g, "s1"), Some(Target::Upstream(v, Lane(2))) if v == json!(41))
-        );
-        assert!(p.take(slot, g, "s1").is_none());
-    }
+/// What [`Running::next`] saw.
+pub enum Event {
+    /// A notification to relay (when the caller takes a stream).
+    Note(Value),
+    /// A server→client request: `id`, `method`, `params`.
+    Asks(Value),
+    /// The call ended.
+    Done(Result<Payload, RpcError>),
+}
 
-    fn refused(limit: &str) -> f64 {
-        crate::metrics::prometheus();
-        crate::metrics::read(crate::metrics::REFUSED, &format!("limit=\"{limit}\""))
-    }
-
-    #[tokio::test]
-    async fn a_full_sse_queue_drops_and_counts() {
-        let before = refused("relay_queue");
-        let (relay, mut rx) = Relay::new(None, 2);
-        assert!(relay.forward(json!(1)));
-        assert!(relay.forward(json!(2)));
-        assert!(
-            !relay.forward(json!(3)),
-            "third message exceeds sse_queue_depth = 2"
-        );
-        assert!(refused("relay_queue") >= before + 1.0);
-        assert_eq!(rx.recv().await, Some(json!(1)));
-        assert!(relay.forward(json!(4)), "room again once the stream reads");
-    }
-
-    #[tokio::test]
-    async fn a_full_pending_table_refuses_and_counts() {
-        let before = refused("pending_server_requests");
-        let ctx = RelayCtx {
-            id: 0,
-            pending: std::sync::Arc::new(Pending::new(1)),
-            max_age: Duration::from_secs(60),
-            subscriptions: std::sync::Arc::new(crate::subscriptions::Subscriptions::new(1)),
-        };
-        let (relay, mut rx) = Relay::new(Some("s".into()), 8);
-        assert!(relay_request(
-            &ctx,
-            Some(relay.clone()),
-            (&json!(1), Lane::MAIN),
-            "sampling/createMessage",
-            None
-        )
-        .is_some());
-        assert!(relay_request(
-            &ctx,
-            Some(relay.clone()),
-            (&json!(2), Lane::MAIN),
-            "sampling/createMessage",
-            None
-        )
-        .is_none());
-        assert!(refused("pending_server_requests") >= before + 1.0);
-        let first = rx.recv().await.unwrap();
-        assert_eq!(first["method"], "sampling/createMessage");
-        // A modern caller (no session) gets no relayed requests at all.
-        let (modern, _rx) = Relay::new(None, 8);
-        assert!(relay_request(
-            &ctx,
-            Some(modern),
-            (&json!(3), Lane::MAIN),
-            "elicitation/create",
-            None
-        )
-        .is_none());
-    }
-
-    #[test]
-    fn a_waiter_gets_its_sessions_answer_and_is_freed_otherwise() {
-        let p = Pending::new(2);
-        let (now, age) = (Instant::now(), Duration::from_secs(10));
-        let (slot, g, mut rx) = p.insert_waiter("s".into(), now, age).unwrap();
-        assert!(p.take(slot, g, "other").is_none());
-        let Some(Target::Waiter(w)) = p.take(slot, g, "s") else {
-            panic!("a waiter")
-        };
-        w.send(Ok(json!({"action": "decline"}))).unwrap();
-        assert_eq!(rx.try_recv().unwrap(), Ok(json!({"action": "decline"})));
-        // Released (its call ended): the slot is free, a late answer finds nothing.
-        let (slot, g, mut released) = p.insert_waiter("s".into(), now, age).unwrap();
-        p.release(slot, g);
-        assert!(released.try_recv().is_err(), "closed");
-        assert!(p.take(slot, g, "s").is_none());
-        // Its session ended, or it expired: the waiting call sees the channel closed.
-        let (_, _, mut gone) = p.insert_waiter("s".into(), now, age).unwrap();
-        assert_eq!(p.forget_session("s"), 1);
-        assert!(gone.try_recv().is_err());
-        let (_, _, mut old) = p.insert_waiter("s".into(), now, age).unwrap();
-        assert!(p.insert_waiter("s".into(), now + age, age).is_some());
-        assert!(old.try_recv().is_err(), "reclaimed at expiry");
-    }
-
-    #[test]
-    fn stale_entries_are_reclaimed() {
-        let p = Pending::new(1);
-        let t0 = Instant::now();
-        let (slot, g) = p
-            .insert(
-                json!(1),
-                Lane::MAIN,
-                "s".into(),
-                t0,
-                Duration::from_secs(10),
-            )
-            .unwrap();
-        let again = p.insert(
-            json!(2),
-            Lane::MAIN,
-            "s".into(),
-            t0 + Duration::from_secs(10),
-            Duration::from_secs(10),
-        );
-        assert!(again.is_some());
-        assert!(p.take(slot, g, "s").is_none(), "the old generation is dead");
+impl Running {
+    /// The next thing the call produced. Cancel-safe: the call and the queue
+    /// stay in `self` whatever happens to this future.
+    pub async fn next(&mut self) -> Event {
+        loop {
+            if let Some(done) = self.done.take() {
+                return match self.rx.try_recv() {
+                    Ok(m) => {
+                        self.done = Some(done);
+                        classify(m)
+                    }
+                    Err(_) => Event::Done(done),
+                };
+            }
+            tokio::select! {
+                biased;
+                m = self.rx.recv() => match m {
+                    Some(m) => return classify(m),
+                    None => self.done = Some((&mut self.call).await),
+                },
+                out = &mut self.call => self.done = Some(out),
+            }
+        }
     }
 }
+
+fn classify(m: Value) -> Event {
+    if m.get("method").is_some() && m.get("id").is_some() {
+        Event::Asks(m)
+    } else {
+        Event::Note(m)
+    }
+}
+
+#[cfg(test)]
+mod relay_tests;

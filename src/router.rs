@@ -115,7 +115,6 @@ impl Router {
         self.upstreams().iter().find(|u| u.id == id).cloned()
     }
 
-
     fn expose_all(
         &self,
         kind: &str,

@@ -19,7 +19,6 @@
 use super::admission::{Call, ClientEra};
 use super::app::{App, Who};
 use super::modern;
-use super::parked::Expiry;
 use super::reply::{self, Answer, Outcome};
 use crate::audit::{self, Record};
 pub(super) use crate::protocol::raw::json_len;
@@ -377,12 +376,16 @@ impl Pending {
     /// What to audit if the call this round parks is never taken back
     /// (`"input_expired"`): this round's record without its arguments (the
     /// round's own line has them), kept with the parked call.
-    pub(super) fn parked(&self) -> Option<Box<Expiry>> {
+    pub(super) fn parked(&self) -> Option<Box<audit::Expiry>> {
         let mut record = self.record.clone()?;
         record.outcome = audit::Outcome::InputExpired;
         record.response_bytes = 0;
         record.arguments = None;
-        Some(Box::new(Expiry::new(record, self.t0, self.audit.clone())))
+        Some(Box::new(audit::Expiry::new(
+            record,
+            self.t0,
+            self.audit.clone(),
+        )))
     }
 
     /// Hands the record of the call answered with `response` to the writer

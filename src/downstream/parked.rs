@@ -18,20 +18,13 @@
 //! names is taken once (a replay finds nothing). The table takes `now` from
 //! its caller.
 
-use crate::audit::Record;
-use crate::protocol::{Payload, RpcError};
+use crate::relay::Running;
 use base64::Engine;
 use ring::hmac;
 use serde_json::Value;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Mutex;
 use std::time::Duration;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
-
-/// The call of a round: one upstream call, boxed so it can be parked.
-pub(super) type CallFuture = Pin<Box<dyn Future<Output = Result<Payload, RpcError>> + Send>>;
 
 /// Prefix of every `requestState` mcp-edge issues (any other is an
 /// upstream's own, passed through untouched).
@@ -55,70 +48,6 @@ pub(super) struct Asked {
     pub id: Value,
     /// `{method, params}` as asked.
     pub request: Value,
-}
-
-/// A running upstream call of a modern caller and what its upstream relays.
-pub(super) struct Running {
-    /// The call.
-    pub call: CallFuture,
-    /// Its relayed messages (notifications, server→client requests).
-    pub rx: mpsc::Receiver<Value>,
-    /// Its outcome, once known, while queued messages are still handed out.
-    pub done: Option<Result<Payload, RpcError>>,
-    /// The key its upstream's requests wait under in the upstream's table of
-    /// relayed requests ([`crate::relay::Pending`]); `None` when
-    /// this call cannot be asked anything (not an MRTR method).
-    pub key: Option<String>,
-    /// When the call began: however often it is parked again, it stays
-    /// parked no later than this plus the table's TTL, so a caller that
-    /// keeps retrying without answers cannot hold its place for ever.
-    pub started: Instant,
-    /// Its audit record if it expires parked (`[audit]` only).
-    pub audit: Option<Box<Expiry>>,
-}
-
-/// What [`Running::next`] saw.
-pub(super) enum Event {
-    /// A notification to relay (when the caller takes a stream).
-    Note(Value),
-    /// A server→client request: `id`, `method`, `params`.
-    Asks(Value),
-    /// The call ended.
-    Done(Result<Payload, RpcError>),
-}
-
-impl Running {
-    /// The next thing the call produced. Cancel-safe: the call and the queue
-    /// stay in `self` whatever happens to this future.
-    pub(super) async fn next(&mut self) -> Event {
-        loop {
-            if let Some(done) = self.done.take() {
-                return match self.rx.try_recv() {
-                    Ok(m) => {
-                        self.done = Some(done);
-                        classify(m)
-                    }
-                    Err(_) => Event::Done(done),
-                };
-            }
-            tokio::select! {
-                biased;
-                m = self.rx.recv() => match m {
-                    Some(m) => return classify(m),
-                    None => self.done = Some((&mut self.call).await),
-                },
-                out = &mut self.call => self.done = Some(out),
-            }
-        }
-    }
-}
-
-fn classify(m: Value) -> Event {
-    if m.get("method").is_some() && m.get("id").is_some() {
-        Event::Asks(m)
-    } else {
-        Event::Note(m)
-    }
 }
 
 /// A parked call.
@@ -331,32 +260,6 @@ impl ParkedCalls {
             }
         }
         out
-    }
-}
-
-/// The audit record of a parked call ([`super::call::Pending::parked`]), written when
-/// the call expires unclaimed ([`Expiry::expired`]); dropped unwritten when
-/// a retry takes the call back. (Servers "MUST NOT assume that clients
-/// will ... retry the original request",
-/// `../shared/spec/2026-07-28/patterns-mrtr.mdx` §Server Requirements
-/// (Basic Workflow): a round never retried is legal, and the log says so.)
-pub(super) struct Expiry {
-    record: Record,
-    t0: Instant,
-    audit: crate::audit::Audit,
-}
-
-impl Expiry {
-    /// The record to write if the call expires, of a call begun at `t0`.
-    pub(super) fn new(record: Record, t0: Instant, audit: crate::audit::Audit) -> Self {
-        Expiry { record, t0, audit }
-    }
-
-    /// Audits the parked call as `input_expired` (never waits).
-    pub(super) fn expired(self) {
-        let mut r = self.record;
-        r.duration_ms = self.t0.elapsed().as_millis() as u64;
-        self.audit.record(r);
     }
 }
 

@@ -28,10 +28,11 @@
 use super::admission::Call;
 use super::app::{App, Who};
 use super::call::{dispatch, finish_audited, observe, Pending};
-use super::parked::{self, Asked, Event, Identity, NotParked, Running, StateError};
+use super::parked::{self, Asked, Identity, NotParked, StateError};
 use super::reply::{Answer, Outcome};
 use crate::limits;
 use crate::protocol::{self, Payload, RpcError};
+use crate::relay::{Event, Running};
 use serde_json::{json, Map, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -1,5 +1,7 @@
 use super::*;
+use crate::relay::Event;
 use serde_json::json;
+use tokio::sync::mpsc;
 
 fn running() -> Running {
     running_since(Instant::now())
