@@ -435,7 +435,7 @@ impl OAuth {
         v.file_mtime = r.stored_mtime(); // its own writes are no login
         match outcome {
             Ok(new) => {
-                v.token = Some(token_now(&new.header, new.lifetime));
+                v.token = Some(token_now(&new.header, new.lifetime, new.expires_unix));
                 v.shown = Shown::Valid;
                 if v.last_error.take().is_some() {
                     self.ready.notify_waiters();
@@ -465,8 +465,9 @@ impl OAuth {
 
 /// A token in hand from an answer's lifetime, starting now: renewed at
 /// three quarters of it, taken as expired a little early (a tenth, at
-/// most [`limits::OAUTH_EXPIRY_MARGIN_MAX`]).
-fn token_now(header: &HeaderValue, lifetime: Duration) -> Token {
+/// most [`limits::OAUTH_EXPIRY_MARGIN_MAX`]); `expires_unix` is the expiry
+/// the token file keeps (computed once, when the answer came).
+fn token_now(header: &HeaderValue, lifetime: Duration, expires_unix: u64) -> Token {
     let now = Instant::now();
     let margin = lifetime
         .mul_f64(limits::OAUTH_EXPIRY_MARGIN)
@@ -475,7 +476,7 @@ fn token_now(header: &HeaderValue, lifetime: Duration) -> Token {
         header: header.clone(),
         refresh_at: now + lifetime.mul_f64(limits::OAUTH_REFRESH_AT),
         expires_at: now + lifetime - margin,
-        expires_unix: unix(SystemTime::now() + lifetime),
+        expires_unix,
     }
 }
 

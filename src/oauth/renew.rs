@@ -21,6 +21,9 @@ use tokio::time::Instant;
 pub(super) struct Renewed {
     pub header: HeaderValue,
     pub lifetime: Duration,
+    /// When it expires (Unix seconds), as the token file says: what
+    /// `/status` shows, the same before and after a restart.
+    pub expires_unix: u64,
     /// Read from the token file (a login), not asked for.
     pub from_file: bool,
 }
@@ -421,6 +424,7 @@ impl Renewal {
         Ok(Some(Renewed {
             header: t.header,
             lifetime,
+            expires_unix: t.expires_unix,
             from_file: true,
         }))
     }
@@ -509,6 +513,7 @@ impl Renewal {
         Ok(Renewed {
             header,
             lifetime,
+            expires_unix: now.saturating_add(lifetime.as_secs()),
             from_file: false,
         })
     }

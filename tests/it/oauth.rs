@@ -1062,6 +1062,10 @@ async fn a_restart_with_a_valid_stored_token_makes_no_token_request_before_its_f
     assert_eq!(mode(&file), 0o600, "token file mode");
     assert_eq!(mode(&state.join("oauth")), 0o700, "token folder mode");
     let valid_until = oauth_status(&first).await["valid_until_unix"].clone();
+    // `/status` shows the expiry the token file keeps (computed once), so
+    // a restart that reads the file shows the same second.
+    let stored: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(stored["expires_at"], valid_until, "status vs token file");
     assert!(first.terminate().await.success());
     let first_log = first.log_text();
     drop(first);
