@@ -92,6 +92,12 @@ async fn silent_and_half_sent_connections_cannot_lock_a_client_out() {
     // The bound is the header timeout less a margin: a client admitted only
     // when a held connection times out would take at least 10 s.
     let bound = mcp_edge::limits::HEADER_READ_TIMEOUT - Duration::from_secs(2);
+    // Under qemu-user (tests/arm.sh sets the runner) everything is ten
+    // times slower and the figure means nothing: one exchange a round.
+    let exchanges = match std::env::var_os("MCP_EDGE_TEST_RUNNER") {
+        Some(_) => 1,
+        None => 10,
+    };
     for round in 0..3 {
         // The kernel queues every held socket (the listen backlog,
         // `limits::LISTEN_BACKLOG`): no connect is left to a SYN
@@ -106,22 +112,27 @@ async fn silent_and_half_sent_connections_cannot_lock_a_client_out() {
                 "round {round}: connect took {connect:?}"
             );
         }
-        let t0 = std::time::Instant::now();
-        let sid = tokio::time::timeout(bound, legacy_session(gw.addr, "2025-11-25"))
+        // Ten good client exchanges (initialize, initialized, tools/call),
+        // one after another; their times are printed (issue 24's acceptance
+        // figure: each under 3 s), the bound asserted is the behaviour's.
+        let mut took = Vec::new();
+        for _ in 0..exchanges {
+            let t0 = std::time::Instant::now();
+            let sid = tokio::time::timeout(bound, legacy_session(gw.addr, "2025-11-25"))
+                .await
+                .unwrap_or_else(|_| panic!("round {round}: initialize waited {bound:?}"));
+            let r = tokio::time::timeout(
+                bound,
+                call_tool(gw.addr, &sid, json!(1), "edge__uptime", json!({})),
+            )
             .await
-            .unwrap_or_else(|_| panic!("round {round}: initialize waited {bound:?}"));
-        let r = tokio::time::timeout(
-            bound,
-            call_tool(gw.addr, &sid, json!(1), "edge__uptime", json!({})),
-        )
-        .await
-        .unwrap_or_else(|_| panic!("round {round}: tools/call waited {bound:?}"));
-        assert_eq!(r.status, 200, "{}", r.raw);
-        assert!(r.body["result"]["content"].is_array(), "{}", r.raw);
-        eprintln!(
-            "round {round}: initialize + tools/call in {:?}",
-            t0.elapsed()
-        );
+            .unwrap_or_else(|_| panic!("round {round}: tools/call waited {bound:?}"));
+            assert_eq!(r.status, 200, "{}", r.raw);
+            assert!(r.body["result"]["content"].is_array(), "{}", r.raw);
+            took.push(t0.elapsed());
+        }
+        let ms: Vec<u128> = took.iter().map(Duration::as_millis).collect();
+        eprintln!("round {round}: {exchanges} exchange(s) (initialize, initialized, tools/call), ms: {ms:?}");
     }
     // The premise: the table was full, held connections being closed to
     // admit others all along.
