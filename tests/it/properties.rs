@@ -6,34 +6,16 @@
 //! runs this file with `--nocapture`), writes no regression files, and checks
 //! that nothing panics and every rejection is the typed error.
 
+use crate::support::proptest_check::check;
 use mcp_edge::access::{Access, AuthError, Principal};
 use mcp_edge::config::{Config, ConfigError};
 use mcp_edge::protocol::sse::{Decoder, SseError};
 use mcp_edge::protocol::{classify, param_headers, Message, INVALID_REQUEST};
 use mcp_edge::upstream::streamable::{header_safe, parse_retry_after};
 use proptest::prelude::*;
-use proptest::test_runner::{Config as PtConfig, TestRunner};
 use serde_json::{json, Map, Value};
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-/// Runs `test` on `cases` values of `strategy`, printing the count first.
-fn check<S: Strategy>(
-    name: &str,
-    cases: u32,
-    strategy: S,
-    test: impl Fn(S::Value) -> Result<(), TestCaseError>,
-) {
-    println!("property {name}: {cases} cases");
-    let config = PtConfig {
-        cases,
-        failure_persistence: None,
-        ..PtConfig::default()
-    };
-    if let Err(e) = TestRunner::new(config).run(&strategy, test) {
-        panic!("property {name}: {e}");
-    }
-}
 
 // ---- generators ----
 

@@ -12,9 +12,9 @@
 
 use crate::support;
 
+use crate::support::proptest_check::check;
 use mcp_edge::share::{decide, Counts, Decision, Refusal, Shares};
 use proptest::prelude::*;
-use proptest::test_runner::{Config as PtConfig, TestRunner};
 use serde_json::{json, Value};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -596,24 +596,6 @@ async fn a_get_stream_is_charged_to_the_rate() {
 }
 
 // ---- properties of the rule ----
-
-/// Runs `test` on `cases` values of `strategy`, printing the count first.
-fn check<S: Strategy>(
-    name: &str,
-    cases: u32,
-    strategy: S,
-    test: impl Fn(S::Value) -> Result<(), TestCaseError>,
-) {
-    println!("property {name}: {cases} cases");
-    let config = PtConfig {
-        cases,
-        failure_persistence: None,
-        ..PtConfig::default()
-    };
-    if let Err(e) = TestRunner::new(config).run(&strategy, test) {
-        panic!("property {name}: {e}");
-    }
-}
 
 /// 1 to 6 clients (owner marks 1, 3, 5, …) with weights 1 to 5.
 fn clients() -> impl Strategy<Value = Vec<(u64, u32)>> {

@@ -20,6 +20,7 @@ pub mod heap;
 pub mod inprocess;
 pub mod marks;
 pub mod peers;
+pub mod proptest_check;
 pub mod rmcp_tasks;
 pub mod scripted;
 pub mod sockets;
