@@ -12,12 +12,9 @@
 //!   kept, logged or forwarded (`../shared/spec/2025-11-25/basic/authorization.mdx`
 //!   §Token Passthrough: the gateway's upstream requests carry only their
 //!   own credentials).
-//! - **Policy.** `allow`/`deny` globs over exposed tool and prompt names
-//!   ([`Policy::allows`]; deny wins). A resource belongs to the upstream
-//!   that listed it, and a client sees an upstream's resources when its
-//!   policy admits the upstream's namespace (`<prefix><separator>` against
-//!   the globs, so `files__*` admits it) or any of the upstream's tools or
-//!   prompts ([`crate::router`] applies it).
+//! - **Policy.** Each client's `allow`/`deny` globs, built here into the
+//!   router's [`Policy`] (what a client sees and may call is the router
+//!   view's business: [`crate::router::Policy`]).
 //! - **Rate.** A token bucket per client (`rate = "20/s"`: 20 a second,
 //!   burst 20), in a table fixed when the config is loaded.
 //! - **Origin.** Where a request on the downstream face may come from
@@ -37,6 +34,7 @@
 use crate::config::{ClientConfig, Config, Credential};
 use crate::limits::AUDIT_FIELD_BYTES;
 use crate::logline::{capped, Bucket};
+use crate::router::Policy;
 use crate::share::Shares;
 use http::HeaderMap;
 use std::borrow::Cow;
@@ -44,7 +42,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 use subtle::ConstantTimeEq;
 use tokio::time::Instant;
-use wildmatch::WildMatch;
 
 /// The `[[client]]` table of one config generation.
 pub struct Access {
@@ -181,8 +178,8 @@ impl Access {
     /// What `caller` may see and call.
     pub fn policy(&self, caller: Principal) -> &Policy {
         match caller {
-            Principal::Anonymous => &OPEN,
-            Principal::Client(i) => self.clients.get(i).map_or(&OPEN, |c| &c.policy),
+            Principal::Anonymous => Policy::open(),
+            Principal::Client(i) => self.clients.get(i).map_or(Policy::open(), |c| &c.policy),
         }
     }
 
@@ -279,46 +276,6 @@ fn bearer(value: &[u8]) -> Result<&[u8], AuthError> {
 fn sha256(bytes: &[u8]) -> [u8; 32] {
     let d = ring::digest::digest(&ring::digest::SHA256, bytes);
     d.as_ref().try_into().expect("SHA-256 is 32 bytes")
-}
-
-static OPEN: Policy = Policy {
-    allow: None,
-    deny: Vec::new(),
-};
-
-/// A client's `allow`/`deny` globs over exposed names.
-pub struct Policy {
-    /// `None`: everything.
-    allow: Option<Vec<WildMatch>>,
-    deny: Vec<WildMatch>,
-}
-
-impl Policy {
-    /// The policy of `allow` (absent = everything) and `deny`.
-    pub fn new(allow: Option<&[String]>, deny: &[String]) -> Policy {
-        let globs = |v: &[String]| v.iter().map(|g| WildMatch::new(g)).collect::<Vec<_>>();
-        Policy {
-            allow: allow.map(globs),
-            deny: globs(deny),
-        }
-    }
-
-    /// True when nothing is withheld (no `allow`, no `deny`): lists pass
-    /// unfiltered.
-    pub fn is_open(&self) -> bool {
-        self.allow.is_none() && self.deny.is_empty()
-    }
-
-    /// Whether an exposed tool or prompt name (or an upstream namespace
-    /// `<prefix><separator>`) may be used: matched by `allow` (or no
-    /// `allow`), and by no `deny`.
-    pub fn allows(&self, name: &str) -> bool {
-        let allowed = self
-            .allow
-            .as_ref()
-            .is_none_or(|a| a.iter().any(|g| g.matches(name)));
-        allowed && !self.deny.iter().any(|g| g.matches(name))
-    }
 }
 
 /// A log line budget (a [`crate::logline::Throttle`] of

@@ -27,14 +27,14 @@
 //! | [`drain`] | counting running calls/requests and waiting for them (shutdown, reload) |
 //! | [`share`] | fair shares of the fixed tables among configured clients (`[[client]] share`): per-client counts and the one decision — take a free place, take an idle place of the client furthest over its share, or refuse |
 //! | [`session`] | the fixed-capacity legacy session table (time passed in) |
-//! | [`access`] | who a downstream caller is (`[[client]]`: bearer token or TLS client certificate), what it may see and call, its rate, where its requests may come from (`Host`/`Origin`) |
 //! | [`subscriptions`] | the fixed table of downstream resource subscriptions (who wants which URI from which upstream) |
 //! | [`relay`] | what an upstream sends during a call, on its way to the caller: the bounded queue of a call's relayed messages, the table of server→client requests awaiting a client's answer, their ids, a modern caller's running call; below both faces |
 //! | [`tasks`] | the tasks extension (`io.modelcontextprotocol/tasks`): the fixed table of tasks handed to callers under gateway task ids (upstream, its task id, owner, expiry) and the extension's wire rules |
 //! | [`pins`] | tool pins: each upstream tool's definition hashed, compared with the hash pinned for it, withheld under `trust = "pin"` until approved; the pins file |
 //! | [`oauth`] | the OAuth 2.1 client of HTTP upstreams: discovery (RFC 9728, RFC 8414), token requests (client credentials, refresh, authorization code with PKCE), the token file, one renewal in flight per upstream with backoff and parking |
 //! | [`upstream`] | each upstream as a pair made together: the handle callers share (calls, status, catalog) and the owner's side ([`upstream::Steward`]: connection, status, catalog, progress) its owner task holds; the one connection interface over the transports (`stdio`, `streamable`, `builtin`); era probe, in-flight table, id remap |
-//! | [`router`] | aggregated catalog, exposed-name mapping, list merge, call routing; the downstream face's only way to the upstreams |
+//! | [`router`] | aggregated catalog, exposed-name mapping, list merge, call routing, what one client's `Policy` lets it see and call; the downstream face's only way to the upstreams |
+//! | [`access`] | who a downstream caller is (`[[client]]`: bearer token or TLS client certificate), its rate, its weight in the shared tables, its `allow`/`deny` globs built into the router's `Policy`, where its requests may come from (`Host`/`Origin`) |
 //! | [`supervisor`] | the owner task per upstream (connect, reconnect), holding its upstream's owner side; with [`gateway`], the only spawner of long-lived tasks |
 //! | [`downstream`] | the downstream face, a pipeline: accept loop (with the TLS handshake), the `/mcp` endpoint, admission (head and request), sessions, serving a call, framing; admin routes |
 //! | [`gateway`] | the composition root: builds everything from a `Config`; start, reload, shutdown, the systemd lifecycle |

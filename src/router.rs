@@ -22,9 +22,8 @@ mod view;
 /// an answer that asks its caller for input.
 pub use crate::upstream::{ApproveError, ListGens, Status, Upstream};
 pub use task_routing::TaskCaller;
-pub use view::Described;
+pub use view::{Described, Policy};
 
-use crate::access::Policy;
 use crate::config::ToolNameRule;
 use crate::protocol::{self, RpcError};
 use crate::upstream::Catalog;

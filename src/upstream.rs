@@ -14,6 +14,7 @@ mod call_error;
 pub mod catalog;
 mod clock;
 mod conn;
+mod credentials;
 pub mod era;
 pub mod handshake;
 pub mod inflight;
@@ -29,9 +30,9 @@ mod subscribing;
 use crate::config::UpstreamConfig;
 use crate::protocol::{self, Payload};
 use crate::relay;
-use crate::share::Claimant;
+use crate::share::{self, Claimant, Counts, Decision};
 use serde_json::Value;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -89,8 +90,8 @@ pub struct Upstream {
     oauth: Option<Arc<crate::oauth::OAuth>>,
     /// Calls being answered right now (a reload drains them before a stop).
     calls: crate::drain::Drain,
-    /// Its `max_in_flight` places as clients hold them ([`inflight::Callers`]).
-    callers: Arc<inflight::Callers>,
+    /// Its `max_in_flight` places as clients hold them ([`Callers`]).
+    callers: Arc<Callers>,
     /// When it was created (gateway start, or the reload that started it):
     /// the clock of [`Upstream::first_attempt`] until the owner task starts.
     created: Instant,
@@ -113,7 +114,7 @@ impl Upstream {
     ) -> (Arc<Self>, Steward) {
         let initial = Status::initial(config.enabled);
         let now = Instant::now();
-        let callers = inflight::Callers::new(config.max_in_flight);
+        let callers = Callers::new(config.max_in_flight);
         let up = Arc::new(Upstream {
             id,
             config,
@@ -136,67 +137,6 @@ impl Upstream {
         });
         let owner = Steward::of(&up);
         (up, owner)
-    }
-
-    /// When each credential file it depends on was last modified
-    /// (`bearer_token_file`; `[upstream.oauth]`'s secret or key file and its
-    /// token file, which `mcp-edge login` writes): a parked upstream tries
-    /// again when one changes.
-    pub fn credential_mtimes(&self) -> Vec<Option<std::time::SystemTime>> {
-        let mtime = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-        let crate::config::Transport::Http {
-            bearer_token_file,
-            oauth,
-            ..
-        } = &self.config.transport
-        else {
-            return Vec::new();
-        };
-        let mut files: Vec<&std::path::Path> =
-            bearer_token_file.iter().map(|p| p.as_path()).collect();
-        if let Some(o) = oauth {
-            if let crate::config::ClientAuth::Secret(p) | crate::config::ClientAuth::PrivateKey(p) =
-                &o.auth
-            {
-                files.push(p);
-            }
-        }
-        if let Some(p) = self.oauth.as_ref().and_then(|o| o.store_path()) {
-            files.push(p);
-        }
-        files.into_iter().map(mtime).collect()
-    }
-
-    /// Its OAuth client, for an upstream of config `c` that replaces it:
-    /// kept when the URL and `[upstream.oauth]` are the same (its tokens,
-    /// its renewal lock and its failure schedule go on).
-    pub fn oauth_for(&self, c: &UpstreamConfig) -> Option<Arc<crate::oauth::OAuth>> {
-        use crate::config::Transport::Http;
-        match (&self.config.transport, &c.transport) {
-            (
-                Http {
-                    url: a,
-                    oauth: Some(x),
-                    ..
-                },
-                Http {
-                    url: b,
-                    oauth: Some(y),
-                    ..
-                },
-            ) if a == b && x == y && self.config.retry_after_cap == c.retry_after_cap => {
-                self.oauth.clone()
-            }
-            _ => None,
-        }
-    }
-
-    /// Its OAuth client's state for `/status` (grant, token state, valid
-    /// until, last token request); `null` without `[upstream.oauth]`.
-    pub fn oauth_status(&self) -> serde_json::Value {
-        self.oauth
-            .as_ref()
-            .map_or(serde_json::Value::Null, |o| o.status())
     }
 
     /// Its name.
@@ -298,7 +238,7 @@ impl Upstream {
 
     /// [`Upstream::call_relayed`] for a downstream client `who`: the call
     /// takes one of the upstream's in-flight places within the client's
-    /// share ([`inflight::Callers`]: [`CallError::Share`] otherwise).
+    /// share ([`Callers`]: [`CallError::Share`] otherwise).
     pub async fn call_as(
         &self,
         method: &str,
@@ -352,7 +292,7 @@ impl Upstream {
         method: &str,
         params: Option<Value>,
         relay: Option<relay::Relay>,
-        claim: Option<inflight::Claim>,
+        claim: Option<Claim>,
     ) -> Result<Payload, CallError> {
         let timeout = self.config.call_timeout;
         // Only a legacy HTTP session can end under a call (then it is sent
@@ -507,6 +447,110 @@ impl Upstream {
                     reason: other.to_string(),
                 }
             }
+        }
+    }
+}
+
+/// The in-flight places of one upstream as its callers' clients hold them
+/// (`max_in_flight` of them), taken by [`Upstream::call_as`] before a call
+/// goes to any transport, in front of the transport's own table. With
+/// `[[client]]`s they are shared fairly ([`crate::share`]): a client at or
+/// over its share does not take one of the last places while other clients
+/// are under theirs (a call in flight is never given up for another, so
+/// the rule is only to keep room). A stdio call's slot keeps its place
+/// until the slot is freed ([`inflight`]).
+pub struct Callers {
+    capacity: usize,
+    counts: Mutex<Counts>,
+}
+
+/// One call's place in [`Callers`]: given back when the last clone is
+/// dropped (the call, and the stdio slot it took, which may outlive it).
+#[derive(Clone)]
+pub struct Claim(#[allow(dead_code)] Arc<Held>);
+
+struct Held {
+    callers: Arc<Callers>,
+    owner: u64,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        (self.callers.counts.lock().expect("callers")).remove(self.owner);
+    }
+}
+
+impl Callers {
+    /// `capacity` places (the upstream's `max_in_flight`).
+    pub fn new(capacity: usize) -> Arc<Callers> {
+        Arc::new(Callers {
+            capacity,
+            counts: Mutex::new(Counts::new()),
+        })
+    }
+
+    /// A place for one call of `who` to upstream `name`, or the error to
+    /// answer: [`CallError::Share`] when its client holds its share and the
+    /// places left are kept for others (counted as `upstream_share`),
+    /// [`CallError::Busy`] when every place is taken (`in_flight`). `None`
+    /// when no share applies (the transport's own bound is the only one).
+    /// Before refusing, `reclaim` frees the places of calls abandoned past
+    /// their timeout (a stdio slot keeps its client's place until then) and
+    /// the decision is taken again.
+    pub fn claim(
+        self: &Arc<Self>,
+        who: Claimant<'_>,
+        name: &str,
+        reclaim: impl FnOnce() -> usize,
+    ) -> Result<Option<Claim>, CallError> {
+        if !who.shares.applies() {
+            return Ok(None);
+        }
+        let refusal = match self.try_claim(who) {
+            Ok(claim) => return Ok(Some(claim)),
+            Err(_) if reclaim() > 0 => match self.try_claim(who) {
+                Ok(claim) => return Ok(Some(claim)),
+                Err(r) => r,
+            },
+            Err(r) => r,
+        };
+        let counts = self.counts.lock().expect("callers");
+        match refusal {
+            share::Refusal::Share => {
+                crate::metrics::refused("upstream_share");
+                Err(CallError::Share {
+                    name: name.to_owned(),
+                    held: counts.get(who.owner) as usize,
+                    share: who.shares.share_of(who.owner, self.capacity),
+                    capacity: self.capacity,
+                })
+            }
+            share::Refusal::Full => {
+                crate::metrics::refused("in_flight");
+                Err(CallError::Busy {
+                    name: name.to_owned(),
+                    capacity: self.capacity,
+                })
+            }
+        }
+    }
+
+    /// One decision under the lock: the place taken, or why not.
+    fn try_claim(self: &Arc<Self>, who: Claimant<'_>) -> Result<Claim, share::Refusal> {
+        let mut counts = self.counts.lock().expect("callers");
+        let used = counts.total();
+        match share::decide(who.shares, self.capacity, used, &counts, who.owner, |_| {
+            false
+        }) {
+            Decision::Take | Decision::TakeFrom(_) => {
+                counts.add(who.owner);
+                let held = Held {
+                    callers: self.clone(),
+                    owner: who.owner,
+                };
+                Ok(Claim(Arc::new(held)))
+            }
+            Decision::Refuse(r) => Err(r),
         }
     }
 }

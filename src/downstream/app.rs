@@ -47,7 +47,7 @@ pub struct Who {
 
 impl Who {
     /// What the caller may see and call.
-    pub fn policy(&self) -> &crate::access::Policy {
+    pub fn policy(&self) -> &crate::router::Policy {
         self.access.policy(self.principal)
     }
 
@@ -278,7 +278,7 @@ impl App {
 
     /// Instructions naming the upstreams `policy` shows (see
     /// [`Router::shows`]) and their tool prefixes.
-    pub fn instructions(&self, policy: &crate::access::Policy) -> String {
+    pub fn instructions(&self, policy: &crate::router::Policy) -> String {
         let sep = &self.server.tool_name_separator;
         let list: Vec<String> = self
             .router

@@ -50,13 +50,14 @@
 
 use crate::limits::CONNECTION_YIELD_GRACE as GRACE;
 use crate::share::{self, Counts, Decision, Shares};
+use bytes::Bytes;
+use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, SizeHint};
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -110,7 +111,7 @@ impl Slot {
 
 /// A request being answered on a connection: while it lives (until the
 /// response body is dropped) the connection is busy — once its body has
-/// arrived ([`Marked::receiving`], [`Busy::received`]).
+/// arrived ([`receive`], [`Busy::received`]).
 #[derive(Debug)]
 pub struct Busy {
     slot: Arc<Slot>,
@@ -125,11 +126,7 @@ impl Busy {
 
     /// `body`, holding this request's mark until it is dropped.
     pub fn hold<B>(self, body: B) -> Marked<B> {
-        Marked {
-            body,
-            arrived: None,
-            _busy: Some(self),
-        }
+        Marked { body, _busy: self }
     }
 }
 
@@ -145,31 +142,13 @@ impl Drop for Busy {
     }
 }
 
-/// A body marked in the connection table, frames passing through (with
-/// `is_end_stream` and `size_hint`, so `Content-Length` stays): a request
-/// body that marks its connection busy once it has all arrived
-/// ([`Marked::receiving`]), or a response body that keeps its connection
-/// busy until hyper has taken it to the end or abandoned it ([`Busy::hold`]).
+/// A response body that keeps its connection busy until hyper has taken
+/// it to the end or abandoned it ([`Busy::hold`]); frames pass through
+/// (with `is_end_stream` and `size_hint`, so `Content-Length` stays).
 #[derive(Debug)]
 pub struct Marked<B> {
     body: B,
-    /// Told when a request body has arrived.
-    arrived: Option<Arc<Slot>>,
-    /// Held while a response body lives.
-    _busy: Option<Busy>,
-}
-
-impl<B> Marked<B> {
-    /// `body` of the request marked `busy` (`None`: a request on no
-    /// connection of the table, e.g. a test's).
-    pub fn receiving(body: B, busy: Option<&Busy>) -> Marked<B> {
-        let arrived = busy.map(|b| b.slot.clone());
-        Marked {
-            body,
-            arrived,
-            _busy: None,
-        }
-    }
+    _busy: Busy,
 }
 
 impl<B: Body + Unpin> Body for Marked<B> {
@@ -180,13 +159,7 @@ impl<B: Body + Unpin> Body for Marked<B> {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        let r = Pin::new(&mut self.body).poll_frame(cx);
-        if matches!(r, Poll::Ready(None)) || self.body.is_end_stream() {
-            if let Some(slot) = self.arrived.take() {
-                slot.received();
-            }
-        }
-        r
+        Pin::new(&mut self.body).poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {
@@ -196,6 +169,127 @@ impl<B: Body + Unpin> Body for Marked<B> {
     fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
     }
+}
+
+/// A request received whole on its connection ([`receive`]).
+#[derive(Debug)]
+pub struct Received {
+    /// Its connection's mark, busy now (`None`: a request on no
+    /// connection of the table, e.g. a test's).
+    pub busy: Option<Busy>,
+    /// Its head.
+    pub parts: http::request::Parts,
+    /// Its body, whole.
+    pub body: Bytes,
+}
+
+/// Why a request was not received whole ([`receive`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotReceived {
+    /// It could not begin on its connection ([`Tracker::enter`]).
+    NotBegun(NotBegun),
+    /// Its body is larger than the limit (declared, or found so while
+    /// reading); what came of it was read and dropped within bounds.
+    TooLarge,
+    /// Its body had not all arrived by the deadline.
+    TimedOut,
+    /// Reading it failed.
+    Unreadable(String),
+}
+
+/// The connection layer's step on a request's way down: the request
+/// begins on its connection (`tracker`; `None` for a request on no
+/// connection of the table), named for `claim`'s client
+/// ([`Tracker::enter`]), and its body is read whole, at most `limit`
+/// bytes by `until` — the connection idle while the body arrives, busy
+/// once it has (what a slow body costs is an idle place, which the table
+/// may close). A body over the limit (declared, or found so while
+/// reading) is read on and dropped within bounds ([`discard`]) so that a
+/// client that writes its whole body before reading can read the refusal,
+/// unless it waits for `100 Continue`. The mark comes back with a refusal
+/// too: the connection stays busy until that answer is taken.
+pub async fn receive<B>(
+    tracker: Option<&Tracker>,
+    claim: Option<(&Shares, u64)>,
+    req: http::Request<B>,
+    (limit, until): (usize, Instant),
+) -> Result<Received, (Option<Busy>, NotReceived)>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let receiving = !req.body().is_end_stream();
+    let busy = match tracker.map(|t| t.enter(receiving, claim)) {
+        None => None,
+        Some(Ok(busy)) => Some(busy),
+        Some(Err(e)) => return Err((None, NotReceived::NotBegun(e))),
+    };
+    let read = read_whole(req, limit, until).await;
+    if let Some(busy) = &busy {
+        busy.received();
+    }
+    match read {
+        Ok((parts, body)) => Ok(Received { busy, parts, body }),
+        Err(why) => Err((busy, why)),
+    }
+}
+
+/// The body of `req`, whole, at most `limit` bytes, by `until`.
+async fn read_whole<B>(
+    req: http::Request<B>,
+    limit: usize,
+    until: Instant,
+) -> Result<(http::request::Parts, Bytes), NotReceived>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let drain = crate::limits::REFUSED_BODY_DRAIN_BYTES.max(limit.saturating_mul(2));
+    let declared = (req.headers().get(http::header::CONTENT_LENGTH))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    // A client that waits for `100 Continue` sends nothing unless asked:
+    // its refusal goes out at once, the body never read.
+    let waits = req.headers().contains_key(http::header::EXPECT);
+    let (parts, body) = req.into_parts();
+    let mut body = std::pin::pin!(body);
+    if let Some(n) = declared.filter(|&n| n > limit as u64) {
+        if !waits && n <= drain as u64 {
+            discard(&mut body, drain).await;
+        }
+        return Err(NotReceived::TooLarge);
+    }
+    let whole = http_body_util::Limited::new(&mut body, limit).collect();
+    match tokio::time::timeout_at(until, whole).await {
+        Err(_) => Err(NotReceived::TimedOut),
+        Ok(Ok(c)) => Ok((parts, c.to_bytes())),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            discard(&mut body, drain - limit).await;
+            Err(NotReceived::TooLarge)
+        }
+        Ok(Err(e)) => Err(NotReceived::Unreadable(e.to_string())),
+    }
+}
+
+/// Reads and drops up to `bound` more bytes of a refused body, within
+/// `limits::REFUSED_BODY_DRAIN_TIME` (nginx's lingering close): a client
+/// that writes its whole body before reading the answer can then read the
+/// refusal instead of meeting a reset. One frame at a time (at most
+/// hyper's read buffer), nothing kept.
+async fn discard<B>(body: &mut B, bound: usize)
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    let drain = async {
+        let mut seen = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            seen += frame.data_ref().map_or(0, |d| d.len());
+            if seen > bound {
+                return;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(crate::limits::REFUSED_BODY_DRAIN_TIME, drain).await;
 }
 
 /// A place in the table, held by the connection's task: dropping it frees
@@ -327,27 +421,6 @@ impl Tracker {
     }
 }
 
-/// The key a peer's share is counted by: an IPv4 address (IPv4-mapped
-/// IPv6 included), or an IPv6 address's /64 (one host usually holds a
-/// whole /64).
-pub fn peer_key(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6((u128::from(v6) & (u128::MAX << 64)).into()),
-        },
-    }
-}
-
-/// Why a connection was not admitted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
-    /// Its peer holds its whole share, none of them idle for a grace period.
-    #[error("this address holds its share of connections ({0}), all in use")]
-    PeerShare(usize),
-}
-
 /// Why [`Tracker::claim`] refused: the client holds `held` of the
 /// `capacity` places, its share is `share`, and the places left are kept
 /// for clients under theirs.
@@ -373,26 +446,6 @@ pub enum NotBegun {
     Closed,
     /// The request's client holds its share of the connections.
     OverShare(ShareRefusal),
-}
-
-/// What admitting a connection did to make room.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admission {
-    /// Room without closing anything.
-    Free,
-    /// The peer's longest idle connection was told to close.
-    ClosedSamePeer,
-}
-
-/// What [`Conns::close_oldest_idle`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Yield {
-    /// A connection was told to close; its place frees once it has.
-    Closed,
-    /// The longest idle connection comes of age after this long.
-    After(Duration),
-    /// Every connection is busy.
-    AllBusy,
 }
 
 /// The table: one entry per place, each the peer key and its slot.
@@ -446,49 +499,6 @@ impl Conns {
         self.len() == 0
     }
 
-    /// Makes room for a new connection from `peer` (a [`peer_key`]) within
-    /// its share: when the peer already holds `per_peer` places, its longest
-    /// idle one is told to close; if it has none past the grace period, the
-    /// new one is refused. A share of the whole table is no limit. (The
-    /// place itself is taken by [`Conns::insert`].)
-    pub fn admit(&self, peer: IpAddr, now: Instant) -> Result<Admission, Refusal> {
-        let now = self.ms(now);
-        let t = self.table.lock().expect("conns");
-        // A share of every place is no share: the whole table's rule applies
-        // (wait for a place rather than be refused).
-        if self.per_peer >= t.entries.len() {
-            return Ok(Admission::Free);
-        }
-        let held = t
-            .entries
-            .iter()
-            .flatten()
-            .filter(|(p, _)| *p == peer)
-            .count();
-        if held < self.per_peer {
-            return Ok(Admission::Free);
-        }
-        let of_peer = t.entries.iter().flatten().filter(|(p, _)| *p == peer);
-        match close_oldest(of_peer, now, |_| 0) {
-            Yield::Closed => Ok(Admission::ClosedSamePeer),
-            Yield::After(_) | Yield::AllBusy => Err(Refusal::PeerShare(self.per_peer)),
-        }
-    }
-
-    /// Tells a connection idle for the grace period, of any peer, to close:
-    /// of the client furthest over its share under `shares` (without
-    /// shares: of anyone), the one idle longest.
-    pub fn close_oldest_idle(&self, now: Instant, shares: &Shares) -> Yield {
-        let now = self.ms(now);
-        let t = self.table.lock().expect("conns");
-        let capacity = t.entries.len();
-        let excess = |s: &Slot| match s.owner.load(Ordering::Relaxed) {
-            UNNAMED => 0,
-            o => shares.excess(o, t.counts.get(o), capacity),
-        };
-        close_oldest(t.entries.iter().flatten(), now, excess)
-    }
-
     /// Resolves when a busy connection becomes idle (then
     /// [`Conns::close_oldest_idle`] may find one). `enable` it before
     /// looking, so a change in between is not missed.
@@ -520,53 +530,9 @@ impl Conns {
     }
 }
 
-/// Of `entries`, tells one idle connection to close — the highest `rank`
-/// (how far its client is over its share; positive: over, and then it
-/// gets no grace period), then the one idle longest, of those idle for the
-/// grace period — marking it, so a head or body end arriving now finds it
-/// closed; or says when the one idle longest comes of age. Stamps
-/// connections gone idle since the last look.
-fn close_oldest<'a>(
-    entries: impl Iterator<Item = &'a Entry>,
-    now: u64,
-    rank: impl Fn(&Slot) -> i64,
-) -> Yield {
-    let since = |s: &Slot| {
-        let _ = (s.since).compare_exchange(UNSTAMPED, now, Ordering::Relaxed, Ordering::Relaxed);
-        s.since.load(Ordering::Relaxed)
-    };
-    let grace = GRACE.as_millis() as u64;
-    let (mut oldest, mut chosen) = (None::<u64>, None);
-    let idle = entries
-        .map(|(_, s)| (s, s.state.load(Ordering::Acquire)))
-        .filter(|(_, v)| Slot::idle(*v));
-    for (slot, seen) in idle {
-        let at = since(slot);
-        oldest = Some(oldest.map_or(at, |o| o.min(at)));
-        let rank = rank(slot);
-        if rank > 0 || now.saturating_sub(at) >= grace {
-            let key = (rank, std::cmp::Reverse(at));
-            if chosen.as_ref().is_none_or(|(k, _, _)| key > *k) {
-                chosen = Some((key, slot, seen));
-            }
-        }
-    }
-    let Some((_, slot, seen)) = chosen else {
-        return match oldest {
-            None => Yield::AllBusy,
-            Some(at) => Yield::After(GRACE - Duration::from_millis(now.saturating_sub(at))),
-        };
-    };
-    if (slot.state)
-        .compare_exchange(seen, seen | CLOSED, Ordering::AcqRel, Ordering::Acquire)
-        .is_err()
-    {
-        // It changed between the load and now (a head, or a body's end).
-        return Yield::After(Duration::ZERO);
-    }
-    slot.close.notify_one();
-    Yield::Closed
-}
+mod yielding;
+
+pub use yielding::{peer_key, Admission, Refusal, Yield};
 
 #[cfg(test)]
 mod conns_tests;

@@ -73,41 +73,67 @@ fn closed() -> Response<Body> {
 }
 
 /// Entry point for every request on `/mcp`: its head
-/// ([`admission::head`]: 400, 403, 401), the connection marked busy and
-/// claimed for the caller's client ([`conns::Tracker::enter`]: 503 naming
-/// `connection_share` when the client holds its share), then POST, GET,
-/// DELETE, or an OPTIONS CORS preflight; every answer to an allowed
-/// `Origin` carries the CORS response headers ([`reply::allow_origin`]),
-/// and keeps the connection busy until hyper has taken all of it. Generic
-/// over the request body so tests and benchmarks can drive the endpoint
-/// without a socket (`Request<Full<Bytes>>`, no connection to mark); the
-/// listener passes hyper's `Incoming`.
+/// ([`admission::head`]: 400, 403, 401), then the connection layer's step
+/// ([`conns::receive`] for a POST: the request marked on its connection
+/// and claimed for the caller's client — 503 naming `connection_share`
+/// when the client holds its share —, its body read within its limits;
+/// [`conns::Tracker::enter`] for the rest), then POST, GET, DELETE, or an
+/// OPTIONS CORS preflight; every answer to an allowed `Origin` carries the
+/// CORS response headers ([`reply::allow_origin`]), and keeps the
+/// connection busy until hyper has taken all of it. Generic over the
+/// request body so tests and benchmarks can drive the endpoint without a
+/// socket (`Request<Full<Bytes>>`, no connection to mark); the listener
+/// passes hyper's `Incoming`.
 pub async fn handle<B>(app: Arc<App>, req: Request<B>) -> Response<Body>
 where
     B: hyper::body::Body<Data = bytes::Bytes> + Unpin,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let entry = admission::head(&app, &req);
-    let busy = match req.extensions().get::<conns::Tracker>() {
-        None => None,
-        Some(conn) => match mark(&app, conn, &req, &entry) {
-            Ok(busy) => Some(busy),
-            Err(refused) => return refused,
-        },
-    };
     let origin = req.headers().get(http::header::ORIGIN).cloned();
-    let req = req.map(|b| conns::Marked::receiving(b, busy.as_ref()));
-    let mut resp = match entry {
-        // Refused before its origin was found allowed: no CORS headers.
-        Err(refused) => return unmark(busy, refused),
-        Ok(Entry::Unauthorized(refused)) => refused,
-        Ok(Entry::Preflight) => reply::preflight(req.headers()),
-        Ok(Entry::Request(head)) => match *req.method() {
-            Method::POST => post(app, req, head).await,
-            Method::GET => get(app, &head),
-            Method::DELETE => delete(app, &head),
-            _ => reply::method_not_allowed(),
-        },
+    let tracker = req.extensions().get::<conns::Tracker>().cloned();
+    let (busy, mut resp) = match entry {
+        Ok(Entry::Request(head)) if req.method() == Method::POST => {
+            let claim = Some((head.who.access.shares(), head.who.owner()));
+            let until = Instant::now() + crate::limits::BODY_READ_TIMEOUT;
+            let bounds = (app.server.max_body_bytes, until);
+            match conns::receive(tracker.as_ref(), claim, req, bounds).await {
+                Ok(r) => (r.busy, post(app, r.parts.headers, r.body, head).await),
+                Err((_, conns::NotReceived::NotBegun(e))) => {
+                    return not_begun(&app, &head.who, e, origin)
+                }
+                Err((busy, why)) => (busy, not_received(why, &app)),
+            }
+        }
+        entry => {
+            let claim = match &entry {
+                Ok(Entry::Request(head)) => Some((head.who.access.shares(), head.who.owner())),
+                _ => None,
+            };
+            let receiving = !req.body().is_end_stream();
+            let busy = match tracker.map(|t| t.enter(receiving, claim)) {
+                None => None,
+                Some(Ok(busy)) => Some(busy),
+                Some(Err(e)) => {
+                    let Ok(Entry::Request(head)) = &entry else {
+                        return closed();
+                    };
+                    return not_begun(&app, &head.who, e, origin);
+                }
+            };
+            let resp = match entry {
+                // Refused before its origin was found allowed: no CORS headers.
+                Err(refused) => return unmark(busy, refused),
+                Ok(Entry::Unauthorized(refused)) => refused,
+                Ok(Entry::Preflight) => reply::preflight(req.headers()),
+                Ok(Entry::Request(head)) => match *req.method() {
+                    Method::GET => get(app, &head),
+                    Method::DELETE => delete(app, &head),
+                    _ => reply::method_not_allowed(),
+                },
+            };
+            (busy, resp)
+        }
     };
     if let Some(origin) = origin {
         reply::allow_origin(&mut resp, origin);
@@ -127,37 +153,23 @@ fn unmark(busy: Option<conns::Busy>, resp: Response<Body>) -> Response<Body> {
     }
 }
 
-/// The connection's mark for this request ([`conns::Tracker::enter`]),
-/// named for the caller's client once its head names one: the 503 of a
-/// connection the table closed meanwhile, or of a client at its share
-/// (with the CORS headers of an allowed origin, as every answer after the
-/// head's checks).
-fn mark<B>(
+/// The 503 of a request that could not begin on its connection: closed
+/// meanwhile by the table, or its client at its share (with the CORS
+/// headers of an allowed origin, as every answer after the head's checks).
+fn not_begun(
     app: &App,
-    conn: &conns::Tracker,
-    req: &Request<B>,
-    entry: &Result<Entry, Response<Body>>,
-) -> Result<conns::Busy, Response<Body>>
-where
-    B: hyper::body::Body,
-{
-    let receiving = !req.body().is_end_stream();
-    let claim = match entry {
-        Ok(Entry::Request(head)) => Some((head.who.access.shares(), head.who.owner())),
-        _ => None,
-    };
-    match conn.enter(receiving, claim) {
-        Ok(busy) => Ok(busy),
-        Err(conns::NotBegun::Closed) => Err(closed()),
-        Err(conns::NotBegun::OverShare(e)) => {
-            let Ok(Entry::Request(head)) = entry else {
-                unreachable!("only a named client is refused its share")
-            };
-            let mut refused = over_share(app, &head.who, e);
-            if let Some(origin) = req.headers().get(http::header::ORIGIN) {
-                reply::allow_origin(&mut refused, origin.clone());
+    who: &Who,
+    e: conns::NotBegun,
+    origin: Option<HeaderValue>,
+) -> Response<Body> {
+    match e {
+        conns::NotBegun::Closed => closed(),
+        conns::NotBegun::OverShare(e) => {
+            let mut refused = over_share(app, who, e);
+            if let Some(origin) = origin {
+                reply::allow_origin(&mut refused, origin);
             }
-            Err(refused)
+            refused
         }
     }
 }
@@ -236,116 +248,48 @@ fn delete(app: Arc<App>, head: &Head) -> Response<Body> {
     }
 }
 
-/// The request's body, whole, within `server.max_body_bytes` and
-/// `limits::BODY_READ_TIMEOUT`. A body over the limit (declared, or found
-/// so while reading) gets 413 with `Connection: close`, after the rest of
-/// it is read and discarded within bounds ([`discard`]) so that the client
-/// can read the refusal.
-async fn read_body<B>(
-    app: &App,
-    req: Request<B>,
-) -> Result<(HeaderMap, bytes::Bytes), Response<Body>>
-where
-    B: hyper::body::Body<Data = bytes::Bytes>,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
+/// What a request whose body was not received whole is answered: 413
+/// over `server.max_body_bytes` (counted as `body_bytes`; the connection
+/// closes), 408 past `limits::BODY_READ_TIMEOUT` (`body_read_time`), 400
+/// when it could not be read.
+fn not_received(why: conns::NotReceived, app: &App) -> Response<Body> {
     let limit = app.server.max_body_bytes;
-    let drain = crate::limits::REFUSED_BODY_DRAIN_BYTES.max(limit.saturating_mul(2));
-    let declared = req
-        .headers()
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    // A client that waits for `100 Continue` sends nothing unless asked:
-    // its refusal goes out at once, the body never read.
-    let waits = req.headers().contains_key(http::header::EXPECT);
-    let (parts, body) = req.into_parts();
-    let mut body = std::pin::pin!(body);
-    if let Some(n) = declared.filter(|&n| n > limit as u64) {
-        if !waits && n <= drain as u64 {
-            discard(&mut body, drain).await;
+    let refused = match why {
+        conns::NotReceived::NotBegun(_) => unreachable!("answered by not_begun"),
+        conns::NotReceived::TooLarge => {
+            crate::metrics::refused("body_bytes");
+            let why = format!("Request body larger than {limit} bytes (server.max_body_bytes)");
+            let mut resp = refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                protocol::INVALID_REQUEST,
+                why,
+            )
+            .into_response(Value::Null);
+            let close = HeaderValue::from_static("close");
+            resp.headers_mut().insert(http::header::CONNECTION, close);
+            return resp;
         }
-        return Err(too_large(limit));
-    }
-    let collected = tokio::time::timeout(
-        crate::limits::BODY_READ_TIMEOUT,
-        http_body_util::Limited::new(&mut body, limit).collect(),
-    )
-    .await
-    .map_err(|_| {
-        crate::metrics::refused("body_read_time");
-        refuse(
-            StatusCode::REQUEST_TIMEOUT,
-            protocol::INVALID_REQUEST,
-            format!(
-                "Request body not received within {} s",
-                crate::limits::BODY_READ_TIMEOUT.as_secs()
-            ),
-        )
-        .into_response(Value::Null)
-    })?;
-    match collected {
-        Ok(c) => Ok((parts.headers, c.to_bytes())),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            discard(&mut body, drain - limit).await;
-            Err(too_large(limit))
+        conns::NotReceived::TimedOut => {
+            crate::metrics::refused("body_read_time");
+            let secs = crate::limits::BODY_READ_TIMEOUT.as_secs();
+            let why = format!("Request body not received within {secs} s");
+            refuse(StatusCode::REQUEST_TIMEOUT, protocol::INVALID_REQUEST, why)
         }
-        Err(e) => Err(refuse(
+        conns::NotReceived::Unreadable(e) => refuse(
             StatusCode::BAD_REQUEST,
             protocol::PARSE_ERROR,
             format!("Parse error: reading body: {e}"),
-        )
-        .into_response(Value::Null)),
-    }
-}
-
-/// 413 for a body over `limit` (counted as `refused{limit="body_bytes"}`),
-/// closing the connection: what is left of the body is not read.
-fn too_large(limit: usize) -> Response<Body> {
-    crate::metrics::refused("body_bytes");
-    let mut resp = refuse(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        protocol::INVALID_REQUEST,
-        format!("Request body larger than {limit} bytes (server.max_body_bytes)"),
-    )
-    .into_response(Value::Null);
-    resp.headers_mut().insert(
-        http::header::CONNECTION,
-        http::HeaderValue::from_static("close"),
-    );
-    resp
-}
-
-/// Reads and drops up to `bound` more bytes of a refused body, within
-/// `limits::REFUSED_BODY_DRAIN_TIME` (nginx's lingering close): a client
-/// that writes its whole body before reading the answer can then read the
-/// 413 instead of meeting a reset. One frame at a time (at most hyper's
-/// read buffer), nothing kept.
-async fn discard<B>(body: &mut B, bound: usize)
-where
-    B: hyper::body::Body<Data = bytes::Bytes> + Unpin,
-{
-    let drain = async {
-        let mut seen = 0usize;
-        while let Some(Ok(frame)) = body.frame().await {
-            seen += frame.data_ref().map_or(0, |d| d.len());
-            if seen > bound {
-                return;
-            }
-        }
+        ),
     };
-    let _ = tokio::time::timeout(crate::limits::REFUSED_BODY_DRAIN_TIME, drain).await;
+    refused.into_response(Value::Null)
 }
 
-async fn post<B>(app: Arc<App>, req: Request<B>, head: Head) -> Response<Body>
-where
-    B: hyper::body::Body<Data = bytes::Bytes>,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let (headers, bytes) = match read_body(&app, req).await {
-        Ok(x) => x,
-        Err(refused) => return refused,
-    };
+async fn post(
+    app: Arc<App>,
+    headers: HeaderMap,
+    bytes: bytes::Bytes,
+    head: Head,
+) -> Response<Body> {
     let media = head.accept;
     let sse = media.sse_only();
     let msg = match protocol::envelope::parse(&bytes) {

@@ -225,7 +225,7 @@ async fn subscribe_all(
     app: &App,
     who: Subscriber,
     uris: Vec<&str>,
-    policy: &crate::access::Policy,
+    policy: &crate::router::Policy,
 ) -> Vec<Value> {
     let mut distinct: Vec<&str> = Vec::new();
     for uri in uris {
@@ -268,7 +268,7 @@ async fn subscribe(
     app: &App,
     who: Subscriber,
     uri: &str,
-    policy: &crate::access::Policy,
+    policy: &crate::router::Policy,
 ) -> Result<(), RpcError> {
     let up = app.subscribable(uri, policy).await?;
     let added = app.subscribe_in_table(who, up.id, uri)?;

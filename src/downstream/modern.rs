@@ -214,7 +214,7 @@ pub(super) fn check_param_headers(
     h: &HeaderMap,
     method: &str,
     params: Option<&Value>,
-    policy: &crate::access::Policy,
+    policy: &crate::router::Policy,
 ) -> Result<(), RpcError> {
     if method != "tools/call" {
         return Ok(());

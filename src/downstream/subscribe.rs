@@ -8,8 +8,8 @@
 //! sessions that asked (on their GET stream).
 
 use super::app::App;
-use crate::access::Policy;
 use crate::protocol::{self, RpcError};
+use crate::router::Policy;
 use crate::subscriptions::{SubscribeError, Subscriber};
 use serde_json::{json, Value};
 

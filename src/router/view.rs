@@ -1,10 +1,9 @@
 //! What one client sees of the merged catalog and where its requests go:
-//! [`Router::dispatch_as`], its [`Policy`] applied to the lists and to the
-//! routes (see [`crate::access`] for the rules), a routed request
+//! [`Router::dispatch_as`], its [`Policy`] (the `allow`/`deny` globs of its
+//! `[[client]]`) applied to the lists and to the routes, a routed request
 //! forwarded to its upstream.
 
 use super::{names, Merged, Miss, Router, Routes, Target, TaskCaller};
-use crate::access::Policy;
 use crate::protocol::{self, Payload, RpcError};
 use crate::relay::Relay;
 use crate::share::{Claimant, Shares};
@@ -12,6 +11,7 @@ use crate::upstream::Upstream;
 use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::sync::Arc;
+use wildmatch::WildMatch;
 
 impl Router {
     /// The merged view, rebuilt if the upstream set or any upstream catalog
@@ -388,4 +388,56 @@ pub struct Described {
     pub original: Option<String>,
     /// It exists, but the client's policy (or the tool's pin) withholds it.
     pub refused: bool,
+}
+
+/// The policy that withholds nothing ([`Policy::open`]).
+static OPEN: Policy = Policy {
+    allow: None,
+    deny: Vec::new(),
+};
+
+/// A client's `allow`/`deny` globs over exposed tool and prompt names
+/// (deny wins), built by [`crate::access`] from its `[[client]]`: what it
+/// sees of the catalog and may call. A resource belongs to the upstream
+/// that listed it, and a client sees an upstream's resources when its
+/// policy admits the upstream's namespace (`<prefix><separator>` against
+/// the globs, so `files__*` admits it) or any of the upstream's tools or
+/// prompts ([`Router::shows`]).
+pub struct Policy {
+    /// `None`: everything.
+    allow: Option<Vec<WildMatch>>,
+    deny: Vec<WildMatch>,
+}
+
+impl Policy {
+    /// The policy of a caller no `[[client]]` restricts: everything.
+    pub fn open() -> &'static Policy {
+        &OPEN
+    }
+
+    /// The policy of `allow` (absent = everything) and `deny`.
+    pub fn new(allow: Option<&[String]>, deny: &[String]) -> Policy {
+        let globs = |v: &[String]| v.iter().map(|g| WildMatch::new(g)).collect::<Vec<_>>();
+        Policy {
+            allow: allow.map(globs),
+            deny: globs(deny),
+        }
+    }
+
+    /// True when nothing is withheld (no `allow`, no `deny`): lists pass
+    /// unfiltered.
+    pub fn is_open(&self) -> bool {
+        self.allow.is_none() && self.deny.is_empty()
+    }
+
+    /// Whether an exposed tool or prompt name (or an upstream namespace
+    /// `<prefix><separator>`) may be used: matched by `allow` (or no
+    /// `allow`), and by no `deny`.
+    pub fn allows(&self, name: &str) -> bool {
+        let allowed = self
+            .allow
+            .as_ref()
+            .is_none_or(|a| a.iter().any(|g| g.matches(name)));
+        allowed && !self.deny.iter().any(|g| g.matches(name))
+    }
 }

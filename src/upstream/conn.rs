@@ -229,7 +229,7 @@ impl Conn {
         era: UpstreamEra,
         timeout: Duration,
         relay: Option<relay::Relay>,
-        claim: Option<super::inflight::Claim>,
+        claim: Option<super::Claim>,
     ) -> Result<Payload, SendError> {
         match self {
             Conn::Stdio(c) => c.send(method, params, timeout, relay, claim).await,

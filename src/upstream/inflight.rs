@@ -13,18 +13,15 @@
 //! so `max_in_flight` bounds the work really running upstream, not just the
 //! callers still waiting.
 //!
-//! With `[[client]]`s, each upstream's `max_in_flight` places are shared
-//! fairly ([`Callers`], [`crate::share`]): a client at or over its share
-//! does not take one of the last places while other clients are under
-//! theirs (a call in flight is never given up for another, so the rule is
-//! only to keep room). A call holds its client's place until its slot is
-//! freed — an abandoned stdio call until the upstream answers or `max_age`
-//! passes — so abandoning calls frees no room.
+//! With `[[client]]`s, a slot keeps its call's client's place among the
+//! upstream's `max_in_flight` ([`super::Callers`], taken by the handle
+//! before the call comes here) until the slot is freed — an abandoned call
+//! until the upstream answers or `max_age` passes — so abandoning calls
+//! frees no room.
 
-use super::CallError;
+use super::Claim;
 use crate::protocol::{Payload, RpcError};
 use crate::relay::Relay;
-use crate::share::{self, Claimant, Counts, Decision};
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -41,7 +38,7 @@ struct Slot {
     relay: Option<(Relay, Option<Value>)>,
     /// Given up by its caller at this time; still running upstream.
     abandoned: Option<Instant>,
-    /// The caller's client's place ([`Callers`]), until the slot is freed.
+    /// The caller's client's place ([`super::Callers`]), until the slot is freed.
     claim: Option<Claim>,
 }
 
@@ -281,108 +278,11 @@ impl InFlight {
     }
 }
 
-/// The in-flight places of one upstream as its callers' clients hold them
-/// (`max_in_flight` of them, shared under [`crate::share`]); one for every
-/// transport, in front of its own table.
-pub struct Callers {
-    capacity: usize,
-    counts: Mutex<Counts>,
-}
-
-/// One call's place in [`Callers`]: given back when the last clone is
-/// dropped (the call, and the stdio slot it took, which may outlive it).
-#[derive(Clone)]
-pub struct Claim(#[allow(dead_code)] Arc<Held>);
-
-struct Held {
-    callers: Arc<Callers>,
-    owner: u64,
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        (self.callers.counts.lock().expect("callers")).remove(self.owner);
-    }
-}
-
-impl Callers {
-    /// `capacity` places (the upstream's `max_in_flight`).
-    pub fn new(capacity: usize) -> Arc<Callers> {
-        Arc::new(Callers {
-            capacity,
-            counts: Mutex::new(Counts::new()),
-        })
-    }
-
-    /// A place for one call of `who` to upstream `name`, or the error to
-    /// answer: [`CallError::Share`] when its client holds its share and the
-    /// places left are kept for others (counted as `upstream_share`),
-    /// [`CallError::Busy`] when every place is taken (`in_flight`). `None`
-    /// when no share applies (the transport's own bound is the only one).
-    /// Before refusing, `reclaim` frees the places of calls abandoned past
-    /// their timeout (a stdio slot keeps its client's place until then) and
-    /// the decision is taken again.
-    pub fn claim(
-        self: &Arc<Self>,
-        who: Claimant<'_>,
-        name: &str,
-        reclaim: impl FnOnce() -> usize,
-    ) -> Result<Option<Claim>, CallError> {
-        if !who.shares.applies() {
-            return Ok(None);
-        }
-        let refusal = match self.try_claim(who) {
-            Ok(claim) => return Ok(Some(claim)),
-            Err(_) if reclaim() > 0 => match self.try_claim(who) {
-                Ok(claim) => return Ok(Some(claim)),
-                Err(r) => r,
-            },
-            Err(r) => r,
-        };
-        let counts = self.counts.lock().expect("callers");
-        match refusal {
-            share::Refusal::Share => {
-                crate::metrics::refused("upstream_share");
-                Err(CallError::Share {
-                    name: name.to_owned(),
-                    held: counts.get(who.owner) as usize,
-                    share: who.shares.share_of(who.owner, self.capacity),
-                    capacity: self.capacity,
-                })
-            }
-            share::Refusal::Full => {
-                crate::metrics::refused("in_flight");
-                Err(CallError::Busy {
-                    name: name.to_owned(),
-                    capacity: self.capacity,
-                })
-            }
-        }
-    }
-
-    /// One decision under the lock: the place taken, or why not.
-    fn try_claim(self: &Arc<Self>, who: Claimant<'_>) -> Result<Claim, share::Refusal> {
-        let mut counts = self.counts.lock().expect("callers");
-        let used = counts.total();
-        match share::decide(who.shares, self.capacity, used, &counts, who.owner, |_| {
-            false
-        }) {
-            Decision::Take | Decision::TakeFrom(_) => {
-                counts.add(who.owner);
-                let held = Held {
-                    callers: self.clone(),
-                    owner: who.owner,
-                };
-                Ok(Claim(Arc::new(held)))
-            }
-            Decision::Refuse(r) => Err(r),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::share::Claimant;
+    use crate::upstream::{CallError, Callers};
     use serde_json::json;
 
     fn table(n: usize) -> InFlight {

@@ -52,7 +52,7 @@ pub(super) struct Bridged<'a> {
     /// When the whole exchange must be over.
     pub deadline: Instant,
     /// The caller's client's in-flight place, held by every round.
-    pub claim: Option<super::inflight::Claim>,
+    pub claim: Option<super::Claim>,
 }
 
 /// The input requests of one round awaiting the client: their slots are

@@ -163,14 +163,14 @@ impl StdioConn {
     /// With a `relay`, the caller's `_meta.progressToken` is replaced by the
     /// upstream id (so tokens of different clients cannot collide) and
     /// restored on the way back. The slot holds `claim` (its client's
-    /// place, [`super::inflight::Callers`]) until it is freed.
+    /// place, [`super::Callers`]) until it is freed.
     pub async fn send(
         &self,
         method: &str,
         mut params: Option<Value>,
         timeout: Duration,
         relay: Option<Relay>,
-        claim: Option<super::inflight::Claim>,
+        claim: Option<super::Claim>,
     ) -> Result<Payload, SendError> {
         let original = params
             .as_ref()

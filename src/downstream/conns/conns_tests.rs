@@ -2,6 +2,7 @@ use super::*;
 
 const NO_SHARES: Shares = Shares::none();
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
 
 fn ip(n: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 0, n))
@@ -216,4 +217,63 @@ fn a_client_over_its_share_leaves_places_and_yields_its_idle_ones_first() {
     );
     assert!(t[4].begin(false).is_none(), "b's, idle longest");
     drop(places);
+}
+
+/// A body that arrives as `rx` gives it, ending when `rx` closes.
+fn streamed(
+    rx: tokio::sync::mpsc::Receiver<&'static str>,
+) -> http::Request<impl Body<Data = Bytes, Error = std::convert::Infallible> + Unpin> {
+    let frames = futures_util::stream::unfold(rx, |mut rx| async move {
+        let chunk = rx.recv().await?;
+        Some((Ok(Frame::data(Bytes::from_static(chunk.as_bytes()))), rx))
+    });
+    http::Request::new(http_body_util::StreamBody::new(Box::pin(frames)))
+}
+
+#[tokio::test(start_paused = true)]
+async fn receiving_a_request_leaves_it_idle_until_its_body_has_arrived() {
+    let t0 = Instant::now();
+    let c = Conns::new(1, 1, t0);
+    let a = c.insert(ip(1), (), t0);
+    let (ta, probe) = (a.tracker(), a.tracker());
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let until = t0 + Duration::from_secs(10);
+    let read = receive(Some(&ta), None, streamed(rx), (64, until));
+    let feed = async move {
+        tx.send("{\"a\":").await.unwrap();
+        tokio::task::yield_now().await;
+        assert!(probe.receiving(), "half a body: idle");
+        tx.send("1}").await.unwrap();
+        probe
+    };
+    let (got, probe) = tokio::join!(read, feed);
+    let got = got.expect("received");
+    assert_eq!(&got.body[..], b"{\"a\":1}");
+    assert!(!probe.receiving());
+    let later = at(t0, 1 + grace());
+    assert_eq!(c.close_oldest_idle(later, &NO_SHARES), Yield::AllBusy);
+    drop(got);
+    assert_eq!(c.close_oldest_idle(later, &NO_SHARES), Yield::After(GRACE));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_over_its_limit_or_late_is_refused_with_the_mark_kept() {
+    let t0 = Instant::now();
+    let c = Conns::new(1, 1, t0);
+    let a = c.insert(ip(1), (), t0);
+    let until = t0 + Duration::from_secs(10);
+    let (tx, rx) = tokio::sync::mpsc::channel(2);
+    tx.send("0123456789").await.unwrap();
+    tx.send("0123456789").await.unwrap();
+    drop(tx);
+    match receive(Some(&a.tracker()), None, streamed(rx), (16, until)).await {
+        Err((Some(_busy), NotReceived::TooLarge)) => {}
+        other => panic!("{other:?}"),
+    }
+    let (_tx, rx) = tokio::sync::mpsc::channel(1);
+    match receive(Some(&a.tracker()), None, streamed(rx), (16, until)).await {
+        Err((Some(_busy), NotReceived::TimedOut)) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(Instant::now(), until, "refused at its deadline");
 }
