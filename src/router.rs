@@ -291,17 +291,6 @@ impl Router {
         true
     }
 
-    /// The `x-mcp-header` annotations of exposed tool `name` (empty when it
-    /// has none or is unknown): a modern downstream request must send the
-    /// matching `Mcp-Param-*` headers.
-    pub fn param_headers(&self, name: &str) -> Vec<crate::protocol::param_headers::ParamHeader> {
-        self.merged()
-            .tool_params
-            .get(name)
-            .cloned()
-            .unwrap_or_default()
-    }
-
     /// The upstream serving resource `uri` (listed, or matched by a
     /// template, or the only one serving resources) when `policy` lets its
     /// client see that upstream's resources, after waiting for upstreams

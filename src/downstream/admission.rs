@@ -179,6 +179,28 @@ pub(super) struct Call {
     pub(super) request_bytes: usize,
 }
 
+/// A legacy session's request answered here at once from the session's
+/// own state, never sent upstream: not registered for cancellation, and
+/// served by `answered_here`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum SessionOp {
+    /// `logging/setLevel`: the session's log floor.
+    SetLevel,
+    /// `resources/subscribe` or `resources/unsubscribe`.
+    Subscription,
+}
+
+impl SessionOp {
+    /// What `method` is, when a legacy session's request of it is one.
+    pub(super) fn of(method: &str) -> Option<SessionOp> {
+        match method {
+            "logging/setLevel" => Some(SessionOp::SetLevel),
+            "resources/subscribe" | "resources/unsubscribe" => Some(SessionOp::Subscription),
+            _ => None,
+        }
+    }
+}
+
 /// What [`admit`] found a request to be.
 pub(super) enum Admitted {
     /// A legacy `initialize`: a new session for this caller (id, params).
@@ -217,11 +239,8 @@ pub(super) fn admit(
             params,
         ),
         Some(sid) => {
-            // Registered for cancellation unless answered here at once.
-            let served = !matches!(
-                method.as_str(),
-                "logging/setLevel" | "resources/subscribe" | "resources/unsubscribe"
-            );
+            // Registered for cancellation unless answered at once.
+            let served = SessionOp::of(&method).is_none();
             let Ok(held) = app.sessions.enter(sid, who.owner(), served.then_some(&id)) else {
                 return Err((id, reply::not_found()));
             };

@@ -4,7 +4,7 @@
 //! checked in its era and routed ([`one`]), and the framing of what it
 //! produced.
 
-use super::admission::{self, admit, Admitted, Call, Entry, Head};
+use super::admission::{self, admit, Admitted, Call, Entry, Head, SessionOp};
 use super::app::{App, Body, Peer, Who};
 use super::reply::{refuse, Refusal};
 use super::reply::{Answer, Outcome};
@@ -461,8 +461,10 @@ pub(super) async fn one(
     }
     match call.route(stream_ok) {
         Route::Listen => call.listen(app, stream_ok).await,
-        Route::SetLevel => Ok(Outcome::Answer(call.set_level(app))),
-        Route::Subscription => Ok(Outcome::Answer(call.subscription(app).await)),
+        Route::Session(SessionOp::SetLevel) => Ok(Outcome::Answer(call.set_level(app))),
+        Route::Session(SessionOp::Subscription) => {
+            Ok(Outcome::Answer(call.subscription(app).await))
+        }
         Route::Relayed => Ok(call.relayed(app).await),
         Route::Modern => Ok(super::rounds::serve(app, call, stream_ok).await),
         Route::Plain => Ok(Outcome::Answer(call.serve(app, None).await)),
@@ -511,8 +513,7 @@ fn modern_checks(app: &App, h: &HeaderMap, call: &Call) -> Result<(), (Value, Re
 /// Which handler of [`Call`] serves a request.
 enum Route {
     Listen,
-    SetLevel,
-    Subscription,
+    Session(SessionOp),
     Relayed,
     Modern,
     Plain,
@@ -525,10 +526,11 @@ impl Call {
     /// less in every connection's future.)
     fn route(&self, stream_ok: bool) -> Route {
         let legacy = !self.caller.modern();
+        if let (true, Some(op)) = (legacy, SessionOp::of(&self.method)) {
+            return Route::Session(op);
+        }
         match self.method.as_str() {
             "subscriptions/listen" if !legacy => Route::Listen,
-            "logging/setLevel" if legacy => Route::SetLevel,
-            "resources/subscribe" | "resources/unsubscribe" if legacy => Route::Subscription,
             // A modern call's head waits for its outcome; its upstream's
             // requests become MRTR rounds (super::rounds).
             m if !legacy && relayable(m) => Route::Modern,

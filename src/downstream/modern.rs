@@ -208,7 +208,8 @@ fn decorate_tree(method: &str, mut result: Value, per_caller: bool) -> Value {
 /// for a tool whose `inputSchema` annotates parameters with `x-mcp-header`
 /// (2026-07-28 transports-streamable-http.mdx §Server Validation). Errors:
 /// `-32020` naming the header. A tool outside the caller's `policy` has no
-/// annotations to check: the router answers it as an unknown tool.
+/// annotations to check ([`crate::router::Router::param_headers`]): the
+/// router answers it as an unknown tool.
 pub(super) fn check_param_headers(
     app: &super::app::App,
     h: &HeaderMap,
@@ -222,10 +223,7 @@ pub(super) fn check_param_headers(
     let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
         return Ok(());
     };
-    if !policy.allows(name) {
-        return Ok(());
-    }
-    let annotated = app.router.param_headers(name);
+    let annotated = app.router.param_headers(name, policy);
     if annotated.is_empty() {
         return Ok(());
     }

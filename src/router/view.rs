@@ -4,6 +4,7 @@
 //! forwarded to its upstream.
 
 use super::{names, Merged, Miss, Router, Routes, Target, TaskCaller};
+use crate::protocol::param_headers::ParamHeader;
 use crate::protocol::{self, Payload, RpcError};
 use crate::relay::Relay;
 use crate::share::{Claimant, Shares};
@@ -317,6 +318,18 @@ impl Router {
                 refused: hidden.then_some("policy"),
             }),
         }
+    }
+
+    /// The `x-mcp-header` annotations of exposed tool `name` as a client
+    /// under `policy` sees it (empty when it has none, is unknown, or the
+    /// policy withholds it: then the call is answered as an unknown tool):
+    /// a modern downstream request must send the matching `Mcp-Param-*`
+    /// headers.
+    pub fn param_headers(&self, name: &str, policy: &Policy) -> Vec<ParamHeader> {
+        if !policy.allows(name) {
+            return Vec::new();
+        }
+        (self.merged().tool_params.get(name).cloned()).unwrap_or_default()
     }
 
     /// The upstream and own name of exposed `name` in `routes`, when
