@@ -24,6 +24,7 @@ pub mod listen;
 pub mod modern;
 pub mod operator_socket;
 pub mod parked;
+mod receiving;
 pub mod reply;
 pub mod rounds;
 pub mod sessions;

@@ -4,7 +4,7 @@
 //! then each connection's task (TLS handshake, HTTP/1.1).
 
 use super::app::{App, Peer};
-use super::{conns, endpoint, tls_accept};
+use super::{conns, endpoint, receiving, tls_accept};
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -141,7 +141,7 @@ fn spawn_connection(
     // one task per accepted connection, bounded by its permit
     tokio::spawn(async move {
         let place = place; // held until the connection ends: its permit too
-        let tracker = place.tracker();
+        let tracker = receiving::Tracker::of(&place);
         let Some(config) = tls else {
             let peer = Peer {
                 addr,
@@ -199,7 +199,7 @@ async fn serve_tls(
     config: Arc<rustls::ServerConfig>,
     stream: tokio::net::TcpStream,
     addr: SocketAddr,
-    tracker: conns::Tracker,
+    tracker: receiving::Tracker,
 ) {
     let shake = tokio::select! {
         r = tls_accept::accept(config, stream, addr) => r,
@@ -223,13 +223,13 @@ async fn serve_tls(
 /// (what hyper still holds of it goes out, within
 /// `limits::CONNECTION_CLOSE_FLUSH`), else dropped (a fresh connection,
 /// half a head, or a body arriving: nothing to finish).
-async fn serve_connection<S>(app: Arc<App>, io: S, peer: Peer, tracker: conns::Tracker)
+async fn serve_connection<S>(app: Arc<App>, io: S, peer: Peer, tracker: receiving::Tracker)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let addr = peer.addr;
     // Each request enters the endpoint's service, marked by the
-    // connection's tracker ([`conns::Tracker::enter`]).
+    // connection's tracker ([`receiving::Tracker::enter`]).
     let svc = endpoint::service(app, peer, tracker.clone());
     // A client must finish each request head within HEADER_READ_TIMEOUT,
     // so silent or half-sent connections cannot hold permits forever; and

@@ -177,6 +177,9 @@ pub(super) struct Call {
     pub(super) caller: Caller,
     /// Size of the message as received (the audit log's `request_bytes`).
     pub(super) request_bytes: usize,
+    /// A legacy session's request answered from the session's own state,
+    /// decided here ([`SessionOp`]).
+    pub(super) from_session: Option<SessionOp>,
 }
 
 /// A legacy session's request answered here at once from the session's
@@ -192,7 +195,7 @@ pub(super) enum SessionOp {
 
 impl SessionOp {
     /// What `method` is, when a legacy session's request of it is one.
-    pub(super) fn of(method: &str) -> Option<SessionOp> {
+    fn of(method: &str) -> Option<SessionOp> {
         match method {
             "logging/setLevel" => Some(SessionOp::SetLevel),
             "resources/subscribe" | "resources/unsubscribe" => Some(SessionOp::Subscription),
@@ -229,7 +232,7 @@ pub(super) fn admit(
         Err(r) => return Err((id, r)),
         Ok(sid) => sid,
     };
-    let (caller, params) = match sid {
+    let (caller, params, from_session) = match sid {
         None => (
             Caller {
                 who,
@@ -237,11 +240,15 @@ pub(super) fn admit(
                 held: None,
             },
             params,
+            None,
         ),
         Some(sid) => {
             // Registered for cancellation unless answered at once.
-            let served = SessionOp::of(&method).is_none();
-            let Ok(held) = app.sessions.enter(sid, who.owner(), served.then_some(&id)) else {
+            let op = SessionOp::of(&method);
+            let Ok(held) = app
+                .sessions
+                .enter(sid, who.owner(), op.is_none().then_some(&id))
+            else {
                 return Err((id, reply::not_found()));
             };
             let params = declare_caps(held.seen.caps, &method, params);
@@ -253,6 +260,7 @@ pub(super) fn admit(
                     held: Some(held),
                 },
                 params,
+                op,
             )
         }
     };
@@ -262,6 +270,7 @@ pub(super) fn admit(
         params,
         caller,
         request_bytes,
+        from_session,
     };
     Ok(Admitted::Call(call))
 }

@@ -203,6 +203,7 @@ impl Call {
             params,
             mut caller,
             request_bytes,
+            from_session: _,
         } = self;
         let _busy = app.in_flight.enter();
         let t0 = Instant::now();

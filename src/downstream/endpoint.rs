@@ -1,14 +1,14 @@
 //! The per-request service of a connection and the `/mcp` endpoint: POST,
-//! GET and DELETE for both eras; the head admitted and the connection
-//! marked, the body read within its limits, batches, one message admitted,
-//! checked in its era and routed ([`one`]), and the framing of what it
-//! produced.
+//! GET and DELETE for both eras; the head admitted, the request received
+//! on its connection ([`super::receiving`]; a body not received whole is
+//! answered here), batches, one message admitted, checked in its era and
+//! routed ([`one`]), and the framing of what it produced.
 
 use super::admission::{self, admit, Admitted, Call, Entry, Head, SessionOp};
 use super::app::{App, Body, Peer, Who};
 use super::reply::{refuse, Refusal};
 use super::reply::{Answer, Outcome};
-use super::{answered_here, conns, modern, reply};
+use super::{answered_here, modern, receiving, reply};
 use crate::protocol::envelope::Body as Parsed;
 use crate::protocol::{self, Message, ProtocolVersion, RpcError};
 use crate::session::SessionError;
@@ -27,7 +27,7 @@ use tokio::time::Instant;
 pub(super) fn service(
     app: Arc<App>,
     peer: Peer,
-    conn: conns::Tracker,
+    conn: receiving::Tracker,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
     Response = Response<Body>,
@@ -57,9 +57,9 @@ pub(super) fn service(
 }
 
 /// The connection's tracker [`service`] put on a request.
-fn conn_of<B>(req: &Request<B>) -> &conns::Tracker {
+fn conn_of<B>(req: &Request<B>) -> &receiving::Tracker {
     req.extensions()
-        .get::<conns::Tracker>()
+        .get::<receiving::Tracker>()
         .expect("set by service")
 }
 
@@ -74,10 +74,10 @@ fn closed() -> Response<Body> {
 
 /// Entry point for every request on `/mcp`: its head
 /// ([`admission::head`]: 400, 403, 401), then the connection layer's step
-/// ([`conns::receive`] for a POST: the request marked on its connection
+/// ([`receiving::receive`] for a POST: the request marked on its connection
 /// and claimed for the caller's client — 503 naming `connection_share`
 /// when the client holds its share —, its body read within its limits;
-/// [`conns::Tracker::enter`] for the rest), then POST, GET, DELETE, or an
+/// [`receiving::Tracker::enter`] for the rest), then POST, GET, DELETE, or an
 /// OPTIONS CORS preflight; every answer to an allowed `Origin` carries the
 /// CORS response headers ([`reply::allow_origin`]), and keeps the
 /// connection busy until hyper has taken all of it. Generic over the
@@ -91,15 +91,15 @@ where
 {
     let entry = admission::head(&app, &req);
     let origin = req.headers().get(http::header::ORIGIN).cloned();
-    let tracker = req.extensions().get::<conns::Tracker>().cloned();
+    let tracker = req.extensions().get::<receiving::Tracker>().cloned();
     let (busy, mut resp) = match entry {
         Ok(Entry::Request(head)) if req.method() == Method::POST => {
             let claim = Some((head.who.access.shares(), head.who.owner()));
             let until = Instant::now() + crate::limits::BODY_READ_TIMEOUT;
             let bounds = (app.server.max_body_bytes, until);
-            match conns::receive(tracker.as_ref(), claim, req, bounds).await {
+            match receiving::receive(tracker.as_ref(), claim, req, bounds).await {
                 Ok(r) => (r.busy, post(app, r.parts.headers, r.body, head).await),
-                Err((_, conns::NotReceived::NotBegun(e))) => {
+                Err((_, receiving::NotReceived::NotBegun(e))) => {
                     return not_begun(&app, &head.who, e, origin)
                 }
                 Err((busy, why)) => (busy, not_received(why, &app)),
@@ -143,12 +143,9 @@ where
 
 /// Answered: the connection stays busy until hyper has taken the whole
 /// response body.
-fn unmark(busy: Option<conns::Busy>, resp: Response<Body>) -> Response<Body> {
+fn unmark(busy: Option<receiving::Busy>, resp: Response<Body>) -> Response<Body> {
     match busy {
-        Some(busy) => {
-            busy.received();
-            resp.map(|b| busy.hold(b).boxed_unsync())
-        }
+        Some(busy) => resp.map(|b| busy.hold(b).boxed_unsync()),
         None => resp,
     }
 }
@@ -159,12 +156,12 @@ fn unmark(busy: Option<conns::Busy>, resp: Response<Body>) -> Response<Body> {
 fn not_begun(
     app: &App,
     who: &Who,
-    e: conns::NotBegun,
+    e: receiving::NotBegun,
     origin: Option<HeaderValue>,
 ) -> Response<Body> {
     match e {
-        conns::NotBegun::Closed => closed(),
-        conns::NotBegun::OverShare(e) => {
+        receiving::NotBegun::Closed => closed(),
+        receiving::NotBegun::OverShare(e) => {
             let mut refused = over_share(app, who, e);
             if let Some(origin) = origin {
                 reply::allow_origin(&mut refused, origin);
@@ -176,7 +173,7 @@ fn not_begun(
 
 /// The 503 of a request whose client holds its share of the connections
 /// (counted as `connection_share`); the connection ends with it.
-fn over_share(app: &App, who: &Who, e: conns::ShareRefusal) -> Response<Body> {
+fn over_share(app: &App, who: &Who, e: receiving::ShareRefusal) -> Response<Body> {
     crate::metrics::refused("connection_share");
     if let Some(skipped) = app.refusal_log.allow(Instant::now()) {
         tracing::info!(client = who.name(), skipped, "503: {e}");
@@ -252,11 +249,11 @@ fn delete(app: Arc<App>, head: &Head) -> Response<Body> {
 /// over `server.max_body_bytes` (counted as `body_bytes`; the connection
 /// closes), 408 past `limits::BODY_READ_TIMEOUT` (`body_read_time`), 400
 /// when it could not be read.
-fn not_received(why: conns::NotReceived, app: &App) -> Response<Body> {
+fn not_received(why: receiving::NotReceived, app: &App) -> Response<Body> {
     let limit = app.server.max_body_bytes;
     let refused = match why {
-        conns::NotReceived::NotBegun(_) => unreachable!("answered by not_begun"),
-        conns::NotReceived::TooLarge => {
+        receiving::NotReceived::NotBegun(_) => unreachable!("answered by not_begun"),
+        receiving::NotReceived::TooLarge => {
             crate::metrics::refused("body_bytes");
             let why = format!("Request body larger than {limit} bytes (server.max_body_bytes)");
             let mut resp = refuse(
@@ -269,13 +266,13 @@ fn not_received(why: conns::NotReceived, app: &App) -> Response<Body> {
             resp.headers_mut().insert(http::header::CONNECTION, close);
             return resp;
         }
-        conns::NotReceived::TimedOut => {
+        receiving::NotReceived::TimedOut => {
             crate::metrics::refused("body_read_time");
             let secs = crate::limits::BODY_READ_TIMEOUT.as_secs();
             let why = format!("Request body not received within {secs} s");
             refuse(StatusCode::REQUEST_TIMEOUT, protocol::INVALID_REQUEST, why)
         }
-        conns::NotReceived::Unreadable(e) => refuse(
+        receiving::NotReceived::Unreadable(e) => refuse(
             StatusCode::BAD_REQUEST,
             protocol::PARSE_ERROR,
             format!("Parse error: reading body: {e}"),
@@ -525,10 +522,10 @@ impl Call {
     /// plain one. (Decided here, awaited by the caller: one async layer
     /// less in every connection's future.)
     fn route(&self, stream_ok: bool) -> Route {
-        let legacy = !self.caller.modern();
-        if let (true, Some(op)) = (legacy, SessionOp::of(&self.method)) {
+        if let Some(op) = self.from_session {
             return Route::Session(op);
         }
+        let legacy = !self.caller.modern();
         match self.method.as_str() {
             "subscriptions/listen" if !legacy => Route::Listen,
             // A modern call's head waits for its outcome; its upstream's

@@ -17,6 +17,7 @@ MCP_CONFORMANCE_CONTEXT (set by the suite). Standard library only.
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -209,6 +210,14 @@ def wait_ready(gw, seconds=15):
 def main():
     url = sys.argv[-1]
     d = tempfile.mkdtemp(prefix="mcp-edge-oauth-")
+    try:
+        return run(url, d)
+    finally:
+        # One directory a scenario: the suite runs dozens of them.
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def run(url, d):
     ports = {"listen": free_port(), "admin": free_port(), "login": free_port()}
     cfg, grant = write_config(d, url, ports)
     logins = 0

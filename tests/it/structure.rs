@@ -19,7 +19,8 @@
 //!   non-test code never reads the clock.
 //! - **Names by role**: no file name repeats in `src/`.
 //! - **No up-arrows** in the folders of [`NO_UP_ARROWS`] (the downstream
-//!   face): a file uses `super::` only for its sibling modules.
+//!   face, subfolders included): a file uses `super::` only for its sibling
+//!   modules (test files left out).
 //! - **Through the router**: the downstream face's non-test code names
 //!   nothing of `upstream` (`crate::upstream…`, however written); what it
 //!   needs of the upstreams is the router's API ([`THROUGH`]).
@@ -50,13 +51,13 @@ const CLOCK_FREE: &[&str] = &[
     "src/subscriptions.rs",
     "src/tasks.rs",
     "src/downstream/conns.rs",
-    "src/downstream/conns/yielding.rs",
     "src/downstream/parked.rs",
 ];
-/// Folders whose files never import their parent module's own items
-/// (`super::X` where `X` is not a sibling module): the parent declares and
-/// re-exports its children and holds nothing they need, so the folder's
-/// imports run one way (issue 24: the downstream face as a pipeline).
+/// Folders whose files, in subfolders too, never import their parent
+/// module's own items (`super::X` where `X` is not a sibling module): the
+/// parent declares and re-exports its children and holds nothing they
+/// need, so the folder's imports run one way (issue 24: the downstream
+/// face as a pipeline). Test files (`<module>_tests.rs`) are left out.
 const NO_UP_ARROWS: &[&str] = &["src/downstream"];
 /// (module, module it never names, the module it reaches it through): the
 /// downstream face reaches upstreams only through the router (issue 24
@@ -351,17 +352,26 @@ fn the_downstream_face_has_no_up_arrows() {
     for folder in NO_UP_ARROWS {
         let dir = tree.root.join(folder);
         assert!(dir.is_dir(), "NO_UP_ARROWS names {folder}, which is gone");
-        let inside =
-            |s: &&Source| Path::new("src").join(&s.file).parent() == Some(Path::new(folder));
+        // Every file below the folder, in subfolders too (a test file,
+        // `<module>_tests.rs`, is its parent's test module: left out).
+        let inside = |s: &&Source| {
+            let path = Path::new("src").join(&s.file);
+            let test_file = s.module.last().is_some_and(|m| is_test_module(m));
+            path.starts_with(folder) && !test_file
+        };
         let files: Vec<&Source> = tree.sources.iter().filter(inside).collect();
         assert!(files.len() > 1, "{folder} holds {} files", files.len());
         for s in files {
             let code = without_tests(&s.code);
+            let here = tree.root.join("src").join(&s.file);
+            let here = here.parent().expect("a file has a folder");
             for name in super_names(&code) {
-                let sibling = dir.join(format!("{name}.rs"));
-                if !sibling.is_file() && !dir.join(&name).is_dir() {
+                let sibling = here.join(format!("{name}.rs"));
+                if !sibling.is_file() && !here.join(&name).is_dir() {
                     let file = s.file.display();
-                    bad.push(format!("{file}: super::{name} (an item of {folder}.rs)"));
+                    let parent = Path::new("src").join(s.file.parent().unwrap_or(Path::new("")));
+                    let parent = parent.display();
+                    bad.push(format!("{file}: super::{name} (an item of {parent}.rs)"));
                 }
             }
         }

@@ -1,4 +1,10 @@
+//! The connection layer and its table together: requests marking their
+//! connections busy or idle, and who yields a place.
+
 use super::*;
+use crate::downstream::conns::*;
+use crate::limits::CONNECTION_YIELD_GRACE as GRACE;
+use std::net::IpAddr;
 
 const NO_SHARES: Shares = Shares::none();
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -24,7 +30,7 @@ fn the_longest_idle_connection_yields_after_its_grace_and_busy_ones_never() {
     let a = c.insert(ip(1), (), at(t0, 0));
     let b = c.insert(ip(2), (), at(t0, 10));
     let d = c.insert(ip(3), (), at(t0, 20));
-    let (ta, tb, td) = (a.tracker(), b.tracker(), d.tracker());
+    let (ta, tb, td) = (Tracker::of(&a), Tracker::of(&b), Tracker::of(&d));
     let busy_a = ta.begin(false).expect("a is open");
     // b is the longest idle, but not yet for the grace period.
     let wait = c.close_oldest_idle(at(t0, 30), &NO_SHARES);
@@ -80,7 +86,7 @@ fn a_body_still_arriving_is_idle_and_a_received_one_busy() {
     let c = Conns::new(2, 2, t0);
     let a = c.insert(ip(1), (), t0);
     let b = c.insert(ip(2), (), t0);
-    let (ta, tb) = (a.tracker(), b.tracker());
+    let (ta, tb) = (Tracker::of(&a), Tracker::of(&b));
     let slow = ta.begin(true).unwrap();
     let quick = tb.begin(true).unwrap();
     quick.received();
@@ -120,18 +126,18 @@ fn a_peer_over_its_share_yields_its_own_oldest_or_is_refused() {
     assert_eq!(early, Err(Refusal::PeerShare(2)), "none past its grace");
     assert_eq!(c.admit(ip(1), later), Ok(Admission::ClosedSamePeer));
     assert!(
-        x1.tracker().begin(false).is_none(),
+        Tracker::of(&x1).begin(false).is_none(),
         "x1 was the peer's oldest"
     );
-    let untouched = other.tracker().begin(false);
+    let untouched = Tracker::of(&other).begin(false);
     assert!(
         untouched.is_some(),
         "another peer's connection is untouched"
     );
     drop(x1);
     let x3 = c.insert(ip(1), (), later);
-    let _b2 = x2.tracker().begin(false).unwrap();
-    let _b3 = x3.tracker().begin(false).unwrap();
+    let _b2 = Tracker::of(&x2).begin(false).unwrap();
+    let _b3 = Tracker::of(&x3).begin(false).unwrap();
     let busy = c.admit(ip(1), at(later, 10_000));
     assert_eq!(busy, Err(Refusal::PeerShare(2)));
 }
@@ -153,7 +159,7 @@ fn peers_are_ipv4_addresses_and_ipv6_slash_64s() {
 fn a_busy_connection_turning_idle_wakes_a_waiter() {
     let c = Conns::new(1, 1, Instant::now());
     let a = c.insert(ip(1), (), Instant::now());
-    let busy = a.tracker().begin(false).unwrap();
+    let busy = Tracker::of(&a).begin(false).unwrap();
     let mut waiter = Box::pin(c.idle_again());
     waiter.as_mut().enable();
     let waker = futures_util::task::noop_waker();
@@ -170,7 +176,7 @@ async fn a_closed_connection_hears_it_even_if_told_before_it_listens() {
     let c = Conns::new(1, 1, t0);
     let a = c.insert(ip(1), (), t0);
     assert_eq!(c.close_oldest_idle(t0 + GRACE, &NO_SHARES), Yield::Closed);
-    tokio::time::timeout(Duration::from_secs(5), a.tracker().closed())
+    tokio::time::timeout(Duration::from_secs(5), Tracker::of(&a).closed())
         .await
         .expect("the close is not lost");
 }
@@ -185,7 +191,7 @@ fn a_client_over_its_share_leaves_places_and_yields_its_idle_ones_first() {
     let shares = Shares::new([(a, 1), (b, 1), (c, 1)]);
     let table = Conns::new(6, 6, t0);
     let places: Vec<_> = (0..6).map(|_| table.insert(ip(1), (), t0)).collect();
-    let t: Vec<Tracker> = places.iter().map(Place::tracker).collect();
+    let t: Vec<Tracker> = places.iter().map(Tracker::of).collect();
     for x in &t[..4] {
         x.claim(&shares, a).unwrap();
     }
@@ -235,7 +241,7 @@ async fn receiving_a_request_leaves_it_idle_until_its_body_has_arrived() {
     let t0 = Instant::now();
     let c = Conns::new(1, 1, t0);
     let a = c.insert(ip(1), (), t0);
-    let (ta, probe) = (a.tracker(), a.tracker());
+    let (ta, probe) = (Tracker::of(&a), Tracker::of(&a));
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     let until = t0 + Duration::from_secs(10);
     let read = receive(Some(&ta), None, streamed(rx), (64, until));
@@ -266,12 +272,12 @@ async fn a_body_over_its_limit_or_late_is_refused_with_the_mark_kept() {
     tx.send("0123456789").await.unwrap();
     tx.send("0123456789").await.unwrap();
     drop(tx);
-    match receive(Some(&a.tracker()), None, streamed(rx), (16, until)).await {
+    match receive(Some(&Tracker::of(&a)), None, streamed(rx), (16, until)).await {
         Err((Some(_busy), NotReceived::TooLarge)) => {}
         other => panic!("{other:?}"),
     }
     let (_tx, rx) = tokio::sync::mpsc::channel(1);
-    match receive(Some(&a.tracker()), None, streamed(rx), (16, until)).await {
+    match receive(Some(&Tracker::of(&a)), None, streamed(rx), (16, until)).await {
         Err((Some(_busy), NotReceived::TimedOut)) => {}
         other => panic!("{other:?}"),
     }
