@@ -36,7 +36,7 @@
 //! | [`router`] | aggregated catalog, exposed-name mapping, list merge, call routing, what one client's `Policy` lets it see and call; the downstream face's only way to the upstreams |
 //! | [`access`] | who a downstream caller is (`[[client]]`: bearer token or TLS client certificate), its rate, its weight in the shared tables, its `allow`/`deny` globs built into the router's `Policy`, where its requests may come from (`Host`/`Origin`) |
 //! | [`supervisor`] | the owner task per upstream (connect, reconnect), holding its upstream's owner side; with [`gateway`], the only spawner of long-lived tasks |
-//! | [`downstream`] | the downstream face, a pipeline: accept loop (with the TLS handshake), the `/mcp` endpoint, admission (head and request), sessions, serving a call, framing; admin routes |
+//! | [`downstream`] | the downstream face, a pipeline: accept loop (with the TLS handshake) and the table of connection places, the `/mcp` endpoint, admission (head and request), the connection layer (a request received on its connection), sessions, serving a call, framing; admin routes |
 //! | [`gateway`] | the composition root: builds everything from a `Config`; start, reload, shutdown, the systemd lifecycle |
 //!
 //! The binary (`src/main.rs`, its own modules in `src/cli/`) is CLI only: it

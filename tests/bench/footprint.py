@@ -13,7 +13,7 @@ idle window. Under qemu-user the process is qemu itself: its RSS includes the
 emulator, and the live heap (the gateway's counting allocator, /status) is
 the figure that carries over to real hardware.
 """
-import argparse, json, os, shlex, shutil, socket, subprocess, sys, tempfile, time, urllib.request
+import argparse, atexit, json, os, shlex, shutil, socket, subprocess, sys, tempfile, time, urllib.request
 
 ap = argparse.ArgumentParser()
 ap.add_argument("binary")
@@ -52,6 +52,7 @@ era = "legacy"
 paths_ro = {json.dumps(sorted({fake, sys.prefix, sys.base_prefix}))}
 '''
 d = tempfile.mkdtemp()
+atexit.register(shutil.rmtree, d, True)
 path = os.path.join(d, "footprint.toml")
 open(path, "w").write(cfg)
 cmd = shlex.split(a.runner) + [a.binary, "serve", "--config", path]
@@ -119,7 +120,6 @@ busy_heap = st["heap"]["live_bytes"]
 assert st["sessions"]["active"] == a.sessions, st["sessions"]
 proc.terminate()
 proc.wait(timeout=30)
-shutil.rmtree(d, ignore_errors=True)
 
 arch = subprocess.run(["file", "-b", a.binary], capture_output=True, text=True).stdout.split(",")[1].strip() if os.path.exists("/usr/bin/file") else "?"
 print(f"binary: {a.binary} ({arch}){' under ' + a.runner.split()[0] if a.runner else ''}")
