@@ -633,4 +633,20 @@ async fn a_legacy_http_upstream_sees_each_callers_capabilities_in_a_session_of_i
     assert_eq!(declared[2], json!({}));
     gw.shutdown().await;
     assert_eq!(up.deleted(), 7, "every session ended with DELETE");
+    // Every request after `initialize` carries the negotiated version,
+    // each session's DELETE included (2025-11-25 transports.mdx §Protocol
+    // Version Header).
+    // (The era probe before it, `server/discover`, is modern.)
+    let versions = up.versions.lock().unwrap().clone();
+    let first = versions
+        .iter()
+        .position(|(m, _)| m == "initialize")
+        .unwrap();
+    let after: Vec<_> = (versions[first..].iter())
+        .filter(|(m, _)| m != "initialize")
+        .collect();
+    assert!(after.iter().filter(|(m, _)| m == "DELETE").count() == 7);
+    for (method, version) in after {
+        assert_eq!(version.as_deref(), Some("2025-11-25"), "{method}");
+    }
 }

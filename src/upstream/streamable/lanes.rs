@@ -348,7 +348,10 @@ impl HttpConn {
 
     /// Ends the legacy sessions with DELETE (2025-11-25 transports.mdx
     /// §Session Management): the main one and every caller's lane.
-    /// All at once, each within `limits::SESSION_DELETE_TIMEOUT`.
+    /// All at once, each within `limits::SESSION_DELETE_TIMEOUT`. Each
+    /// carries the negotiated `MCP-Protocol-Version`, as every request after
+    /// `initialize` must (2025-11-25 transports.mdx §Protocol Version
+    /// Header; 2025-03-26 had no such header).
     pub async fn close(&self) {
         let main = self.session.write().expect("session lock").take();
         let all = main.into_iter().chain(self.lanes.take_all());
@@ -364,6 +367,12 @@ impl HttpConn {
             .expect("static request");
         for (k, v) in &self.headers {
             req.headers_mut().insert(k.clone(), v.clone());
+        }
+        if let UpstreamEra::Legacy(v) = *self.era.read().expect("era lock") {
+            if v != ProtocolVersion::V2025_03_26 {
+                let version = HeaderValue::from_static(v.as_str());
+                req.headers_mut().insert("mcp-protocol-version", version);
+            }
         }
         let _ =
             tokio::time::timeout(crate::limits::SESSION_DELETE_TIMEOUT, self.authorized(req)).await;

@@ -64,6 +64,9 @@ pub struct Upstream {
     pub abandoned: AtomicUsize,
     /// Connections open now.
     pub connections: AtomicUsize,
+    /// Every request's method (`DELETE`, `GET`, or a POST's JSON-RPC
+    /// method) with the `MCP-Protocol-Version` it carried.
+    pub versions: Mutex<Vec<(String, Option<String>)>>,
 }
 
 type Body = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
@@ -207,6 +210,12 @@ async fn answer(
         let seen = String::from_utf8_lossy(a.as_bytes()).into_owned();
         u.authorizations.lock().unwrap().push(seen);
     }
+    let version = (req.headers().get("mcp-protocol-version"))
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    if req.method() != http::Method::POST {
+        let verb = req.method().to_string();
+        u.versions.lock().unwrap().push((verb, version.clone()));
+    }
     if req.method() == http::Method::DELETE {
         u.requests
             .lock()
@@ -244,6 +253,12 @@ async fn answer(
     let body: Value = serde_json::from_slice(&req.into_body().collect().await.unwrap().to_bytes())
         .unwrap_or(Value::Null);
     let method = body["method"].as_str().unwrap_or("").to_string();
+    let verb = if method.is_empty() {
+        "(answer)"
+    } else {
+        &method
+    };
+    u.versions.lock().unwrap().push((verb.to_string(), version));
     let n = {
         let mut r = u.requests.lock().unwrap();
         r.push((Instant::now(), method.clone()));
@@ -405,6 +420,7 @@ pub async fn scripted(mode: Mode) -> (Arc<Upstream>, String) {
         refused: Mutex::new(Vec::new()),
         abandoned: 0.into(),
         connections: 0.into(),
+        versions: Mutex::new(Vec::new()),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
