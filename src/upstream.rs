@@ -395,6 +395,9 @@ impl Upstream {
                 status: status @ 400..=499,
                 rpc: None,
             } => CallError::Refused { name, status },
+            // A body this request's answer came in that cannot be read is
+            // this request's failure: the connection is fine.
+            SendError::Malformed(reason) => CallError::Malformed { name, reason },
             SendError::Timeout => CallError::Timeout {
                 name,
                 after: self.config.call_timeout,

@@ -87,6 +87,16 @@ pub enum CallError {
     /// The upstream answered with a JSON-RPC error: forwarded unchanged.
     #[error("{0}")]
     Rpc(RpcError),
+    /// The upstream answered this one request with a body that is no
+    /// JSON-RPC response mcp-edge can read: the caller's error, not the
+    /// upstream's health.
+    #[error("upstream '{name}' answered with a body mcp-edge cannot read: {reason}")]
+    Malformed {
+        /// Upstream name.
+        name: String,
+        /// What was wrong with it.
+        reason: String,
+    },
     /// The upstream refused this one request with an HTTP 4xx and no
     /// JSON-RPC error: the caller's error, not the upstream's health.
     #[error("upstream '{name}' refused the request (HTTP {status})")]
@@ -132,6 +142,10 @@ impl CallError {
             CallError::Refused { name, status } => {
                 return RpcError::new(protocol::INTERNAL_ERROR, self.to_string())
                     .with_data(serde_json::json!({"upstream": name, "httpStatus": status}));
+            }
+            CallError::Malformed { name, .. } => {
+                return RpcError::new(protocol::INTERNAL_ERROR, self.to_string())
+                    .with_data(serde_json::json!({"upstream": name}));
             }
             CallError::Transport { .. } => protocol::UPSTREAM_UNAVAILABLE,
             CallError::Timeout { .. } => protocol::UPSTREAM_TIMEOUT,
@@ -186,4 +200,9 @@ pub enum SendError {
     /// server (`[upstream.oauth]`).
     #[error("no access token: {0}")]
     OAuth(Box<crate::oauth::OAuthError>),
+    /// A successful answer to this one request that cannot be read as one
+    /// JSON-RPC response (not JSON, several JSON texts, no response): this
+    /// request's failure, not the connection's.
+    #[error("{0}")]
+    Malformed(String),
 }

@@ -454,11 +454,15 @@ impl HttpConn {
             }
         }
         let sse = is_sse(resp.headers());
+        let content_type = (resp.headers().get(header::CONTENT_TYPE))
+            .and_then(|v| v.to_str().ok())
+            .map(|v| crate::logline::capped(v, 64).into_owned());
         let body = resp.into_body();
         if sse && status.is_success() {
             self.read_sse_answer(body, id, relay, lane).await
         } else {
-            self.read_json_answer(body, status).await
+            let content_type = content_type.as_deref();
+            self.read_json_answer(body, status, content_type).await
         }
     }
 

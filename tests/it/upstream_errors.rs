@@ -2,6 +2,7 @@
 //! HTTP answer that refuses one request — a JSON-RPC error on any status,
 //! or a 4xx without one — is that caller's error, with code, message and
 //! `data` kept, and it neither marks the upstream down nor reconnects it.
+//! So is a successful answer mcp-edge cannot read (issue 25, part 6).
 
 use crate::support::scripted::{http_block, scripted, Mode};
 use crate::support::*;
@@ -48,6 +49,44 @@ async fn an_upstreams_refusal_of_one_request_is_that_callers_error_only() {
     let body = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": params});
     let m = post(addr, &headers, &body).await;
     assert_eq!((m.status, m.error_code()), (400, Some(-32021)), "{}", m.raw);
+}
+
+/// An answer to one call that is no JSON-RPC response — two JSON texts in
+/// a JSON body, an HTML page with 200 — fails that call with a JSON-RPC
+/// error naming the upstream and what was wrong; the upstream stays up and
+/// is not reconnected.
+#[tokio::test]
+async fn an_unreadable_answer_to_one_call_is_that_calls_error_only() {
+    let (up, url) = scripted(Mode::Legacy).await;
+    let gw = start("", &http_block("remote", &url, "")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let twice = call_tool(addr, &sid, json!(1), "remote__twice", json!({})).await;
+    assert_eq!(twice.error_code(), Some(-32603), "{}", twice.raw);
+    let message = twice.body["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("'remote'") && message.contains("several JSON texts"),
+        "{message}"
+    );
+    assert_eq!(twice.body["error"]["data"]["upstream"], "remote");
+    let html = call_tool(addr, &sid, json!(2), "remote__html", json!({})).await;
+    assert_eq!(html.error_code(), Some(-32603), "{}", html.raw);
+    let message = html.body["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("not JSON (text/html"), "{message}");
+    let ok = call_tool(addr, &sid, json!(3), "remote__hello", json!({})).await;
+    assert_eq!(text_of(&ok), "hello from s1", "{}", ok.raw);
+    let initializes = (up.requests.lock().unwrap().iter())
+        .filter(|(_, m)| m == "initialize")
+        .count();
+    assert_eq!(
+        initializes, 2,
+        "mcp-edge's session and the caller's; no reconnect"
+    );
+    let status = gw.app().router().upstreams()[0].status();
+    assert!(
+        matches!(status, mcp_edge::router::Status::Ready { .. }),
+        "{status:?}"
+    );
 }
 
 /// The acceptance of issue 13 part 1: while one client's calls draw

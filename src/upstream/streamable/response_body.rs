@@ -48,11 +48,16 @@ impl HttpConn {
     }
 
     /// Reads a JSON answer (at most `max_result_bytes`): the JSON-RPC
-    /// response, or the error a non-2xx `status` (and its body) means.
+    /// response, or the error a non-2xx `status` (and its body) means. A
+    /// successful answer that is not one JSON-RPC response (another
+    /// `content_type`, several JSON texts, no response) fails this request
+    /// only ([`SendError::Malformed`]; transports-streamable-http.mdx
+    /// §Sending Messages: `application/json` or `text/event-stream`).
     pub(super) async fn read_json_answer(
         &self,
         body: Incoming,
         status: StatusCode,
+        content_type: Option<&str>,
     ) -> Result<Payload, SendError> {
         let bytes = read_body(body, self.max_bytes).await?;
         if status.is_success() {
@@ -71,15 +76,27 @@ impl HttpConn {
                 rpc,
             });
         }
-        let v = parsed.ok_or_else(|| SendError::Transport("response body is not JSON".into()))?;
+        let kind = content_type.unwrap_or("no Content-Type");
+        let Some(v) = parsed else {
+            let why = match serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
+                Err(e) if e.is_syntax() && e.to_string().contains("trailing") => {
+                    "several JSON texts"
+                }
+                _ => "not JSON",
+            };
+            return Err(SendError::Malformed(format!(
+                "{why} ({kind}, {} bytes)",
+                bytes.len()
+            )));
+        };
         match protocol::classify(v) {
             Ok(Message::Response { outcome: Ok(r), .. }) => Ok(Payload::Tree(r)),
             Ok(Message::Response {
                 outcome: Err(e), ..
             }) => Err(SendError::Rpc(e)),
-            _ => Err(SendError::Transport(
-                "response is not a JSON-RPC response".into(),
-            )),
+            _ => Err(SendError::Malformed(format!(
+                "JSON but no JSON-RPC response ({kind})"
+            ))),
         }
     }
 

@@ -365,8 +365,26 @@ async fn answer(
                 {"name": "header_mismatch", "inputSchema": {"type": "object"}},
                 {"name": "bad_params", "inputSchema": {"type": "object"}},
                 {"name": "interview", "inputSchema": {"type": "object"}},
+                {"name": "twice", "inputSchema": {"type": "object"}},
+                {"name": "html", "inputSchema": {"type": "object"}},
                 {"name": "big", "inputSchema": {"type": "object"}}]}),
         ),
+        // Answers this one call with a body no client can read: two JSON
+        // texts in one JSON body, or an HTML page (a proxy's error page).
+        "tools/call" if body["params"]["name"] == "twice" => {
+            let one = json!({"jsonrpc": "2.0", "id": id, "result": {"content": []}});
+            let mut r = http::Response::new(Full::new(Bytes::from(format!("{one}{one}"))));
+            r.headers_mut()
+                .insert("content-type", "application/json".parse().unwrap());
+            r
+        }
+        "tools/call" if body["params"]["name"] == "html" => {
+            let page = "<html><body>502 Bad Gateway</body></html>";
+            let mut r = http::Response::new(Full::new(Bytes::from(page)));
+            r.headers_mut()
+                .insert("content-type", "text/html".parse().unwrap());
+            r
+        }
         // A text of `bytes` bytes, answered as JSON with its Content-Length.
         "tools/call" if body["params"]["name"] == "big" => {
             let n = body["params"]["arguments"]["bytes"].as_u64().unwrap_or(10);
