@@ -412,6 +412,13 @@ pub const CHILD_EXIT_DRAIN: Duration = Duration::from_millis(200);
 pub const HANDSHAKE_EXIT_WAIT: Duration = Duration::from_millis(500);
 /// How long closing a legacy HTTP upstream waits for its session `DELETE`.
 pub const SESSION_DELETE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How many times one call's SSE answer from a legacy HTTP upstream is
+/// resumed with `Last-Event-ID` after the server closed it (or it broke)
+/// before its response (2025-11-25 transports.mdx §Resumability and
+/// Redelivery); all within the call's `call_timeout`.
+pub const SSE_RESUMES_PER_CALL: u32 = 8;
+/// How long before resuming such a stream when the server sent no `retry`.
+pub const SSE_RETRY_DEFAULT: Duration = Duration::from_secs(1);
 
 // ---- child processes ([`crate::reaper`]) ----
 

@@ -44,7 +44,9 @@ pub use handles::{count_request, LazyCounter};
 ///   refused one), its calls in mcp-edge's session;
 ///   `catalog_entries`, `catalog_bytes`: an upstream's catalog over its
 ///   bounds; `unknown_id`: an upstream's response to an id not in flight
-///   (never sent, already answered, or given up), dropped.
+///   (never sent, already answered, or given up), dropped; `sse_resumes`:
+///   a call whose SSE answer from a legacy HTTP upstream was cut again
+///   after `limits::SSE_RESUMES_PER_CALL` resumptions, failed.
 /// - `pending_server_requests`: a server→client request over the pending
 ///   bound; `relay_queue`: one not queued, the relay queue full;
 ///   `client_capability`: one a legacy session declared no capability for;

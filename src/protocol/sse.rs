@@ -1,7 +1,8 @@
 //! Server-Sent Events codec (WHATWG HTML §9.2 "Server-sent events"), used by
 //! the downstream endpoint to frame responses and by the upstream HTTP client
-//! to read them. Only `data:` lines are collected; `event:`, `id:` and
-//! `retry:` are tolerated and ignored; comment lines (`:`) are keep-alives.
+//! to read them. `data:` lines are collected; the last `id:` and `retry:`
+//! are kept (what resuming a stream needs: `Last-Event-ID` and the wait);
+//! `event:` is tolerated and ignored; comment lines (`:`) are keep-alives.
 
 use bytes::Bytes;
 
@@ -44,6 +45,10 @@ pub struct Decoder {
     data: String,
     has_data: bool,
     max: usize,
+    /// The last event ID seen (an `id:` field without NUL).
+    last_id: Option<String>,
+    /// The last `retry:` seen, in milliseconds.
+    retry_ms: Option<u64>,
 }
 
 impl Decoder {
@@ -54,7 +59,29 @@ impl Decoder {
             data: String::new(),
             has_data: false,
             max: max_event_bytes,
+            last_id: None,
+            retry_ms: None,
         }
+    }
+
+    /// The last event ID the stream set (the SSE standard's last event ID
+    /// buffer): what a client resumes from with `Last-Event-ID`.
+    pub fn last_event_id(&self) -> Option<&str> {
+        self.last_id.as_deref()
+    }
+
+    /// The reconnection time the stream set with `retry:`.
+    pub fn retry(&self) -> Option<std::time::Duration> {
+        self.retry_ms.map(std::time::Duration::from_millis)
+    }
+
+    /// Drops an event cut off by the end of its stream (the SSE standard
+    /// discards it), keeping the last event ID and retry for the next
+    /// stream.
+    pub fn stream_ended(&mut self) {
+        self.line.clear();
+        self.data.clear();
+        self.has_data = false;
     }
 
     /// Feeds bytes; each complete event's data is passed to `out`.
@@ -117,8 +144,24 @@ impl Decoder {
             Some(i) => (i, i + 1 + usize::from(line.get(i + 1) == Some(&b' '))),
             None => (line.len(), line.len()),
         };
-        if &line[..field] != b"data" {
-            return line;
+        match &line[..field] {
+            b"data" => {}
+            b"id" => {
+                let v = &line[at..];
+                if !v.contains(&0) {
+                    self.last_id = Some(String::from_utf8_lossy(v).into_owned());
+                }
+                return line;
+            }
+            b"retry" => {
+                let v = &line[at..];
+                if !v.is_empty() && v.iter().all(u8::is_ascii_digit) {
+                    let ms = std::str::from_utf8(v).ok().and_then(|t| t.parse().ok());
+                    self.retry_ms = ms.or(self.retry_ms);
+                }
+                return line;
+            }
+            _ => return line,
         }
         if !self.has_data && self.data.is_empty() {
             line.drain(..at);
@@ -156,6 +199,40 @@ mod tests {
             d.push(chunk, &mut |e| got.push(e)).unwrap();
         }
         assert_eq!(got, vec!["{\"a\":\n1}".to_string(), "x".to_string()]);
+    }
+
+    /// A priming event (an id, empty data, a retry) then a cut-off event:
+    /// the id and retry are kept, the cut event is dropped (SSE standard,
+    /// event stream interpretation), and a NUL in an id leaves it unset.
+    #[test]
+    fn keeps_the_last_event_id_and_retry_across_a_cut() {
+        let mut d = Decoder::new(1024);
+        let mut got = Vec::new();
+        d.push(
+            b"id: p1
+retry: 250
+data:
+
+data: {\"cut",
+            &mut |e| got.push(e),
+        )
+        .unwrap();
+        assert_eq!(got, vec![String::new()]);
+        assert_eq!(d.last_event_id(), Some("p1"));
+        assert_eq!(d.retry(), Some(std::time::Duration::from_millis(250)));
+        d.stream_ended();
+        d.push(
+            b"id: a\0b
+retry: x
+data: 1
+
+",
+            &mut |e| got.push(e),
+        )
+        .unwrap();
+        assert_eq!(got, vec![String::new(), "1".to_string()]);
+        assert_eq!(d.last_event_id(), Some("p1"));
+        assert_eq!(d.retry(), Some(std::time::Duration::from_millis(250)));
     }
 
     #[test]

@@ -89,6 +89,30 @@ async fn an_unreadable_answer_to_one_call_is_that_calls_error_only() {
     );
 }
 
+/// A legacy upstream that primes a call's SSE answer with an event id and
+/// a `retry`, then closes the stream (2025-11-25 SSE polling): the call's
+/// stream is resumed with `Last-Event-ID` after the retry, the call
+/// succeeds, and it was sent once (issue 25, part 3).
+#[tokio::test]
+async fn a_calls_stream_closed_after_its_priming_event_is_resumed() {
+    let (up, url) = scripted(Mode::Legacy).await;
+    let gw = start("", &http_block("remote", &url, "")).await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let r = call_tool(addr, &sid, json!(1), "remote__polled", json!({})).await;
+    assert_eq!(text_of(&r), "polled", "{}", r.raw);
+    assert_eq!(*up.resumed.lock().unwrap(), ["p1"]);
+    let sent = (up.versions.lock().unwrap().iter())
+        .filter(|(m, _)| m == "tools/call")
+        .count();
+    assert_eq!(sent, 1, "never sent again");
+    let status = gw.app().router().upstreams()[0].status();
+    assert!(
+        matches!(status, mcp_edge::router::Status::Ready { .. }),
+        "{status:?}"
+    );
+}
+
 /// The acceptance of issue 13 part 1: while one client's calls draw
 /// -32021, -32020 and -32602 from a modern HTTP upstream, another client's
 /// calls to the same upstream keep succeeding, and the upstream is never

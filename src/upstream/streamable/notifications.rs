@@ -257,7 +257,7 @@ impl HttpConn {
     }
 
     /// The GET request of a legacy session's stream (`lane`'s).
-    fn get_request(
+    pub(super) fn get_request(
         &self,
         version: crate::protocol::ProtocolVersion,
         lane: Lane,

@@ -4,21 +4,37 @@
 //! refused) — `../shared/spec/2026-07-28/transports-streamable-http.mdx`
 //! §Sending Messages, §Receiving Messages.
 
-use super::wire::read_body;
+use super::wire::{is_sse, read_body, refused};
 use super::HttpConn;
+use crate::limits;
 use crate::protocol::{self, sse, Message, Payload, RawResult, RpcError};
 use crate::relay::{relay_request, Lane, Relay};
-use crate::upstream::SendError;
+use crate::upstream::{SendError, UpstreamEra};
 use bytes::Bytes;
-use http::StatusCode;
+use http::{HeaderValue, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 
+/// What one SSE body of a call gave.
+enum Read {
+    /// The response to the call.
+    Answer(Payload),
+    /// It ended, or broke, first: how.
+    Cut(String),
+}
+
 impl HttpConn {
     /// Reads an SSE answer until the response to `id` (messages before it
     /// go to [`HttpConn::on_message`]); the response ends the request
-    /// (dropping the body closes the stream).
+    /// (dropping the body closes the stream). A legacy upstream may close
+    /// the stream before the response (polling), or it may break: after
+    /// an event with an ID it is resumed with `Last-Event-ID` once the
+    /// stream's `retry` has passed, at most `limits::SSE_RESUMES_PER_CALL`
+    /// times, within the call's timeout; the request is never sent again
+    /// (2025-11-25 transports.mdx §Sending Messages item 6, §Resumability
+    /// and Redelivery). A modern stream is not resumable (2026-07-28
+    /// transports-streamable-http.mdx).
     pub(super) async fn read_sse_answer(
         &self,
         mut body: Incoming,
@@ -27,8 +43,47 @@ impl HttpConn {
         lane: Lane,
     ) -> Result<Payload, SendError> {
         let mut dec = sse::Decoder::new(self.max_bytes);
+        let mut resumed = 0;
+        loop {
+            let why = match self
+                .read_call_stream(&mut body, &mut dec, id, relay, lane)
+                .await?
+            {
+                Read::Answer(p) => return Ok(p),
+                Read::Cut(why) => why,
+            };
+            let Some(last) = dec.last_event_id().map(str::to_owned) else {
+                return Err(SendError::Transport(why));
+            };
+            if resumed == limits::SSE_RESUMES_PER_CALL {
+                crate::metrics::refused("sse_resumes");
+                let n = limits::SSE_RESUMES_PER_CALL;
+                return Err(SendError::Transport(format!("{why} (resumed {n} times)")));
+            }
+            resumed += 1;
+            // The wait the server asked for (`retry`), inside the call's
+            // deadline: its timeout or its caller going away cut it short.
+            tokio::time::sleep(dec.retry().unwrap_or(limits::SSE_RETRY_DEFAULT)).await;
+            dec.stream_ended();
+            body = self.resume_stream(&last, lane, &why).await?;
+        }
+    }
+
+    /// Reads one SSE body until the response to `id`, or until it ends or
+    /// breaks first ([`Read::Cut`], saying how).
+    async fn read_call_stream(
+        &self,
+        body: &mut Incoming,
+        dec: &mut sse::Decoder,
+        id: u64,
+        relay: Option<&Relay>,
+        lane: Lane,
+    ) -> Result<Read, SendError> {
         while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| SendError::Transport(format!("SSE body: {e}")))?;
+            let frame = match frame {
+                Ok(frame) => frame,
+                Err(e) => return Ok(Read::Cut(format!("SSE body: {e}"))),
+            };
             let Some(data) = frame.data_ref() else {
                 continue;
             };
@@ -38,13 +93,37 @@ impl HttpConn {
             for e in events {
                 // Nothing after the response is awaited.
                 if let Some(r) = self.on_message(e, id, relay, lane).await {
-                    return r.map_err(SendError::Rpc);
+                    return r.map(Read::Answer).map_err(SendError::Rpc);
                 }
             }
         }
-        Err(SendError::Transport(
-            "SSE stream ended without a response".into(),
-        ))
+        Ok(Read::Cut("SSE stream ended without a response".into()))
+    }
+
+    /// The stream of a legacy call resumed after event `last`: a GET with
+    /// `Last-Event-ID` in the call's session. `why` the stream was cut
+    /// names the failure when it cannot be resumed.
+    async fn resume_stream(
+        &self,
+        last: &str,
+        lane: Lane,
+        why: &str,
+    ) -> Result<Incoming, SendError> {
+        let era = *self.era.read().expect("era lock");
+        let UpstreamEra::Legacy(version) = era else {
+            return Err(SendError::Transport(why.to_owned()));
+        };
+        let cannot =
+            |e: String| SendError::Transport(format!("{why}; resuming after event {last:?}: {e}"));
+        let mut req = self.get_request(version, lane).map_err(cannot)?;
+        let id = HeaderValue::from_str(last).map_err(|e| cannot(e.to_string()))?;
+        req.headers_mut().insert("last-event-id", id);
+        let resp = self.authorized(req).await?;
+        refused(&resp)?;
+        if !resp.status().is_success() || !is_sse(resp.headers()) {
+            return Err(cannot(format!("HTTP {}", resp.status().as_u16())));
+        }
+        Ok(resp.into_body())
     }
 
     /// Reads a JSON answer (at most `max_result_bytes`): the JSON-RPC

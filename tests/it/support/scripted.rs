@@ -67,6 +67,11 @@ pub struct Upstream {
     /// Every request's method (`DELETE`, `GET`, or a POST's JSON-RPC
     /// method) with the `MCP-Protocol-Version` it carried.
     pub versions: Mutex<Vec<(String, Option<String>)>>,
+    /// The `Last-Event-ID` of every GET that carried one.
+    pub resumed: Mutex<Vec<String>>,
+    /// The JSON-RPC id of a `polled` call whose stream was closed after
+    /// its priming event, answered when the stream is resumed.
+    pub polled: Mutex<Option<Value>>,
 }
 
 type Body = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
@@ -234,6 +239,23 @@ async fn answer(
         let sid = req.headers().get("mcp-session-id");
         let sid = sid.map_or("", |v| v.to_str().unwrap_or("?"));
         u.gets.lock().unwrap().push(sid.to_string());
+        // A `polled` call's stream resumed after its priming event: the
+        // response, on a stream of its own event ids.
+        if let Some(last) = req.headers().get("last-event-id") {
+            let last = last.to_str().unwrap_or("?").to_string();
+            u.resumed.lock().unwrap().push(last.clone());
+            let id = u.polled.lock().unwrap().take();
+            if let (Some(id), "p1") = (id, last.as_str()) {
+                let done = json!({"jsonrpc": "2.0", "id": id,
+                    "result": {"content": [{"type": "text", "text": "polled"}]}});
+                let mut r = http::Response::new(Full::new(Bytes::from(format!(
+                    "id: p2\ndata: {done}\n\n"
+                ))));
+                r.headers_mut()
+                    .insert("content-type", "text/event-stream".parse().unwrap());
+                return Ok(r);
+            }
+        }
         if u.mode != Mode::LegacyGet {
             let mut r = http::Response::new(Full::new(Bytes::new()));
             *r.status_mut() = http::StatusCode::METHOD_NOT_ALLOWED;
@@ -366,9 +388,20 @@ async fn answer(
                 {"name": "bad_params", "inputSchema": {"type": "object"}},
                 {"name": "interview", "inputSchema": {"type": "object"}},
                 {"name": "twice", "inputSchema": {"type": "object"}},
+                {"name": "polled", "inputSchema": {"type": "object"}},
                 {"name": "html", "inputSchema": {"type": "object"}},
                 {"name": "big", "inputSchema": {"type": "object"}}]}),
         ),
+        // Primes its SSE answer with an event id and a retry, then closes
+        // the stream: the client is to resume it (GET, `Last-Event-ID`).
+        "tools/call" if body["params"]["name"] == "polled" => {
+            *u.polled.lock().unwrap() = Some(id.clone());
+            let priming = "id: p1\nretry: 50\ndata:\n\n";
+            let mut r = http::Response::new(Full::new(Bytes::from(priming)));
+            r.headers_mut()
+                .insert("content-type", "text/event-stream".parse().unwrap());
+            r
+        }
         // Answers this one call with a body no client can read: two JSON
         // texts in one JSON body, or an HTML page (a proxy's error page).
         "tools/call" if body["params"]["name"] == "twice" => {
@@ -439,6 +472,8 @@ pub async fn scripted(mode: Mode) -> (Arc<Upstream>, String) {
         abandoned: 0.into(),
         connections: 0.into(),
         versions: Mutex::new(Vec::new()),
+        resumed: Mutex::new(Vec::new()),
+        polled: Mutex::new(None),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
