@@ -398,6 +398,7 @@ impl Upstream {
             // A body this request's answer came in that cannot be read is
             // this request's failure: the connection is fine.
             SendError::Malformed(reason) => CallError::Malformed { name, reason },
+            SendError::StreamCut(reason) => CallError::StreamCut { name, reason },
             SendError::Timeout => CallError::Timeout {
                 name,
                 after: self.config.call_timeout,

@@ -45,8 +45,12 @@ pub struct Decoder {
     data: String,
     has_data: bool,
     max: usize,
-    /// The last event ID seen (an `id:` field without NUL).
+    /// The last event ID of the stream: the ID buffer as the last event
+    /// dispatched (a blank line) left it.
     last_id: Option<String>,
+    /// An `id:` field of the event being read (the SSE standard's last
+    /// event ID buffer, set when it differs from `last_id`).
+    id_buffer: Option<String>,
     /// The last `retry:` seen, in milliseconds.
     retry_ms: Option<u64>,
 }
@@ -60,14 +64,17 @@ impl Decoder {
             has_data: false,
             max: max_event_bytes,
             last_id: None,
+            id_buffer: None,
             retry_ms: None,
         }
     }
 
-    /// The last event ID the stream set (the SSE standard's last event ID
-    /// buffer): what a client resumes from with `Last-Event-ID`.
+    /// The last event ID of the stream, as of its last whole event (the
+    /// SSE standard's last event ID string): what a client resumes from
+    /// with `Last-Event-ID`. `None` when none was set, or an empty one
+    /// (the server made the stream not resumable: no header is sent).
     pub fn last_event_id(&self) -> Option<&str> {
-        self.last_id.as_deref()
+        self.last_id.as_deref().filter(|id| !id.is_empty())
     }
 
     /// The reconnection time the stream set with `retry:`.
@@ -82,6 +89,7 @@ impl Decoder {
         self.line.clear();
         self.data.clear();
         self.has_data = false;
+        self.id_buffer = None;
     }
 
     /// Feeds bytes; each complete event's data is passed to `out`.
@@ -131,6 +139,11 @@ impl Decoder {
     /// (empty when the line became the event's data).
     fn line_done(&mut self, mut line: Vec<u8>, out: &mut impl FnMut(String)) -> Vec<u8> {
         if line.is_empty() {
+            // The event is whole: its ID (if it set one) becomes the
+            // stream's, with or without data.
+            if let Some(id) = self.id_buffer.take() {
+                self.last_id = Some(id);
+            }
             if self.has_data {
                 out(std::mem::take(&mut self.data));
                 self.has_data = false;
@@ -149,7 +162,7 @@ impl Decoder {
             b"id" => {
                 let v = &line[at..];
                 if !v.contains(&0) {
-                    self.last_id = Some(String::from_utf8_lossy(v).into_owned());
+                    self.id_buffer = Some(String::from_utf8_lossy(v).into_owned());
                 }
                 return line;
             }
@@ -233,6 +246,17 @@ data: 1
         assert_eq!(got, vec![String::new(), "1".to_string()]);
         assert_eq!(d.last_event_id(), Some("p1"));
         assert_eq!(d.retry(), Some(std::time::Duration::from_millis(250)));
+        // An ID counts once its event is whole: a cut event's does not.
+        d.push(b"id: p9\ndata: {\"cut", &mut |e| got.push(e))
+            .unwrap();
+        assert_eq!(d.last_event_id(), Some("p1"));
+        d.stream_ended();
+        d.push(b"id: p2\ndata: 2\n\n", &mut |e| got.push(e))
+            .unwrap();
+        assert_eq!(d.last_event_id(), Some("p2"));
+        // An empty ID makes the stream not resumable.
+        d.push(b"id:\n\n", &mut |e| got.push(e)).unwrap();
+        assert_eq!(d.last_event_id(), None);
     }
 
     #[test]

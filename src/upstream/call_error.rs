@@ -87,6 +87,16 @@ pub enum CallError {
     /// The upstream answered with a JSON-RPC error: forwarded unchanged.
     #[error("{0}")]
     Rpc(RpcError),
+    /// The upstream cut this one request's SSE answer before its response
+    /// and it could not be resumed: the caller's error, not the
+    /// upstream's health.
+    #[error("upstream '{name}' cut this call's answer: {reason}")]
+    StreamCut {
+        /// Upstream name.
+        name: String,
+        /// How, and why it was not resumed.
+        reason: String,
+    },
     /// The upstream answered this one request with a body that is no
     /// JSON-RPC response mcp-edge can read: the caller's error, not the
     /// upstream's health.
@@ -142,6 +152,10 @@ impl CallError {
             CallError::Refused { name, status } => {
                 return RpcError::new(protocol::INTERNAL_ERROR, self.to_string())
                     .with_data(serde_json::json!({"upstream": name, "httpStatus": status}));
+            }
+            CallError::StreamCut { name, .. } => {
+                return RpcError::new(protocol::INTERNAL_ERROR, self.to_string())
+                    .with_data(serde_json::json!({"upstream": name}));
             }
             CallError::Malformed { name, .. } => {
                 return RpcError::new(protocol::INTERNAL_ERROR, self.to_string())
@@ -200,6 +214,11 @@ pub enum SendError {
     /// server (`[upstream.oauth]`).
     #[error("no access token: {0}")]
     OAuth(Box<crate::oauth::OAuthError>),
+    /// This request's SSE answer was cut before its response and could
+    /// not be resumed (after an event with an ID: the connection itself
+    /// was fine).
+    #[error("{0}")]
+    StreamCut(String),
     /// A successful answer to this one request that cannot be read as one
     /// JSON-RPC response (not JSON, several JSON texts, no response): this
     /// request's failure, not the connection's.

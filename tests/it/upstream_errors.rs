@@ -92,7 +92,8 @@ async fn an_unreadable_answer_to_one_call_is_that_calls_error_only() {
 /// A legacy upstream that primes a call's SSE answer with an event id and
 /// a `retry`, then closes the stream (2025-11-25 SSE polling): the call's
 /// stream is resumed with `Last-Event-ID` after the retry, the call
-/// succeeds, and it was sent once (issue 25, part 3).
+/// succeeds, and it was sent once (issue 25, part 3). One whose resumption
+/// is refused fails that call only.
 #[tokio::test]
 async fn a_calls_stream_closed_after_its_priming_event_is_resumed() {
     let (up, url) = scripted(Mode::Legacy).await;
@@ -106,6 +107,17 @@ async fn a_calls_stream_closed_after_its_priming_event_is_resumed() {
         .filter(|(m, _)| m == "tools/call")
         .count();
     assert_eq!(sent, 1, "never sent again");
+    // A stream that cannot be resumed (the GET refused) fails that call
+    // only: the upstream stays up, its session answers the next call.
+    let gone = call_tool(addr, &sid, json!(2), "remote__polled_gone", json!({})).await;
+    assert_eq!(gone.error_code(), Some(-32603), "{}", gone.raw);
+    let message = gone.body["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("cut this call's answer") && message.contains("HTTP 405"),
+        "{message}"
+    );
+    let ok = call_tool(addr, &sid, json!(3), "remote__hello", json!({})).await;
+    assert_eq!(text_of(&ok), "hello from s1", "{}", ok.raw);
     let status = gw.app().router().upstreams()[0].status();
     assert!(
         matches!(status, mcp_edge::router::Status::Ready { .. }),

@@ -43,7 +43,9 @@ impl HttpConn {
         lane: Lane,
     ) -> Result<Payload, SendError> {
         let mut dec = sse::Decoder::new(self.max_bytes);
-        let mut resumed = 0;
+        let session = self.session_of(lane);
+        // Resumptions since the stream last moved on (a new event ID).
+        let (mut idle_resumes, mut seen) = (0, None::<String>);
         loop {
             let why = match self
                 .read_call_stream(&mut body, &mut dec, id, relay, lane)
@@ -55,18 +57,46 @@ impl HttpConn {
             let Some(last) = dec.last_event_id().map(str::to_owned) else {
                 return Err(SendError::Transport(why));
             };
-            if resumed == limits::SSE_RESUMES_PER_CALL {
+            if seen.as_deref() != Some(last.as_str()) {
+                (idle_resumes, seen) = (0, Some(last.clone()));
+            }
+            if idle_resumes == limits::SSE_RESUMES_PER_CALL {
                 crate::metrics::refused("sse_resumes");
                 let n = limits::SSE_RESUMES_PER_CALL;
-                return Err(SendError::Transport(format!("{why} (resumed {n} times)")));
+                return Err(SendError::StreamCut(format!(
+                    "{why}; resumed {n} times without an event"
+                )));
             }
-            resumed += 1;
+            idle_resumes += 1;
+            self.may_resume(lane, session.as_ref(), &why)?;
             // The wait the server asked for (`retry`), inside the call's
             // deadline: its timeout or its caller going away cut it short.
             tokio::time::sleep(dec.retry().unwrap_or(limits::SSE_RETRY_DEFAULT)).await;
             dec.stream_ended();
             body = self.resume_stream(&last, lane, &why).await?;
         }
+    }
+
+    /// Whether a cut stream of `lane` can be resumed: a legacy session's,
+    /// still the `session` it began in (one re-initialized meanwhile has
+    /// lost the call).
+    fn may_resume(
+        &self,
+        lane: Lane,
+        session: Option<&HeaderValue>,
+        why: &str,
+    ) -> Result<(), SendError> {
+        if !matches!(*self.era.read().expect("era lock"), UpstreamEra::Legacy(_)) {
+            return Err(SendError::StreamCut(format!(
+                "{why} (a 2026-07-28 stream is not resumable)"
+            )));
+        }
+        if self.session_of(lane).as_ref() != session {
+            return Err(SendError::StreamCut(format!(
+                "{why}; its session ended meanwhile"
+            )));
+        }
+        Ok(())
     }
 
     /// Reads one SSE body until the response to `id`, or until it ends or
@@ -101,27 +131,32 @@ impl HttpConn {
     }
 
     /// The stream of a legacy call resumed after event `last`: a GET with
-    /// `Last-Event-ID` in the call's session. `why` the stream was cut
-    /// names the failure when it cannot be resumed.
+    /// `Last-Event-ID` in the call's session. A refusal of it fails this
+    /// call only ([`SendError::StreamCut`], naming why the stream was cut);
+    /// 401/403 and 429/503 with `Retry-After` are answered as for any
+    /// request.
     async fn resume_stream(
         &self,
         last: &str,
         lane: Lane,
         why: &str,
     ) -> Result<Incoming, SendError> {
-        let era = *self.era.read().expect("era lock");
-        let UpstreamEra::Legacy(version) = era else {
-            return Err(SendError::Transport(why.to_owned()));
+        let UpstreamEra::Legacy(version) = *self.era.read().expect("era lock") else {
+            return Err(SendError::StreamCut(why.to_owned()));
         };
+        let shown = crate::logline::capped(last, 64);
         let cannot =
-            |e: String| SendError::Transport(format!("{why}; resuming after event {last:?}: {e}"));
+            |e: String| SendError::StreamCut(format!("{why}; resuming after event {shown:?}: {e}"));
         let mut req = self.get_request(version, lane).map_err(cannot)?;
         let id = HeaderValue::from_str(last).map_err(|e| cannot(e.to_string()))?;
         req.headers_mut().insert("last-event-id", id);
         let resp = self.authorized(req).await?;
         refused(&resp)?;
-        if !resp.status().is_success() || !is_sse(resp.headers()) {
+        if !resp.status().is_success() {
             return Err(cannot(format!("HTTP {}", resp.status().as_u16())));
+        }
+        if !is_sse(resp.headers()) {
+            return Err(cannot("the answer is not an SSE stream".into()));
         }
         Ok(resp.into_body())
     }
@@ -158,7 +193,7 @@ impl HttpConn {
         let kind = content_type.unwrap_or("no Content-Type");
         let Some(v) = parsed else {
             let why = match serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
-                Err(e) if e.is_syntax() && e.to_string().contains("trailing") => {
+                Err(e) if e.is_syntax() && e.to_string().contains("trailing characters") => {
                     "several JSON texts"
                 }
                 _ => "not JSON",

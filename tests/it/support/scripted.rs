@@ -389,6 +389,7 @@ async fn answer(
                 {"name": "interview", "inputSchema": {"type": "object"}},
                 {"name": "twice", "inputSchema": {"type": "object"}},
                 {"name": "polled", "inputSchema": {"type": "object"}},
+                {"name": "polled_gone", "inputSchema": {"type": "object"}},
                 {"name": "html", "inputSchema": {"type": "object"}},
                 {"name": "big", "inputSchema": {"type": "object"}}]}),
         ),
@@ -397,6 +398,14 @@ async fn answer(
         "tools/call" if body["params"]["name"] == "polled" => {
             *u.polled.lock().unwrap() = Some(id.clone());
             let priming = "id: p1\nretry: 50\ndata:\n\n";
+            let mut r = http::Response::new(Full::new(Bytes::from(priming)));
+            r.headers_mut()
+                .insert("content-type", "text/event-stream".parse().unwrap());
+            r
+        }
+        // The same, but its stream cannot be resumed: the GET gets 405.
+        "tools/call" if body["params"]["name"] == "polled_gone" => {
+            let priming = "id: g1\nretry: 10\ndata:\n\n";
             let mut r = http::Response::new(Full::new(Bytes::from(priming)));
             r.headers_mut()
                 .insert("content-type", "text/event-stream".parse().unwrap());
