@@ -4,36 +4,25 @@
 //! `data` kept, and it neither marks the upstream down nor reconnects it.
 //! So is a successful answer mcp-edge cannot read (issue 25, part 6).
 
-use crate::support::scripted::{http_block, scripted, Mode};
+use crate::support::scripted::{self, http_block, scripted, Mode};
 use crate::support::*;
 use serde_json::json;
 
 #[tokio::test]
 async fn an_upstreams_refusal_of_one_request_is_that_callers_error_only() {
     mcp_edge::metrics::prometheus();
-    let (up, url) = scripted(Mode::Legacy).await;
-    let gw = start("", &http_block("remote", &url, "")).await;
+    let (up, gw, sid) = remote().await;
     let addr = gw.local_addr();
-    let sid = legacy_session(addr, "2025-11-25").await;
     let r = call_tool(addr, &sid, json!(1), "remote__needs_sampling", json!({})).await;
     assert_eq!(r.error_code(), Some(-32021), "{}", r.raw);
     let e = &r.body["error"];
     assert_eq!(e["message"], "Missing required client capability");
     assert_eq!(e["data"]["requiredCapabilities"], json!({"sampling": {}}));
-    let plain = call_tool(addr, &sid, json!(2), "remote__bad_request", json!({})).await;
-    assert_eq!(plain.error_code(), Some(-32603), "{}", plain.raw);
+    let (plain, _) = failed(&gw, &sid, "remote__bad_request").await;
     assert_eq!(plain.body["error"]["data"]["httpStatus"], 400);
     // The upstream stayed up: the same upstream session (this caller's,
     // opened at its first call: it declared no capabilities) answers next.
-    let ok = call_tool(addr, &sid, json!(3), "remote__hello", json!({})).await;
-    assert_eq!(text_of(&ok), "hello from s1", "{}", ok.raw);
-    let initializes = (up.requests.lock().unwrap().iter())
-        .filter(|(_, m)| m == "initialize")
-        .count();
-    assert_eq!(
-        initializes, 2,
-        "mcp-edge's session and the caller's; no reconnect"
-    );
+    stayed_up(&gw, &up, &sid).await;
     // A modern caller answered in JSON gets the spec's HTTP status: 400
     // (index.mdx: -32021 on HTTP is 400).
     let params = json!({"name": "remote__needs_sampling", "_meta": {
@@ -57,36 +46,16 @@ async fn an_upstreams_refusal_of_one_request_is_that_callers_error_only() {
 /// is not reconnected.
 #[tokio::test]
 async fn an_unreadable_answer_to_one_call_is_that_calls_error_only() {
-    let (up, url) = scripted(Mode::Legacy).await;
-    let gw = start("", &http_block("remote", &url, "")).await;
-    let addr = gw.local_addr();
-    let sid = legacy_session(addr, "2025-11-25").await;
-    let twice = call_tool(addr, &sid, json!(1), "remote__twice", json!({})).await;
-    assert_eq!(twice.error_code(), Some(-32603), "{}", twice.raw);
-    let message = twice.body["error"]["message"].as_str().unwrap_or("");
+    let (up, gw, sid) = remote().await;
+    let (twice, message) = failed(&gw, &sid, "remote__twice").await;
     assert!(
         message.contains("'remote'") && message.contains("several JSON texts"),
         "{message}"
     );
     assert_eq!(twice.body["error"]["data"]["upstream"], "remote");
-    let html = call_tool(addr, &sid, json!(2), "remote__html", json!({})).await;
-    assert_eq!(html.error_code(), Some(-32603), "{}", html.raw);
-    let message = html.body["error"]["message"].as_str().unwrap_or("");
+    let (_, message) = failed(&gw, &sid, "remote__html").await;
     assert!(message.contains("not JSON (text/html"), "{message}");
-    let ok = call_tool(addr, &sid, json!(3), "remote__hello", json!({})).await;
-    assert_eq!(text_of(&ok), "hello from s1", "{}", ok.raw);
-    let initializes = (up.requests.lock().unwrap().iter())
-        .filter(|(_, m)| m == "initialize")
-        .count();
-    assert_eq!(
-        initializes, 2,
-        "mcp-edge's session and the caller's; no reconnect"
-    );
-    let status = gw.app().router().upstreams()[0].status();
-    assert!(
-        matches!(status, mcp_edge::router::Status::Ready { .. }),
-        "{status:?}"
-    );
+    stayed_up(&gw, &up, &sid).await;
 }
 
 /// A legacy upstream that primes a call's SSE answer with an event id and
@@ -96,11 +65,8 @@ async fn an_unreadable_answer_to_one_call_is_that_calls_error_only() {
 /// is refused fails that call only.
 #[tokio::test]
 async fn a_calls_stream_closed_after_its_priming_event_is_resumed() {
-    let (up, url) = scripted(Mode::Legacy).await;
-    let gw = start("", &http_block("remote", &url, "")).await;
-    let addr = gw.local_addr();
-    let sid = legacy_session(addr, "2025-11-25").await;
-    let r = call_tool(addr, &sid, json!(1), "remote__polled", json!({})).await;
+    let (up, gw, sid) = remote().await;
+    let r = call_tool(gw.local_addr(), &sid, json!(1), "remote__polled", json!({})).await;
     assert_eq!(text_of(&r), "polled", "{}", r.raw);
     assert_eq!(*up.resumed.lock().unwrap(), ["p1"]);
     let sent = (up.versions.lock().unwrap().iter())
@@ -109,15 +75,53 @@ async fn a_calls_stream_closed_after_its_priming_event_is_resumed() {
     assert_eq!(sent, 1, "never sent again");
     // A stream that cannot be resumed (the GET refused) fails that call
     // only: the upstream stays up, its session answers the next call.
-    let gone = call_tool(addr, &sid, json!(2), "remote__polled_gone", json!({})).await;
-    assert_eq!(gone.error_code(), Some(-32603), "{}", gone.raw);
-    let message = gone.body["error"]["message"].as_str().unwrap_or("");
+    let (_, message) = failed(&gw, &sid, "remote__polled_gone").await;
     assert!(
         message.contains("cut this call's answer") && message.contains("HTTP 405"),
         "{message}"
     );
-    let ok = call_tool(addr, &sid, json!(3), "remote__hello", json!({})).await;
+    stayed_up(&gw, &up, &sid).await;
+}
+
+/// A gateway in front of a legacy scripted upstream `remote`, and a
+/// legacy session on it.
+async fn remote() -> (
+    std::sync::Arc<scripted::Upstream>,
+    mcp_edge::gateway::Gateway,
+    String,
+) {
+    let (up, url) = scripted(Mode::Legacy).await;
+    let gw = start("", &http_block("remote", &url, "")).await;
+    let sid = legacy_session(gw.local_addr(), "2025-11-25").await;
+    (up, gw, sid)
+}
+
+/// Calls `tool` in session `sid`, which must fail with -32603: the reply
+/// and its message.
+async fn failed(gw: &mcp_edge::gateway::Gateway, sid: &str, tool: &str) -> (Reply, String) {
+    let r = call_tool(gw.local_addr(), sid, json!(7), tool, json!({})).await;
+    assert_eq!(r.error_code(), Some(-32603), "{}", r.raw);
+    let message = r.body["error"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    (r, message)
+}
+
+/// The upstream of `sid`'s calls stayed up: the same upstream session
+/// (the caller's, opened at its first call) answers the next call, no
+/// reconnect (`initialize` twice: mcp-edge's session and the caller's), and
+/// its status is ready.
+async fn stayed_up(gw: &mcp_edge::gateway::Gateway, up: &scripted::Upstream, sid: &str) {
+    let ok = call_tool(gw.local_addr(), sid, json!(99), "remote__hello", json!({})).await;
     assert_eq!(text_of(&ok), "hello from s1", "{}", ok.raw);
+    let initializes = (up.requests.lock().unwrap().iter())
+        .filter(|(_, m)| m == "initialize")
+        .count();
+    assert_eq!(
+        initializes, 2,
+        "mcp-edge's session and the caller's; no reconnect"
+    );
     let status = gw.app().router().upstreams()[0].status();
     assert!(
         matches!(status, mcp_edge::router::Status::Ready { .. }),

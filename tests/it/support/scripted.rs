@@ -248,12 +248,10 @@ async fn answer(
             if let (Some(id), "p1") = (id, last.as_str()) {
                 let done = json!({"jsonrpc": "2.0", "id": id,
                     "result": {"content": [{"type": "text", "text": "polled"}]}});
-                let mut r = http::Response::new(Full::new(Bytes::from(format!(
-                    "id: p2\ndata: {done}\n\n"
-                ))));
-                r.headers_mut()
-                    .insert("content-type", "text/event-stream".parse().unwrap());
-                return Ok(r);
+                return Ok(typed(
+                    format!("id: p2\ndata: {done}\n\n"),
+                    "text/event-stream",
+                ));
             }
         }
         if u.mode != Mode::LegacyGet {
@@ -397,35 +395,20 @@ async fn answer(
         // the stream: the client is to resume it (GET, `Last-Event-ID`).
         "tools/call" if body["params"]["name"] == "polled" => {
             *u.polled.lock().unwrap() = Some(id.clone());
-            let priming = "id: p1\nretry: 50\ndata:\n\n";
-            let mut r = http::Response::new(Full::new(Bytes::from(priming)));
-            r.headers_mut()
-                .insert("content-type", "text/event-stream".parse().unwrap());
-            r
+            typed("id: p1\nretry: 50\ndata:\n\n", "text/event-stream")
         }
         // The same, but its stream cannot be resumed: the GET gets 405.
         "tools/call" if body["params"]["name"] == "polled_gone" => {
-            let priming = "id: g1\nretry: 10\ndata:\n\n";
-            let mut r = http::Response::new(Full::new(Bytes::from(priming)));
-            r.headers_mut()
-                .insert("content-type", "text/event-stream".parse().unwrap());
-            r
+            typed("id: g1\nretry: 10\ndata:\n\n", "text/event-stream")
         }
         // Answers this one call with a body no client can read: two JSON
         // texts in one JSON body, or an HTML page (a proxy's error page).
         "tools/call" if body["params"]["name"] == "twice" => {
             let one = json!({"jsonrpc": "2.0", "id": id, "result": {"content": []}});
-            let mut r = http::Response::new(Full::new(Bytes::from(format!("{one}{one}"))));
-            r.headers_mut()
-                .insert("content-type", "application/json".parse().unwrap());
-            r
+            typed(format!("{one}{one}"), "application/json")
         }
         "tools/call" if body["params"]["name"] == "html" => {
-            let page = "<html><body>502 Bad Gateway</body></html>";
-            let mut r = http::Response::new(Full::new(Bytes::from(page)));
-            r.headers_mut()
-                .insert("content-type", "text/html".parse().unwrap());
-            r
+            typed("<html><body>502 Bad Gateway</body></html>", "text/html")
         }
         // A text of `bytes` bytes, answered as JSON with its Content-Length.
         "tools/call" if body["params"]["name"] == "big" => {
@@ -507,4 +490,11 @@ pub async fn scripted(mode: Mode) -> (Arc<Upstream>, String) {
 
 pub fn http_block(name: &str, url: &str, extra: &str) -> String {
     format!("[[upstream]]\nname = \"{name}\"\ntransport = \"http\"\nurl = \"{url}\"\n{extra}\n")
+}
+
+/// A 200 with `body` as `content_type`.
+fn typed(body: impl Into<Bytes>, content_type: &'static str) -> http::Response<Full<Bytes>> {
+    let mut r = http::Response::new(Full::new(body.into()));
+    (r.headers_mut()).insert("content-type", http::HeaderValue::from_static(content_type));
+    r
 }
