@@ -83,6 +83,32 @@ async fn a_calls_stream_closed_after_its_priming_event_is_resumed() {
     stayed_up(&gw, &up, &sid).await;
 }
 
+/// A stream that the server keeps closing with no new event is resumed
+/// `limits::SSE_RESUMES_PER_CALL` times, the first after
+/// `limits::SSE_RETRY_DEFAULT` (it sent no `retry`), then the call fails,
+/// counted as `refused{limit="sse_resumes"}`; the upstream stays up.
+#[tokio::test]
+async fn a_stream_that_keeps_closing_is_resumed_a_bounded_number_of_times() {
+    mcp_edge::metrics::prometheus();
+    let refused = || mcp_edge::metrics::read(mcp_edge::metrics::REFUSED, "limit=\"sse_resumes\"");
+    let before = refused();
+    let (up, gw, sid) = remote().await;
+    let (_, message) = failed(&gw, &sid, "remote__polled_forever").await;
+    let n = mcp_edge::limits::SSE_RESUMES_PER_CALL as usize;
+    assert!(message.contains(&format!("resumed {n} times")), "{message}");
+    assert_eq!(*up.resumed.lock().unwrap(), vec!["f1"; n]);
+    assert!(refused() >= before + 1.0, "counted");
+    let requests = up.requests.lock().unwrap().clone();
+    let posted = requests.iter().find(|(_, m)| m == "tools/call").unwrap().0;
+    // The first of the n resuming GETs: the last n (the upstream's own and
+    // the caller's lane's GET streams came before).
+    let gets: Vec<_> = requests.iter().filter(|(_, m)| m == "GET").collect();
+    let resumed = gets[gets.len() - n].0;
+    // not ordering: a lower bound on the wait the test is about.
+    assert!(resumed - posted >= mcp_edge::limits::SSE_RETRY_DEFAULT);
+    stayed_up(&gw, &up, &sid).await;
+}
+
 /// A gateway in front of a legacy scripted upstream `remote`, and a
 /// legacy session on it.
 async fn remote() -> (

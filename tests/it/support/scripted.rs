@@ -253,6 +253,11 @@ async fn answer(
                     "text/event-stream",
                 ));
             }
+            // A `polled_forever` stream: resumed, it closes again at once
+            // with nothing new.
+            if last == "f1" {
+                return Ok(typed("retry: 1\n\n", "text/event-stream"));
+            }
         }
         if u.mode != Mode::LegacyGet {
             let mut r = http::Response::new(Full::new(Bytes::new()));
@@ -388,6 +393,7 @@ async fn answer(
                 {"name": "twice", "inputSchema": {"type": "object"}},
                 {"name": "polled", "inputSchema": {"type": "object"}},
                 {"name": "polled_gone", "inputSchema": {"type": "object"}},
+                {"name": "polled_forever", "inputSchema": {"type": "object"}},
                 {"name": "html", "inputSchema": {"type": "object"}},
                 {"name": "big", "inputSchema": {"type": "object"}}]}),
         ),
@@ -398,6 +404,11 @@ async fn answer(
             typed("id: p1\nretry: 50\ndata:\n\n", "text/event-stream")
         }
         // The same, but its stream cannot be resumed: the GET gets 405.
+        // Primes its stream without a `retry`, and never answers: every
+        // resumption closes at once (a server that keeps closing).
+        "tools/call" if body["params"]["name"] == "polled_forever" => {
+            typed("id: f1\ndata:\n\n", "text/event-stream")
+        }
         "tools/call" if body["params"]["name"] == "polled_gone" => {
             typed("id: g1\nretry: 10\ndata:\n\n", "text/event-stream")
         }
