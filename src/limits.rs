@@ -412,13 +412,21 @@ pub const CHILD_EXIT_DRAIN: Duration = Duration::from_millis(200);
 pub const HANDSHAKE_EXIT_WAIT: Duration = Duration::from_millis(500);
 /// How long closing a legacy HTTP upstream waits for its session `DELETE`.
 pub const SESSION_DELETE_TIMEOUT: Duration = Duration::from_secs(2);
-/// How many times one call's SSE answer from a legacy HTTP upstream is
-/// resumed with `Last-Event-ID` after the server closed it (or it broke)
-/// before its response (2025-11-25 transports.mdx §Resumability and
-/// Redelivery); all within the call's `call_timeout`.
+/// How many times in a row, without a new event ID, one call's SSE answer
+/// from a legacy HTTP upstream is resumed with `Last-Event-ID` after the
+/// server closed it (or it broke) before its response (2025-11-25
+/// transports.mdx §Resumability and Redelivery); all within the call's
+/// `call_timeout`.
 pub const SSE_RESUMES_PER_CALL: u32 = 8;
 /// How long before resuming such a stream when the server sent no `retry`.
 pub const SSE_RETRY_DEFAULT: Duration = Duration::from_secs(1);
+/// The least wait before resuming such a stream: a shorter `retry` is
+/// lengthened to it, so a server sending `retry: 0` and a new event each
+/// time cannot drive a tight loop of requests.
+pub const SSE_RETRY_MIN: Duration = Duration::from_millis(100);
+/// The longest SSE event ID kept for resuming a stream; a longer one makes
+/// the stream not resumable (it would be sent back as `Last-Event-ID`).
+pub const SSE_EVENT_ID_BYTES: usize = 256;
 
 // ---- child processes ([`crate::reaper`]) ----
 

@@ -46,7 +46,8 @@ pub use handles::{count_request, LazyCounter};
 ///   bounds; `unknown_id`: an upstream's response to an id not in flight
 ///   (never sent, already answered, or given up), dropped; `sse_resumes`:
 ///   a call whose SSE answer from a legacy HTTP upstream was cut again
-///   after `limits::SSE_RESUMES_PER_CALL` resumptions, failed.
+///   after `limits::SSE_RESUMES_PER_CALL` resumptions in a row without a
+///   new event, failed.
 /// - `pending_server_requests`: a server→client request over the pending
 ///   bound; `relay_queue`: one not queued, the relay queue full;
 ///   `client_capability`: one a legacy session declared no capability for;

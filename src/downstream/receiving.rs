@@ -41,7 +41,7 @@ pub struct Busy {
 impl Busy {
     /// The request is answered whatever is left of its body: busy from now
     /// (unless the table closed the connection meanwhile).
-    pub fn received(&self) {
+    fn received(&self) {
         let _ = (self.slot.state).fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
             (v & CLOSED == 0).then_some(v & !RECEIVING)
         });
@@ -239,7 +239,7 @@ impl Tracker {
     /// Marks a request begun, its body still to come when `receiving` (the
     /// connection stays idle until the body has arrived); `None` if the
     /// connection was told to close just as this head arrived.
-    pub fn begin(&self, receiving: bool) -> Option<Busy> {
+    fn begin(&self, receiving: bool) -> Option<Busy> {
         let add = if receiving { RECEIVING | 1 } else { 1 };
         let s = &self.slot.state;
         s.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
@@ -262,7 +262,7 @@ impl Tracker {
     /// connection is left unnamed, and its request is to be refused and the
     /// connection closed. Without shares, or for the client it already
     /// belongs to, nothing to do (no lock).
-    pub fn claim(&self, shares: &Shares, owner: u64) -> Result<(), ShareRefusal> {
+    fn claim(&self, shares: &Shares, owner: u64) -> Result<(), ShareRefusal> {
         let slot = &self.slot;
         if !shares.applies() || slot.owner.load(Ordering::Relaxed) == owner {
             return Ok(());
@@ -319,7 +319,7 @@ impl Tracker {
 
     /// Whether a request's body is arriving.
     #[cfg(test)]
-    pub(super) fn receiving(&self) -> bool {
+    fn receiving(&self) -> bool {
         self.slot.state.load(Ordering::Acquire) & RECEIVING != 0
     }
 }

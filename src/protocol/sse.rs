@@ -161,7 +161,10 @@ impl Decoder {
             b"data" => {}
             b"id" => {
                 let v = &line[at..];
-                if !v.contains(&0) {
+                if v.len() > crate::limits::SSE_EVENT_ID_BYTES {
+                    // Too long to send back: the stream is not resumable.
+                    self.id_buffer = Some(String::new());
+                } else if !v.contains(&0) {
                     self.id_buffer = Some(String::from_utf8_lossy(v).into_owned());
                 }
                 return line;
@@ -254,8 +257,17 @@ data: 1
         d.push(b"id: p2\ndata: 2\n\n", &mut |e| got.push(e))
             .unwrap();
         assert_eq!(d.last_event_id(), Some("p2"));
-        // An empty ID makes the stream not resumable.
+        // An empty ID makes the stream not resumable, and so does one too
+        // long to send back.
         d.push(b"id:\n\n", &mut |e| got.push(e)).unwrap();
+        assert_eq!(d.last_event_id(), None);
+        d.push(b"id: p3\n\n", &mut |e| got.push(e)).unwrap();
+        assert_eq!(d.last_event_id(), Some("p3"));
+        let long = format!(
+            "id: {}\n\n",
+            "x".repeat(crate::limits::SSE_EVENT_ID_BYTES + 1)
+        );
+        d.push(long.as_bytes(), &mut |e| got.push(e)).unwrap();
         assert_eq!(d.last_event_id(), None);
     }
 

@@ -153,11 +153,7 @@ impl CallError {
                 return RpcError::new(protocol::INTERNAL_ERROR, self.to_string())
                     .with_data(serde_json::json!({"upstream": name, "httpStatus": status}));
             }
-            CallError::StreamCut { name, .. } => {
-                return RpcError::new(protocol::INTERNAL_ERROR, self.to_string())
-                    .with_data(serde_json::json!({"upstream": name}));
-            }
-            CallError::Malformed { name, .. } => {
+            CallError::StreamCut { name, .. } | CallError::Malformed { name, .. } => {
                 return RpcError::new(protocol::INTERNAL_ERROR, self.to_string())
                     .with_data(serde_json::json!({"upstream": name}));
             }

@@ -454,15 +454,12 @@ impl HttpConn {
             }
         }
         let sse = is_sse(resp.headers());
-        let content_type = (resp.headers().get(header::CONTENT_TYPE))
-            .and_then(|v| v.to_str().ok())
-            .map(|v| crate::logline::capped(v, 64).into_owned());
-        let body = resp.into_body();
         if sse && status.is_success() {
-            self.read_sse_answer(body, id, relay, lane).await
+            self.read_sse_answer(resp.into_body(), id, relay, lane)
+                .await
         } else {
-            let content_type = content_type.as_deref();
-            self.read_json_answer(body, status, content_type).await
+            let content_type = resp.headers().get(header::CONTENT_TYPE).cloned();
+            (self.read_json_answer(resp.into_body(), status, content_type.as_ref())).await
         }
     }
 

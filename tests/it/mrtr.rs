@@ -645,7 +645,6 @@ async fn a_legacy_http_upstream_sees_each_callers_capabilities_in_a_session_of_i
     let after: Vec<_> = (versions[first..].iter())
         .filter(|(m, _)| m != "initialize")
         .collect();
-    assert!(after.iter().filter(|(m, _)| m == "DELETE").count() == 7);
     for (method, version) in after {
         assert_eq!(version.as_deref(), Some("2025-11-25"), "{method}");
     }

@@ -68,7 +68,21 @@ async fn a_calls_stream_closed_after_its_priming_event_is_resumed() {
     let (up, gw, sid) = remote().await;
     let r = call_tool(gw.local_addr(), &sid, json!(1), "remote__polled", json!({})).await;
     assert_eq!(text_of(&r), "polled", "{}", r.raw);
-    assert_eq!(*up.resumed.lock().unwrap(), ["p1"]);
+    let resumed = up.resumed.lock().unwrap().clone();
+    assert_eq!(
+        resumed
+            .iter()
+            .map(|(_, id)| id.as_str())
+            .collect::<Vec<_>>(),
+        ["p1"]
+    );
+    // `retry: 0` is lengthened to the floor, limits::SSE_RETRY_MIN.
+    let posted = (up.requests.lock().unwrap().iter())
+        .find(|(_, m)| m == "tools/call")
+        .unwrap()
+        .0;
+    // not ordering: a lower bound on the wait the test is about.
+    assert!(resumed[0].0 - posted >= mcp_edge::limits::SSE_RETRY_MIN);
     let sent = (up.versions.lock().unwrap().iter())
         .filter(|(m, _)| m == "tools/call")
         .count();
@@ -96,14 +110,20 @@ async fn a_stream_that_keeps_closing_is_resumed_a_bounded_number_of_times() {
     let (_, message) = failed(&gw, &sid, "remote__polled_forever").await;
     let n = mcp_edge::limits::SSE_RESUMES_PER_CALL as usize;
     assert!(message.contains(&format!("resumed {n} times")), "{message}");
-    assert_eq!(*up.resumed.lock().unwrap(), vec!["f1"; n]);
+    let resumed = up.resumed.lock().unwrap().clone();
+    assert_eq!(
+        resumed
+            .iter()
+            .map(|(_, id)| id.as_str())
+            .collect::<Vec<_>>(),
+        vec!["f1"; n]
+    );
     assert!(refused() >= before + 1.0, "counted");
-    let requests = up.requests.lock().unwrap().clone();
-    let posted = requests.iter().find(|(_, m)| m == "tools/call").unwrap().0;
-    // The first of the n resuming GETs: the last n (the upstream's own and
-    // the caller's lane's GET streams came before).
-    let gets: Vec<_> = requests.iter().filter(|(_, m)| m == "GET").collect();
-    let resumed = gets[gets.len() - n].0;
+    let posted = (up.requests.lock().unwrap().iter())
+        .find(|(_, m)| m == "tools/call")
+        .unwrap()
+        .0;
+    let resumed = resumed[0].0;
     // not ordering: a lower bound on the wait the test is about.
     assert!(resumed - posted >= mcp_edge::limits::SSE_RETRY_DEFAULT);
     stayed_up(&gw, &up, &sid).await;

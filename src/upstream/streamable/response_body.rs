@@ -68,10 +68,12 @@ impl HttpConn {
                 )));
             }
             idle_resumes += 1;
+            // The wait the server asked for (`retry`, no shorter than the
+            // floor), inside the call's deadline: its timeout or its caller
+            // going away cut it short.
+            let wait = dec.retry().unwrap_or(limits::SSE_RETRY_DEFAULT);
+            tokio::time::sleep(wait.max(limits::SSE_RETRY_MIN)).await;
             self.may_resume(lane, session.as_ref(), &why)?;
-            // The wait the server asked for (`retry`), inside the call's
-            // deadline: its timeout or its caller going away cut it short.
-            tokio::time::sleep(dec.retry().unwrap_or(limits::SSE_RETRY_DEFAULT)).await;
             dec.stream_ended();
             body = self.resume_stream(&last, lane, &why).await?;
         }
@@ -171,7 +173,7 @@ impl HttpConn {
         &self,
         body: Incoming,
         status: StatusCode,
-        content_type: Option<&str>,
+        content_type: Option<&HeaderValue>,
     ) -> Result<Payload, SendError> {
         let bytes = read_body(body, self.max_bytes).await?;
         if status.is_success() {
@@ -190,7 +192,10 @@ impl HttpConn {
                 rpc,
             });
         }
-        let kind = content_type.unwrap_or("no Content-Type");
+        // Named only in the error: upstream text, capped.
+        let kind = content_type.map_or("no Content-Type".into(), |v| {
+            crate::logline::capped(&String::from_utf8_lossy(v.as_bytes()), 64).into_owned()
+        });
         let Some(v) = parsed else {
             let why = match serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
                 Err(e) if e.is_syntax() && e.to_string().contains("trailing characters") => {

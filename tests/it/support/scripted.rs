@@ -68,7 +68,7 @@ pub struct Upstream {
     /// method) with the `MCP-Protocol-Version` it carried.
     pub versions: Mutex<Vec<(String, Option<String>)>>,
     /// The `Last-Event-ID` of every GET that carried one.
-    pub resumed: Mutex<Vec<String>>,
+    pub resumed: Mutex<Vec<(Instant, String)>>,
     /// The JSON-RPC id of a `polled` call whose stream was closed after
     /// its priming event, answered when the stream is resumed.
     pub polled: Mutex<Option<Value>>,
@@ -243,7 +243,7 @@ async fn answer(
         // response, on a stream of its own event ids.
         if let Some(last) = req.headers().get("last-event-id") {
             let last = last.to_str().unwrap_or("?").to_string();
-            u.resumed.lock().unwrap().push(last.clone());
+            (u.resumed.lock().unwrap()).push((Instant::now(), last.clone()));
             let id = u.polled.lock().unwrap().take();
             if let (Some(id), "p1") = (id, last.as_str()) {
                 let done = json!({"jsonrpc": "2.0", "id": id,
@@ -397,18 +397,19 @@ async fn answer(
                 {"name": "html", "inputSchema": {"type": "object"}},
                 {"name": "big", "inputSchema": {"type": "object"}}]}),
         ),
-        // Primes its SSE answer with an event id and a retry, then closes
+        // Primes its SSE answer with an event id and a retry of 0 ms (a
+        // tight loop, were it obeyed as is), then closes
         // the stream: the client is to resume it (GET, `Last-Event-ID`).
         "tools/call" if body["params"]["name"] == "polled" => {
             *u.polled.lock().unwrap() = Some(id.clone());
-            typed("id: p1\nretry: 50\ndata:\n\n", "text/event-stream")
+            typed("id: p1\nretry: 0\ndata:\n\n", "text/event-stream")
         }
-        // The same, but its stream cannot be resumed: the GET gets 405.
         // Primes its stream without a `retry`, and never answers: every
         // resumption closes at once (a server that keeps closing).
         "tools/call" if body["params"]["name"] == "polled_forever" => {
             typed("id: f1\ndata:\n\n", "text/event-stream")
         }
+        // Like `polled`, but its stream cannot be resumed: the GET gets 405.
         "tools/call" if body["params"]["name"] == "polled_gone" => {
             typed("id: g1\nretry: 10\ndata:\n\n", "text/event-stream")
         }
