@@ -428,6 +428,29 @@ pub const SSE_RETRY_MIN: Duration = Duration::from_millis(100);
 /// the stream not resumable (it would be sent back as `Last-Event-ID`).
 pub const SSE_EVENT_ID_BYTES: usize = 256;
 
+// ---- resumable downstream SSE streams ([`crate::downstream`]'s `resume`) ----
+
+/// The bytes of events one legacy session's call stream keeps for replay
+/// after `Last-Event-ID` (2025-11-25 transports.mdx §Resumability and
+/// Redelivery): the oldest are dropped past it, the newest one (the
+/// call's response, whatever its size) always kept. A resumption from an
+/// event older than what is kept is refused (`sse_replay`).
+pub const SSE_REPLAY_BYTES: usize = 16 * 1024;
+/// Call streams whose client went away before the response, kept (not
+/// polled, their call held in flight) for a resumption: the one expiring
+/// soonest makes room (its call cancelled, counted as `sse_parked`).
+pub const SSE_PARKED_STREAMS: usize = 32;
+/// How long such a stream waits for its client to resume it with
+/// `Last-Event-ID` before its call is cancelled (`sse_parked` not counted:
+/// the client did not come back).
+pub const SSE_RESUME_WINDOW: Duration = Duration::from_secs(60);
+/// How long a resumption waits for the stream it names, still being
+/// written on a connection that died without a word, to let go of it.
+pub const SSE_TAKEOVER_WAIT: Duration = Duration::from_secs(2);
+/// The `retry` (ms) of the priming event mcp-edge sends on a call stream
+/// of a 2025-11-25 session: how long its client waits before resuming.
+pub const SSE_RETRY_ADVERTISED_MS: u64 = 1000;
+
 // ---- child processes ([`crate::reaper`]) ----
 
 /// Stdio children whose exit status belongs to tokio, tracked at once

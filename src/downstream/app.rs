@@ -96,6 +96,10 @@ pub struct App {
     /// Modern callers' calls parked for their `inputResponses` (fixed
     /// table, [`parked`]; [`super::rounds`]).
     pub(super) parked: parked::ParkedCalls,
+    /// Legacy sessions' call streams whose client went before the
+    /// response, waiting for it to resume them (fixed table,
+    /// [`super::resume`], [`super::call_stream`]).
+    pub(super) resumes: super::call_stream::Home,
     /// The outcome of the last reload, if any (`STATUS=`, `/status`).
     pub(super) last_reload: Mutex<Option<LastReload>>,
     /// The `[[client]]` table in force ([`App::set_access`] swaps it).
@@ -178,6 +182,8 @@ impl App {
     /// response and end.
     pub fn begin_stopping(&self) {
         self.stopping.send_replace(true);
+        // Parked call streams are not waited for: their calls end now.
+        drop(self.resumes.close());
     }
 
     /// Records the outcome of a reload (`STATUS=`, `/status`).
@@ -228,6 +234,9 @@ impl App {
                 crate::limits::PARKED_CALL_TTL,
                 tokio::time::Instant::now(),
             ),
+            resumes: Arc::new(super::resume::Parked::new(
+                crate::limits::SSE_PARKED_STREAMS,
+            )),
             access: std::sync::RwLock::new(Arc::new(Access::open())),
             access_gen: watch::Sender::new(0),
             refusal_log: crate::access::Throttle::new(tokio::time::Instant::now()),

@@ -18,6 +18,7 @@
 
 use super::admission::{Call, ClientEra};
 use super::app::{App, Who};
+use super::call_stream::Resumable;
 use super::modern;
 use super::reply::{self, Answer, Outcome};
 use crate::audit::{self, Record};
@@ -158,10 +159,25 @@ impl Call {
         let (floor, caps) = self.relay_view();
         let relay = relay.with_log_floor(floor).with_caps(caps);
         let keepalive = app.server.keepalive;
+        let resumable = self.resumable(app);
         let app = app.clone();
         // Boxed: the call's state is not part of every connection's future.
         let fut = Box::pin(async move { self.serve(&app, Some(relay)).await.response });
-        reply::hold(rx, fut, keepalive).await
+        reply::hold(rx, fut, keepalive, resumable).await
+    }
+
+    /// A legacy session's call stream is resumable ([`call_stream`]); a
+    /// 2025-11-25 session's begins with a priming event.
+    fn resumable(&self, app: &App) -> Option<Resumable> {
+        let ClientEra::Legacy(session, version) = self.caller.era else {
+            return None;
+        };
+        Some(Resumable {
+            session,
+            request: self.id.clone(),
+            home: app.resumes.clone(),
+            priming: version >= ProtocolVersion::V2025_11_25,
+        })
     }
 
     /// From which level log messages reach this caller: a legacy session's

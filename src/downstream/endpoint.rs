@@ -6,12 +6,14 @@
 
 use super::admission::{self, admit, Admitted, Call, Entry, Head, SessionOp};
 use super::app::{App, Body, Peer, Who};
+use super::call_stream::{self, Resumed};
 use super::reply::{refuse, Refusal};
 use super::reply::{Answer, Outcome};
+use super::resume::EventId;
 use super::{answered_here, modern, receiving, reply};
 use crate::protocol::envelope::Body as Parsed;
 use crate::protocol::{self, Message, ProtocolVersion, RpcError};
-use crate::session::SessionError;
+use crate::session::{SessionError, SessionId};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -127,7 +129,7 @@ where
                 Ok(Entry::Unauthorized(refused)) => refused,
                 Ok(Entry::Preflight) => reply::preflight(req.headers()),
                 Ok(Entry::Request(head)) => match *req.method() {
-                    Method::GET => get(app, &head),
+                    Method::GET => get(app, &head, req.headers()).await,
                     Method::DELETE => delete(app, &head),
                     _ => reply::method_not_allowed(),
                 },
@@ -190,7 +192,9 @@ fn over_share(app: &App, who: &Who, e: receiving::ShareRefusal) -> Response<Body
 /// A legacy session's GET stream: charged to the client's rate when it
 /// opens (429), then a place in the stream pool under the client's share
 /// (503), then the session's own bound (429).
-fn get(app: Arc<App>, head: &Head) -> Response<Body> {
+/// With a `Last-Event-ID` of one of its call streams, the GET resumes
+/// that stream instead ([`resume`]).
+async fn get(app: Arc<App>, head: &Head, h: &HeaderMap) -> Response<Body> {
     let id = match head.session() {
         Err(r) => return r.into_response(Value::Null),
         Ok(None) => return reply::method_not_allowed(),
@@ -199,6 +203,10 @@ fn get(app: Arc<App>, head: &Head) -> Response<Body> {
     let who = &head.who;
     if let Err(e) = super::admission::charge(&app, who) {
         return Refusal(StatusCode::TOO_MANY_REQUESTS, e).into_response(Value::Null);
+    }
+    let last = h.get("last-event-id").and_then(|v| v.to_str().ok());
+    if let Some(last) = last.and_then(EventId::parse) {
+        return resume(&app, id, who, last).await;
     }
     // The session's own stream first (the owner checked, at most `max`, in
     // one lookup): only a live session of this client's may cost another
@@ -222,6 +230,32 @@ fn get(app: Arc<App>, head: &Head) -> Response<Body> {
     }
 }
 
+/// A call stream of session `id` resumed after event `last`
+/// (`../shared/spec/2025-11-25/transports.mdx` §Resumability and
+/// Redelivery): the events after it, then the rest of the call. A stream
+/// whose events after `last` were dropped answers its call with an error
+/// event (`sse_replay`); one not waiting (it ended, or its client did not
+/// come back within `limits::SSE_RESUME_WINDOW`) is 410 Gone: not 404,
+/// which would tell the client its session ended.
+async fn resume(app: &App, id: SessionId, who: &Who, last: EventId) -> Response<Body> {
+    if app.sessions.owner(&id) != Some(who.owner()) || !app.sessions.is_live(&id) {
+        return reply::not_found().into_response(Value::Null);
+    }
+    match call_stream::resumed(&app.resumes, &id, last).await {
+        Resumed::Stream(body) => reply::call_stream(body),
+        Resumed::Lost(event) => reply::events(event),
+        Resumed::Unknown => {
+            crate::metrics::refused("sse_resume");
+            let secs = crate::limits::SSE_RESUME_WINDOW.as_secs();
+            let why = format!(
+                "stream {} cannot be resumed: it ended, or was not resumed within {secs} s",
+                last.stream
+            );
+            refuse(StatusCode::GONE, protocol::INVALID_REQUEST, why).into_response(Value::Null)
+        }
+    }
+}
+
 fn delete(app: Arc<App>, head: &Head) -> Response<Body> {
     match head.session() {
         Err(r) => r.into_response(Value::Null),
@@ -232,6 +266,8 @@ fn delete(app: Arc<App>, head: &Head) -> Response<Body> {
             if app.sessions.owner(&id) == Some(head.who.owner())
                 && app.sessions.end(&id, crate::session::Removal::Deleted)
             {
+                // Its parked call streams too (their calls cancelled).
+                drop(app.resumes.of_session(&id));
                 reply::empty(StatusCode::OK)
             } else {
                 refuse(

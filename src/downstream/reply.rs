@@ -4,6 +4,7 @@
 //! §Listening for Messages from the Server).
 
 use super::app::{App, Body};
+use super::call_stream::{CallFuture, CallStream, Core, Resumable};
 use crate::protocol::raw::Chunks;
 use crate::protocol::{self, sse, Outgoing, RpcError};
 use crate::session::SessionId;
@@ -334,22 +335,6 @@ struct StreamGuard(
     super::streams::StreamPlace,
 );
 
-enum RelayState<F> {
-    Running(
-        std::pin::Pin<Box<F>>,
-        tokio::sync::mpsc::Receiver<Value>,
-        tokio::time::Interval,
-    ),
-    Draining(Outgoing, tokio::sync::mpsc::Receiver<Value>),
-    /// Nothing more to relay: the answer, with keep-alives until it comes.
-    Waiting(std::pin::Pin<Box<F>>, tokio::time::Interval),
-    /// A message taken before the stream began, then the rest.
-    Lead(Value, Box<RelayState<F>>),
-    /// The final response's pieces still to write.
-    Closing(Chunks, usize),
-    Done,
-}
-
 /// What one POSTed message produced, on its way up: the one result type
 /// of the pipeline (a refusal before any JSON-RPC answer is a [`Refusal`]).
 pub enum Outcome {
@@ -373,16 +358,15 @@ pub struct Answer {
 /// message or ends, at most one `keepalive` period: a call that relays
 /// nothing is answered as one message (JSON, or one SSE event for a
 /// client that takes only SSE) with `Content-Length`, no stream; any other
-/// becomes [`relay_stream`]'s stream (2025-11-25 transports.mdx §Sending
-/// Messages to the Server, item 5: the server returns either).
-pub async fn hold<F>(
+/// becomes a [`call_stream`] (resumable with `resumable`, a legacy
+/// session's) (2025-11-25 transports.mdx §Sending Messages to the Server,
+/// item 5: the server returns either).
+pub async fn hold(
     mut rx: tokio::sync::mpsc::Receiver<Value>,
-    mut call: std::pin::Pin<Box<F>>,
+    mut call: CallFuture,
     keepalive: std::time::Duration,
-) -> Outcome
-where
-    F: std::future::Future<Output = Outgoing> + Send + 'static,
-{
+    resumable: Option<Resumable>,
+) -> Outcome {
     let sleep = tokio::time::sleep(keepalive);
     tokio::pin!(sleep);
     let mut open = true;
@@ -395,8 +379,9 @@ where
                     return Outcome::Answer(Answer { response: fin, status, session });
                 }
                 Ok(v) => {
-                    let rest = RelayState::<F>::Draining(fin, rx);
-                    return Outcome::Stream(stream_of(RelayState::Lead(v, Box::new(rest))));
+                    let mut core = Core::answered(fin, rx, keepalive, resumable);
+                    core.message(&v);
+                    return Outcome::Stream(call_stream(CallStream::new(core)));
                 }
             },
             m = rx.recv(), if open => match m {
@@ -406,103 +391,37 @@ where
             _ = &mut sleep => break None,
         }
     };
-    let iv = tokio::time::interval_at(Instant::now() + keepalive, keepalive);
-    let running = RelayState::Running(call, rx, iv);
-    Outcome::Stream(stream_of(match first {
-        Some(v) => RelayState::Lead(v, Box::new(running)),
-        None => running,
-    }))
+    let mut core = Core::running(call, rx, keepalive, resumable);
+    if let Some(v) = first {
+        core.message(&v);
+    }
+    Outcome::Stream(call_stream(CallStream::new(core)))
 }
 
 /// An SSE response that streams the messages relayed during a call
 /// (`rx`), then the call's final response (`call`), then ends; a keep-alive
 /// comment goes out every `keepalive` while nothing else does. Dropping the
 /// body (client gone) drops the call, which frees its in-flight slot.
-pub fn relay_stream<F>(
+pub fn relay_stream(
     rx: tokio::sync::mpsc::Receiver<Value>,
-    call: F,
+    call: CallFuture,
     keepalive: std::time::Duration,
-) -> Response<Body>
-where
-    F: std::future::Future<Output = Outgoing> + Send + 'static,
-{
-    let iv = tokio::time::interval_at(Instant::now() + keepalive, keepalive);
-    stream_of(RelayState::Running(Box::pin(call), rx, iv))
+) -> Response<Body> {
+    call_stream(CallStream::new(Core::running(call, rx, keepalive, None)))
 }
 
-fn stream_of<F>(start: RelayState<F>) -> Response<Body>
-where
-    F: std::future::Future<Output = Outgoing> + Send + 'static,
-{
-    let frame = |v: &Value| Ok::<_, Infallible>(Frame::data(sse::event(&v.to_string())));
-    let stream = futures_util::stream::unfold(start, move |st| async move {
-        match st {
-            RelayState::Running(mut call, mut rx, mut iv) => {
-                tokio::select! {
-                    biased;
-                    m = rx.recv() => match m {
-                        Some(v) => Some((frame(&v), RelayState::Running(call, rx, iv))),
-                        None => waiting(call, iv).await,
-                    },
-                    fin = &mut call => match rx.try_recv() {
-                        Ok(v) => Some((frame(&v), RelayState::Draining(fin, rx))),
-                        Err(_) => last_pieces(fin.chunks(true), 0),
-                    },
-                    _ = iv.tick() => {
-                        Some((Ok(Frame::data(sse::keepalive())), RelayState::Running(call, rx, iv)))
-                    }
-                }
-            }
-            RelayState::Draining(fin, mut rx) => match rx.try_recv() {
-                Ok(v) => Some((frame(&v), RelayState::Draining(fin, rx))),
-                Err(_) => last_pieces(fin.chunks(true), 0),
-            },
-            RelayState::Waiting(call, iv) => waiting(call, iv).await,
-            RelayState::Lead(v, next) => Some((frame(&v), *next)),
-            RelayState::Closing(chunks, next) => last_pieces(chunks, next),
-            RelayState::Done => None,
-        }
-    });
-    let mut r = Response::new(BodyExt::boxed_unsync(StreamBody::new(stream)));
+/// The SSE response of a call stream.
+pub fn call_stream(body: CallStream) -> Response<Body> {
+    let mut r = Response::new(BodyExt::boxed_unsync(body));
     sse_headers(&mut r);
     r
 }
 
-/// A keep-alive, or the first piece of the answer, of a call with nothing
-/// left to relay.
-#[allow(clippy::type_complexity)]
-async fn waiting<F>(
-    mut call: std::pin::Pin<Box<F>>,
-    mut iv: tokio::time::Interval,
-) -> Option<(Result<Frame<Bytes>, Infallible>, RelayState<F>)>
-where
-    F: std::future::Future<Output = Outgoing>,
-{
-    tokio::select! {
-        fin = &mut call => last_pieces(fin.chunks(true), 0),
-        _ = iv.tick() => Some((Ok(Frame::data(sse::keepalive())), RelayState::Waiting(call, iv))),
-    }
-}
-
-/// The next piece of a relayed call's final response (empty ones skipped).
-#[allow(clippy::type_complexity)]
-fn last_pieces<F>(
-    mut chunks: Chunks,
-    mut next: usize,
-) -> Option<(Result<Frame<Bytes>, Infallible>, RelayState<F>)> {
-    while next < chunks.len() {
-        let b = std::mem::take(&mut chunks[next]);
-        next += 1;
-        if !b.is_empty() {
-            let more = chunks[next..].iter().any(|c| !c.is_empty());
-            let st = match more {
-                true => RelayState::Closing(chunks, next),
-                false => RelayState::Done,
-            };
-            return Some((Ok(Frame::data(b)), st));
-        }
-    }
-    None
+/// An SSE response of the given events, then its end.
+pub fn events(events: Bytes) -> Response<Body> {
+    let mut r = Response::new(full(events));
+    sse_headers(&mut r);
+    r
 }
 
 /// 404 "Session not found": an unknown, ended, malformed or another

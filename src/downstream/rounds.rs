@@ -429,7 +429,7 @@ impl Round {
         if let Some(first) = first {
             let _ = tx.try_send(first);
         }
-        let fut = async move {
+        let fut = Box::pin(async move {
             let app = self.app.clone();
             let _busy = app.in_flight.enter();
             loop {
@@ -440,7 +440,7 @@ impl Round {
                     Step::Final(a) => return a.response,
                 }
             }
-        };
+        });
         super::reply::relay_stream(rx, fut, keepalive)
     }
 }

@@ -7,7 +7,8 @@ use tokio::sync::watch;
 
 /// One timer for the whole table: removes idle sessions every
 /// `min(idle_timeout / 4, 60 s, 10 s)` (lookups also expire lazily), and
-/// parked calls whose time is up ([`rounds::expire`]); expires tasks and
+/// parked calls whose time is up ([`rounds::expire`]) and call streams
+/// not resumed in time or of ended sessions ([`super::resume`]); expires tasks and
 /// cancels the abandoned ones ([`crate::router::Router::cancel_orphans`]). A task of the
 /// composition root.
 pub async fn sweep_sessions(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
@@ -22,6 +23,8 @@ pub async fn sweep_sessions(app: Arc<App>, mut shutdown: watch::Receiver<bool>) 
         // Idle sessions end (with everything they held); expired tasks
         // go, and tasks abandoned by their callers are cancelled upstream.
         app.sessions.sweep();
+        let now = tokio::time::Instant::now();
+        drop(app.resumes.sweep(now, |id| app.sessions.is_live(id)));
         app.router.tasks().expire(tokio::time::Instant::now());
         app.router.cancel_orphans().await;
         rounds::expire(&app, tokio::time::Instant::now()).await;

@@ -37,6 +37,7 @@ mod reaper;
 mod relay;
 mod reload;
 mod resources;
+mod resume;
 mod shares;
 mod startup;
 mod streams;

@@ -52,6 +52,7 @@ const CLOCK_FREE: &[&str] = &[
     "src/tasks.rs",
     "src/downstream/conns.rs",
     "src/downstream/parked.rs",
+    "src/downstream/resume.rs",
 ];
 /// Folders whose files, in subfolders too, never import their parent
 /// module's own items (`super::X` where `X` is not a sibling module): the

@@ -55,7 +55,9 @@ impl Parser {
     fn line_done(&mut self, line: &str, out: &mut Vec<Event>) {
         if line.is_empty() {
             let (event, id) = (self.event.take(), self.id.take());
-            if let Some(data) = self.data.take() {
+            // An event with empty data (a priming event: an id and
+            // `retry` only) is not dispatched (WHATWG HTML §9.2.6).
+            if let Some(data) = self.data.take().filter(|d| !d.is_empty()) {
                 let data = serde_json::from_str(&data)
                     .unwrap_or_else(|e| panic!("SSE data is not JSON ({e}): {data}"));
                 out.push(Event { event, id, data });
@@ -123,6 +125,15 @@ impl Stream {
             .expect("a message within 10 s")
             .expect("the stream is still open")
             .data
+    }
+
+    /// Every event until the stream ends.
+    pub async fn rest_events(mut self) -> Vec<Event> {
+        let mut out = Vec::new();
+        while let Some(e) = self.rx.recv().await {
+            out.push(e);
+        }
+        out
     }
 
     /// Every message (event data) until the stream ends.

@@ -1,0 +1,320 @@
+//! The SSE stream of a relayed call: the messages its upstream relays
+//! during the call, then its response, then the end; a keep-alive comment
+//! while nothing else goes (`../shared/spec/2025-11-25/transports.mdx`
+//! §Sending Messages to the Server, item 6).
+//!
+//! A legacy session's stream is resumable ([`super::resume`],
+//! §Resumability and Redelivery): every event has an ID and is kept for
+//! replay, and a 2025-11-25 session's stream begins with a priming event
+//! (an ID, `retry`, empty data). When the client goes before the response,
+//! the stream is parked with its call still in flight (disconnection is
+//! not cancellation, item 6) until the client resumes it with a GET and
+//! `Last-Event-ID` ([`resumed`]) or `limits::SSE_RESUME_WINDOW` passes (the
+//! call is then dropped, which cancels it upstream). A modern caller's
+//! stream has no IDs: dropping it is its cancellation (2026-07-28
+//! patterns-cancellation.mdx).
+
+use super::resume::{EventId, LetGo, Parked, Pieces, Replay};
+use crate::protocol::{self, sse, Outgoing, RpcError};
+use crate::session::SessionId;
+use bytes::Bytes;
+use hyper::body::Frame;
+use serde_json::Value;
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::{Instant, Interval};
+
+/// A call being answered, boxed (its state is not part of every
+/// connection's future).
+pub type CallFuture = Pin<Box<dyn Future<Output = Outgoing> + Send>>;
+
+/// Where resumable streams wait for their clients.
+pub type Home = Arc<Parked<Box<Core>>>;
+
+/// What makes a legacy session's call stream resumable.
+pub struct Resumable {
+    pub session: SessionId,
+    /// The call's JSON-RPC id (answered with an error if its events are lost).
+    pub request: Value,
+    pub home: Home,
+    /// Begin with a priming event (a 2025-11-25 session: earlier clients
+    /// may not read an event without data).
+    pub priming: bool,
+}
+
+enum State {
+    /// The call runs; its relayed messages come on the receiver (`None`
+    /// once it closed: nothing more to relay).
+    Running(CallFuture, Option<mpsc::Receiver<Value>>),
+    /// The call answered; messages still queued go before its response.
+    Draining(Outgoing, mpsc::Receiver<Value>),
+    /// The response is queued (or written).
+    Answered,
+}
+
+struct Ids {
+    stream: u64,
+    /// Asked by a resumption on another connection.
+    let_go: Arc<LetGo>,
+    replay: Replay,
+    session: SessionId,
+    request: Value,
+    home: Home,
+}
+
+/// A call stream's state, owned by its response body while a client reads
+/// it and by the [`Parked`] table while it waits for one.
+pub struct Core {
+    state: State,
+    keepalive: Interval,
+    /// Pieces to write before anything else: the priming event, events
+    /// being written, events replayed.
+    queued: VecDeque<Bytes>,
+    ids: Option<Ids>,
+}
+
+impl Core {
+    /// The stream of `call` while it runs, relaying `rx`.
+    pub fn running(
+        call: CallFuture,
+        rx: mpsc::Receiver<Value>,
+        keepalive: Duration,
+        resumable: Option<Resumable>,
+    ) -> Core {
+        Core::new(State::Running(call, Some(rx)), keepalive, resumable)
+    }
+
+    /// The stream of a call that answered `response` with messages still
+    /// to relay on `rx`.
+    pub fn answered(
+        response: Outgoing,
+        rx: mpsc::Receiver<Value>,
+        keepalive: Duration,
+        resumable: Option<Resumable>,
+    ) -> Core {
+        Core::new(State::Draining(response, rx), keepalive, resumable)
+    }
+
+    fn new(state: State, keepalive: Duration, resumable: Option<Resumable>) -> Core {
+        let mut keepalive = tokio::time::interval_at(Instant::now() + keepalive, keepalive);
+        keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut queued = VecDeque::new();
+        let ids = resumable.map(|r| {
+            let stream = r.home.stream();
+            if r.priming {
+                let ms = crate::limits::SSE_RETRY_ADVERTISED_MS;
+                queued.push_back(Bytes::from(format!(
+                    "id: {stream}-0\nretry: {ms}\ndata: \n\n"
+                )));
+            }
+            Ids {
+                stream,
+                let_go: r.home.attach(r.session, stream),
+                replay: Replay::new(u64::from(r.priming)),
+                session: r.session,
+                request: r.request,
+                home: r.home,
+            }
+        });
+        Core {
+            state,
+            keepalive,
+            queued,
+            ids,
+        }
+    }
+
+    /// Queues one relayed message as an event.
+    pub fn message(&mut self, v: &Value) {
+        self.event([
+            Bytes::new(),
+            sse::event(&v.to_string()),
+            Bytes::new(),
+            Bytes::new(),
+        ]);
+    }
+
+    /// Queues the response as the last event.
+    fn respond(&mut self, response: Outgoing) {
+        let [a, b, c] = response.chunks(true);
+        self.event([Bytes::new(), a, b, c]);
+        self.state = State::Answered;
+    }
+
+    /// Queues an event, with its ID and kept for replay when resumable.
+    fn event(&mut self, mut pieces: Pieces) {
+        if let Some(ids) = &mut self.ids {
+            let id = EventId {
+                stream: ids.stream,
+                n: ids.replay.next(),
+            };
+            pieces[0] = id.line();
+            ids.replay.push(pieces.clone());
+        }
+        self.queued
+            .extend(pieces.into_iter().filter(|b| !b.is_empty()));
+    }
+
+    /// The next piece to write; `None` once the response is written.
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        if self.ids.as_ref().is_some_and(|ids| ids.let_go.asked(cx)) {
+            // Resumed on another connection: this response ends, the
+            // stream is parked (its drop) and taken from there.
+            return Poll::Ready(None);
+        }
+        loop {
+            if let Some(b) = self.queued.pop_front() {
+                return Poll::Ready(Some(b));
+            }
+            match std::mem::replace(&mut self.state, State::Answered) {
+                State::Running(mut call, mut rx) => {
+                    if let Some(r) = rx.as_mut() {
+                        match r.poll_recv(cx) {
+                            Poll::Ready(Some(v)) => self.message(&v),
+                            Poll::Ready(None) => rx = None,
+                            Poll::Pending => {}
+                        }
+                    }
+                    if !self.queued.is_empty() {
+                        self.state = State::Running(call, rx);
+                        continue;
+                    }
+                    match (call.as_mut().poll(cx), rx) {
+                        (Poll::Ready(fin), Some(rx)) => self.state = State::Draining(fin, rx),
+                        (Poll::Ready(fin), None) => self.respond(fin),
+                        (Poll::Pending, rx) => {
+                            self.state = State::Running(call, rx);
+                            if self.keepalive.poll_tick(cx).is_pending() {
+                                return Poll::Pending;
+                            }
+                            return Poll::Ready(Some(sse::keepalive()));
+                        }
+                    }
+                }
+                State::Draining(fin, mut rx) => match rx.try_recv() {
+                    Ok(v) => {
+                        self.message(&v);
+                        self.state = State::Draining(fin, rx);
+                    }
+                    Err(_) => self.respond(fin),
+                },
+                State::Answered => return Poll::Ready(None),
+            }
+        }
+    }
+
+    /// Whether everything was written.
+    fn finished(&self) -> bool {
+        matches!(self.state, State::Answered) && self.queued.is_empty()
+    }
+
+    /// The client went before the end: a resumable stream waits for it in
+    /// its home; any other is dropped (its call with it).
+    fn park(mut self: Box<Self>) {
+        let Some(ids) = &self.ids else { return };
+        ids.home.detach(ids.stream);
+        if self.finished() {
+            return;
+        }
+        let (home, session, stream) = (ids.home.clone(), ids.session, ids.stream);
+        self.queued.clear(); // a resumption writes from the replay buffer
+        let expires = Instant::now() + crate::limits::SSE_RESUME_WINDOW;
+        // What had to go is dropped here, outside the table's lock.
+        drop(home.park(session, stream, self, expires));
+    }
+}
+
+/// A call stream as a response body; a resumable one is parked when it
+/// is dropped before its end.
+pub struct CallStream(Option<Box<Core>>);
+
+impl CallStream {
+    pub fn new(core: Core) -> Self {
+        CallStream(Some(Box::new(core)))
+    }
+}
+
+impl hyper::body::Body for CallStream {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.0.as_mut() {
+            None => Poll::Ready(None),
+            Some(core) => core.poll_next(cx).map(|b| b.map(|b| Ok(Frame::data(b)))),
+        }
+    }
+}
+
+impl Drop for CallStream {
+    fn drop(&mut self) {
+        if let Some(core) = self.0.take() {
+            core.park();
+        }
+    }
+}
+
+/// What a `Last-Event-ID` of session `session` resumes.
+pub enum Resumed {
+    /// The stream: the events after that ID, then the rest as it comes.
+    Stream(CallStream),
+    /// Events after that ID were dropped from the replay buffer: the
+    /// call's error response, as an event (its call is cancelled).
+    Lost(Bytes),
+    /// No stream of the session waits under that ID's stream number (it
+    /// ended, or its client did not come back in time).
+    Unknown,
+}
+
+/// Takes stream `id.stream` of `session` out of `home` (one still being
+/// written lets go of it first, `limits::SSE_TAKEOVER_WAIT`), to go on
+/// after event `id.n`; a stream that cannot is counted as `sse_replay`.
+pub async fn resumed(home: &Home, session: &SessionId, id: EventId) -> Resumed {
+    let until = Instant::now() + crate::limits::SSE_TAKEOVER_WAIT;
+    let Some(mut core) = home.take_or_let_go(session, id.stream, until).await else {
+        return Resumed::Unknown;
+    };
+    let ids = core
+        .ids
+        .as_ref()
+        .expect("only resumable streams are parked");
+    let replayed: Option<VecDeque<Bytes>> = ids.replay.after(id.n).map(|events| {
+        let pieces = events.flat_map(|p| p.iter().filter(|b| !b.is_empty()).cloned());
+        pieces.collect()
+    });
+    match replayed {
+        Some(queued) => {
+            core.queued = queued;
+            if let Some(ids) = core.ids.as_mut() {
+                ids.let_go = home.attach(*session, id.stream);
+            }
+            Resumed::Stream(CallStream(Some(core)))
+        }
+        None => {
+            crate::metrics::refused("sse_replay");
+            let bound = crate::limits::SSE_REPLAY_BYTES;
+            let e = RpcError::new(
+                protocol::INTERNAL_ERROR,
+                format!(
+                    "the stream cannot be resumed after event {}-{}: events after it were \
+                     dropped from its replay buffer ({bound} bytes); the call was cancelled",
+                    id.stream, id.n
+                ),
+            );
+            let lost = sse::event(&protocol::error_response(ids.request.clone(), &e).to_string());
+            Resumed::Lost(lost)
+        }
+    }
+}
+
+#[cfg(test)]
+mod call_stream_tests;

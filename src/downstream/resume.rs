@@ -1,0 +1,371 @@
+//! What makes a legacy session's SSE streams resumable
+//! (`../shared/spec/2025-11-25/transports.mdx` §Resumability and
+//! Redelivery, §Sending Messages to the Server item 6): the event IDs, the
+//! replay buffer of one stream, and the fixed table of streams waiting for
+//! their client to come back with `Last-Event-ID`.
+//!
+//! An event ID is `<stream>-<n>`: the stream's number (one counter for the
+//! whole gateway, so unique across every stream of a session, as the spec
+//! asks) and the event's place in its stream, which is all a resumption
+//! needs to find the stream and the events after it.
+//!
+//! The 2026-07-28 revision has no resumable streams
+//! (`../shared/spec/2026-07-28/transports-streamable-http.mdx` §Earlier
+//! Streamable HTTP Revisions: a `Last-Event-ID` is ignored), so the
+//! streams of modern callers carry no IDs.
+
+use crate::session::SessionId;
+use bytes::Bytes;
+use futures_util::task::AtomicWaker;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// An event's ID: its stream and its place in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventId {
+    pub stream: u64,
+    pub n: u64,
+}
+
+impl EventId {
+    /// Parses what [`EventId::line`] wrote (a `Last-Event-ID` value);
+    /// `None` for anything else (another server's ID).
+    pub fn parse(s: &str) -> Option<EventId> {
+        let (stream, n) = s.trim().split_once('-')?;
+        let digits =
+            |t: &str| !t.is_empty() && t.len() <= 20 && t.bytes().all(|c| c.is_ascii_digit());
+        if !digits(stream) || !digits(n) {
+            return None;
+        }
+        Some(EventId {
+            stream: stream.parse().ok()?,
+            n: n.parse().ok()?,
+        })
+    }
+
+    /// The `id:` line that begins the event.
+    pub fn line(self) -> Bytes {
+        Bytes::from(format!("id: {}-{}\n", self.stream, self.n))
+    }
+}
+
+/// One event as written: its `id:` line first, then up to three pieces
+/// of its body (a response is written without joining its pieces).
+pub type Pieces = [Bytes; 4];
+
+fn size(p: &Pieces) -> usize {
+    p.iter().map(Bytes::len).sum()
+}
+
+/// The events of one stream kept for replay, oldest first: at most
+/// `limits::SSE_REPLAY_BYTES`, the oldest dropped past it, the newest
+/// always kept (a response larger than the bound is still replayed).
+pub struct Replay {
+    events: VecDeque<(u64, Pieces)>,
+    bytes: usize,
+    /// The place of the next event.
+    next: u64,
+    /// The place of the oldest event not dropped.
+    oldest: u64,
+}
+
+impl Replay {
+    /// An empty buffer whose first event takes place `first`.
+    pub fn new(first: u64) -> Self {
+        Replay {
+            events: VecDeque::new(),
+            bytes: 0,
+            next: first,
+            oldest: first,
+        }
+    }
+
+    /// The place the next event takes.
+    pub fn next(&self) -> u64 {
+        self.next
+    }
+
+    /// Keeps the event at place [`Replay::next`] (`pieces` are shared, not
+    /// copied), dropping the oldest past the bound.
+    pub fn push(&mut self, pieces: Pieces) {
+        self.bytes += size(&pieces);
+        self.events.push_back((self.next, pieces));
+        self.next += 1;
+        while self.bytes > crate::limits::SSE_REPLAY_BYTES && self.events.len() > 1 {
+            let (n, old) = self.events.pop_front().expect("more than one");
+            self.bytes -= size(&old);
+            self.oldest = n + 1;
+        }
+    }
+
+    /// The events after place `n`, in order; `None` when some of them were
+    /// dropped, or `n` is no event of this stream.
+    pub fn after(&self, n: u64) -> Option<impl Iterator<Item = &Pieces>> {
+        let known = n
+            .checked_add(1)
+            .is_some_and(|m| m >= self.oldest && m <= self.next);
+        known.then(|| {
+            self.events
+                .iter()
+                .filter(move |(m, _)| *m > n)
+                .map(|(_, p)| p)
+        })
+    }
+}
+
+/// Streams waiting for their client to resume them: a fixed table of
+/// `limits::SSE_PARKED_STREAMS` places; the one expiring soonest makes
+/// room. It takes `now` from its caller. What it gives back (made room
+/// for, expired, of an ended session) its caller drops outside the lock.
+///
+/// It also knows the resumable streams still being written: a client
+/// whose connection died without a word (a site uplink gone) comes back
+/// on a new one while the old one still looks open here; its resumption
+/// tells the old stream to let go ([`LetGo`]) and waits for it to park.
+pub struct Parked<T> {
+    places: Mutex<Box<[Option<Entry<T>>]>>,
+    next_stream: AtomicU64,
+    /// Set at shutdown: nothing is parked any more.
+    closed: AtomicBool,
+    /// The streams being written: one per legacy call answered as a
+    /// stream now, so bounded by the calls in flight.
+    attached: Mutex<Vec<(SessionId, u64, Arc<LetGo>)>>,
+    /// Woken whenever a stream is parked.
+    arrived: Notify,
+}
+
+/// Tells a stream being written to end its response (and so be parked)
+/// because its client resumed it elsewhere.
+#[derive(Default)]
+pub struct LetGo {
+    asked: AtomicBool,
+    waker: AtomicWaker,
+}
+
+impl LetGo {
+    /// Whether the stream was asked to let go; `cx` is woken when it is.
+    pub fn asked(&self, cx: &std::task::Context<'_>) -> bool {
+        self.waker.register(cx.waker());
+        self.asked.load(Relaxed)
+    }
+}
+
+struct Entry<T> {
+    session: SessionId,
+    stream: u64,
+    expires: Instant,
+    value: T,
+}
+
+impl<T> Parked<T> {
+    /// A table of `capacity` places.
+    pub fn new(capacity: usize) -> Self {
+        Parked {
+            places: Mutex::new((0..capacity).map(|_| None).collect()),
+            next_stream: AtomicU64::new(1),
+            closed: AtomicBool::new(false),
+            attached: Mutex::new(Vec::new()),
+            arrived: Notify::new(),
+        }
+    }
+
+    /// A new stream's number, never given before.
+    pub fn stream(&self) -> u64 {
+        self.next_stream.fetch_add(1, Relaxed)
+    }
+
+    /// Parks `value`, stream `stream` of `session`, until `expires`; gives
+    /// back what had to go: the entry expiring soonest when every place is
+    /// taken (counted as `sse_parked`), or `value` itself after shutdown.
+    pub fn park(&self, session: SessionId, stream: u64, value: T, expires: Instant) -> Option<T> {
+        if self.closed.load(Relaxed) {
+            return Some(value);
+        }
+        let mut places = self.places.lock().expect("parked streams");
+        let entry = Entry {
+            session,
+            stream,
+            expires,
+            value,
+        };
+        let gone = match places.iter_mut().find(|p| p.is_none()) {
+            Some(free) => free.replace(entry).map(|e| e.value),
+            None => {
+                let soonest = places
+                    .iter_mut()
+                    .min_by_key(|p| p.as_ref().map(|e| e.expires));
+                crate::metrics::refused("sse_parked");
+                soonest.and_then(|p| p.replace(entry)).map(|e| e.value)
+            }
+        };
+        drop(places);
+        self.arrived.notify_waiters();
+        gone
+    }
+
+    /// Stream `stream` of `session` is being written: what tells it to let go.
+    pub fn attach(&self, session: SessionId, stream: u64) -> Arc<LetGo> {
+        let let_go = Arc::new(LetGo::default());
+        let mut attached = self.attached.lock().expect("attached streams");
+        attached.push((session, stream, let_go.clone()));
+        let_go
+    }
+
+    /// Stream `stream` is no longer being written.
+    pub fn detach(&self, stream: u64) {
+        let mut attached = self.attached.lock().expect("attached streams");
+        attached.retain(|(_, s, _)| *s != stream);
+    }
+
+    /// Stream `stream` of `session`, taken out; one still being written is
+    /// told to let go first and waited for, until `deadline`.
+    pub async fn take_or_let_go(
+        &self,
+        session: &SessionId,
+        stream: u64,
+        deadline: Instant,
+    ) -> Option<T> {
+        loop {
+            let arrived = self.arrived.notified();
+            if let Some(v) = self.take(session, stream) {
+                return Some(v);
+            }
+            if !self.let_go(session, stream) {
+                return None;
+            }
+            tokio::time::timeout_at(deadline, arrived).await.ok()?;
+        }
+    }
+
+    /// Asks stream `stream` of `session`, if being written, to let go.
+    fn let_go(&self, session: &SessionId, stream: u64) -> bool {
+        let attached = self.attached.lock().expect("attached streams");
+        let found = attached
+            .iter()
+            .find(|(s, n, _)| s == session && *n == stream);
+        found
+            .inspect(|(_, _, l)| {
+                l.asked.store(true, Relaxed);
+                l.waker.wake();
+            })
+            .is_some()
+    }
+
+    /// The stream `stream` of `session`, taken out.
+    pub fn take(&self, session: &SessionId, stream: u64) -> Option<T> {
+        let mut places = self.places.lock().expect("parked streams");
+        let place = places.iter_mut().find(|p| {
+            p.as_ref()
+                .is_some_and(|e| e.stream == stream && e.session == *session)
+        })?;
+        place.take().map(|e| e.value)
+    }
+
+    /// Takes out the streams expired at `now` and those whose session is
+    /// not `live`.
+    pub fn sweep(&self, now: Instant, live: impl Fn(&SessionId) -> bool) -> Vec<T> {
+        self.take_where(|e| e.expires <= now || !live(&e.session))
+    }
+
+    /// Takes out every stream of `session` (it ended).
+    pub fn of_session(&self, session: &SessionId) -> Vec<T> {
+        self.take_where(|e| e.session == *session)
+    }
+
+    /// Shutdown: takes out every stream and parks none from now on.
+    pub fn close(&self) -> Vec<T> {
+        self.closed.store(true, Relaxed);
+        self.take_where(|_| true)
+    }
+
+    /// Streams parked now.
+    pub fn len(&self) -> usize {
+        let places = self.places.lock().expect("parked streams");
+        places.iter().filter(|p| p.is_some()).count()
+    }
+
+    /// Whether no stream is parked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn take_where(&self, mut gone: impl FnMut(&Entry<T>) -> bool) -> Vec<T> {
+        let mut places = self.places.lock().expect("parked streams");
+        let taken = places
+            .iter_mut()
+            .filter(|p| p.as_ref().is_some_and(&mut gone));
+        taken.filter_map(|p| p.take().map(|e| e.value)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(n: usize) -> Pieces {
+        let body = Bytes::from(vec![b'x'; n]);
+        [Bytes::new(), body, Bytes::new(), Bytes::new()]
+    }
+
+    #[test]
+    fn ids_read_back_what_they_wrote_and_nothing_else() {
+        let id = EventId { stream: 7, n: 12 };
+        assert_eq!(id.line(), Bytes::from_static(b"id: 7-12\n"));
+        assert_eq!(EventId::parse("7-12"), Some(id));
+        for other in [
+            "",
+            "7",
+            "-1",
+            "7-",
+            "+7-1",
+            "a-1",
+            "7-1-2",
+            "99999999999999999999999-1",
+        ] {
+            assert_eq!(EventId::parse(other), None, "{other:?}");
+        }
+    }
+
+    #[test]
+    fn replay_gives_the_events_after_an_id_until_some_were_dropped() {
+        let mut r = Replay::new(1);
+        let big = crate::limits::SSE_REPLAY_BYTES / 3;
+        for _ in 0..3 {
+            r.push(event(big));
+        }
+        assert_eq!(r.after(0).unwrap().count(), 3, "after the priming event");
+        assert_eq!(r.after(2).unwrap().count(), 1);
+        assert_eq!(r.after(3).unwrap().count(), 0, "nothing after the newest");
+        assert!(r.after(4).is_none(), "no such event yet");
+        r.push(event(big)); // past the bound: event 1 dropped
+        assert!(r.after(0).is_none(), "event 1 is gone");
+        assert_eq!(r.after(1).unwrap().count(), 3);
+        r.push(event(2 * crate::limits::SSE_REPLAY_BYTES)); // the newest is kept
+        assert_eq!(r.after(4).unwrap().count(), 1);
+        assert!(r.after(3).is_none());
+    }
+
+    #[test]
+    fn a_full_table_gives_up_the_soonest_expiring_and_sweeps_by_time_and_session() {
+        let t0 = Instant::now();
+        let sec = std::time::Duration::from_secs(1);
+        let id = |n: u32| SessionId::parse(&format!("{n:036x}")).unwrap();
+        let (a, b) = (id(1), id(2));
+        let parked = Parked::new(2);
+        assert!(parked.park(a, 1, "one", t0 + 3 * sec).is_none());
+        assert!(parked.park(a, 2, "two", t0 + sec).is_none());
+        assert_eq!(parked.park(b, 3, "three", t0 + 2 * sec), Some("two"));
+        assert_eq!(parked.take(&b, 1), None, "another session's stream");
+        assert_eq!(parked.take(&a, 1), Some("one"));
+        assert!(parked.park(a, 4, "four", t0 + 5 * sec).is_none());
+        assert_eq!(parked.sweep(t0 + 2 * sec, |_| true), ["three"]);
+        assert_eq!(parked.sweep(t0, |s| *s != a), ["four"]);
+        assert!(parked.park(a, 5, "five", t0 + sec).is_none());
+        assert_eq!(parked.close(), ["five"]);
+        assert_eq!(parked.park(a, 6, "six", t0 + sec), Some("six"), "closed");
+        assert!(parked.is_empty());
+    }
+}
