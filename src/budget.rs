@@ -22,8 +22,11 @@
 //!   [`limits::MAX_REQUEST_HEAD_BYTES`] (counted in [`CONNECTION_BYTES`])
 //!   or a request body of up to `max_body_bytes`;
 //! - calls in flight: at most one per connection (HTTP/1.1 answers one request
-//!   at a time) and at most Σ `max_in_flight`; each with a result of up to the
-//!   largest `max_result_bytes`; plus one message being read per upstream;
+//!   at a time) plus the legacy call streams parked for resumption without
+//!   one ([`limits::SSE_PARKED_STREAMS`]), and at most Σ `max_in_flight`;
+//!   each with a result of up to the largest `max_result_bytes` and a full
+//!   replay buffer ([`REPLAY_STREAM_BYTES`]); plus one message being read
+//!   per upstream;
 //! - with `[audit]`, the audit queue: at most
 //!   [`limits::AUDIT_QUEUE_BYTES`] of records, plus one record alone (at
 //!   most a request body);
@@ -91,6 +94,12 @@ pub const TLS_SESSION_CACHE_BYTES: usize = 256 * 1024;
 pub const BODY_FACTOR: usize = 3;
 /// One call in flight, without its result (bytes).
 pub const CALL_BYTES: usize = 4 * 1024;
+/// A legacy session's call stream kept for resumption: its replay buffer
+/// full (`limits::SSE_REPLAY_BYTES` of events, each with its ID line and
+/// place), its state and its place among the attached or parked streams,
+/// without its response (counted with the call's result). Measured by
+/// `tests/it/budget.rs` with the buffer full of progress notifications.
+pub const REPLAY_STREAM_BYTES: usize = limits::SSE_REPLAY_BYTES + 8 * 1024;
 /// Peak heap per byte of a stdio upstream's result while it is read and
 /// written to the client: the bytes as received, in a buffer grown by
 /// quarters (`protocol::raw`). Measured 1.4 for a 512 KiB result
@@ -152,7 +161,8 @@ impl Estimate {
         // places; each open stream also holds a connection (counted there).
         let open_streams = (s.max_connections / 2).max(1);
         let in_flight: usize = ups.iter().map(|u| u.max_in_flight).sum();
-        let calls = in_flight.min(s.max_connections);
+        // One per connection, and the call streams parked without one.
+        let calls = in_flight.min(s.max_connections + limits::SSE_PARKED_STREAMS);
         let largest_result = ups.iter().map(|u| u.max_result_bytes).max().unwrap_or(0);
         let result_cost = largest_result * RESULT_FACTOR;
         let mut items = vec![
@@ -201,12 +211,14 @@ impl Estimate {
             },
             Item {
                 what: format!(
-                    "calls in flight (min({in_flight}, {}) × ({} + {} result × {RESULT_FACTOR}))",
+                    "calls in flight (min({in_flight}, {} + {} parked) × ({} + {} replay + {} result × {RESULT_FACTOR}))",
                     s.max_connections,
+                    limits::SSE_PARKED_STREAMS,
                     kib(CALL_BYTES),
+                    kib(REPLAY_STREAM_BYTES),
                     kib(largest_result)
                 ),
-                bytes: calls * (CALL_BYTES + result_cost),
+                bytes: calls * (CALL_BYTES + REPLAY_STREAM_BYTES + result_cost),
             },
         ];
         items.extend(tls_item(s));

@@ -27,7 +27,7 @@ pub mod operator_socket;
 pub mod parked;
 mod receiving;
 pub mod reply;
-mod resume;
+pub mod resume;
 pub mod rounds;
 pub mod sessions;
 pub mod streams;

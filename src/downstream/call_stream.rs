@@ -14,7 +14,7 @@
 //! stream has no IDs: dropping it is its cancellation (2026-07-28
 //! patterns-cancellation.mdx).
 
-use super::resume::{EventId, LetGo, Parked, Pieces, Replay};
+use super::resume::{Event, EventId, LetGo, Parked, Replay};
 use crate::protocol::{self, sse, Outgoing, RpcError};
 use crate::session::SessionId;
 use bytes::Bytes;
@@ -132,33 +132,33 @@ impl Core {
 
     /// Queues one relayed message as an event.
     pub fn message(&mut self, v: &Value) {
-        self.event([
-            Bytes::new(),
-            sse::event(&v.to_string()),
-            Bytes::new(),
-            Bytes::new(),
-        ]);
+        let json = v.to_string();
+        let line = self.next_id().map(EventId::line).unwrap_or_default();
+        self.event(Event::Message(sse::event_after(&line, &json)));
     }
 
     /// Queues the response as the last event.
     fn respond(&mut self, response: Outgoing) {
+        let line = self.next_id().map(EventId::line).unwrap_or_default();
         let [a, b, c] = response.chunks(true);
-        self.event([Bytes::new(), a, b, c]);
+        self.event(Event::Response(Box::new([Bytes::from(line), a, b, c])));
         self.state = State::Answered;
     }
 
-    /// Queues an event, with its ID and kept for replay when resumable.
-    fn event(&mut self, mut pieces: Pieces) {
+    /// The ID the next event takes, when resumable.
+    fn next_id(&self) -> Option<EventId> {
+        let ids = self.ids.as_ref()?;
+        let n = ids.replay.next();
+        Some(EventId { stream: ids.stream, n })
+    }
+
+    /// Queues an event, kept for replay when resumable.
+    fn event(&mut self, event: Event) {
+        let pieces = event.pieces().iter().filter(|b| !b.is_empty()).cloned();
+        self.queued.extend(pieces);
         if let Some(ids) = &mut self.ids {
-            let id = EventId {
-                stream: ids.stream,
-                n: ids.replay.next(),
-            };
-            pieces[0] = id.line();
-            ids.replay.push(pieces.clone());
+            ids.replay.push(event);
         }
-        self.queued
-            .extend(pieces.into_iter().filter(|b| !b.is_empty()));
     }
 
     /// The next piece to write; `None` once the response is written.
@@ -288,7 +288,7 @@ pub async fn resumed(home: &Home, session: &SessionId, id: EventId) -> Resumed {
         .as_ref()
         .expect("only resumable streams are parked");
     let replayed: Option<VecDeque<Bytes>> = ids.replay.after(id.n).map(|events| {
-        let pieces = events.flat_map(|p| p.iter().filter(|b| !b.is_empty()).cloned());
+        let pieces = events.flat_map(|e| e.pieces().iter().filter(|b| !b.is_empty()).cloned());
         pieces.collect()
     });
     match replayed {

@@ -26,7 +26,9 @@ use tokio::time::Instant;
 /// An event's ID: its stream and its place in it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EventId {
+    /// The stream's number.
     pub stream: u64,
+    /// The event's place in the stream (0: a priming event).
     pub n: u64,
 }
 
@@ -47,24 +49,44 @@ impl EventId {
     }
 
     /// The `id:` line that begins the event.
-    pub fn line(self) -> Bytes {
-        Bytes::from(format!("id: {}-{}\n", self.stream, self.n))
+    pub fn line(self) -> String {
+        format!("id: {}-{}\n", self.stream, self.n)
     }
 }
 
-/// One event as written: its `id:` line first, then up to three pieces
-/// of its body (a response is written without joining its pieces).
-pub type Pieces = [Bytes; 4];
+/// One event as written: a relayed message in one piece (its `id:` line
+/// included), or a response as its `id:` line and the pieces of its body
+/// (written without joining them).
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// A relayed message (a notification or a request), whole.
+    Message(Bytes),
+    /// The call's response: its `id:` line, then its body's pieces.
+    Response(Box<[Bytes; 4]>),
+}
 
-fn size(p: &Pieces) -> usize {
-    p.iter().map(Bytes::len).sum()
+impl Event {
+    /// Its pieces, in order.
+    pub fn pieces(&self) -> &[Bytes] {
+        match self {
+            Event::Message(b) => std::slice::from_ref(b),
+            Event::Response(p) => &p[..],
+        }
+    }
+
+    /// What it holds, its place in the buffer counted.
+    fn size(&self) -> usize {
+        let bytes: usize = self.pieces().iter().map(Bytes::len).sum();
+        bytes + std::mem::size_of::<(u64, Event)>()
+    }
 }
 
 /// The events of one stream kept for replay, oldest first: at most
-/// `limits::SSE_REPLAY_BYTES`, the oldest dropped past it, the newest
-/// always kept (a response larger than the bound is still replayed).
+/// `limits::SSE_REPLAY_BYTES` (their bytes and places), the oldest dropped
+/// past it, the newest always kept (a response larger than the bound is
+/// still replayed).
 pub struct Replay {
-    events: VecDeque<(u64, Pieces)>,
+    events: VecDeque<(u64, Event)>,
     bytes: usize,
     /// The place of the next event.
     next: u64,
@@ -90,20 +112,20 @@ impl Replay {
 
     /// Keeps the event at place [`Replay::next`] (`pieces` are shared, not
     /// copied), dropping the oldest past the bound.
-    pub fn push(&mut self, pieces: Pieces) {
-        self.bytes += size(&pieces);
-        self.events.push_back((self.next, pieces));
+    pub fn push(&mut self, event: Event) {
+        self.bytes += event.size();
+        self.events.push_back((self.next, event));
         self.next += 1;
         while self.bytes > crate::limits::SSE_REPLAY_BYTES && self.events.len() > 1 {
             let (n, old) = self.events.pop_front().expect("more than one");
-            self.bytes -= size(&old);
+            self.bytes -= old.size();
             self.oldest = n + 1;
         }
     }
 
     /// The events after place `n`, in order; `None` when some of them were
     /// dropped, or `n` is no event of this stream.
-    pub fn after(&self, n: u64) -> Option<impl Iterator<Item = &Pieces>> {
+    pub fn after(&self, n: u64) -> Option<impl Iterator<Item = &Event>> {
         let known = n
             .checked_add(1)
             .is_some_and(|m| m >= self.oldest && m <= self.next);
@@ -305,15 +327,14 @@ impl<T> Parked<T> {
 mod tests {
     use super::*;
 
-    fn event(n: usize) -> Pieces {
-        let body = Bytes::from(vec![b'x'; n]);
-        [Bytes::new(), body, Bytes::new(), Bytes::new()]
+    fn event(n: usize) -> Event {
+        Event::Message(Bytes::from(vec![b'x'; n]))
     }
 
     #[test]
     fn ids_read_back_what_they_wrote_and_nothing_else() {
         let id = EventId { stream: 7, n: 12 };
-        assert_eq!(id.line(), Bytes::from_static(b"id: 7-12\n"));
+        assert_eq!(id.line(), "id: 7-12\n");
         assert_eq!(EventId::parse("7-12"), Some(id));
         for other in [
             "",
@@ -332,7 +353,7 @@ mod tests {
     #[test]
     fn replay_gives_the_events_after_an_id_until_some_were_dropped() {
         let mut r = Replay::new(1);
-        let big = crate::limits::SSE_REPLAY_BYTES / 3;
+        let big = crate::limits::SSE_REPLAY_BYTES / 3 - 64;
         for _ in 0..3 {
             r.push(event(big));
         }

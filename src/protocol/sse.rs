@@ -11,7 +11,17 @@ pub const EVENT_HEAD: &str = "event: message\ndata: ";
 
 /// One SSE event carrying a JSON-RPC message: `event: message`, one `data:` line.
 pub fn event(json: &str) -> Bytes {
-    let mut s = String::with_capacity(json.len() + 24);
+    framed("", json)
+}
+
+/// [`event`] after its `id:` line (`line`, newline included), in one buffer.
+pub fn event_after(line: &str, json: &str) -> Bytes {
+    framed(line, json)
+}
+
+fn framed(line: &str, json: &str) -> Bytes {
+    let mut s = String::with_capacity(line.len() + json.len() + 24);
+    s.push_str(line);
     s.push_str(EVENT_HEAD);
     // JSON never contains raw newlines inside strings, but pretty-printed
     // JSON might; split defensively so each line is its own data field.

@@ -195,6 +195,24 @@ async fn per_entry_costs_stay_below_the_budget_constants() {
     );
     drop((relay, rx));
 
+    // A call stream's replay buffer, full of progress notifications as
+    // written (ID line and event), each kept with its place.
+    let base = live_bytes();
+    let mut replay = mcp_edge::downstream::resume::Replay::new(1);
+    let limit = mcp_edge::limits::SSE_REPLAY_BYTES;
+    for n in 1..=(limit / 40) as u64 {
+        let id = mcp_edge::downstream::resume::EventId { stream: 12, n }.line();
+        let event = mcp_edge::protocol::sse::event_after(&id, &note.to_string());
+        replay.push(mcp_edge::downstream::resume::Event::Message(event));
+    }
+    assert!(replay.after(1).is_none(), "the buffer overflowed: the oldest went");
+    report(
+        "full replay buffer (bytes)",
+        live_bytes().saturating_sub(base) as f64,
+        budget::REPLAY_STREAM_BYTES as f64,
+    );
+    drop(replay);
+
     // One stdio upstream (tables, stderr ring, small catalog), then its big results.
     let before = {
         let gw = start(
