@@ -32,7 +32,7 @@ use tokio::time::Instant;
 #[derive(Clone, Debug)]
 pub struct Relay {
     /// Queue feeding the downstream SSE stream (`server.sse_queue_depth`).
-    pub tx: mpsc::Sender<Value>,
+    pub tx: mpsc::Sender<Relayed>,
     /// Who answers this call's server→client requests: the caller's legacy
     /// session (`Mcp-Session-Id`), or for a modern caller's `tools/call`,
     /// `prompts/get`, `resources/read` the key of its parked call
@@ -96,7 +96,7 @@ pub fn log_rank(level: &str) -> Option<usize> {
 impl Relay {
     /// A relay queueing at most `depth` messages (`server.sse_queue_depth`)
     /// and the receiver its SSE stream reads.
-    pub fn new(session: Option<String>, depth: usize) -> (Relay, mpsc::Receiver<Value>) {
+    pub fn new(session: Option<String>, depth: usize) -> (Relay, mpsc::Receiver<Relayed>) {
         let (tx, rx) = mpsc::channel(depth.max(1));
         (
             Relay {
@@ -164,12 +164,36 @@ impl Relay {
                 return true;
             }
         }
-        let ok = self.tx.try_send(msg).is_ok();
+        let ok = self.tx.try_send(Relayed::Message(msg)).is_ok();
         if !ok {
             crate::metrics::refused("relay_queue");
         }
         ok
     }
+
+    /// Tells the caller's stream what became of the upstream's
+    /// ([`Relayed::Resumable`], [`Relayed::Polled`]); a full queue drops
+    /// it (the caller's stream is then streaming anyway).
+    pub fn cue(&self, cue: Relayed) {
+        let _ = self.tx.try_send(cue);
+    }
+}
+
+/// What a call's relay carries to the caller's stream: the upstream's
+/// messages, and what the upstream did with the call's own SSE stream
+/// (2025-11-25 transports.mdx §Sending Messages to the Server, item 6),
+/// so that a legacy caller's stream does the same.
+#[derive(Debug)]
+pub enum Relayed {
+    /// A message of the upstream's for the caller.
+    Message(Value),
+    /// The upstream made the call's stream resumable (an event ID: its
+    /// priming event): the caller's stream begins now, resumable in turn.
+    Resumable,
+    /// The upstream closed the call's stream to be polled (mcp-edge
+    /// resumes it): the caller's stream is closed in turn, to be resumed
+    /// by its client.
+    Polled,
 }
 
 /// Who gets the client's answer to a relayed request.
@@ -395,7 +419,7 @@ pub struct Running {
     /// The call.
     pub call: CallFuture,
     /// Its relayed messages (notifications, server→client requests).
-    pub rx: mpsc::Receiver<Value>,
+    pub rx: mpsc::Receiver<Relayed>,
     /// Its outcome, once known, while queued messages are still handed out.
     pub done: Option<Result<Payload, RpcError>>,
     /// The key its upstream's requests wait under in the upstream's table of
@@ -426,18 +450,22 @@ impl Running {
     pub async fn next(&mut self) -> Event {
         loop {
             if let Some(done) = self.done.take() {
-                return match self.rx.try_recv() {
-                    Ok(m) => {
+                match self.rx.try_recv() {
+                    Ok(Relayed::Message(m)) => {
                         self.done = Some(done);
-                        classify(m)
+                        return classify(m);
                     }
-                    Err(_) => Event::Done(done),
-                };
+                    // A modern caller's stream is not resumable.
+                    Ok(_) => self.done = Some(done),
+                    Err(_) => return Event::Done(done),
+                }
+                continue;
             }
             tokio::select! {
                 biased;
                 m = self.rx.recv() => match m {
-                    Some(m) => return classify(m),
+                    Some(Relayed::Message(m)) => return classify(m),
+                    Some(_) => {}
                     None => self.done = Some((&mut self.call).await),
                 },
                 out = &mut self.call => self.done = Some(out),

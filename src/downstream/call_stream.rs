@@ -16,6 +16,7 @@
 
 use super::resume::{Event, EventId, LetGo, Parked, Replay};
 use crate::protocol::{self, sse, Outgoing, RpcError};
+use crate::relay::Relayed;
 use crate::session::SessionId;
 use bytes::Bytes;
 use hyper::body::Frame;
@@ -51,15 +52,18 @@ pub struct Resumable {
 enum State {
     /// The call runs; its relayed messages come on the receiver (`None`
     /// once it closed: nothing more to relay).
-    Running(CallFuture, Option<mpsc::Receiver<Value>>),
+    Running(CallFuture, Option<mpsc::Receiver<Relayed>>),
     /// The call answered; messages still queued go before its response.
-    Draining(Outgoing, mpsc::Receiver<Value>),
+    Draining(Outgoing, mpsc::Receiver<Relayed>),
     /// The response is queued (or written).
     Answered,
 }
 
 struct Ids {
     stream: u64,
+    /// A 2025-11-25 session's (primed): closed to be polled when the
+    /// upstream closes the call's own stream so.
+    polled: bool,
     /// Asked by a resumption on another connection.
     let_go: Arc<LetGo>,
     replay: Replay,
@@ -77,13 +81,16 @@ pub struct Core {
     /// being written, events replayed.
     queued: VecDeque<Bytes>,
     ids: Option<Ids>,
+    /// The response ends once `queued` is written (the stream goes on,
+    /// parked, for its client to resume it).
+    closing: bool,
 }
 
 impl Core {
     /// The stream of `call` while it runs, relaying `rx`.
     pub fn running(
         call: CallFuture,
-        rx: mpsc::Receiver<Value>,
+        rx: mpsc::Receiver<Relayed>,
         keepalive: Duration,
         resumable: Option<Resumable>,
     ) -> Core {
@@ -94,7 +101,7 @@ impl Core {
     /// to relay on `rx`.
     pub fn answered(
         response: Outgoing,
-        rx: mpsc::Receiver<Value>,
+        rx: mpsc::Receiver<Relayed>,
         keepalive: Duration,
         resumable: Option<Resumable>,
     ) -> Core {
@@ -115,6 +122,7 @@ impl Core {
             }
             Ids {
                 stream,
+                polled: r.priming,
                 let_go: r.home.attach(r.session, stream),
                 replay: Replay::new(u64::from(r.priming)),
                 session: r.session,
@@ -127,6 +135,19 @@ impl Core {
             keepalive,
             queued,
             ids,
+            closing: false,
+        }
+    }
+
+    /// Takes what the relay carried: a message is queued; the upstream
+    /// closing the call's stream to be polled closes this one too, when
+    /// its client polls (a 2025-11-25 session's); the upstream's stream
+    /// made resumable changes nothing (this one already is, or cannot be).
+    pub fn relayed(&mut self, r: Relayed) {
+        match r {
+            Relayed::Message(v) => self.message(&v),
+            Relayed::Polled => self.closing = self.ids.as_ref().is_some_and(|ids| ids.polled),
+            Relayed::Resumable => {}
         }
     }
 
@@ -143,13 +164,17 @@ impl Core {
         let [a, b, c] = response.chunks(true);
         self.event(Event::Response(Box::new([Bytes::from(line), a, b, c])));
         self.state = State::Answered;
+        self.closing = false; // the response goes out first
     }
 
     /// The ID the next event takes, when resumable.
     fn next_id(&self) -> Option<EventId> {
         let ids = self.ids.as_ref()?;
         let n = ids.replay.next();
-        Some(EventId { stream: ids.stream, n })
+        Some(EventId {
+            stream: ids.stream,
+            n,
+        })
     }
 
     /// Queues an event, kept for replay when resumable.
@@ -172,11 +197,15 @@ impl Core {
             if let Some(b) = self.queued.pop_front() {
                 return Poll::Ready(Some(b));
             }
+            if self.closing {
+                // Closed to be polled: the drop parks it.
+                return Poll::Ready(None);
+            }
             match std::mem::replace(&mut self.state, State::Answered) {
                 State::Running(mut call, mut rx) => {
                     if let Some(r) = rx.as_mut() {
                         match r.poll_recv(cx) {
-                            Poll::Ready(Some(v)) => self.message(&v),
+                            Poll::Ready(Some(r)) => self.relayed(r),
                             Poll::Ready(None) => rx = None,
                             Poll::Pending => {}
                         }
@@ -198,8 +227,8 @@ impl Core {
                     }
                 }
                 State::Draining(fin, mut rx) => match rx.try_recv() {
-                    Ok(v) => {
-                        self.message(&v);
+                    Ok(r) => {
+                        self.relayed(r);
                         self.state = State::Draining(fin, rx);
                     }
                     Err(_) => self.respond(fin),
@@ -294,6 +323,7 @@ pub async fn resumed(home: &Home, session: &SessionId, id: EventId) -> Resumed {
     match replayed {
         Some(queued) => {
             core.queued = queued;
+            core.closing = false;
             if let Some(ids) = core.ids.as_mut() {
                 ids.let_go = home.attach(*session, id.stream);
             }

@@ -7,6 +7,7 @@ use super::app::{App, Body};
 use super::call_stream::{CallFuture, CallStream, Core, Resumable};
 use crate::protocol::raw::Chunks;
 use crate::protocol::{self, sse, Outgoing, RpcError};
+use crate::relay::Relayed;
 use crate::session::SessionId;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
@@ -362,7 +363,7 @@ pub struct Answer {
 /// session's) (2025-11-25 transports.mdx §Sending Messages to the Server,
 /// item 5: the server returns either).
 pub async fn hold(
-    mut rx: tokio::sync::mpsc::Receiver<Value>,
+    mut rx: tokio::sync::mpsc::Receiver<Relayed>,
     mut call: CallFuture,
     keepalive: std::time::Duration,
     resumable: Option<Resumable>,
@@ -378,22 +379,24 @@ pub async fn hold(
                     let (status, session) = (StatusCode::OK, None);
                     return Outcome::Answer(Answer { response: fin, status, session });
                 }
-                Ok(v) => {
+                Ok(r) => {
                     let mut core = Core::answered(fin, rx, keepalive, resumable);
-                    core.message(&v);
+                    core.relayed(r);
                     return Outcome::Stream(call_stream(CallStream::new(core)));
                 }
             },
+            // A message, or the upstream's own stream made resumable or
+            // closed to be polled: the caller's stream begins now.
             m = rx.recv(), if open => match m {
-                Some(v) => break Some(v),
+                Some(r) => break Some(r),
                 None => open = false, // nothing more to relay: wait for the answer
             },
             _ = &mut sleep => break None,
         }
     };
     let mut core = Core::running(call, rx, keepalive, resumable);
-    if let Some(v) = first {
-        core.message(&v);
+    if let Some(r) = first {
+        core.relayed(r);
     }
     Outcome::Stream(call_stream(CallStream::new(core)))
 }
@@ -403,7 +406,7 @@ pub async fn hold(
 /// comment goes out every `keepalive` while nothing else does. Dropping the
 /// body (client gone) drops the call, which frees its in-flight slot.
 pub fn relay_stream(
-    rx: tokio::sync::mpsc::Receiver<Value>,
+    rx: tokio::sync::mpsc::Receiver<Relayed>,
     call: CallFuture,
     keepalive: std::time::Duration,
 ) -> Response<Body> {

@@ -427,7 +427,7 @@ impl Round {
         let keepalive = self.app.server.keepalive;
         let (tx, rx) = tokio::sync::mpsc::channel(1);
         if let Some(first) = first {
-            let _ = tx.try_send(first);
+            let _ = tx.try_send(crate::relay::Relayed::Message(first));
         }
         let fut = Box::pin(async move {
             let app = self.app.clone();
@@ -435,7 +435,7 @@ impl Round {
             loop {
                 match self.step().await {
                     Step::Note(m) => {
-                        let _ = tx.send(m).await;
+                        let _ = tx.send(crate::relay::Relayed::Message(m)).await;
                     }
                     Step::Final(a) => return a.response,
                 }

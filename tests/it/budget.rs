@@ -205,7 +205,10 @@ async fn per_entry_costs_stay_below_the_budget_constants() {
         let event = mcp_edge::protocol::sse::event_after(&id, &note.to_string());
         replay.push(mcp_edge::downstream::resume::Event::Message(event));
     }
-    assert!(replay.after(1).is_none(), "the buffer overflowed: the oldest went");
+    assert!(
+        replay.after(1).is_none(),
+        "the buffer overflowed: the oldest went"
+    );
     report(
         "full replay buffer (bytes)",
         live_bytes().saturating_sub(base) as f64,

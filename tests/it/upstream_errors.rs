@@ -6,7 +6,7 @@
 
 use crate::support::scripted::{self, http_block, scripted, Mode};
 use crate::support::*;
-use serde_json::json;
+use serde_json::{json, Value};
 
 #[tokio::test]
 async fn an_upstreams_refusal_of_one_request_is_that_callers_error_only() {
@@ -19,7 +19,7 @@ async fn an_upstreams_refusal_of_one_request_is_that_callers_error_only() {
     assert_eq!(e["message"], "Missing required client capability");
     assert_eq!(e["data"]["requiredCapabilities"], json!({"sampling": {}}));
     let (plain, _) = failed(&gw, &sid, "remote__bad_request").await;
-    assert_eq!(plain.body["error"]["data"]["httpStatus"], 400);
+    assert_eq!(plain["error"]["data"]["httpStatus"], 400);
     // The upstream stayed up: the same upstream session (this caller's,
     // opened at its first call: it declared no capabilities) answers next.
     stayed_up(&gw, &up, &sid).await;
@@ -52,7 +52,7 @@ async fn an_unreadable_answer_to_one_call_is_that_calls_error_only() {
         message.contains("'remote'") && message.contains("several JSON texts"),
         "{message}"
     );
-    assert_eq!(twice.body["error"]["data"]["upstream"], "remote");
+    assert_eq!(twice["error"]["data"]["upstream"], "remote");
     let (_, message) = failed(&gw, &sid, "remote__html").await;
     assert!(message.contains("not JSON (text/html"), "{message}");
     stayed_up(&gw, &up, &sid).await;
@@ -61,13 +61,15 @@ async fn an_unreadable_answer_to_one_call_is_that_calls_error_only() {
 /// A legacy upstream that primes a call's SSE answer with an event id and
 /// a `retry`, then closes the stream (2025-11-25 SSE polling): the call's
 /// stream is resumed with `Last-Event-ID` after the retry, the call
-/// succeeds, and it was sent once (issue 25, part 3). One whose resumption
-/// is refused fails that call only.
+/// succeeds, and it was sent once (issue 25, part 3). The caller's own
+/// stream (a 2025-11-25 session's) is closed in turn and polled once by
+/// its client. One whose resumption is refused fails that call only.
 #[tokio::test]
 async fn a_calls_stream_closed_after_its_priming_event_is_resumed() {
     let (up, gw, sid) = remote().await;
-    let r = call_tool(gw.local_addr(), &sid, json!(1), "remote__polled", json!({})).await;
-    assert_eq!(text_of(&r), "polled", "{}", r.raw);
+    let (r, polls) = call_polled(gw.local_addr(), &sid, json!(1), "remote__polled").await;
+    assert_eq!(content_text(&r), Some("polled"), "{r}");
+    assert_eq!(polls, 1, "the caller's stream closed as the upstream's did");
     let resumed = up.resumed.lock().unwrap().clone();
     assert_eq!(
         resumed
@@ -142,15 +144,13 @@ async fn remote() -> (
     (up, gw, sid)
 }
 
-/// Calls `tool` in session `sid`, which must fail with -32603: the reply
-/// and its message.
-async fn failed(gw: &mcp_edge::gateway::Gateway, sid: &str, tool: &str) -> (Reply, String) {
-    let r = call_tool(gw.local_addr(), sid, json!(7), tool, json!({})).await;
-    assert_eq!(r.error_code(), Some(-32603), "{}", r.raw);
-    let message = r.body["error"]["message"]
-        .as_str()
-        .unwrap_or("")
-        .to_string();
+/// Calls `tool` in session `sid` as a client that polls (its stream
+/// closes when the upstream's does), which must fail with -32603: the
+/// response and its message.
+async fn failed(gw: &mcp_edge::gateway::Gateway, sid: &str, tool: &str) -> (Value, String) {
+    let (r, _) = call_polled(gw.local_addr(), sid, json!(7), tool).await;
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    let message = r["error"]["message"].as_str().unwrap_or("").to_string();
     (r, message)
 }
 

@@ -14,7 +14,10 @@ fn session() -> SessionId {
 
 /// A call answering what `answer` is sent, and the stream relaying `tx`'s
 /// messages, resumable in `home`.
-fn stream(home: &Home, priming: bool) -> (CallStream, mpsc::Sender<Value>, oneshot::Sender<Value>) {
+fn stream(
+    home: &Home,
+    priming: bool,
+) -> (CallStream, mpsc::Sender<Relayed>, oneshot::Sender<Value>) {
     let (tx, rx) = mpsc::channel(8);
     let (answer, answered) = oneshot::channel::<Value>();
     let call: CallFuture = Box::pin(async move {
@@ -31,7 +34,11 @@ fn stream(home: &Home, priming: bool) -> (CallStream, mpsc::Sender<Value>, onesh
     (CallStream::new(core), tx, answer)
 }
 
-fn progress(n: u64) -> Value {
+fn progress(n: u64) -> Relayed {
+    Relayed::Message(note(n))
+}
+
+fn note(n: u64) -> Value {
     json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": n}})
 }
 
@@ -112,9 +119,9 @@ async fn a_resumption_after_dropped_events_answers_the_call_with_an_error_and_ca
     let big = "x".repeat(crate::limits::SSE_REPLAY_BYTES / 2);
     let mut s = 0;
     for n in 0..3 {
-        let mut m = progress(n);
+        let mut m = note(n);
         m["params"]["message"] = json!(big);
-        tx.send(m).await.unwrap();
+        tx.send(Relayed::Message(m)).await.unwrap();
         let e = event(&mut body).await.unwrap();
         s = stream_of(&e);
         assert!(
@@ -204,4 +211,37 @@ async fn a_stream_not_resumed_in_time_is_dropped_with_its_call_and_a_modern_one_
     assert!(e.starts_with("event: message\ndata: "), "{e}");
     drop(body);
     assert!(home.is_empty() && answer.is_closed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_upstream_closing_its_stream_to_be_polled_closes_a_primed_stream_too() {
+    let home: Home = Arc::new(Parked::new(4));
+    let (mut body, tx, answer) = stream(&home, true);
+    let s = stream_of(&event(&mut body).await.unwrap()); // priming
+    tx.send(progress(1)).await.unwrap();
+    tx.send(Relayed::Polled).await.unwrap();
+    assert!(event(&mut body)
+        .await
+        .unwrap()
+        .starts_with(&format!("id: {s}-1\n")));
+    assert!(event(&mut body).await.is_none(), "closed to be polled");
+    drop(body);
+    assert_eq!(home.len(), 1, "parked, its call in flight");
+    let Resumed::Stream(mut body) = resumed(&home, &session(), EventId { stream: s, n: 1 }).await
+    else {
+        panic!("not resumed")
+    };
+    answer.send(json!("after the poll")).unwrap();
+    let answered = event(&mut body).await.unwrap();
+    assert!(answered.starts_with(&format!("id: {s}-2\n")) && answered.contains("after the poll"));
+    assert!(event(&mut body).await.is_none());
+
+    // A 2025-06-18 session's stream (not primed) stays open: its client
+    // may not poll.
+    let (mut body, tx, answer) = stream(&home, false);
+    tx.send(Relayed::Polled).await.unwrap();
+    tx.send(progress(1)).await.unwrap();
+    assert!(event(&mut body).await.unwrap().contains(r#""progress":1"#));
+    answer.send(json!(2)).unwrap();
+    assert!(event(&mut body).await.unwrap().contains(r#""result":2"#));
 }

@@ -8,7 +8,7 @@ use super::wire::{is_sse, read_body, refused};
 use super::HttpConn;
 use crate::limits;
 use crate::protocol::{self, sse, Message, Payload, RawResult, RpcError};
-use crate::relay::{relay_request, Lane, Relay};
+use crate::relay::{relay_request, Lane, Relay, Relayed};
 use crate::upstream::{SendError, UpstreamEra};
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
@@ -20,8 +20,9 @@ use serde_json::{json, Value};
 enum Read {
     /// The response to the call.
     Answer(Payload),
-    /// It ended, or broke, first: how.
-    Cut(String),
+    /// It ended first (the server closed it: polling, when it had an
+    /// event ID), or broke: how.
+    Cut { why: String, closed: bool },
 }
 
 impl HttpConn {
@@ -47,16 +48,19 @@ impl HttpConn {
         // Resumptions since the stream last moved on (a new event ID).
         let (mut idle_resumes, mut seen) = (0, None::<String>);
         loop {
-            let why = match self
+            let (why, closed) = match self
                 .read_call_stream(&mut body, &mut dec, id, relay, lane)
                 .await?
             {
                 Read::Answer(p) => return Ok(p),
-                Read::Cut(why) => why,
+                Read::Cut { why, closed } => (why, closed),
             };
             let Some(last) = dec.last_event_id().map(str::to_owned) else {
                 return Err(SendError::Transport(why));
             };
+            if let Some(relay) = relay.filter(|_| closed) {
+                relay.cue(Relayed::Polled);
+            }
             if seen.as_deref() != Some(last.as_str()) {
                 (idle_resumes, seen) = (0, Some(last.clone()));
             }
@@ -114,14 +118,21 @@ impl HttpConn {
         while let Some(frame) = body.frame().await {
             let frame = match frame {
                 Ok(frame) => frame,
-                Err(e) => return Ok(Read::Cut(format!("SSE body: {e}"))),
+                Err(e) => {
+                    let why = format!("SSE body: {e}");
+                    return Ok(Read::Cut { why, closed: false });
+                }
             };
             let Some(data) = frame.data_ref() else {
                 continue;
             };
             let mut events = Vec::new();
+            let resumable = dec.last_event_id().is_some();
             dec.push(data, &mut |e| events.push(e))
                 .map_err(|_| SendError::TooLarge)?;
+            if let Some(relay) = relay.filter(|_| !resumable && dec.last_event_id().is_some()) {
+                relay.cue(Relayed::Resumable);
+            }
             for e in events {
                 // Nothing after the response is awaited.
                 if let Some(r) = self.on_message(e, id, relay, lane).await {
@@ -129,7 +140,8 @@ impl HttpConn {
                 }
             }
         }
-        Ok(Read::Cut("SSE stream ended without a response".into()))
+        let why = "SSE stream ended without a response".into();
+        Ok(Read::Cut { why, closed: true })
     }
 
     /// The stream of a legacy call resumed after event `last`: a GET with

@@ -187,6 +187,37 @@ pub async fn call_tool(
     call(addr, sid, id, "tools/call", params).await
 }
 
+/// Calls `tool` in legacy session `sid` as a client that polls
+/// (2025-11-25 transports.mdx §Sending Messages to the Server, item 6):
+/// the POST's stream, then, while a stream ends without the response, a
+/// GET with `Last-Event-ID` after the stream's `retry`. The response, and
+/// how many times it polled.
+pub async fn call_polled(addr: SocketAddr, sid: &str, id: Value, tool: &str) -> (Value, usize) {
+    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": tool, "arguments": {}}});
+    let mut s = sse::open("POST", addr, &[("mcp-session-id", sid)], &call.to_string()).await;
+    let (mut polls, mut last) = (0, None);
+    loop {
+        let wait = std::time::Duration::from_secs(30);
+        let (events, seen) = tokio::time::timeout(wait, s.rest_seen())
+            .await
+            .expect("each stream ends within 30 s");
+        if let Some(answer) = events.into_iter().find(|e| e.data["id"] == id) {
+            return (answer.data, polls);
+        }
+        // A client keeps the last event ID across its reconnections.
+        last = seen.last_event_id.or(last);
+        let last = (last.clone())
+            .unwrap_or_else(|| panic!("a stream ended without the response or an event ID"));
+        let retry = std::time::Duration::from_millis(seen.retry_ms.unwrap_or(1000));
+        tokio::time::sleep(retry).await; // not ordering: the wait the stream asked for
+        polls += 1;
+        let h = [("mcp-session-id", sid), ("last-event-id", last.as_str())];
+        s = sse::open("GET", addr, &h, "").await;
+        assert_eq!(s.status, 200, "the resumption of stream {last}");
+    }
+}
+
 /// The fake upstream `upstream`'s own counters (JSON of its `stats` tool),
 /// asked in session `sid`.
 pub async fn fake_stats(addr: SocketAddr, sid: &str, id: Value, upstream: &str) -> Value {

@@ -14,6 +14,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::error::Elapsed;
@@ -35,6 +36,16 @@ struct Parser {
     event: Option<String>,
     id: Option<String>,
     data: Option<String>,
+    /// The stream's last event ID and `retry`, kept across events (a
+    /// priming event sets them, and is not dispatched).
+    seen: Arc<Mutex<Seen>>,
+}
+
+/// What a stream said of resuming it.
+#[derive(Default, Debug, Clone)]
+pub struct Seen {
+    pub last_event_id: Option<String>,
+    pub retry_ms: Option<u64>,
 }
 
 impl Parser {
@@ -55,6 +66,9 @@ impl Parser {
     fn line_done(&mut self, line: &str, out: &mut Vec<Event>) {
         if line.is_empty() {
             let (event, id) = (self.event.take(), self.id.take());
+            if let Some(id) = &id {
+                self.seen.lock().unwrap().last_event_id = Some(id.clone());
+            }
             // An event with empty data (a priming event: an id and
             // `retry` only) is not dispatched (WHATWG HTML §9.2.6).
             if let Some(data) = self.data.take().filter(|d| !d.is_empty()) {
@@ -81,6 +95,7 @@ impl Parser {
             },
             "event" => self.event = Some(value.to_string()),
             "id" => self.id = Some(value.to_string()),
+            "retry" => self.seen.lock().unwrap().retry_ms = value.parse().ok(),
             _ => {}
         }
     }
@@ -100,9 +115,15 @@ pub struct Stream {
     pub status: u16,
     pub headers: http::HeaderMap,
     rx: mpsc::Receiver<Event>,
+    seen: Arc<Mutex<Seen>>,
 }
 
 impl Stream {
+    /// The last event ID and `retry` read so far.
+    pub fn seen(&self) -> Seen {
+        self.seen.lock().unwrap().clone()
+    }
+
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
@@ -136,6 +157,14 @@ impl Stream {
         out
     }
 
+    /// Every event until the stream ends, and what it said of resuming it.
+    pub async fn rest_seen(self) -> (Vec<Event>, Seen) {
+        let seen = self.seen.clone();
+        let events = self.rest_events().await;
+        let seen = seen.lock().unwrap().clone();
+        (events, seen)
+    }
+
     /// Every message (event data) until the stream ends.
     pub async fn rest(mut self) -> Vec<Value> {
         let mut out = Vec::new();
@@ -161,6 +190,11 @@ pub async fn open(method: &str, addr: SocketAddr, headers: &[(&str, &str)], body
         .get("content-type")
         .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
     let (tx, rx) = mpsc::channel(64);
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let mut parser = Parser {
+        seen: seen.clone(),
+        ..Parser::default()
+    };
     tokio::spawn(async move {
         let mut body = resp.into_body();
         if !is_sse {
@@ -177,7 +211,6 @@ pub async fn open(method: &str, addr: SocketAddr, headers: &[(&str, &str)], body
             }
             return;
         }
-        let mut parser = Parser::default();
         // Reads until the stream ends, or drops it (closing the connection)
         // once the receiver is gone: a client closing its stream.
         while let Some(Ok(frame)) = tokio::select! {
@@ -197,6 +230,7 @@ pub async fn open(method: &str, addr: SocketAddr, headers: &[(&str, &str)], body
         status,
         headers,
         rx,
+        seen,
     }
 }
 
