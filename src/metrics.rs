@@ -48,6 +48,12 @@ pub use handles::{count_request, LazyCounter};
 ///   a call whose SSE answer from a legacy HTTP upstream was cut again
 ///   after `limits::SSE_RESUMES_PER_CALL` resumptions in a row without a
 ///   new event, failed.
+/// - `sse_replay`: a legacy call stream resumed after an event already
+///   dropped from its replay buffer (`limits::SSE_REPLAY_BYTES`): its call
+///   answered with -32603 and cancelled; `sse_resume`: a `Last-Event-ID`
+///   naming no stream of the session that waits (410); `sse_parked`: a
+///   parked call stream given up to make room (`limits::SSE_PARKED_STREAMS`),
+///   its call cancelled.
 /// - `pending_server_requests`: a server→client request over the pending
 ///   bound; `relay_queue`: one not queued, the relay queue full;
 ///   `client_capability`: one a legacy session declared no capability for;

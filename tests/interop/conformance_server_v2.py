@@ -52,6 +52,7 @@ tasks support, only the generic extension hook (mcp.server.extension); see confo
 from __future__ import annotations
 
 import base64
+import collections
 import io
 import json
 import logging
@@ -68,6 +69,7 @@ from mcp.server.caching import CacheHint
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+from mcp.server.streamable_http import EventMessage, EventStore
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
@@ -405,6 +407,10 @@ async def plain_tool(ctx: Ctx, p: t.CallToolRequestParams) -> t.CallToolResult |
     if name.startswith("test_grown_tool_"):
         return done(text(f"{name} called"))
     if name == "test_reconnection":
+        # SEP-1699 polling: the call's stream is closed after its priming event, the client
+        # reconnects with Last-Event-ID and gets the result from the event store.
+        if ctx.close_sse_stream is not None:
+            await ctx.close_sse_stream()
         await anyio.sleep(0.3)
         return done(text("Reconnection test completed successfully"))
     if name == "test_missing_capability":
@@ -619,6 +625,35 @@ def build() -> Server[Any]:
     return server
 
 
+class MemoryEvents(EventStore):
+    """The events of every stream kept for resumption (SEP-1699), the newest EVENTS_KEPT of them."""
+
+    EVENTS_KEPT = 4096
+
+    def __init__(self) -> None:
+        self.events: collections.OrderedDict[str, tuple[str, Any]] = collections.OrderedDict()
+        self.n = 0
+
+    async def store_event(self, stream_id: str, message: Any) -> str:
+        self.n += 1
+        event_id = str(self.n)
+        self.events[event_id] = (stream_id, message)
+        while len(self.events) > self.EVENTS_KEPT:
+            self.events.popitem(last=False)
+        return event_id
+
+    async def replay_events_after(self, last_event_id: str, send_callback: Any) -> str | None:
+        if last_event_id not in self.events:
+            return None
+        stream = self.events[last_event_id][0]
+        after = False
+        for event_id, (sid, message) in list(self.events.items()):
+            if after and sid == stream and message is not None:
+                await send_callback(EventMessage(message, event_id))
+            after = after or event_id == last_event_id
+        return stream
+
+
 def main(port: int) -> None:
     server = build()
     security = TransportSecuritySettings(
@@ -626,7 +661,9 @@ def main(port: int) -> None:
         allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
         allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
     )
-    app = server.streamable_http_app(transport_security=security, host="127.0.0.1")
+    app = server.streamable_http_app(
+        transport_security=security, host="127.0.0.1", event_store=MemoryEvents(), retry_interval=500
+    )
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 
