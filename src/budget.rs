@@ -160,11 +160,6 @@ impl Estimate {
         // GET and listen streams share one pool of max(1, max_connections / 2)
         // places; each open stream also holds a connection (counted there).
         let open_streams = (s.max_connections / 2).max(1);
-        let in_flight: usize = ups.iter().map(|u| u.max_in_flight).sum();
-        // One per connection, and the call streams parked without one.
-        let calls = in_flight.min(s.max_connections + limits::SSE_PARKED_STREAMS);
-        let largest_result = ups.iter().map(|u| u.max_result_bytes).max().unwrap_or(0);
-        let result_cost = largest_result * RESULT_FACTOR;
         let mut items = vec![
             Item {
                 what: "fixed (runtime, recorder, router, listeners)".into(),
@@ -209,17 +204,7 @@ impl Estimate {
                 ),
                 bytes: s.max_connections * (CONNECTION_BYTES + s.max_body_bytes * BODY_FACTOR),
             },
-            Item {
-                what: format!(
-                    "calls in flight (min({in_flight}, {} + {} parked) × ({} + {} replay + {} result × {RESULT_FACTOR}))",
-                    s.max_connections,
-                    limits::SSE_PARKED_STREAMS,
-                    kib(CALL_BYTES),
-                    kib(REPLAY_STREAM_BYTES),
-                    kib(largest_result)
-                ),
-                bytes: calls * (CALL_BYTES + REPLAY_STREAM_BYTES + result_cost),
-            },
+            calls_item(s, &ups),
         ];
         items.extend(tls_item(s));
         if cfg.audit.is_some() {
@@ -249,6 +234,26 @@ impl Estimate {
         }
         o.push_str(&format!("#   {:>10}  total\n", mib(self.total())));
         o
+    }
+}
+
+/// Calls in flight: one per connection, and the call streams parked
+/// without one, at most Σ `max_in_flight`; each with a full replay buffer
+/// and the largest result.
+fn calls_item(s: &crate::config::ServerConfig, ups: &[&crate::config::UpstreamConfig]) -> Item {
+    let in_flight: usize = ups.iter().map(|u| u.max_in_flight).sum();
+    let calls = in_flight.min(s.max_connections + limits::SSE_PARKED_STREAMS);
+    let largest_result = ups.iter().map(|u| u.max_result_bytes).max().unwrap_or(0);
+    Item {
+        what: format!(
+            "calls in flight (min({in_flight}, {} + {} parked) × ({} + {} replay + {} result × {RESULT_FACTOR}))",
+            s.max_connections,
+            limits::SSE_PARKED_STREAMS,
+            kib(CALL_BYTES),
+            kib(REPLAY_STREAM_BYTES),
+            kib(largest_result)
+        ),
+        bytes: calls * (CALL_BYTES + REPLAY_STREAM_BYTES + largest_result * RESULT_FACTOR),
     }
 }
 

@@ -58,6 +58,10 @@ pub struct Relay {
     /// same ([`Lane`]), so a server that checks its client's capabilities
     /// sees this caller's.
     pub declared: Option<crate::protocol::ClientCaps>,
+    /// Messages dropped so far, the queue full ([`Relay::forward`]): a
+    /// stream resumed after some were dropped while nobody read it lost
+    /// them.
+    pub dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Which of a transport's upstream sessions a message belongs to. A legacy
@@ -105,6 +109,7 @@ impl Relay {
                 log_floor: Some(0),
                 caps: None,
                 declared: None,
+                dropped: Default::default(),
             },
             rx,
         )
@@ -167,6 +172,8 @@ impl Relay {
         let ok = self.tx.try_send(Relayed::Message(msg)).is_ok();
         if !ok {
             crate::metrics::refused("relay_queue");
+            self.dropped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         ok
     }

@@ -159,7 +159,7 @@ impl Call {
         let (floor, caps) = self.relay_view();
         let relay = relay.with_log_floor(floor).with_caps(caps);
         let keepalive = app.server.keepalive;
-        let resumable = self.resumable(app);
+        let resumable = self.resumable(app, &relay);
         let app = app.clone();
         // Boxed: the call's state is not part of every connection's future.
         let fut = Box::pin(async move { self.serve(&app, Some(relay)).await.response });
@@ -168,7 +168,7 @@ impl Call {
 
     /// A legacy session's call stream is resumable ([`call_stream`]); a
     /// 2025-11-25 session's begins with a priming event.
-    fn resumable(&self, app: &App) -> Option<Resumable> {
+    fn resumable(&self, app: &App, relay: &Relay) -> Option<Resumable> {
         let ClientEra::Legacy(session, version) = self.caller.era else {
             return None;
         };
@@ -177,6 +177,7 @@ impl Call {
             request: self.id.clone(),
             home: app.resumes.clone(),
             priming: version >= ProtocolVersion::V2025_11_25,
+            dropped: relay.dropped.clone(),
         })
     }
 

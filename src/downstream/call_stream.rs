@@ -14,7 +14,7 @@
 //! stream has no IDs: dropping it is its cancellation (2026-07-28
 //! patterns-cancellation.mdx).
 
-use super::resume::{Event, EventId, LetGo, Parked, Replay};
+use super::resume::{Event, EventId, Key, LetGo, Parked, Replay, Unresumable};
 use crate::protocol::{self, sse, Outgoing, RpcError};
 use crate::relay::Relayed;
 use crate::session::SessionId;
@@ -25,6 +25,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -47,6 +48,9 @@ pub struct Resumable {
     /// Begin with a priming event (a 2025-11-25 session: earlier clients
     /// may not read an event without data).
     pub priming: bool,
+    /// The relay's count of messages dropped, its queue full
+    /// ([`crate::relay::Relay::dropped`]).
+    pub dropped: Arc<AtomicU64>,
 }
 
 enum State {
@@ -70,6 +74,10 @@ struct Ids {
     session: SessionId,
     request: Value,
     home: Home,
+    /// The relay's dropped messages, and their count when it was parked.
+    dropped: (Arc<AtomicU64>, u64),
+    /// Until when it waits, parked.
+    expires: Instant,
 }
 
 /// A call stream's state, owned by its response body while a client reads
@@ -128,6 +136,8 @@ impl Core {
                 session: r.session,
                 request: r.request,
                 home: r.home,
+                dropped: (r.dropped, 0),
+                expires: Instant::now(),
             }
         });
         Core {
@@ -146,7 +156,14 @@ impl Core {
     pub fn relayed(&mut self, r: Relayed) {
         match r {
             Relayed::Message(v) => self.message(&v),
-            Relayed::Polled => self.closing = self.ids.as_ref().is_some_and(|ids| ids.polled),
+            Relayed::Polled if self.ids.as_ref().is_some_and(|ids| ids.polled) => {
+                // `retry` before the close (item 6), as in the priming event.
+                let ms = crate::limits::SSE_RETRY_ADVERTISED_MS;
+                self.queued
+                    .push_back(Bytes::from(format!("retry: {ms}\n\n")));
+                self.closing = true;
+            }
+            Relayed::Polled => {}
             Relayed::Resumable => {}
         }
     }
@@ -205,14 +222,17 @@ impl Core {
                 State::Running(mut call, mut rx) => {
                     if let Some(r) = rx.as_mut() {
                         match r.poll_recv(cx) {
-                            Poll::Ready(Some(r)) => self.relayed(r),
+                            // Taken: look again (a cue queues nothing, and
+                            // the receiver's waker is registered only by a
+                            // poll that finds it empty).
+                            Poll::Ready(Some(r)) => {
+                                self.relayed(r);
+                                self.state = State::Running(call, rx);
+                                continue;
+                            }
                             Poll::Ready(None) => rx = None,
                             Poll::Pending => {}
                         }
-                    }
-                    if !self.queued.is_empty() {
-                        self.state = State::Running(call, rx);
-                        continue;
                     }
                     match (call.as_mut().poll(cx), rx) {
                         (Poll::Ready(fin), Some(rx)) => self.state = State::Draining(fin, rx),
@@ -244,18 +264,30 @@ impl Core {
     }
 
     /// The client went before the end: a resumable stream waits for it in
-    /// its home; any other is dropped (its call with it).
+    /// its home (parked, then no longer attached: a resumption always
+    /// finds it one way or the other); any other is dropped (its call with
+    /// it). A stream its client cannot name (no event ID sent yet: not
+    /// primed) is not parked.
     fn park(mut self: Box<Self>) {
-        let Some(ids) = &self.ids else { return };
-        ids.home.detach(ids.stream);
-        if self.finished() {
+        let finished = self.finished();
+        let Some(ids) = self.ids.as_mut() else { return };
+        let (home, let_go) = (ids.home.clone(), ids.let_go.clone());
+        if finished || (!ids.polled && ids.replay.next() == 0) {
+            home.detach(&let_go);
             return;
         }
-        let (home, session, stream) = (ids.home.clone(), ids.session, ids.stream);
+        ids.dropped.1 = ids.dropped.0.load(Relaxed);
+        ids.expires = Instant::now() + crate::limits::SSE_RESUME_WINDOW;
+        let expires = ids.expires;
+        let key = Key {
+            session: ids.session,
+            stream: ids.stream,
+            request: ids.request.to_string(),
+        };
         self.queued.clear(); // a resumption writes from the replay buffer
-        let expires = Instant::now() + crate::limits::SSE_RESUME_WINDOW;
-        // What had to go is dropped here, outside the table's lock.
-        drop(home.park(session, stream, self, expires));
+                             // What had to go is dropped here, outside the table's lock.
+        drop(home.park(key, self, expires));
+        home.detach(&let_go);
     }
 }
 
@@ -296,12 +328,15 @@ impl Drop for CallStream {
 pub enum Resumed {
     /// The stream: the events after that ID, then the rest as it comes.
     Stream(CallStream),
-    /// Events after that ID were dropped from the replay buffer: the
-    /// call's error response, as an event (its call is cancelled).
+    /// Events after that ID were dropped (from the replay buffer, or from
+    /// the relay's queue while nobody read it): the call's error response,
+    /// as an event (its call is cancelled).
     Lost(Bytes),
     /// No stream of the session waits under that ID's stream number (it
     /// ended, or its client did not come back in time).
     Unknown,
+    /// The stream has no such event: it stays parked as it was.
+    NoSuchEvent,
 }
 
 /// Takes stream `id.stream` of `session` out of `home` (one still being
@@ -316,12 +351,13 @@ pub async fn resumed(home: &Home, session: &SessionId, id: EventId) -> Resumed {
         .ids
         .as_ref()
         .expect("only resumable streams are parked");
-    let replayed: Option<VecDeque<Bytes>> = ids.replay.after(id.n).map(|events| {
+    let lost_parked = ids.dropped.0.load(Relaxed) > ids.dropped.1;
+    let replayed: Result<VecDeque<Bytes>, Unresumable> = ids.replay.after(id.n).map(|events| {
         let pieces = events.flat_map(|e| e.pieces().iter().filter(|b| !b.is_empty()).cloned());
         pieces.collect()
     });
     match replayed {
-        Some(queued) => {
+        Ok(queued) if !lost_parked => {
             core.queued = queued;
             core.closing = false;
             if let Some(ids) = core.ids.as_mut() {
@@ -329,17 +365,35 @@ pub async fn resumed(home: &Home, session: &SessionId, id: EventId) -> Resumed {
             }
             Resumed::Stream(CallStream(Some(core)))
         }
-        None => {
+        Err(Unresumable::NoSuchEvent) => {
+            // Put back with the deadline it had: a client naming events
+            // that do not exist cannot keep a call parked.
+            let key = Key {
+                session: *session,
+                stream: id.stream,
+                request: ids.request.to_string(),
+            };
+            let expires = ids.expires;
+            drop(home.park(key, core, expires));
+            Resumed::NoSuchEvent
+        }
+        Ok(_) | Err(Unresumable::Dropped) => {
             crate::metrics::refused("sse_replay");
-            let bound = crate::limits::SSE_REPLAY_BYTES;
-            let e = RpcError::new(
-                protocol::INTERNAL_ERROR,
-                format!(
-                    "the stream cannot be resumed after event {}-{}: events after it were \
-                     dropped from its replay buffer ({bound} bytes); the call was cancelled",
-                    id.stream, id.n
+            let why = match lost_parked {
+                true => "messages of the call were dropped while its stream waited to be \
+                         resumed (its queue, server.sse_queue_depth, was full)"
+                    .to_string(),
+                false => format!(
+                    "events after it were dropped from its replay buffer ({} bytes)",
+                    crate::limits::SSE_REPLAY_BYTES
                 ),
+            };
+            let message = format!(
+                "the stream cannot be resumed after event {}-{}: {why}; the call was cancelled",
+                id.stream, id.n
             );
+            let e = RpcError::new(protocol::INTERNAL_ERROR, message);
+            let ids = core.ids.as_ref().expect("resumable");
             let lost = sse::event(&protocol::error_response(ids.request.clone(), &e).to_string());
             Resumed::Lost(lost)
         }

@@ -244,6 +244,12 @@ async fn resume(app: &App, id: SessionId, who: &Who, last: EventId) -> Response<
     match call_stream::resumed(&app.resumes, &id, last).await {
         Resumed::Stream(body) => reply::call_stream(body),
         Resumed::Lost(event) => reply::events(event),
+        Resumed::NoSuchEvent => {
+            crate::metrics::refused("sse_resume");
+            let why = format!("stream {} has no event {}", last.stream, last.n);
+            refuse(StatusCode::BAD_REQUEST, protocol::INVALID_REQUEST, why)
+                .into_response(Value::Null)
+        }
         Resumed::Unknown => {
             crate::metrics::refused("sse_resume");
             let secs = crate::limits::SSE_RESUME_WINDOW.as_secs();
@@ -517,6 +523,9 @@ fn notification(app: &App, head: &Head, method: &str, params: Option<&Value>) {
             let request = params.and_then(|p| p.get("requestId"));
             if let (Some(sid), Some(request)) = (head.own_session(app), request) {
                 app.sessions.cancel(sid, request);
+                // A call whose stream waits to be resumed is not polled:
+                // dropped here, which cancels it upstream.
+                drop(app.resumes.cancelled(&sid, &request.to_string()));
             }
         }
         _ => {}

@@ -123,19 +123,43 @@ impl Replay {
         }
     }
 
-    /// The events after place `n`, in order; `None` when some of them were
-    /// dropped, or `n` is no event of this stream.
-    pub fn after(&self, n: u64) -> Option<impl Iterator<Item = &Event>> {
-        let known = n
-            .checked_add(1)
-            .is_some_and(|m| m >= self.oldest && m <= self.next);
-        known.then(|| {
-            self.events
+    /// The events after place `n`, in order; or why there are none to
+    /// give: some of them were dropped, or `n` is no event of this stream
+    /// yet.
+    pub fn after(&self, n: u64) -> Result<impl Iterator<Item = &Event>, Unresumable> {
+        match n.checked_add(1) {
+            Some(m) if m > self.next => Err(Unresumable::NoSuchEvent),
+            Some(m) if m < self.oldest => Err(Unresumable::Dropped),
+            None => Err(Unresumable::NoSuchEvent),
+            Some(_) => Ok(self
+                .events
                 .iter()
                 .filter(move |(m, _)| *m > n)
-                .map(|(_, p)| p)
-        })
+                .map(|(_, e)| e)),
+        }
     }
+}
+
+/// Why a stream cannot go on after an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unresumable {
+    /// Events after it were dropped from the replay buffer.
+    Dropped,
+    /// The stream has no such event (yet).
+    NoSuchEvent,
+}
+
+/// Where a parked stream belongs: its session, its number, and the
+/// request it answers (JSON text of its id; a `notifications/cancelled`
+/// naming it ends it).
+#[derive(Debug, Clone)]
+pub struct Key {
+    /// The session it belongs to.
+    pub session: SessionId,
+    /// Its stream number.
+    pub stream: u64,
+    /// The JSON text of the id of the request it answers.
+    pub request: String,
 }
 
 /// Streams waiting for their client to resume them: a fixed table of
@@ -176,8 +200,7 @@ impl LetGo {
 }
 
 struct Entry<T> {
-    session: SessionId,
-    stream: u64,
+    key: Key,
     expires: Instant,
     value: T,
 }
@@ -199,30 +222,53 @@ impl<T> Parked<T> {
         self.next_stream.fetch_add(1, Relaxed)
     }
 
-    /// Parks `value`, stream `stream` of `session`, until `expires`; gives
-    /// back what had to go: the entry expiring soonest when every place is
-    /// taken (counted as `sse_parked`), or `value` itself after shutdown.
-    pub fn park(&self, session: SessionId, stream: u64, value: T, expires: Instant) -> Option<T> {
+    /// Parks `value` under `key` until `expires`; gives back what had to
+    /// go (counted as `sse_parked`): the session's own entry expiring
+    /// soonest when it holds `limits::SSE_PARKED_PER_SESSION` already, else,
+    /// every place taken, the soonest of the session holding the most (one
+    /// client's disconnections cannot end everyone's calls); or `value`
+    /// itself after shutdown.
+    pub fn park(&self, key: Key, value: T, expires: Instant) -> Option<T> {
+        let mut places = self.places.lock().expect("parked streams");
+        // Checked under the lock: `close` empties the table under it.
         if self.closed.load(Relaxed) {
             return Some(value);
         }
-        let mut places = self.places.lock().expect("parked streams");
+        let session = key.session;
         let entry = Entry {
-            session,
-            stream,
+            key,
             expires,
             value,
         };
-        let gone = match places.iter_mut().find(|p| p.is_none()) {
-            Some(free) => free.replace(entry).map(|e| e.value),
-            None => {
-                let soonest = places
-                    .iter_mut()
-                    .min_by_key(|p| p.as_ref().map(|e| e.expires));
+        let held = |s: &SessionId| {
+            places
+                .iter()
+                .flatten()
+                .filter(|e| e.key.session == *s)
+                .count()
+        };
+        let crowded = if held(&session) >= crate::limits::SSE_PARKED_PER_SESSION {
+            Some(session)
+        } else if places.iter().all(Option::is_some) {
+            places
+                .iter()
+                .flatten()
+                .map(|e| e.key.session)
+                .max_by_key(|s| held(s))
+        } else {
+            None
+        };
+        let place = match crowded {
+            None => places.iter_mut().find(|p| p.is_none()),
+            Some(s) => {
                 crate::metrics::refused("sse_parked");
-                soonest.and_then(|p| p.replace(entry)).map(|e| e.value)
+                let theirs = places
+                    .iter_mut()
+                    .filter(|p| p.as_ref().is_some_and(|e| e.key.session == s));
+                theirs.min_by_key(|p| p.as_ref().map(|e| e.expires))
             }
         };
+        let gone = place.expect("a place").replace(entry).map(|e| e.value);
         drop(places);
         self.arrived.notify_waiters();
         gone
@@ -236,10 +282,11 @@ impl<T> Parked<T> {
         let_go
     }
 
-    /// Stream `stream` is no longer being written.
-    pub fn detach(&self, stream: u64) {
+    /// The stream `let_go` was given to is no longer being written (a
+    /// resumption may already have attached it again, with another).
+    pub fn detach(&self, let_go: &Arc<LetGo>) {
         let mut attached = self.attached.lock().expect("attached streams");
-        attached.retain(|(_, s, _)| *s != stream);
+        attached.retain(|(_, _, l)| !Arc::ptr_eq(l, let_go));
     }
 
     /// Stream `stream` of `session`, taken out; one still being written is
@@ -278,29 +325,41 @@ impl<T> Parked<T> {
 
     /// The stream `stream` of `session`, taken out.
     pub fn take(&self, session: &SessionId, stream: u64) -> Option<T> {
-        let mut places = self.places.lock().expect("parked streams");
-        let place = places.iter_mut().find(|p| {
-            p.as_ref()
-                .is_some_and(|e| e.stream == stream && e.session == *session)
-        })?;
-        place.take().map(|e| e.value)
+        let mut taken = self.take_where(|k| k.stream == stream && k.session == *session);
+        taken.pop()
+    }
+
+    /// The stream of `session` answering `request` (JSON text of its id),
+    /// taken out: its client cancelled it.
+    pub fn cancelled(&self, session: &SessionId, request: &str) -> Option<T> {
+        let mut taken = self.take_where(|k| k.session == *session && k.request == request);
+        taken.pop()
     }
 
     /// Takes out the streams expired at `now` and those whose session is
     /// not `live`.
     pub fn sweep(&self, now: Instant, live: impl Fn(&SessionId) -> bool) -> Vec<T> {
-        self.take_where(|e| e.expires <= now || !live(&e.session))
+        let mut places = self.places.lock().expect("parked streams");
+        let gone = places.iter_mut().filter(|p| {
+            p.as_ref()
+                .is_some_and(|e| e.expires <= now || !live(&e.key.session))
+        });
+        gone.filter_map(|p| p.take().map(|e| e.value)).collect()
     }
 
     /// Takes out every stream of `session` (it ended).
     pub fn of_session(&self, session: &SessionId) -> Vec<T> {
-        self.take_where(|e| e.session == *session)
+        self.take_where(|k| k.session == *session)
     }
 
     /// Shutdown: takes out every stream and parks none from now on.
     pub fn close(&self) -> Vec<T> {
+        let mut places = self.places.lock().expect("parked streams");
         self.closed.store(true, Relaxed);
-        self.take_where(|_| true)
+        places
+            .iter_mut()
+            .filter_map(|p| p.take().map(|e| e.value))
+            .collect()
     }
 
     /// Streams parked now.
@@ -314,11 +373,11 @@ impl<T> Parked<T> {
         self.len() == 0
     }
 
-    fn take_where(&self, mut gone: impl FnMut(&Entry<T>) -> bool) -> Vec<T> {
+    fn take_where(&self, mut gone: impl FnMut(&Key) -> bool) -> Vec<T> {
         let mut places = self.places.lock().expect("parked streams");
         let taken = places
             .iter_mut()
-            .filter(|p| p.as_ref().is_some_and(&mut gone));
+            .filter(|p| p.as_ref().is_some_and(|e| gone(&e.key)));
         taken.filter_map(|p| p.take().map(|e| e.value)).collect()
     }
 }
@@ -360,33 +419,67 @@ mod tests {
         assert_eq!(r.after(0).unwrap().count(), 3, "after the priming event");
         assert_eq!(r.after(2).unwrap().count(), 1);
         assert_eq!(r.after(3).unwrap().count(), 0, "nothing after the newest");
-        assert!(r.after(4).is_none(), "no such event yet");
+        assert_eq!(r.after(4).err(), Some(Unresumable::NoSuchEvent));
+        assert_eq!(r.after(u64::MAX).err(), Some(Unresumable::NoSuchEvent));
         r.push(event(big)); // past the bound: event 1 dropped
-        assert!(r.after(0).is_none(), "event 1 is gone");
+        assert_eq!(
+            r.after(0).err(),
+            Some(Unresumable::Dropped),
+            "event 1 is gone"
+        );
         assert_eq!(r.after(1).unwrap().count(), 3);
         r.push(event(2 * crate::limits::SSE_REPLAY_BYTES)); // the newest is kept
         assert_eq!(r.after(4).unwrap().count(), 1);
-        assert!(r.after(3).is_none());
+        assert_eq!(r.after(3).err(), Some(Unresumable::Dropped));
     }
 
     #[test]
-    fn a_full_table_gives_up_the_soonest_expiring_and_sweeps_by_time_and_session() {
+    fn a_full_table_gives_up_the_most_crowded_sessions_soonest_and_sweeps() {
         let t0 = Instant::now();
         let sec = std::time::Duration::from_secs(1);
         let id = |n: u32| SessionId::parse(&format!("{n:036x}")).unwrap();
-        let (a, b) = (id(1), id(2));
-        let parked = Parked::new(2);
-        assert!(parked.park(a, 1, "one", t0 + 3 * sec).is_none());
-        assert!(parked.park(a, 2, "two", t0 + sec).is_none());
-        assert_eq!(parked.park(b, 3, "three", t0 + 2 * sec), Some("two"));
-        assert_eq!(parked.take(&b, 1), None, "another session's stream");
-        assert_eq!(parked.take(&a, 1), Some("one"));
-        assert!(parked.park(a, 4, "four", t0 + 5 * sec).is_none());
-        assert_eq!(parked.sweep(t0 + 2 * sec, |_| true), ["three"]);
-        assert_eq!(parked.sweep(t0, |s| *s != a), ["four"]);
-        assert!(parked.park(a, 5, "five", t0 + sec).is_none());
-        assert_eq!(parked.close(), ["five"]);
-        assert_eq!(parked.park(a, 6, "six", t0 + sec), Some("six"), "closed");
+        let (a, b, c) = (id(1), id(2), id(3));
+        let key = |session, stream| Key {
+            session,
+            stream,
+            request: format!("{stream}"),
+        };
+        let parked = Parked::new(3);
+        assert!(parked.park(key(a, 1), "a1", t0 + 3 * sec).is_none());
+        assert!(parked.park(key(a, 2), "a2", t0 + 4 * sec).is_none());
+        assert!(parked.park(key(b, 3), "b3", t0 + sec).is_none());
+        // Full: c takes the place of a's soonest (a holds the most), not b's.
+        assert_eq!(parked.park(key(c, 4), "c4", t0 + 5 * sec), Some("a1"));
+        assert_eq!(parked.take(&b, 2), None, "another session's stream");
+        assert_eq!(
+            parked.cancelled(&a, "2"),
+            Some("a2"),
+            "its client cancelled it"
+        );
+        assert_eq!(parked.take(&b, 3), Some("b3"));
+        assert!(parked.park(key(a, 5), "a5", t0 + 5 * sec).is_none());
+        let mut swept = parked.sweep(t0 + 5 * sec, |s| *s != c); // a5 expired, c ended
+        swept.sort();
+        assert_eq!(swept, ["a5", "c4"]);
+        assert!(parked.is_empty());
+        // One session past its own bound gives up its own soonest.
+        let per = crate::limits::SSE_PARKED_PER_SESSION as u64;
+        let parked = Parked::new(2 * per as usize);
+        for n in 0..per {
+            assert!(parked
+                .park(key(a, n), "a", t0 + sec * (n as u32 + 1))
+                .is_none());
+        }
+        assert!(parked.park(key(b, 99), "b", t0).is_none());
+        assert_eq!(parked.park(key(a, per), "a-last", t0 + 9 * sec), Some("a"));
+        assert_eq!(parked.take(&b, 99), Some("b"), "the other session's stayed");
+        assert_eq!(parked.len(), per as usize);
+        assert_eq!(parked.close().len(), per as usize);
+        assert_eq!(
+            parked.park(key(a, 7), "late", t0 + sec),
+            Some("late"),
+            "closed"
+        );
         assert!(parked.is_empty());
     }
 }

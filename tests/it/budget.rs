@@ -206,7 +206,7 @@ async fn per_entry_costs_stay_below_the_budget_constants() {
         replay.push(mcp_edge::downstream::resume::Event::Message(event));
     }
     assert!(
-        replay.after(1).is_none(),
+        replay.after(1).is_err(),
         "the buffer overflowed: the oldest went"
     );
     report(

@@ -29,6 +29,7 @@ fn stream(
         request: json!(5),
         home: home.clone(),
         priming,
+        dropped: Default::default(),
     };
     let core = Core::running(call, rx, KEEPALIVE, Some(resumable));
     (CallStream::new(core), tx, answer)
@@ -218,13 +219,22 @@ async fn an_upstream_closing_its_stream_to_be_polled_closes_a_primed_stream_too(
     let home: Home = Arc::new(Parked::new(4));
     let (mut body, tx, answer) = stream(&home, true);
     let s = stream_of(&event(&mut body).await.unwrap()); // priming
+    let t0 = Instant::now();
     tx.send(progress(1)).await.unwrap();
     tx.send(Relayed::Polled).await.unwrap();
-    assert!(event(&mut body)
-        .await
-        .unwrap()
-        .starts_with(&format!("id: {s}-1\n")));
+    let first = event(&mut body).await.unwrap();
+    assert!(first.starts_with(&format!("id: {s}-1\n")), "{first}");
+    assert_eq!(
+        event(&mut body).await.unwrap(),
+        "retry: 1000\n\n",
+        "retry before closing"
+    );
     assert!(event(&mut body).await.is_none(), "closed to be polled");
+    assert_eq!(
+        Instant::now(),
+        t0,
+        "at once: no keep-alive tick was needed to see the cue"
+    );
     drop(body);
     assert_eq!(home.len(), 1, "parked, its call in flight");
     let Resumed::Stream(mut body) = resumed(&home, &session(), EventId { stream: s, n: 1 }).await
@@ -239,9 +249,62 @@ async fn an_upstream_closing_its_stream_to_be_polled_closes_a_primed_stream_too(
     // A 2025-06-18 session's stream (not primed) stays open: its client
     // may not poll.
     let (mut body, tx, answer) = stream(&home, false);
+    let t0 = Instant::now();
     tx.send(Relayed::Polled).await.unwrap();
     tx.send(progress(1)).await.unwrap();
     assert!(event(&mut body).await.unwrap().contains(r#""progress":1"#));
+    assert_eq!(Instant::now(), t0, "the message behind the cue at once");
     answer.send(json!(2)).unwrap();
     assert!(event(&mut body).await.unwrap().contains(r#""result":2"#));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_parked_stream_answers_only_what_it_can_and_its_cancellation_ends_it() {
+    let home: Home = Arc::new(Parked::new(4));
+    let (mut body, tx, answer) = stream(&home, true);
+    let s = stream_of(&event(&mut body).await.unwrap());
+    drop(body);
+    // An event it never sent: refused, the stream left parked as it was.
+    let future = resumed(&home, &session(), EventId { stream: s, n: 5 }).await;
+    assert!(matches!(future, Resumed::NoSuchEvent));
+    assert_eq!(home.len(), 1);
+    // Its client cancels the call: the parked stream goes, the call with it.
+    assert!(home.cancelled(&session(), "6").is_none(), "another request");
+    drop(home.cancelled(&session(), "5"));
+    assert!(answer.is_closed() && home.is_empty());
+    drop(tx);
+
+    // A 2025-06-18 stream that sent no event yet cannot be named: not parked.
+    let (body, _tx, answer) = stream(&home, false);
+    drop(body);
+    assert!(home.is_empty() && answer.is_closed());
+
+    // Messages dropped while it waited (the relay's queue full) are lost:
+    // the resumption answers the call with an error.
+    let dropped = Arc::new(AtomicU64::new(0));
+    let (tx, rx) = mpsc::channel(8);
+    let (answer, answered) = oneshot::channel::<Value>();
+    let call: CallFuture = Box::pin(async move {
+        let _ = answered.await;
+        Outgoing::from(json!({"jsonrpc": "2.0", "id": 5, "result": {}}))
+    });
+    let resumable = Resumable {
+        session: session(),
+        request: json!(5),
+        home: home.clone(),
+        priming: true,
+        dropped: dropped.clone(),
+    };
+    let mut body = CallStream::new(Core::running(call, rx, KEEPALIVE, Some(resumable)));
+    let s = stream_of(&event(&mut body).await.unwrap());
+    drop(body);
+    dropped.fetch_add(1, Relaxed);
+    let Resumed::Lost(lost) = resumed(&home, &session(), EventId { stream: s, n: 0 }).await else {
+        panic!("a message was lost while parked")
+    };
+    assert!(std::str::from_utf8(&lost)
+        .unwrap()
+        .contains("dropped while its stream waited"));
+    assert!(answer.is_closed() && home.is_empty());
+    drop(tx);
 }

@@ -70,7 +70,8 @@ impl Parser {
                 self.seen.lock().unwrap().last_event_id = Some(id.clone());
             }
             // An event with empty data (a priming event: an id and
-            // `retry` only) is not dispatched (WHATWG HTML §9.2.6).
+            // `retry` only) carries no message: skipped, as the SDK
+            // clients do (WHATWG dispatches it, with data "").
             if let Some(data) = self.data.take().filter(|d| !d.is_empty()) {
                 let data = serde_json::from_str(&data)
                     .unwrap_or_else(|e| panic!("SSE data is not JSON ({e}): {data}"));
