@@ -21,6 +21,7 @@ mod call;
 mod call_stream;
 pub mod conns;
 pub mod endpoint;
+mod get_stream;
 pub mod listen;
 pub mod modern;
 pub mod operator_socket;

@@ -37,7 +37,26 @@ use tokio::time::{Instant, Interval};
 pub type CallFuture = Pin<Box<dyn Future<Output = Outgoing> + Send>>;
 
 /// Where resumable streams wait for their clients.
-pub type Home = Arc<Parked<Box<Core>>>;
+pub type Home = Arc<Parked<Waiting>>;
+
+/// A stream waiting for its client: a call's, or a session's GET stream.
+pub enum Waiting {
+    Call(Box<Core>),
+    Get(Box<GetState>),
+}
+
+/// What a legacy session's GET stream keeps while its client is away
+/// (its messages are notifications: nothing runs for it meanwhile).
+pub struct GetState {
+    /// Its number.
+    pub stream: u64,
+    /// Its events as written.
+    pub replay: Replay,
+    /// The list generations its client was last told of.
+    pub seen: crate::router::ListGens,
+    /// Until when it waits, parked.
+    pub expires: Instant,
+}
 
 /// What makes a legacy session's call stream resumable.
 pub struct Resumable {
@@ -286,7 +305,7 @@ impl Core {
         };
         self.queued.clear(); // a resumption writes from the replay buffer
                              // What had to go is dropped here, outside the table's lock.
-        drop(home.park(key, self, expires));
+        drop(home.park(key, Waiting::Call(self), expires));
         home.detach(&let_go);
     }
 }
@@ -326,8 +345,11 @@ impl Drop for CallStream {
 
 /// What a `Last-Event-ID` of session `session` resumes.
 pub enum Resumed {
-    /// The stream: the events after that ID, then the rest as it comes.
+    /// The call stream: the events after that ID, then the rest as it comes.
     Stream(CallStream),
+    /// The GET stream, and its events after that ID (`None`: some were
+    /// dropped from its replay buffer, counted as `sse_replay`).
+    Get(Box<GetState>, Option<VecDeque<Bytes>>),
     /// Events after that ID were dropped (from the replay buffer, or from
     /// the relay's queue while nobody read it): the call's error response,
     /// as an event (its call is cancelled).
@@ -344,19 +366,48 @@ pub enum Resumed {
 /// after event `id.n`; a stream that cannot is counted as `sse_replay`.
 pub async fn resumed(home: &Home, session: &SessionId, id: EventId) -> Resumed {
     let until = Instant::now() + crate::limits::SSE_TAKEOVER_WAIT;
-    let Some(mut core) = home.take_or_let_go(session, id.stream, until).await else {
-        return Resumed::Unknown;
-    };
+    match home.take_or_let_go(session, id.stream, until).await {
+        None => Resumed::Unknown,
+        Some(Waiting::Call(core)) => resumed_call(home, session, id, core),
+        Some(Waiting::Get(state)) => resumed_get(home, session, id, state),
+    }
+}
+
+/// The events after `n`, as pieces to write.
+fn replayed(replay: &Replay, n: u64) -> Result<VecDeque<Bytes>, Unresumable> {
+    replay.after(n).map(|events| {
+        let pieces = events.flat_map(|e| e.pieces().iter().filter(|b| !b.is_empty()).cloned());
+        pieces.collect()
+    })
+}
+
+fn resumed_get(home: &Home, session: &SessionId, id: EventId, state: Box<GetState>) -> Resumed {
+    match replayed(&state.replay, id.n) {
+        Ok(queued) => Resumed::Get(state, Some(queued)),
+        Err(Unresumable::Dropped) => {
+            crate::metrics::refused("sse_replay");
+            Resumed::Get(state, None)
+        }
+        Err(Unresumable::NoSuchEvent) => {
+            let key = Key {
+                session: *session,
+                stream: id.stream,
+                request: String::new(),
+            };
+            let expires = state.expires;
+            drop(home.park(key, Waiting::Get(state), expires));
+            Resumed::NoSuchEvent
+        }
+    }
+}
+
+fn resumed_call(home: &Home, session: &SessionId, id: EventId, mut core: Box<Core>) -> Resumed {
     let ids = core
         .ids
         .as_ref()
         .expect("only resumable streams are parked");
     let lost_parked = ids.dropped.0.load(Relaxed) > ids.dropped.1;
-    let replayed: Result<VecDeque<Bytes>, Unresumable> = ids.replay.after(id.n).map(|events| {
-        let pieces = events.flat_map(|e| e.pieces().iter().filter(|b| !b.is_empty()).cloned());
-        pieces.collect()
-    });
-    match replayed {
+    match replayed(&ids.replay, id.n) {
         Ok(queued) if !lost_parked => {
             core.queued = queued;
             core.closing = false;
@@ -374,30 +425,31 @@ pub async fn resumed(home: &Home, session: &SessionId, id: EventId) -> Resumed {
                 request: ids.request.to_string(),
             };
             let expires = ids.expires;
-            drop(home.park(key, core, expires));
+            drop(home.park(key, Waiting::Call(core), expires));
             Resumed::NoSuchEvent
         }
-        Ok(_) | Err(Unresumable::Dropped) => {
-            crate::metrics::refused("sse_replay");
-            let why = match lost_parked {
-                true => "messages of the call were dropped while its stream waited to be \
-                         resumed (its queue, server.sse_queue_depth, was full)"
-                    .to_string(),
-                false => format!(
-                    "events after it were dropped from its replay buffer ({} bytes)",
-                    crate::limits::SSE_REPLAY_BYTES
-                ),
-            };
-            let message = format!(
-                "the stream cannot be resumed after event {}-{}: {why}; the call was cancelled",
-                id.stream, id.n
-            );
-            let e = RpcError::new(protocol::INTERNAL_ERROR, message);
-            let ids = core.ids.as_ref().expect("resumable");
-            let lost = sse::event(&protocol::error_response(ids.request.clone(), &e).to_string());
-            Resumed::Lost(lost)
-        }
+        Ok(_) | Err(Unresumable::Dropped) => Resumed::Lost(lost(id, &ids.request, lost_parked)),
     }
+}
+
+/// The error event of a call whose events after `id` were lost, counted.
+fn lost(id: EventId, request: &Value, while_parked: bool) -> Bytes {
+    crate::metrics::refused("sse_replay");
+    let why = match while_parked {
+        true => "messages of the call were dropped while its stream waited to be resumed \
+                 (its queue, server.sse_queue_depth, was full)"
+            .to_string(),
+        false => format!(
+            "events after it were dropped from its replay buffer ({} bytes)",
+            crate::limits::SSE_REPLAY_BYTES
+        ),
+    };
+    let message = format!(
+        "the stream cannot be resumed after event {}-{}: {why}; the call was cancelled",
+        id.stream, id.n
+    );
+    let e = RpcError::new(protocol::INTERNAL_ERROR, message);
+    sse::event(&protocol::error_response(request.clone(), &e).to_string())
 }
 
 #[cfg(test)]

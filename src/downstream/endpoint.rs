@@ -7,6 +7,7 @@
 use super::admission::{self, admit, Admitted, Call, Entry, Head, SessionOp};
 use super::app::{App, Body, Peer, Who};
 use super::call_stream::{self, Resumed};
+use super::get_stream::{self, Start};
 use super::reply::{refuse, Refusal};
 use super::reply::{Answer, Outcome};
 use super::resume::EventId;
@@ -191,9 +192,9 @@ fn over_share(app: &App, who: &Who, e: receiving::ShareRefusal) -> Response<Body
 
 /// A legacy session's GET stream: charged to the client's rate when it
 /// opens (429), then a place in the stream pool under the client's share
-/// (503), then the session's own bound (429).
-/// With a `Last-Event-ID` of one of its call streams, the GET resumes
-/// that stream instead ([`resume`]).
+/// (503), then the session's own bound (429). With a `Last-Event-ID` of
+/// one of the session's streams, that stream goes on ([`resume`]): a call
+/// stream on this response, a GET stream as this one.
 async fn get(app: Arc<App>, head: &Head, h: &HeaderMap) -> Response<Body> {
     let id = match head.session() {
         Err(r) => return r.into_response(Value::Null),
@@ -205,9 +206,13 @@ async fn get(app: Arc<App>, head: &Head, h: &HeaderMap) -> Response<Body> {
         return Refusal(StatusCode::TOO_MANY_REQUESTS, e).into_response(Value::Null);
     }
     let last = h.get("last-event-id").and_then(|v| v.to_str().ok());
-    if let Some(last) = last.and_then(EventId::parse) {
-        return resume(&app, id, who, last).await;
-    }
+    let start = match last.and_then(EventId::parse) {
+        None => Start::Fresh,
+        Some(last) => match resume(&app, id, who, last).await {
+            Ok(start) => start,
+            Err(answer) => return answer,
+        },
+    };
     // The session's own stream first (the owner checked, at most `max`, in
     // one lookup): only a live session of this client's may cost another
     // client a stream place; a refused place gives the session's back.
@@ -225,39 +230,47 @@ async fn get(app: Arc<App>, head: &Head, h: &HeaderMap) -> Response<Body> {
         Err(_) => return reply::not_found().into_response(Value::Null),
     };
     match app.streams.take(who.access.shares(), who.owner()) {
-        Ok(place) => reply::session_stream(app.clone(), held, place),
+        Ok(place) => get_stream::session_stream(app.clone(), held, place, start),
         Err((status, e)) => Refusal(status, e).into_response(Value::Null),
     }
 }
 
-/// A call stream of session `id` resumed after event `last`
+/// A stream of session `id` resumed after event `last`
 /// (`../shared/spec/2025-11-25/transports.mdx` §Resumability and
-/// Redelivery): the events after it, then the rest of the call. A stream
-/// whose events after `last` were dropped answers its call with an error
-/// event (`sse_replay`); one not waiting (it ended, or its client did not
-/// come back within `limits::SSE_RESUME_WINDOW`) is 410 Gone: not 404,
-/// which would tell the client its session ended.
-async fn resume(app: &App, id: SessionId, who: &Who, last: EventId) -> Response<Body> {
+/// Redelivery): a call stream answers here (the events after it, then the
+/// rest of the call); a GET stream goes on as the GET being answered. A
+/// call stream whose events after `last` were dropped answers its call
+/// with an error event (`sse_replay`); one not waiting (it ended, or its
+/// client did not come back within `limits::SSE_RESUME_WINDOW`) is 410
+/// Gone: not 404, which would tell the client its session ended.
+async fn resume(
+    app: &App,
+    id: SessionId,
+    who: &Who,
+    last: EventId,
+) -> Result<Start, Response<Body>> {
     if app.sessions.owner(&id) != Some(who.owner()) || !app.sessions.is_live(&id) {
-        return reply::not_found().into_response(Value::Null);
+        return Err(reply::not_found().into_response(Value::Null));
     }
+    let gone = |status, why: String| {
+        crate::metrics::refused("sse_resume");
+        Err(refuse(status, protocol::INVALID_REQUEST, why).into_response(Value::Null))
+    };
     match call_stream::resumed(&app.resumes, &id, last).await {
-        Resumed::Stream(body) => reply::call_stream(body),
-        Resumed::Lost(event) => reply::events(event),
-        Resumed::NoSuchEvent => {
-            crate::metrics::refused("sse_resume");
-            let why = format!("stream {} has no event {}", last.stream, last.n);
-            refuse(StatusCode::BAD_REQUEST, protocol::INVALID_REQUEST, why)
-                .into_response(Value::Null)
-        }
+        Resumed::Get(state, queued) => Ok(Start::Resumed(state, queued)),
+        Resumed::Stream(body) => Err(reply::call_stream(body)),
+        Resumed::Lost(event) => Err(reply::events(event)),
+        Resumed::NoSuchEvent => gone(
+            StatusCode::BAD_REQUEST,
+            format!("stream {} has no event {}", last.stream, last.n),
+        ),
         Resumed::Unknown => {
-            crate::metrics::refused("sse_resume");
             let secs = crate::limits::SSE_RESUME_WINDOW.as_secs();
             let why = format!(
                 "stream {} cannot be resumed: it ended, or was not resumed within {secs} s",
                 last.stream
             );
-            refuse(StatusCode::GONE, protocol::INVALID_REQUEST, why).into_response(Value::Null)
+            gone(StatusCode::GONE, why)
         }
     }
 }

@@ -11,12 +11,10 @@ use crate::relay::Relayed;
 use crate::session::SessionId;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
-use http_body_util::{BodyExt, Full, StreamBody};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Frame;
 use serde_json::Value;
 use std::convert::Infallible;
-use std::sync::Arc;
-use tokio::time::Instant;
 
 pub(crate) fn full(b: impl Into<Bytes>) -> Body {
     Full::new(b.into())
@@ -209,132 +207,76 @@ impl hyper::body::Body for Pieces {
     }
 }
 
-/// The GET stream of a legacy session, holding `place` in the stream pool:
-/// keep-alive comments every `server.keepalive`, list_changed and
-/// resources/updated notifications; ends as soon as the session is deleted,
-/// evicted or expires, or the gateway shuts down. The stream never touches
-/// the session's idle clock.
-pub fn session_stream(
-    app: Arc<App>,
-    held: super::sessions::StreamHeld,
-    place: super::streams::StreamPlace,
-) -> Response<Body> {
-    let id = held.id();
-    let period = app.server.keepalive;
-    let start = Instant::now() + period;
-    let mut keepalive = tokio::time::interval_at(start, period);
-    keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let guard = StreamGuard(held, place);
-    let mut lists = app.catalog_gen.subscribe();
-    let seen = *lists.borrow_and_update();
-    let stopping = app.stopping.subscribe();
-    let state = (app, keepalive, guard, lists, seen, stopping);
-    let stream = futures_util::stream::unfold(
-        state,
-        move |(app, mut iv, guard, mut lists, mut seen, mut stopping)| async move {
-            let who = crate::subscriptions::Subscriber::Session(id);
-            let subscriptions = app.subscriptions.clone();
-            loop {
-                // Registered before the check, so no update is missed between.
-                let updated = subscriptions.changed.notified();
-                if let Some(bytes) = resource_updates(&app, who, None) {
-                    return Some((
-                        Ok::<_, Infallible>(Frame::data(bytes)),
-                        (app, iv, guard, lists, seen, stopping),
-                    ));
-                }
-                // What to send: a keep-alive, notifications, or nothing.
-                let what = tokio::select! {
-                    // The gateway is shutting down: the stream ends (the
-                    // client reconnects to whatever runs next).
-                    _ = stopping.wait_for(|s| *s) => return None,
-                    // Its place went to a client under its share: the
-                    // stream ends cleanly (the session stays).
-                    _ = guard.1.evicted() => return None,
-                    _ = iv.tick() => Some(sse::keepalive()),
-                    _ = updated => resource_updates(&app, who, None),
-                    _ = app.sessions.changed() => None,
-                    Ok(()) = lists.changed() => {
-                        let now = *lists.borrow_and_update();
-                        let changed = now.changed_since(&seen);
-                        seen = now;
-                        list_changed(changed, [true; 3], None)
-                    }
-                };
-                if !app.sessions.is_live(&id) {
-                    return None;
-                }
-                if let Some(bytes) = what {
-                    return Some((
-                        Ok::<_, Infallible>(Frame::data(bytes)),
-                        (app, iv, guard, lists, seen, stopping),
-                    ));
-                }
-            }
-        },
-    );
-    let mut r = Response::new(BodyExt::boxed_unsync(StreamBody::new(stream)));
-    sse_headers(&mut r);
-    r
-}
-
-/// SSE events `notifications/resources/updated` (2025-11-25 schema.json
-/// `ResourceUpdatedNotification`) for the URIs updated since `who` last
-/// looked; `None` when there are none. With `subscription`, each carries
-/// `_meta["io.modelcontextprotocol/subscriptionId"]`.
+/// SSE events `notifications/resources/updated` for the URIs updated since
+/// `who` last looked ([`resource_update_messages`]); `None` when there are
+/// none.
 pub(crate) fn resource_updates(
     app: &App,
     who: crate::subscriptions::Subscriber,
     subscription: Option<&Value>,
 ) -> Option<Bytes> {
+    joined(resource_update_messages(app, who, subscription))
+}
+
+/// `notifications/resources/updated` (2025-11-25 schema.json
+/// `ResourceUpdatedNotification`) for the URIs updated since `who` last
+/// looked. With `subscription`, each carries
+/// `_meta["io.modelcontextprotocol/subscriptionId"]`.
+pub(crate) fn resource_update_messages(
+    app: &App,
+    who: crate::subscriptions::Subscriber,
+    subscription: Option<&Value>,
+) -> Vec<Value> {
     let uris = app.subscriptions.take_updates(who);
-    if uris.is_empty() {
-        return None;
-    }
-    let mut out = Vec::new();
-    for uri in uris {
-        let mut params = serde_json::json!({ "uri": &*uri });
+    let message = |uri: &str| {
+        let mut params = serde_json::json!({ "uri": uri });
         if let Some(id) = subscription {
             params["_meta"] = serde_json::json!({ super::streams::META_SUBSCRIPTION_ID: id });
         }
-        out.extend_from_slice(&sse::event(
-            &crate::protocol::notification("notifications/resources/updated", Some(params))
-                .to_string(),
-        ));
-    }
-    Some(Bytes::from(out))
+        crate::protocol::notification("notifications/resources/updated", Some(params))
+    };
+    uris.iter().map(|uri| message(uri)).collect()
 }
 
 /// SSE events for the list kinds that `changed` and the client asked for
-/// (`wanted`), in the order tools, prompts, resources (2025-11-25
-/// schema.json `ToolListChangedNotification` and siblings); `None` when
-/// there is nothing to send. With `subscription`, each carries
-/// `_meta["io.modelcontextprotocol/subscriptionId"]` (2026-07-28
-/// patterns-subscriptions.mdx §Receiving Notifications).
+/// ([`list_changed_messages`]); `None` when there is nothing to send.
 pub(crate) fn list_changed(
     changed: [bool; 3],
     wanted: [bool; 3],
     subscription: Option<&Value>,
 ) -> Option<Bytes> {
+    joined(list_changed_messages(changed, wanted, subscription))
+}
+
+/// `notifications/{tools,prompts,resources}/list_changed` for the kinds
+/// that `changed` and the client asked for (`wanted`), in that order
+/// (2025-11-25 schema.json `ToolListChangedNotification` and siblings).
+/// With `subscription`, each carries
+/// `_meta["io.modelcontextprotocol/subscriptionId"]` (2026-07-28
+/// patterns-subscriptions.mdx §Receiving Notifications).
+pub(crate) fn list_changed_messages(
+    changed: [bool; 3],
+    wanted: [bool; 3],
+    subscription: Option<&Value>,
+) -> Vec<Value> {
+    let kinds = crate::router::ListGens::METHODS.iter().enumerate();
+    let sent = kinds.filter(|(i, _)| changed[*i] && wanted[*i]);
+    let params = || {
+        subscription
+            .map(|id| serde_json::json!({"_meta": {super::streams::META_SUBSCRIPTION_ID: id}}))
+    };
+    sent.map(|(_, method)| crate::protocol::notification(method, params()))
+        .collect()
+}
+
+/// The messages as SSE events, one after another; `None` for none.
+fn joined(messages: Vec<Value>) -> Option<Bytes> {
     let mut out = Vec::new();
-    for (i, method) in crate::router::ListGens::METHODS.iter().enumerate() {
-        if changed[i] && wanted[i] {
-            let params = subscription
-                .map(|id| serde_json::json!({"_meta": {super::streams::META_SUBSCRIPTION_ID: id}}));
-            out.extend_from_slice(&sse::event(
-                &crate::protocol::notification(method, params).to_string(),
-            ));
-        }
+    for m in &messages {
+        out.extend_from_slice(&sse::event(&m.to_string()));
     }
     (!out.is_empty()).then(|| Bytes::from(out))
 }
-
-/// A GET stream's place in its session and in the stream pool, both
-/// given back when the stream ends (by their own drops).
-struct StreamGuard(
-    #[allow(dead_code)] super::sessions::StreamHeld,
-    super::streams::StreamPlace,
-);
 
 /// What one POSTed message produced, on its way up: the one result type
 /// of the pipeline (a refusal before any JSON-RPC answer is a [`Refusal`]).

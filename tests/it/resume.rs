@@ -145,3 +145,54 @@ async fn a_resumption_is_the_sessions_own_and_an_unknown_stream_is_gone() {
     assert_eq!(plain.status, 200);
     assert_eq!(plain.header("content-type"), Some("text/event-stream"));
 }
+
+/// A legacy session's GET stream resumed with `Last-Event-ID` keeps its
+/// stream number and goes on after that event with what changed while its
+/// client was away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_stream_resumed_goes_on_with_what_changed_meanwhile() {
+    let gw = start(
+        "keepalive = \"60s\"",
+        "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
+    )
+    .await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    let h = [
+        ("mcp-session-id", sid.as_str()),
+        ("accept", "text/event-stream"),
+    ];
+    let mut s = sse::open("GET", addr, &h, "").await;
+    assert_eq!(s.status, 200);
+    let edge = || gw.app().router().upstreams()[0].clone();
+    edge().force_reconnect();
+    let first = s
+        .next_event(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.data["method"], "notifications/tools/list_changed");
+    let (stream, n) = id_of(&first);
+    drop(s); // the client goes
+             // While it is away, the list changes again.
+    edge().force_reconnect();
+    let last = format!("{stream}-{n}");
+    let h = [
+        ("mcp-session-id", sid.as_str()),
+        ("last-event-id", last.as_str()),
+    ];
+    let mut resumed = sse::open("GET", addr, &h, "").await;
+    assert_eq!(resumed.status, 200);
+    let next = resumed
+        .next_event(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        next.data["method"], "notifications/tools/list_changed",
+        "{next:?}"
+    );
+    let (again, m) = id_of(&next);
+    assert_eq!(again, stream, "the same stream goes on");
+    assert!(m > n, "after the client's last event: {m} > {n}");
+}
