@@ -90,6 +90,9 @@ pub const REFUSED: &str = "mcp_edge_refused_total";
 /// `upstream` and `outcome` (`ok`, `invalid_client`, `invalid_grant`,
 /// `unavailable`, `unreachable`, `discovery_failed`, `refused`).
 pub const OAUTH_REQUESTS: &str = "mcp_edge_oauth_requests_total";
+/// Counter `{kind}`: legacy SSE streams resumed with `Last-Event-ID`
+/// (`call`, `get`; `downstream::resume`).
+pub const SSE_RESUMED: &str = "mcp_edge_sse_resumed_total";
 /// Counter `{reason}`: sessions removed (`idle`, `lru`, `share`, `deleted`, `revoked`).
 pub const SESSIONS_EVICTED: &str = "mcp_edge_sessions_evicted_total";
 /// Gauge: sessions in the table.

@@ -366,11 +366,18 @@ pub enum Resumed {
 /// after event `id.n`; a stream that cannot is counted as `sse_replay`.
 pub async fn resumed(home: &Home, session: &SessionId, id: EventId) -> Resumed {
     let until = Instant::now() + crate::limits::SSE_TAKEOVER_WAIT;
-    match home.take_or_let_go(session, id.stream, until).await {
+    let resumed = match home.take_or_let_go(session, id.stream, until).await {
         None => Resumed::Unknown,
         Some(Waiting::Call(core)) => resumed_call(home, session, id, core),
         Some(Waiting::Get(state)) => resumed_get(home, session, id, state),
-    }
+    };
+    let kind = match resumed {
+        Resumed::Stream(_) => "call",
+        Resumed::Get(..) => "get",
+        _ => return resumed,
+    };
+    metrics::counter!(crate::metrics::SSE_RESUMED, "kind" => kind).increment(1);
+    resumed
 }
 
 /// The events after `n`, as pieces to write.

@@ -156,20 +156,24 @@ impl GetStream {
                 }
                 // Resumed on another connection: parked by its drop.
                 () = let_go => return None,
-                _ = self.keepalive.tick() => return Some(sse::keepalive()),
-                _ = updated => super::reply::resource_update_messages(&self.app, who, None),
-                _ = self.app.sessions.changed() => Vec::new(),
+                _ = self.keepalive.tick() => None,
+                _ = updated => Some(super::reply::resource_update_messages(&self.app, who, None)),
+                _ = self.app.sessions.changed() => Some(Vec::new()),
                 Ok(()) = self.lists.changed() => {
                     let now = *self.lists.borrow_and_update();
                     let changed = now.changed_since(&self.seen);
                     self.seen = now;
-                    super::reply::list_changed_messages(changed, [true; 3], None)
+                    Some(super::reply::list_changed_messages(changed, [true; 3], None))
                 }
             };
+            // Whatever woke it, a session that ended ends its stream.
             if !self.app.sessions.is_live(&self.id) {
                 return self.end();
             }
-            self.events(messages);
+            match messages {
+                None => return Some(sse::keepalive()),
+                Some(messages) => self.events(messages),
+            }
         }
     }
 

@@ -52,7 +52,6 @@ tasks support, only the generic extension hook (mcp.server.extension); see confo
 from __future__ import annotations
 
 import base64
-import collections
 import io
 import json
 import logging
@@ -69,10 +68,10 @@ from mcp.server.caching import CacheHint
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
-from mcp.server.streamable_http import EventMessage, EventStore
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from memory_events import MemoryEvents
 from mcp.shared.message import ServerMessageMetadata
 from mcp.shared.subscriptions import PromptsListChanged, ResourceUpdated, ToolsListChanged
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -623,35 +622,6 @@ def build() -> Server[Any]:
     # Seals every outgoing requestState and verifies every echoed one (-32602 when tampered).
     server.middleware.append(RequestStateBoundary(RequestStateSecurity.ephemeral(), default_audience=NAME))
     return server
-
-
-class MemoryEvents(EventStore):
-    """The events of every stream kept for resumption (SEP-1699), the newest EVENTS_KEPT of them."""
-
-    EVENTS_KEPT = 4096
-
-    def __init__(self) -> None:
-        self.events: collections.OrderedDict[str, tuple[str, Any]] = collections.OrderedDict()
-        self.n = 0
-
-    async def store_event(self, stream_id: str, message: Any) -> str:
-        self.n += 1
-        event_id = str(self.n)
-        self.events[event_id] = (stream_id, message)
-        while len(self.events) > self.EVENTS_KEPT:
-            self.events.popitem(last=False)
-        return event_id
-
-    async def replay_events_after(self, last_event_id: str, send_callback: Any) -> str | None:
-        if last_event_id not in self.events:
-            return None
-        stream = self.events[last_event_id][0]
-        after = False
-        for event_id, (sid, message) in list(self.events.items()):
-            if after and sid == stream and message is not None:
-                await send_callback(EventMessage(message, event_id))
-            after = after or event_id == last_event_id
-        return stream
 
 
 def main(port: int) -> None:

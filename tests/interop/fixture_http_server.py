@@ -1,11 +1,12 @@
 """Streamable-HTTP MCP fixture server for mcp-edge interop tests (real Python SDK, mcp==1.30.0).
 
-usage: .venv1/bin/python fixture_http_server.py PORT [--json-response] [--stateless]
+usage: .venv1/bin/python fixture_http_server.py PORT [--json-response] [--stateless] [--resumable]
 
 Binds 127.0.0.1 only and serves MCP at http://127.0.0.1:PORT/mcp (FastMCP's default
 DNS-rebinding protection stays on: Host must be 127.0.0.1:*, localhost:* or [::1]:*).
 By default the server is stateful (Mcp-Session-Id) and answers POSTs with SSE streams;
---json-response makes it answer with plain JSON bodies, --stateless drops sessions.
+--json-response makes it answer with plain JSON bodies, --stateless drops sessions, --resumable
+keeps its SSE events for Last-Event-ID (tests/interop/memory_events.py) and primes every stream.
 
 Tools:
   add(a:int, b:int)  -> content [{"type":"text","text":"<a+b>"}], structuredContent {"result": a+b}
@@ -19,6 +20,8 @@ Tools:
                         _meta.progressToken, `steps` notifications/progress; text "notified <steps>"
   grow()             -> adds a tool grown_<n> and sends notifications/tools/list_changed on the
                         session's GET stream (not tied to the request); text "grew grown_<n>"
+  polled()           -> progress 1 of 2, closes the call's SSE stream to be polled (--resumable),
+                        after 300 ms progress 2 of 2 and text "polled" (replayed after Last-Event-ID)
 
 How a test checks unknown-field forwarding: call `extensions` through the gateway with
 client_v1.py (the mcp 1.30 client keeps unknown fields: its models use extra="allow") and
@@ -40,6 +43,7 @@ import json
 
 import mcp.types as types
 from mcp.server.fastmcp import Context, FastMCP
+from memory_events import MemoryEvents
 
 # The exact JSON the `extensions` tool returns (as sent on the wire, result object of tools/call).
 EXTENSIONS_RESULT = {
@@ -64,7 +68,7 @@ EXTENSIONS_RESULT = {
 }
 
 
-def build(port: int, json_response: bool, stateless: bool) -> FastMCP:
+def build(port: int, json_response: bool, stateless: bool, resumable: bool = False) -> FastMCP:
     mcp = FastMCP(
         "mcp-edge-fixture-http",
         host="127.0.0.1",
@@ -73,7 +77,19 @@ def build(port: int, json_response: bool, stateless: bool) -> FastMCP:
         json_response=json_response,
         stateless_http=stateless,
         log_level="WARNING",
+        # --resumable: every SSE answer primed with an event ID and a retry, kept for Last-Event-ID.
+        event_store=MemoryEvents() if resumable else None,
+        retry_interval=300 if resumable else None,
     )
+
+    @mcp.tool()
+    async def polled(ctx: Context) -> str:
+        """Close this call's SSE stream to be polled (with --resumable), then answer after 300 ms."""
+        await ctx.report_progress(1, 2, "before the close")
+        await ctx.close_sse_stream()
+        await asyncio.sleep(0.3)
+        await ctx.report_progress(2, 2, "after the close")
+        return "polled"
 
     @mcp.tool()
     def add(a: int, b: int) -> int:
@@ -136,8 +152,9 @@ def main() -> None:
     p.add_argument("port", type=int)
     p.add_argument("--json-response", action="store_true")
     p.add_argument("--stateless", action="store_true")
+    p.add_argument("--resumable", action="store_true")
     a = p.parse_args()
-    build(a.port, a.json_response, a.stateless).run(transport="streamable-http")
+    build(a.port, a.json_response, a.stateless, a.resumable).run(transport="streamable-http")
 
 
 if __name__ == "__main__":

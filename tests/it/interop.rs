@@ -432,3 +432,41 @@ async fn python_sdk_2_modern_client_answers_a_legacy_python_servers_requests() {
     assert!(gw.app().parked().is_empty(), "every round resumed");
     gw.shutdown().await;
 }
+
+/// SSE polling with real peers on both sides (issue 25 part 3): the Python
+/// SDK 1.30 server (an event store: `--resumable`) closes a call's stream
+/// after its first progress notification, to be polled; mcp-edge resumes
+/// it with `Last-Event-ID` and closes its own caller's stream in turn; the
+/// Python SDK 1.30 client and the TypeScript SDK client poll mcp-edge
+/// with `Last-Event-ID` and get both progress notifications and the result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_clients_poll_a_call_whose_upstream_closed_its_stream() {
+    mcp_edge::metrics::prometheus();
+    let resumed = || mcp_edge::metrics::read(mcp_edge::metrics::SSE_RESUMED, "kind=\"call\"");
+    let (_guard, port) = peers::spawn_fixture_http_server_with(&["--resumable"]);
+    let upstream = format!(
+        "[[upstream]]\nname = \"py\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n"
+    );
+    let gw = support::start("", &upstream).await;
+    let url = format!("http://{}/mcp", gw.local_addr());
+    for kind in [ClientKind::V1, ClientKind::Ts] {
+        let before = resumed();
+        let out =
+            peers::run_client(kind, &url, r#"[{"name": "py__polled", "progress": true}]"#).await;
+        assert_eq!(peers::call_text(&out, 0), "polled", "{kind:?}: {out}");
+        let progress = out["calls"][0]["progress"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            progress.len(),
+            2,
+            "{kind:?}: both progress notifications once: {out}"
+        );
+        assert!(
+            resumed() > before,
+            "{kind:?} resumed its stream from mcp-edge"
+        );
+    }
+    gw.shutdown().await;
+}
