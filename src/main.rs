@@ -161,21 +161,34 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs on stderr: level from `MCP_EDGE_LOG` or `RUST_LOG` (default info);
-/// under systemd (`JOURNAL_STREAM` set) without timestamps or colours, since
-/// journald adds its own; colours only on a terminal.
+/// Logs on stderr: level from `MCP_EDGE_LOG` or `RUST_LOG` (default info),
+/// as `level` or `target=level,...` directives (`tracing_subscriber`'s
+/// `Targets`: no regular-expression engine in the binary); a value that is
+/// not such directives is said on stderr and `info` used. Under systemd
+/// (`JOURNAL_STREAM` set) without timestamps or colours, since journald
+/// adds its own; colours only on a terminal.
 fn init_logs() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("MCP_EDGE_LOG")
-        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let (var, value) = match std::env::var("MCP_EDGE_LOG") {
+        Ok(v) => ("MCP_EDGE_LOG", v),
+        Err(_) => ("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_default()),
+    };
+    let filter = match value.trim() {
+        "" => tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO),
+        v => v.parse().unwrap_or_else(|e| {
+            eprintln!("mcp-edge: {var}={v:?} is not log directives ({e}); logging at info");
+            tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO)
+        }),
+    };
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    let registry = tracing_subscriber::registry().with(filter);
     if std::env::var_os("JOURNAL_STREAM").is_some() {
-        builder.without_time().init();
+        registry.with(fmt.without_time()).init();
     } else {
-        builder.init();
+        registry.with(fmt).init();
     }
 }
 

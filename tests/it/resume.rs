@@ -151,13 +151,7 @@ async fn a_resumption_is_the_sessions_own_and_an_unknown_stream_is_gone() {
 /// client was away.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_get_stream_resumed_goes_on_with_what_changed_meanwhile() {
-    let gw = start(
-        "keepalive = \"60s\"",
-        "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
-    )
-    .await;
-    let addr = gw.local_addr();
-    let sid = legacy_session(addr, "2025-11-25").await;
+    let (gw, addr, sid) = edge_session("keepalive = \"60s\"").await;
     let h = [
         ("mcp-session-id", sid.as_str()),
         ("accept", "text/event-stream"),

@@ -149,13 +149,7 @@ async fn a_session_holds_at_most_two_get_streams() {
 
 #[tokio::test]
 async fn a_changed_catalog_is_announced_on_the_get_stream() {
-    let gw = start(
-        "keepalive = \"60s\"",
-        "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
-    )
-    .await;
-    let addr = gw.local_addr();
-    let sid = legacy_session(addr, "2025-11-25").await;
+    let (gw, addr, sid) = edge_session("keepalive = \"60s\"").await;
     let mut s = open_get(addr, &sid).await;
     let head = read_head(&mut s).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");

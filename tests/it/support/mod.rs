@@ -423,6 +423,19 @@ pub fn fake_block_granting(
     )
 }
 
+/// A gateway with `server_extra` and only the built-in upstream, and a
+/// 2025-11-25 legacy session opened on it.
+pub async fn edge_session(server_extra: &str) -> (Gateway, SocketAddr, String) {
+    let gw = start(
+        server_extra,
+        "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
+    )
+    .await;
+    let addr = gw.local_addr();
+    let sid = legacy_session(addr, "2025-11-25").await;
+    (gw, addr, sid)
+}
+
 /// Starts a gateway on an ephemeral loopback port with `upstreams` (TOML
 /// `[[upstream]]` blocks) and `server_extra` lines in `[server]`; waits for
 /// every upstream's first attempt to settle.
