@@ -175,13 +175,17 @@ impl Estimate {
             },
             Item {
                 what: format!(
-                    "GET and listen streams (max(1, {} / 2) × ({} + {} queued × {}))",
+                    "GET and listen streams (max(1, {} / 2) × ({} + {} replay + {} queued × {}))",
                     s.max_connections,
                     kib(STREAM_BYTES),
+                    kib(REPLAY_STREAM_BYTES),
                     s.sse_queue_depth,
                     kib(QUEUED_MESSAGE_BYTES)
                 ),
-                bytes: open_streams * (STREAM_BYTES + s.sse_queue_depth * QUEUED_MESSAGE_BYTES),
+                bytes: open_streams
+                    * (STREAM_BYTES
+                        + REPLAY_STREAM_BYTES
+                        + s.sse_queue_depth * QUEUED_MESSAGE_BYTES),
             },
             Item {
                 what: format!(

@@ -440,8 +440,9 @@ pub const SSE_REPLAY_BYTES: usize = 16 * 1024;
 /// polled, their call held in flight) for a resumption: the one expiring
 /// soonest makes room (its call cancelled, counted as `sse_parked`).
 pub const SSE_PARKED_STREAMS: usize = 32;
-/// Parked call streams of one session at most: its own oldest makes room
-/// for another (one client's disconnections cannot end others' calls).
+/// Parked streams (call and GET streams) of one session at most: its own
+/// soonest-expiring makes room for another (one client's disconnections
+/// cannot end others' calls).
 pub const SSE_PARKED_PER_SESSION: usize = 4;
 /// How long such a stream waits for its client to resume it with
 /// `Last-Event-ID` before its call is cancelled (`sse_parked` not counted:

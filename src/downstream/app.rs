@@ -178,6 +178,16 @@ impl App {
         self.ready.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Streams parked now, waiting for their clients (`downstream::resume`).
+    pub fn sse_parked(&self) -> usize {
+        self.resumes.len()
+    }
+
+    /// Streams resumed with `Last-Event-ID` so far (`downstream::resume`).
+    pub fn sse_resumed(&self) -> u64 {
+        self.resumes.resumed()
+    }
+
     /// The gateway starts shutting down: listen streams send their closing
     /// response and end.
     pub fn begin_stopping(&self) {

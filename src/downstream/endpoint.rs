@@ -217,22 +217,26 @@ async fn get(app: Arc<App>, head: &Head, h: &HeaderMap) -> Response<Body> {
     // one lookup): only a live session of this client's may cost another
     // client a stream place; a refused place gives the session's back.
     let max = crate::limits::MAX_STREAMS_PER_SESSION;
-    let held = match (app.sessions).open_stream(id, who.owner(), max) {
-        Ok(held) => held,
-        Err(e @ SessionError::TooManyStreams { .. }) => {
-            return refuse(
-                StatusCode::TOO_MANY_REQUESTS,
-                protocol::INVALID_REQUEST,
-                e.to_string(),
-            )
-            .into_response(Value::Null)
-        }
-        Err(_) => return reply::not_found().into_response(Value::Null),
+    let refused = match (app.sessions).open_stream(id, who.owner(), max) {
+        Err(e @ SessionError::TooManyStreams { .. }) => refuse(
+            StatusCode::TOO_MANY_REQUESTS,
+            protocol::INVALID_REQUEST,
+            e.to_string(),
+        ),
+        Err(_) => reply::not_found(),
+        Ok(held) => match app.streams.take(who.access.shares(), who.owner()) {
+            Ok(place) => {
+                let priming = app.sessions.version(&id) >= Some(ProtocolVersion::V2025_11_25);
+                return get_stream::session_stream(app.clone(), held, place, start, priming);
+            }
+            Err((status, e)) => Refusal(status, e),
+        },
     };
-    match app.streams.take(who.access.shares(), who.owner()) {
-        Ok(place) => get_stream::session_stream(app.clone(), held, place, start),
-        Err((status, e)) => Refusal(status, e).into_response(Value::Null),
+    // A resumed stream refused a place waits on, as it was.
+    if let Start::Resumed(state, _) = start {
+        get_stream::park_again(&app.resumes, id, state);
     }
+    refused.into_response(Value::Null)
 }
 
 /// A stream of session `id` resumed after event `last`

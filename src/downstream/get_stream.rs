@@ -42,13 +42,17 @@ pub enum Start {
 }
 
 /// The GET stream of session `held`, holding `place` in the stream pool.
+/// A 2025-11-25 session's (`priming`) new stream begins with a priming
+/// event (an ID, `retry`, no data), so that even a stream that has sent
+/// nothing yet can be resumed and miss no list change.
 pub fn session_stream(
     app: Arc<App>,
     held: StreamHeld,
     place: StreamPlace,
     start: Start,
+    priming: bool,
 ) -> Response<Body> {
-    let stream = GetStream::new(app, held, place, start);
+    let stream = GetStream::new(app, (held, place), start, priming);
     let frames = futures_util::stream::unfold(stream, |mut s| async move {
         let b = s.next().await?;
         Some((Ok::<_, Infallible>(Frame::data(b)), s))
@@ -62,9 +66,10 @@ struct GetStream {
     app: Arc<App>,
     id: SessionId,
     keepalive: Interval,
-    /// Its places in the session and in the pool, given back by their drops.
-    _held: StreamHeld,
-    place: StreamPlace,
+    /// Its places in the session and in the pool, given back first when
+    /// it ends (a resumption it wakes by parking may need them).
+    held: Option<StreamHeld>,
+    place: Option<StreamPlace>,
     lists: watch::Receiver<ListGens>,
     /// The list generations its client was last told of.
     seen: ListGens,
@@ -79,7 +84,13 @@ struct GetStream {
 }
 
 impl GetStream {
-    fn new(app: Arc<App>, held: StreamHeld, place: StreamPlace, start: Start) -> GetStream {
+    fn new(
+        app: Arc<App>,
+        places: (StreamHeld, StreamPlace),
+        start: Start,
+        priming: bool,
+    ) -> GetStream {
+        let (held, place) = places;
         let period = app.server.keepalive;
         let mut keepalive = tokio::time::interval_at(Instant::now() + period, period);
         keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -87,7 +98,12 @@ impl GetStream {
         let now = *lists.borrow_and_update();
         let id = held.id();
         let (stream, replay, seen, queued) = match start {
-            Start::Fresh => (app.resumes.stream(), Replay::new(0), now, None),
+            Start::Fresh => (
+                app.resumes.stream(),
+                Replay::new(u64::from(priming)),
+                now,
+                None,
+            ),
             Start::Resumed(state, queued) => (state.stream, state.replay, state.seen, Some(queued)),
         };
         let mut s = GetStream {
@@ -96,8 +112,8 @@ impl GetStream {
             app,
             id,
             keepalive,
-            _held: held,
-            place,
+            held: Some(held),
+            place: Some(place),
             lists,
             seen: now,
             stream,
@@ -106,6 +122,11 @@ impl GetStream {
             ended: false,
         };
         match queued {
+            None if priming => {
+                let ms = crate::limits::SSE_RETRY_ADVERTISED_MS;
+                let primer = format!("id: {}-0\nretry: {ms}\ndata: \n\n", s.stream);
+                s.queued.push_back(Bytes::from(primer));
+            }
             None => {}
             Some(Some(replayed)) => {
                 s.queued = replayed;
@@ -150,7 +171,7 @@ impl GetStream {
                 }
                 // Its place went to a client under its share: the stream
                 // ends cleanly (the session stays).
-                _ = self.place.evicted() => {
+                _ = evicted(&self.place) => {
                     self.ended = true;
                     return None;
                 }
@@ -197,10 +218,30 @@ impl GetStream {
     }
 }
 
+/// Parks `state` again (a resumption refused a place), with its deadline.
+pub fn park_again(home: &super::call_stream::Home, session: SessionId, state: Box<GetState>) {
+    let key = Key {
+        session,
+        stream: state.stream,
+        request: String::new(),
+    };
+    let expires = state.expires;
+    drop(home.park(key, Waiting::Get(state), expires));
+}
+
+/// Resolves once `place` is given to a client under its share.
+async fn evicted(place: &Option<StreamPlace>) {
+    match place {
+        Some(p) => p.evicted().await,
+        None => std::future::pending().await,
+    }
+}
+
 impl Drop for GetStream {
     /// Its client went (not mcp-edge's ending): parked, when it sent an
     /// event its client can name.
     fn drop(&mut self) {
+        drop((self.place.take(), self.held.take()));
         let home = self.app.resumes.clone();
         if !self.ended && self.replay.next() > 0 {
             let expires = Instant::now() + crate::limits::SSE_RESUME_WINDOW;

@@ -177,10 +177,13 @@ pub struct Parked<T> {
     /// Set at shutdown: nothing is parked any more.
     closed: AtomicBool,
     /// The streams being written: one per legacy call answered as a
-    /// stream now, so bounded by the calls in flight.
+    /// stream now and per legacy GET stream, so bounded by the calls in
+    /// flight and the stream pool.
     attached: Mutex<Vec<(SessionId, u64, Arc<LetGo>)>>,
     /// Woken whenever a stream is parked.
     arrived: Notify,
+    /// Streams taken out by a resumption ([`Parked::take_or_let_go`]).
+    resumed: AtomicU64,
 }
 
 /// Tells a stream being written to end its response (and so be parked)
@@ -214,6 +217,7 @@ impl<T> Parked<T> {
             closed: AtomicBool::new(false),
             attached: Mutex::new(Vec::new()),
             arrived: Notify::new(),
+            resumed: AtomicU64::new(0),
         }
     }
 
@@ -300,6 +304,7 @@ impl<T> Parked<T> {
         loop {
             let arrived = self.arrived.notified();
             if let Some(v) = self.take(session, stream) {
+                self.resumed.fetch_add(1, Relaxed);
                 return Some(v);
             }
             if !self.let_go(session, stream) {
@@ -312,15 +317,21 @@ impl<T> Parked<T> {
     /// Asks stream `stream` of `session`, if being written, to let go.
     fn let_go(&self, session: &SessionId, stream: u64) -> bool {
         let attached = self.attached.lock().expect("attached streams");
-        let found = attached
+        let mut asked = false;
+        for (_, _, l) in attached
             .iter()
-            .find(|(s, n, _)| s == session && *n == stream);
-        found
-            .inspect(|(_, _, l)| {
-                l.asked.store(true, Relaxed);
-                l.waker.wake();
-            })
-            .is_some()
+            .filter(|(s, n, _)| s == session && *n == stream)
+        {
+            l.asked.store(true, Relaxed);
+            l.waker.wake();
+            asked = true;
+        }
+        asked
+    }
+
+    /// Streams taken out by a resumption so far.
+    pub fn resumed(&self) -> u64 {
+        self.resumed.load(Relaxed)
     }
 
     /// The stream `stream` of `session`, taken out.

@@ -190,6 +190,11 @@ impl Sessions {
         self.with(|t| t.peek(id, Instant::now()).is_some())
     }
 
+    /// The negotiated version of live session `id`.
+    pub fn version(&self, id: &SessionId) -> Option<ProtocolVersion> {
+        self.with(|t| t.peek(id, Instant::now()).map(|s| s.version))
+    }
+
     /// The owner mark of session `id` while its slot holds it (expired but
     /// not yet swept counts: its calls may still run).
     pub fn owner(&self, id: &SessionId) -> Option<u64> {

@@ -438,17 +438,18 @@ async fn python_sdk_2_modern_client_answers_a_legacy_python_servers_requests() {
 /// after its first progress notification, to be polled; mcp-edge resumes
 /// it with `Last-Event-ID` and closes its own caller's stream in turn; the
 /// Python SDK 1.30 client and the TypeScript SDK client poll mcp-edge
-/// with `Last-Event-ID` and get both progress notifications and the result.
+/// with `Last-Event-ID` (this gateway resumed a stream for each) and get
+/// both progress notifications and the result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_clients_poll_a_call_whose_upstream_closed_its_stream() {
-    mcp_edge::metrics::prometheus();
-    let resumed = || mcp_edge::metrics::read(mcp_edge::metrics::SSE_RESUMED, "kind=\"call\"");
     let (_guard, port) = peers::spawn_fixture_http_server_with(&["--resumable"]);
     let upstream = format!(
         "[[upstream]]\nname = \"py\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n"
     );
     let gw = support::start("", &upstream).await;
     let url = format!("http://{}/mcp", gw.local_addr());
+    // This gateway's own count: other tests in the process resume streams too.
+    let resumed = || gw.app().sse_resumed();
     for kind in [ClientKind::V1, ClientKind::Ts] {
         let before = resumed();
         let out =

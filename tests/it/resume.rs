@@ -190,3 +190,49 @@ async fn a_get_stream_resumed_goes_on_with_what_changed_meanwhile() {
     assert_eq!(again, stream, "the same stream goes on");
     assert!(m > n, "after the client's last event: {m} > {n}");
 }
+
+/// A 2025-11-25 GET stream is primed: resumed from its priming event (it
+/// sent nothing else), it still announces a change made while its client
+/// was away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_stream_resumed_from_its_priming_event_misses_no_change() {
+    let (gw, addr, sid) = edge_session("keepalive = \"60s\"").await;
+    let h = [
+        ("mcp-session-id", sid.as_str()),
+        ("accept", "text/event-stream"),
+    ];
+    let s = sse::open("GET", addr, &h, "").await;
+    assert_eq!(s.status, 200);
+    let primed = || s.seen().last_event_id;
+    eventually_sync("the priming event", Duration::from_secs(10), || {
+        primed().is_some()
+    })
+    .await;
+    let (last, retry) = (primed().unwrap(), s.seen().retry_ms);
+    assert!(
+        last.ends_with("-0") && retry == Some(1000),
+        "{last} {retry:?}"
+    );
+    let parked = || gw.app().sse_parked();
+    drop(s);
+    eventually_sync("the stream parked", Duration::from_secs(10), || {
+        parked() == 1
+    })
+    .await;
+    gw.app().router().upstreams()[0].force_reconnect();
+    let h = [
+        ("mcp-session-id", sid.as_str()),
+        ("last-event-id", last.as_str()),
+    ];
+    let mut resumed = sse::open("GET", addr, &h, "").await;
+    let next = resumed
+        .next_event(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        next.data["method"], "notifications/tools/list_changed",
+        "{next:?}"
+    );
+    assert_eq!(gw.app().sse_resumed(), 1);
+}
