@@ -171,21 +171,7 @@ async fn a_get_stream_resumed_goes_on_with_what_changed_meanwhile() {
              // While it is away, the list changes again.
     edge().force_reconnect();
     let last = format!("{stream}-{n}");
-    let h = [
-        ("mcp-session-id", sid.as_str()),
-        ("last-event-id", last.as_str()),
-    ];
-    let mut resumed = sse::open("GET", addr, &h, "").await;
-    assert_eq!(resumed.status, 200);
-    let next = resumed
-        .next_event(Duration::from_secs(10))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        next.data["method"], "notifications/tools/list_changed",
-        "{next:?}"
-    );
+    let next = resumed_get(addr, &sid, &last).await;
     let (again, m) = id_of(&next);
     assert_eq!(again, stream, "the same stream goes on");
     assert!(m > n, "after the client's last event: {m} > {n}");
@@ -220,19 +206,21 @@ async fn a_get_stream_resumed_from_its_priming_event_misses_no_change() {
     })
     .await;
     gw.app().router().upstreams()[0].force_reconnect();
-    let h = [
-        ("mcp-session-id", sid.as_str()),
-        ("last-event-id", last.as_str()),
-    ];
+    resumed_get(addr, &sid, &last).await;
+    assert_eq!(gw.app().sse_resumed(), 1);
+}
+
+/// The first event of session `sid`'s GET stream resumed after `last`:
+/// a tools list change.
+async fn resumed_get(addr: std::net::SocketAddr, sid: &str, last: &str) -> sse::Event {
+    let h = [("mcp-session-id", sid), ("last-event-id", last)];
     let mut resumed = sse::open("GET", addr, &h, "").await;
-    let next = resumed
-        .next_event(Duration::from_secs(10))
-        .await
-        .unwrap()
-        .unwrap();
+    assert_eq!(resumed.status, 200);
+    let wait = Duration::from_secs(10);
+    let next = resumed.next_event(wait).await.unwrap().unwrap();
     assert_eq!(
         next.data["method"], "notifications/tools/list_changed",
         "{next:?}"
     );
-    assert_eq!(gw.app().sse_resumed(), 1);
+    next
 }
