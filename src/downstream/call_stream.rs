@@ -14,7 +14,7 @@
 //! stream has no IDs: dropping it is its cancellation (2026-07-28
 //! patterns-cancellation.mdx).
 
-use super::resume::{Event, EventId, Key, LetGo, Parked, Replay, Unresumable};
+use super::resume::{self, Event, EventId, Key, LetGo, Parked, Replay, Unresumable};
 use crate::protocol::{self, sse, Outgoing, RpcError};
 use crate::relay::Relayed;
 use crate::session::SessionId;
@@ -142,10 +142,7 @@ impl Core {
         let ids = resumable.map(|r| {
             let stream = r.home.stream();
             if r.priming {
-                let ms = crate::limits::SSE_RETRY_ADVERTISED_MS;
-                queued.push_back(Bytes::from(format!(
-                    "id: {stream}-0\nretry: {ms}\ndata: \n\n"
-                )));
+                queued.push_back(resume::priming(stream));
             }
             Ids {
                 stream,
@@ -177,9 +174,7 @@ impl Core {
             Relayed::Message(v) => self.message(&v),
             Relayed::Polled if self.ids.as_ref().is_some_and(|ids| ids.polled) => {
                 // `retry` before the close (item 6), as in the priming event.
-                let ms = crate::limits::SSE_RETRY_ADVERTISED_MS;
-                self.queued
-                    .push_back(Bytes::from(format!("retry: {ms}\n\n")));
+                self.queued.push_back(resume::retry());
                 self.closing = true;
             }
             Relayed::Polled => {}

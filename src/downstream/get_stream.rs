@@ -122,11 +122,7 @@ impl GetStream {
             ended: false,
         };
         match queued {
-            None if priming => {
-                let ms = crate::limits::SSE_RETRY_ADVERTISED_MS;
-                let primer = format!("id: {}-0\nretry: {ms}\ndata: \n\n", s.stream);
-                s.queued.push_back(Bytes::from(primer));
-            }
+            None if priming => s.queued.push_back(super::resume::priming(s.stream)),
             None => {}
             Some(Some(replayed)) => {
                 s.queued = replayed;

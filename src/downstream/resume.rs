@@ -54,6 +54,22 @@ impl EventId {
     }
 }
 
+/// The priming event of stream `stream` (2025-11-25 transports.mdx
+/// §Sending Messages item 6): its ID `<stream>-0`, the `retry` its client
+/// waits before resuming it, empty data.
+pub fn priming(stream: u64) -> Bytes {
+    let ms = crate::limits::SSE_RETRY_ADVERTISED_MS;
+    Bytes::from(format!("id: {stream}-0\nretry: {ms}\ndata: \n\n"))
+}
+
+/// The `retry` a stream sends before it is closed to be polled (item 6).
+pub fn retry() -> Bytes {
+    Bytes::from(format!(
+        "retry: {}\n\n",
+        crate::limits::SSE_RETRY_ADVERTISED_MS
+    ))
+}
+
 /// One event as written: a relayed message in one piece (its `id:` line
 /// included), or a response as its `id:` line and the pieces of its body
 /// (written without joining them).

@@ -70,7 +70,7 @@ async fn a_calls_stream_closed_after_its_priming_event_is_resumed() {
     let (r, polls) = call_polled(gw.local_addr(), &sid, json!(1), "remote__polled").await;
     assert_eq!(content_text(&r), Some("polled"), "{r}");
     assert_eq!(polls, 1, "the caller's stream closed as the upstream's did");
-    let resumed = up.resumed.lock().unwrap().clone();
+    let (posted, resumed) = resumptions(&up);
     assert_eq!(
         resumed
             .iter()
@@ -79,10 +79,6 @@ async fn a_calls_stream_closed_after_its_priming_event_is_resumed() {
         ["p1"]
     );
     // `retry: 0` is lengthened to the floor, limits::SSE_RETRY_MIN.
-    let posted = (up.requests.lock().unwrap().iter())
-        .find(|(_, m)| m == "tools/call")
-        .unwrap()
-        .0;
     // not ordering: a lower bound on the wait the test is about.
     assert!(resumed[0].0 - posted >= mcp_edge::limits::SSE_RETRY_MIN);
     let sent = (up.versions.lock().unwrap().iter())
@@ -112,7 +108,7 @@ async fn a_stream_that_keeps_closing_is_resumed_a_bounded_number_of_times() {
     let (_, message) = failed(&gw, &sid, "remote__polled_forever").await;
     let n = mcp_edge::limits::SSE_RESUMES_PER_CALL as usize;
     assert!(message.contains(&format!("resumed {n} times")), "{message}");
-    let resumed = up.resumed.lock().unwrap().clone();
+    let (posted, resumed) = resumptions(&up);
     assert_eq!(
         resumed
             .iter()
@@ -121,14 +117,23 @@ async fn a_stream_that_keeps_closing_is_resumed_a_bounded_number_of_times() {
         vec!["f1"; n]
     );
     assert!(refused() >= before + 1.0, "counted");
-    let posted = (up.requests.lock().unwrap().iter())
-        .find(|(_, m)| m == "tools/call")
-        .unwrap()
-        .0;
-    let resumed = resumed[0].0;
     // not ordering: a lower bound on the wait the test is about.
-    assert!(resumed - posted >= mcp_edge::limits::SSE_RETRY_DEFAULT);
+    assert!(resumed[0].0 - posted >= mcp_edge::limits::SSE_RETRY_DEFAULT);
     stayed_up(&gw, &up, &sid).await;
+}
+
+/// When the scripted upstream got the `tools/call`, and its resumptions
+/// (when, after which event ID).
+fn resumptions(
+    up: &scripted::Upstream,
+) -> (tokio::time::Instant, Vec<(tokio::time::Instant, String)>) {
+    let requests = up.requests.lock().unwrap();
+    let posted = requests
+        .iter()
+        .find(|(_, m)| m == "tools/call")
+        .expect("the call posted")
+        .0;
+    (posted, up.resumed.lock().unwrap().clone())
 }
 
 /// A gateway in front of a legacy scripted upstream `remote`, and a

@@ -308,3 +308,21 @@ async fn a_parked_stream_answers_only_what_it_can_and_its_cancellation_ends_it()
     assert!(answer.is_closed() && home.is_empty());
     drop(tx);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_that_does_not_let_go_is_waited_for_only_up_to_the_takeover_bound() {
+    let home: Home = Arc::new(Parked::new(4));
+    // Attached, but never polled again (a connection hyper no longer writes).
+    let (mut body, _tx, _answer) = stream(&home, true);
+    let s = stream_of(&event(&mut body).await.unwrap());
+    let t0 = Instant::now();
+    let gone = resumed(&home, &session(), EventId { stream: s, n: 0 }).await;
+    assert!(matches!(gone, Resumed::Unknown));
+    assert_eq!(Instant::now() - t0, crate::limits::SSE_TAKEOVER_WAIT);
+    drop(body);
+    assert_eq!(
+        home.len(),
+        1,
+        "parked once it let go, for a later resumption"
+    );
+}
