@@ -7,6 +7,7 @@
 use crate::support::scripted::{self, http_block, scripted, Mode};
 use crate::support::*;
 use serde_json::{json, Value};
+use tokio::time::Instant;
 
 #[tokio::test]
 async fn an_upstreams_refusal_of_one_request_is_that_callers_error_only() {
@@ -70,17 +71,11 @@ async fn a_calls_stream_closed_after_its_priming_event_is_resumed() {
     let (r, polls) = call_polled(gw.local_addr(), &sid, json!(1), "remote__polled").await;
     assert_eq!(content_text(&r), Some("polled"), "{r}");
     assert_eq!(polls, 1, "the caller's stream closed as the upstream's did");
-    let (posted, resumed) = resumptions(&up);
-    assert_eq!(
-        resumed
-            .iter()
-            .map(|(_, id)| id.as_str())
-            .collect::<Vec<_>>(),
-        ["p1"]
-    );
+    let (posted, first, ids) = resumptions(&up);
+    assert_eq!(ids, ["p1"]);
     // `retry: 0` is lengthened to the floor, limits::SSE_RETRY_MIN.
     // not ordering: a lower bound on the wait the test is about.
-    assert!(resumed[0].0 - posted >= mcp_edge::limits::SSE_RETRY_MIN);
+    assert!(first - posted >= mcp_edge::limits::SSE_RETRY_MIN);
     let sent = (up.versions.lock().unwrap().iter())
         .filter(|(m, _)| m == "tools/call")
         .count();
@@ -108,32 +103,26 @@ async fn a_stream_that_keeps_closing_is_resumed_a_bounded_number_of_times() {
     let (_, message) = failed(&gw, &sid, "remote__polled_forever").await;
     let n = mcp_edge::limits::SSE_RESUMES_PER_CALL as usize;
     assert!(message.contains(&format!("resumed {n} times")), "{message}");
-    let (posted, resumed) = resumptions(&up);
-    assert_eq!(
-        resumed
-            .iter()
-            .map(|(_, id)| id.as_str())
-            .collect::<Vec<_>>(),
-        vec!["f1"; n]
-    );
+    let (posted, first, ids) = resumptions(&up);
+    assert_eq!(ids, vec!["f1"; n]);
     assert!(refused() >= before + 1.0, "counted");
     // not ordering: a lower bound on the wait the test is about.
-    assert!(resumed[0].0 - posted >= mcp_edge::limits::SSE_RETRY_DEFAULT);
+    assert!(first - posted >= mcp_edge::limits::SSE_RETRY_DEFAULT);
     stayed_up(&gw, &up, &sid).await;
 }
 
-/// When the scripted upstream got the `tools/call`, and its resumptions
-/// (when, after which event ID).
-fn resumptions(
-    up: &scripted::Upstream,
-) -> (tokio::time::Instant, Vec<(tokio::time::Instant, String)>) {
+/// When the scripted upstream got the `tools/call`, when it was first
+/// resumed, and the event ID each resumption named.
+fn resumptions(up: &scripted::Upstream) -> (Instant, Instant, Vec<String>) {
     let requests = up.requests.lock().unwrap();
     let posted = requests
         .iter()
         .find(|(_, m)| m == "tools/call")
         .expect("the call posted")
         .0;
-    (posted, up.resumed.lock().unwrap().clone())
+    let resumed = up.resumed.lock().unwrap();
+    let ids = resumed.iter().map(|(_, id)| id.clone()).collect();
+    (posted, resumed.first().expect("resumed").0, ids)
 }
 
 /// A gateway in front of a legacy scripted upstream `remote`, and a
