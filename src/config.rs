@@ -335,7 +335,8 @@ pub enum ToolNameRule {
 /// Which protocol era to speak to an upstream (`upstream.era`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EraPreference {
-    /// `"auto"`: probe the upstream.
+    /// `"auto"`: probe the upstream; an HTTP one that speaks both eras is
+    /// spoken to in each caller's ([`crate::upstream::handshake`]).
     Auto,
     /// `"legacy"`: `initialize` + sessions (2025-03-26 … 2025-11-25).
     Legacy,

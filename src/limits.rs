@@ -137,7 +137,9 @@ pub const MRTR_ROUND_REQUESTS: usize = 8;
 /// per other set of client capabilities its callers declared
 /// (`upstream::http::lanes`), so a server that checks them sees the
 /// caller's. 64 sets are possible; callers mostly declare one of a few
-/// (none, all, elicitation only). Beyond this, or for a set whose session
+/// (none, all, elicitation only). Also the capability sets listed for one
+/// upstream's scoped catalog (`upstream::scopes`; beyond them: the
+/// broadest catalog, `limit="capability_catalogs"`). Beyond this, or for a set whose session
 /// the server refused to open (a server with one session only), calls use
 /// the main session (counted: `limit="capability_sessions"`). Kept while
 /// the connection lives.
@@ -156,7 +158,7 @@ pub const UPSTREAM_IDLE_CONNECTIONS: usize = 4;
 /// patterns-mrtr.mdx): the whole gateway's table, allocated at start. A
 /// full table refuses the call that needs a place
 /// (`mcp_edge_refused_total{limit="parked_calls"}`).
-/// 32: each costs up to `budget::PARKED_CALL_BYTES` (72 KiB), and the
+/// 32: each costs up to `budget::PARKED_CALL_BYTES` (80 KiB), and the
 /// table must fit the smallest board's heap budget (rpi-zero-2w, 32 MiB).
 pub const PARKED_CALLS: usize = 32;
 /// How long a parked call waits for its caller's retry before the upstream's

@@ -41,7 +41,9 @@ pub use handles::{count_request, LazyCounter};
 ///   an event of a lane's GET stream over `limits::LANE_STREAM_EVENT_BYTES`;
 ///   `capability_sessions`: a caller's capability set given no session of
 ///   its own with a legacy HTTP upstream (the lanes full, or the server
-///   refused one), its calls in mcp-edge's session;
+///   refused one), its calls in mcp-edge's session; `capability_catalogs`:
+///   a caller's capability set shown an upstream's broadest catalog, the
+///   table of sets listed for its scoped catalog full (`upstream::scopes`);
 ///   `catalog_entries`, `catalog_bytes`: an upstream's catalog over its
 ///   bounds; `unknown_id`: an upstream's response to an id not in flight
 ///   (never sent, already answered, or given up), dropped; `sse_resumes`:

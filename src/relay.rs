@@ -77,6 +77,10 @@ pub struct Lane(pub u8);
 impl Lane {
     /// The main session (the only one of a stdio or modern upstream).
     pub const MAIN: Lane = Lane(0);
+    /// No session: a streamable-HTTP upstream's 2026-07-28 request (a
+    /// modern upstream's, or a dual-era one's beside its legacy sessions);
+    /// what it brings is answered in that era, without a session id.
+    pub const STATELESS: Lane = Lane(u8::MAX);
 }
 
 /// `LoggingLevel` values, least severe first (RFC 5424 severities;

@@ -13,6 +13,7 @@
 //! of the set, the routes, and the few upstream types re-exported below.
 
 pub mod names;
+mod scoped;
 mod task_routing;
 mod view;
 /// What the downstream face names of the upstreams, which it reaches only

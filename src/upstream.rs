@@ -21,6 +21,7 @@ pub mod inflight;
 mod input_bridge;
 mod pinning;
 pub mod ring;
+pub mod scopes;
 pub mod state;
 pub mod stdio;
 mod steward;
@@ -39,7 +40,7 @@ use tokio::time::Instant;
 pub use call_error::{CallError, SendError};
 pub use catalog::{Catalog, ListGens};
 pub use conn::{Abandoned, Conn, Driver, OpenError, Opened};
-pub use era::UpstreamEra;
+pub use era::{CallEra, UpstreamEra};
 pub use handshake::Negotiated;
 pub use pinning::ApproveError;
 pub use state::Status;
@@ -92,6 +93,9 @@ pub struct Upstream {
     calls: crate::drain::Drain,
     /// Its `max_in_flight` places as clients hold them ([`Callers`]).
     callers: Arc<Callers>,
+    /// The sets of client capabilities its scoped catalog was listed for
+    /// ([`scopes`]).
+    scopes: scopes::Scopes,
     /// When it was created (gateway start, or the reload that started it):
     /// the clock of [`Upstream::first_attempt`] until the owner task starts.
     created: Instant,
@@ -133,6 +137,7 @@ impl Upstream {
             calls: crate::drain::Drain::new(),
             callers,
             created: now,
+            scopes: Default::default(),
             oauth,
         });
         let owner = Steward::of(&up);
@@ -224,7 +229,8 @@ impl Upstream {
         params: Option<Value>,
         relay: Option<relay::Relay>,
     ) -> Result<Payload, CallError> {
-        self.call_as(method, params, relay, Claimant::NOBODY).await
+        self.call_as(method, params, relay, Claimant::NOBODY, CallEra::Own)
+            .await
     }
 
     /// Whether it offers the tasks extension now: a modern connection
@@ -238,13 +244,18 @@ impl Upstream {
 
     /// [`Upstream::call_relayed`] for a downstream client `who`: the call
     /// takes one of the upstream's in-flight places within the client's
-    /// share ([`Callers`]: [`CallError::Share`] otherwise).
+    /// share ([`Callers`]: [`CallError::Share`] otherwise). A dual-era
+    /// upstream is spoken to in the caller's era (`call`): a legacy
+    /// caller's call goes to its legacy session, where its server requests
+    /// come as requests, not as an `InputRequiredResult`
+    /// ([`Negotiated::era_for`]).
     pub async fn call_as(
         &self,
         method: &str,
         params: Option<Value>,
         relay: Option<relay::Relay>,
         who: Claimant<'_>,
+        call: CallEra,
     ) -> Result<Payload, CallError> {
         if let Some(retry_in) = self.owned.retry_window() {
             return Err(CallError::RetryLater {
@@ -256,14 +267,24 @@ impl Upstream {
         let claim = (self.callers).claim(who, &self.config.name, || conn.reclaim_stale())?;
         let _active = self.calls.enter();
         let t0 = Instant::now();
-        let mut params = era::adapt_params(neg.era, params);
-        if let (UpstreamEra::Modern, Some(floor)) = (neg.era, legacy_log_floor(relay.as_ref())) {
+        // A tool that runs only as a task is called in the modern era (its
+        // task followed), even for a legacy caller of a dual-era upstream:
+        // its legacy session would refuse it.
+        let call = match call {
+            CallEra::Legacy if neg.legacy.is_some() && self.task_required(method, &params) => {
+                CallEra::Own
+            }
+            other => other,
+        };
+        let spoken = neg.era_for(call);
+        let mut params = era::adapt_params(spoken, params);
+        if let (UpstreamEra::Modern, Some(floor)) = (spoken, legacy_log_floor(relay.as_ref())) {
             era::ask_log_level(&mut params, floor);
         }
         // Kept only when the bridge may need them (no copy otherwise).
-        let bridge = era::may_bridge(neg.era, method, relay.as_ref())
+        let bridge = era::may_bridge(spoken, method, relay.as_ref())
             .then(|| (params.clone(), relay.clone()));
-        let sent = (neg.era, generation);
+        let sent = (spoken, generation);
         let first = (self.send_once(&conn, sent, method, params, relay, claim.clone())).await?;
         match bridge {
             Some((params, Some(relay))) if first.is_input_required() => {

@@ -11,7 +11,7 @@
 #   3. tests/interop/conformance.sh  official MCP conformance suite (0.1.16) against the release gateway
 #      tests/interop/conformance_v2.sh  conformance 0.2.0-alpha.12, --requirements 2025-11-25 and 2026-07-28
 #                                    (incl. the tasks scenarios), fixture direct vs through mcp-edge with the
-#                                    fixture as legacy and as modern upstream; fails on any gateway regression
+#                                    fixture as legacy, modern and auto (dual-era) upstream; fails on any gateway regression
 #      tests/interop/conformance_oauth.sh  its client side: every auth/* scenario of both requirement sets
 #                                    (+ client-credentials-basic/-jwt), mcp-edge with the scenario's server
 #                                    as an [upstream.oauth] upstream (tests/interop/oauth_client.py); table printed

@@ -70,7 +70,7 @@ pub(crate) fn print_status(body: &str) {
             u["state"].as_str().unwrap_or(""),
             u["attempts"].as_u64().unwrap_or(0),
             u["tools"].as_u64().unwrap_or(0),
-            u["detail"].as_str().unwrap_or(""),
+            detail(u),
         );
         if let Some(o) = u["oauth"].as_object() {
             let until = o.get("valid_until_unix").and_then(|v| v.as_u64());
@@ -101,5 +101,18 @@ pub(crate) fn print_status(body: &str) {
                 ""
             );
         }
+    }
+}
+
+/// An upstream's detail, with the protocol versions spoken with it (a
+/// dual-era upstream's two).
+fn detail(u: &serde_json::Value) -> String {
+    let detail = u["detail"].as_str().unwrap_or("");
+    let eras: Vec<&str> = (u["eras"].as_array().into_iter().flatten())
+        .filter_map(|v| v.as_str())
+        .collect();
+    match eras.is_empty() {
+        true => detail.to_string(),
+        false => format!("{detail} ({})", eras.join(" + ")),
     }
 }

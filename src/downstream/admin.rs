@@ -80,6 +80,44 @@ pub fn status(app: &App) -> Value {
     status_for(app, true)
 }
 
+/// One upstream's entry of `/status`.
+fn upstream_status(u: &crate::router::Upstream, now: Instant, tails: bool) -> Value {
+    let s = u.status();
+    let (ok, missed) = u.probes();
+    let transport = match &u.config.transport {
+        crate::config::Transport::Stdio { .. } => "stdio",
+        crate::config::Transport::Http { .. } => "http",
+        crate::config::Transport::Builtin => "builtin",
+    };
+    json!({
+        "name": u.name(),
+        "transport": transport,
+        "required": u.config.required,
+        "state": s.name(),
+        // The protocol versions spoken with it while connected: a
+        // dual-era upstream's two, its own era's first.
+        "eras": u.negotiated().map(|n| n.versions()),
+        "detail": s.describe(now),
+        "retry_in_secs": s.retry_in(now).map(|d| d.as_secs_f64().ceil() as u64),
+        "attempts": u.attempts(),
+        "probes_ok": ok,
+        "probes_missed": missed,
+        "in_flight": u.active_calls(),
+        "tools": u.catalog().served_tools(),
+        "trust": u.config.trust.as_str(),
+        "pinned": u.pinned(),
+        "withheld": u.withheld().iter().map(|w| w.to_json()).collect::<Vec<_>>(),
+        "stderr_tail": if tails { json!(u.stderr_tail()) } else { Value::Null },
+        "oauth": u.oauth_status(),
+        "sandbox": match &u.config.transport {
+            crate::config::Transport::Stdio { sandbox, cwd, .. } => {
+                crate::sandbox::describe(sandbox, cwd.as_deref())
+            }
+            _ => Value::Null,
+        },
+    })
+}
+
 /// The `/status` document; `tails`: with stderr tails (the operator socket
 /// only: a child's stderr may carry what it should not tell every local
 /// process).
@@ -89,39 +127,7 @@ pub fn status_for(app: &App, tails: bool) -> Value {
         .router
         .upstreams()
         .iter()
-        .map(|u| {
-            let s = u.status();
-            let (ok, missed) = u.probes();
-            let transport = match &u.config.transport {
-                crate::config::Transport::Stdio { .. } => "stdio",
-                crate::config::Transport::Http { .. } => "http",
-                crate::config::Transport::Builtin => "builtin",
-            };
-            json!({
-                "name": u.name(),
-                "transport": transport,
-                "required": u.config.required,
-                "state": s.name(),
-                "detail": s.describe(now),
-                "retry_in_secs": s.retry_in(now).map(|d| d.as_secs_f64().ceil() as u64),
-                "attempts": u.attempts(),
-                "probes_ok": ok,
-                "probes_missed": missed,
-                "in_flight": u.active_calls(),
-                "tools": u.catalog().served_tools(),
-                "trust": u.config.trust.as_str(),
-                "pinned": u.pinned(),
-                "withheld": u.withheld().iter().map(|w| w.to_json()).collect::<Vec<_>>(),
-                "stderr_tail": if tails { json!(u.stderr_tail()) } else { Value::Null },
-                "oauth": u.oauth_status(),
-                "sandbox": match &u.config.transport {
-                    crate::config::Transport::Stdio { sandbox, cwd, .. } => {
-                        crate::sandbox::describe(sandbox, cwd.as_deref())
-                    }
-                    _ => Value::Null,
-                },
-            })
-        })
+        .map(|u| upstream_status(u, now, tails))
         .collect();
     let access = app.access();
     let (active, capacity) = app.sessions.count();

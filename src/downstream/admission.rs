@@ -281,7 +281,9 @@ pub(super) fn admit(
 /// §Supported Requests), with the capabilities the session declared at
 /// `initialize` as the modern `_meta["io.modelcontextprotocol/clientCapabilities"]`
 /// (2026-07-28 index.mdx §_meta; any value the client put there replaced),
-/// so the upstream asks only for what the caller can give;
+/// so the upstream asks only for what the caller can give, and its
+/// `tools/list` shows the tools a listing with them would
+/// (`upstream::scopes`);
 /// `upstream::era::adapt_params` keeps it for a modern upstream and removes
 /// it for a legacy one.
 fn declare_caps(
@@ -289,8 +291,14 @@ fn declare_caps(
     method: &str,
     mut params: Option<Value>,
 ) -> Option<Value> {
-    if !matches!(method, "tools/call" | "prompts/get" | "resources/read") {
+    if !matches!(
+        method,
+        "tools/call" | "prompts/get" | "resources/read" | "tools/list"
+    ) {
         return params;
+    }
+    if method == "tools/list" && params.is_none() {
+        params = Some(json!({}));
     }
     if let Some(Value::Object(p)) = params.as_mut() {
         let meta = p.entry("_meta").or_insert_with(|| json!({}));

@@ -81,20 +81,24 @@ impl Router {
     }
 
     /// Sends `tools/call` to `up`, which offers the extension, as a caller
-    /// that did not declare it sent it — once more with the extension
-    /// declared when the tool requires a task — and adopts a task it
-    /// answers with ([`Router::adopt_task`]).
+    /// that did not declare it sent it (in its era: a legacy caller of a
+    /// dual-era upstream in its legacy session) — once more, in the
+    /// upstream's own era with the extension declared, when the tool
+    /// requires a task — and adopts a task it answers with
+    /// ([`Router::adopt_task`]).
     pub(super) async fn call_with_tasks(
         &self,
         up: Arc<Upstream>,
         params: Option<Value>,
         relay: Option<crate::relay::Relay>,
-        caller: TaskCaller,
-        who: crate::share::Claimant<'_>,
+        (caller, who): (TaskCaller, crate::share::Claimant<'_>),
+        era: crate::upstream::CallEra,
     ) -> Result<Payload, RpcError> {
         let t0 = Instant::now();
         let again = (params.clone(), relay.clone());
-        let result = match up.call_as("tools/call", params, relay, who).await {
+        // A task is a modern thing: asked for in the upstream's own era.
+        let own = crate::upstream::CallEra::Own;
+        let result = match up.call_as("tools/call", params, relay, who, era).await {
             Ok(r) => r,
             Err(e) => {
                 let e = e.to_rpc();
@@ -103,7 +107,8 @@ impl Router {
                 }
                 let (mut params, relay) = again;
                 tasks::declare(&mut params);
-                (up.call_as("tools/call", params, relay, who).await).map_err(|e| e.to_rpc())?
+                let again = up.call_as("tools/call", params, relay, who, own).await;
+                again.map_err(|e| e.to_rpc())?
             }
         };
         if result.result_type() != Some(ResultType::Task) {

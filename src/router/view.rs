@@ -8,7 +8,8 @@ use crate::protocol::param_headers::ParamHeader;
 use crate::protocol::{self, Payload, RpcError};
 use crate::relay::Relay;
 use crate::share::{Claimant, Shares};
-use crate::upstream::Upstream;
+use crate::upstream::scopes::CapSet;
+use crate::upstream::{CallEra, Upstream};
 use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -80,8 +81,7 @@ impl Router {
         match method {
             "logging/setLevel" => return Ok(json!({}).into()),
             "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => {
-                self.first_attempts().await;
-                return Ok(self.list(&self.merged(), method, policy).into());
+                return Ok(self.listed(method, params.as_ref(), policy).await.into());
             }
             "tasks/get" | "tasks/update" | "tasks/cancel" => {
                 return (self.task_request(method, params, caller).await).map(Payload::from)
@@ -105,9 +105,11 @@ impl Router {
                 ))
             }
         }
-        let target = match self.target(&self.merged(), method, params.as_ref(), policy) {
+        let mut m = self.merged();
+        let target = match self.target(&m, method, params.as_ref(), policy) {
             Err(miss) if miss.unknown && self.first_attempts().await => {
-                self.target(&self.merged(), method, params.as_ref(), policy)
+                m = self.merged();
+                self.target(&m, method, params.as_ref(), policy)
             }
             found => found,
         }
@@ -117,6 +119,11 @@ impl Router {
             }
             miss.error
         })?;
+        if let (Some(original), "tools/call") = (&target.original, method) {
+            let exposed = params.as_ref().and_then(|p| p["name"].as_str());
+            let names = (original.as_str(), exposed.unwrap_or(""));
+            (self.may_call(&m, &target.up, names, params.as_ref())).await?;
+        }
         let mut params = params;
         if let (Some(original), Some(p)) = (target.original, params.as_mut()) {
             if method == "completion/complete" {
@@ -133,6 +140,20 @@ impl Router {
             .await
     }
 
+    /// A `*/list` request's answer, once upstreams still making their
+    /// first attempt have made it: the merged list as `policy` and the
+    /// capabilities declared in `params` let the caller see it.
+    async fn listed(&self, method: &str, params: Option<&Value>, policy: &Policy) -> Value {
+        self.first_attempts().await;
+        let m = self.merged();
+        let hidden = match method {
+            // Boxed: listings may run inside it (see `may_call`).
+            "tools/list" => Box::pin(self.hidden_tools(&m, CapSet::of(params))).await,
+            _ => HashSet::new(),
+        };
+        self.list(&m, method, policy, &hidden)
+    }
+
     async fn forward(
         &self,
         up: Arc<Upstream>,
@@ -142,18 +163,25 @@ impl Router {
         caller: TaskCaller,
         who: Claimant<'_>,
     ) -> Result<Payload, RpcError> {
+        let era = match caller.modern {
+            true => CallEra::Own,
+            false => CallEra::Legacy,
+        };
         if method != "tools/call" {
-            return (up.call_as(method, params, relay, who).await).map_err(|e| e.to_rpc());
+            return (up.call_as(method, params, relay, who, era).await).map_err(|e| e.to_rpc());
         }
         // A caller that did not declare the tasks extension, calling an
         // upstream that offers it, may be sent again with it declared
         // ([`task_routing`]); otherwise the call goes straight, and only a
         // task it answers with is adopted.
         if !caller.declared && up.offers_tasks() {
-            return self.call_with_tasks(up, params, relay, caller, who).await;
+            return self
+                .call_with_tasks(up, params, relay, (caller, who), era)
+                .await;
         }
         let t0 = tokio::time::Instant::now();
-        let result = (up.call_as(method, params, relay, who).await).map_err(|e| e.to_rpc())?;
+        let result = up.call_as(method, params, relay, who, era).await;
+        let result = result.map_err(|e| e.to_rpc())?;
         match result.result_type() == Some(protocol::ResultType::Task) {
             false => Ok(result),
             true => self.adopt_task(up, result, caller, t0).await,
@@ -257,12 +285,20 @@ impl Router {
         policy.is_open() || self.resources_visible(&self.merged(), up, policy)
     }
 
-    /// The answer to a `*/list` request as `policy` lets its client see it.
-    pub(super) fn list(&self, m: &Merged, method: &str, policy: &Policy) -> Value {
+    /// The answer to a `*/list` request as `policy` lets its client see it,
+    /// without the `hidden` tools (not shown to its capabilities,
+    /// [`Router::hidden_tools`]).
+    pub(super) fn list(
+        &self,
+        m: &Merged,
+        method: &str,
+        policy: &Policy,
+        hidden: &HashSet<String>,
+    ) -> Value {
         let named = |items: &[Value]| -> Vec<Value> {
             let allowed = |v: &&Value| {
                 let name = v.get("name").and_then(Value::as_str).unwrap_or("");
-                policy.is_open() || policy.allows(name)
+                (policy.is_open() || policy.allows(name)) && !hidden.contains(name)
             };
             items.iter().filter(allowed).cloned().collect()
         };

@@ -101,7 +101,8 @@ impl Drop for MonitorGuard<'_> {
 }
 
 /// One probe: `ping` for a legacy upstream, `server/discover` for a modern
-/// one — never a list. Any JSON-RPC answer, even an error, shows it is alive.
+/// one (and `ping` in a dual-era one's legacy session) — never a list. Any
+/// JSON-RPC answer, even an error, shows it is alive.
 async fn probe(owner: &Steward, conn: &Conn, neg: &Negotiated) -> bool {
     let up = owner.upstream();
     let method = match neg.era {
@@ -115,6 +116,14 @@ async fn probe(owner: &Steward, conn: &Conn, neg: &Negotiated) -> bool {
         Ok(_) | Err(SendError::Rpc(_))
     );
     owner.count_probe(ok);
+    if ok && neg.legacy.is_some() {
+        // A dual-era upstream's legacy session too: one the server ended
+        // is opened again (its subscriptions asked anew), not left dead
+        // until a legacy caller happens to find out.
+        if let Err(e) = up.call_legacy("ping", None).await {
+            tracing::debug!(upstream = %up.name(), "legacy session ping: {}", crate::logline::printable(&e.to_string()));
+        }
+    }
     let outcome = if ok { "ok" } else { "missed" };
     metrics::counter!(crate::metrics::UPSTREAM_PROBES, "upstream" => up.config.name.clone(), "outcome" => outcome).increment(1);
     ok
@@ -192,7 +201,7 @@ async fn serve(
 ) -> End {
     let up = owner.upstream();
     metrics::counter!(crate::metrics::UPSTREAM_CONNECTS, "upstream" => up.name().to_string(), "outcome" => "ok").increment(1);
-    tracing::info!(upstream = %up.name(), era = ?neg.era, "connected");
+    tracing::info!(upstream = %up.name(), eras = ?neg.versions(), "connected");
     // Also forgets what the previous connection was asked to report.
     let generation = owner.install(conn.clone(), neg.clone());
     let since = Instant::now();

@@ -150,6 +150,29 @@ impl Conn {
         matches!(self, Conn::Stdio(_))
     }
 
+    /// Whether `initialize` opens a session of its own here, beside any
+    /// other era (HTTP), rather than turning the whole connection legacy
+    /// (stdio: 2026-07-28 versioning.mdx §Backward Compatibility).
+    pub fn has_sessions(&self) -> bool {
+        matches!(self, Conn::Http(_))
+    }
+
+    /// The handshake's outcome, for a transport that speaks per request:
+    /// its own era, and the legacy version of its sessions if it has any.
+    pub fn spoken(&self, own: UpstreamEra, legacy: Option<crate::protocol::ProtocolVersion>) {
+        if let Conn::Http(c) = self {
+            c.spoken(own, legacy);
+        }
+    }
+
+    /// Ends a session an `initialize` in `version` opened that the
+    /// handshake does not keep (HTTP; nothing elsewhere).
+    pub async fn drop_session(&self, version: crate::protocol::ProtocolVersion) {
+        if let Conn::Http(c) = self {
+            c.drop_main_session(version).await;
+        }
+    }
+
     /// After the handshake: asks a modern child for its list changes
     /// ([`stdio::StdioConn::listen`]); a no-op otherwise (an HTTP upstream's
     /// list changes come on [`Conn::notifications`]).

@@ -16,6 +16,19 @@ pub enum UpstreamEra {
     Modern,
 }
 
+/// The era a call's caller speaks, as far as the upstream cares: a
+/// dual-era upstream ([`super::handshake::LegacySide`]) is spoken to in
+/// the caller's era, every other in its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallEra {
+    /// The upstream's own era: a modern caller's calls, mcp-edge's own
+    /// requests (catalog, probes, task polling), and calls that need what
+    /// only the modern era has (a task created for a legacy caller).
+    Own,
+    /// A legacy session's call: to a dual-era upstream's legacy session.
+    Legacy,
+}
+
 /// The params of mcp-edge's `initialize` to a legacy upstream in `version`
 /// declaring `caps`: the first one (`upstream::handshake`), one after an
 /// expired session, and one per caller's capability set

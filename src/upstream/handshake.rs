@@ -8,8 +8,15 @@
 //!   4xx without a modern body, timeout) means legacy
 //!   (`../shared/spec/2026-07-28/versioning.mdx` §Backward Compatibility;
 //!   `transports-stdio.mdx` and `transports-streamable-http.mdx` §Backward Compatibility).
+//!   An HTTP upstream that answered `server/discover` is then offered an
+//!   `initialize` too: a dual-era server (versioning.mdx §Terminology)
+//!   opens a legacy session, and legacy callers are spoken to there, each
+//!   in its own era (§Backward Compatibility: "A dual-era server **MAY**
+//!   serve both eras concurrently on the same endpoint"; an `initialize`
+//!   selects legacy semantics scoped to the session on HTTP, but to the
+//!   whole process on stdio, so a stdio upstream keeps one era).
 
-use super::era::{adapt_params, initialize_params, UpstreamEra};
+use super::era::{adapt_params, initialize_params, CallEra, UpstreamEra};
 use super::{Conn, SendError};
 use crate::config::EraPreference;
 use crate::limits;
@@ -28,12 +35,44 @@ pub struct Negotiated {
     pub server_info: Option<Value>,
     /// The upstream's `instructions`, if any.
     pub instructions: Option<String>,
+    /// A dual-era upstream's legacy session, opened beside the modern
+    /// era (`era = "auto"`, HTTP): legacy callers are spoken to there.
+    pub legacy: Option<LegacySide>,
+}
+
+/// What a dual-era upstream's `initialize` answered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LegacySide {
+    /// The legacy version negotiated.
+    pub version: ProtocolVersion,
+    /// Its `capabilities` in that session (they may differ from the
+    /// modern discovery result's: `resources.subscribe`, say).
+    pub capabilities: Value,
 }
 
 impl Negotiated {
     /// True when the upstream declared capability `name` (e.g. `"tools"`).
     pub fn has(&self, name: &str) -> bool {
         self.capabilities.get(name).is_some_and(|v| !v.is_null())
+    }
+
+    /// The era a call is spoken in: a legacy caller's in the legacy
+    /// session of a dual-era upstream, every other in the upstream's own.
+    pub fn era_for(&self, call: CallEra) -> UpstreamEra {
+        match (call, &self.legacy) {
+            (CallEra::Legacy, Some(l)) => UpstreamEra::Legacy(l.version),
+            _ => self.era,
+        }
+    }
+
+    /// The protocol versions spoken with the upstream, its own era's first.
+    pub fn versions(&self) -> Vec<&'static str> {
+        let own = match self.era {
+            UpstreamEra::Modern => ProtocolVersion::MODERN,
+            UpstreamEra::Legacy(v) => v,
+        };
+        let legacy = self.legacy.as_ref().map(|l| l.version.as_str());
+        std::iter::once(own.as_str()).chain(legacy).collect()
     }
 }
 
@@ -63,41 +102,83 @@ pub async fn open(conn: &Conn, era: EraPreference) -> Result<Negotiated, Handsha
                 json!({"name": "mcp-edge-builtin", "version": env!("CARGO_PKG_VERSION")}),
             ),
             instructions: None,
+            legacy: None,
         });
     }
-    match era {
+    let n = match era {
         EraPreference::Modern => discover(conn, limits::CONNECT_TIMEOUT).await,
-        EraPreference::Legacy => initialize(conn).await,
-        EraPreference::Auto => match discover(conn, limits::ERA_PROBE_TIMEOUT).await {
-            Ok(n) => Ok(n),
-            // Refused credentials, no token to be had, or "come back later"
-            // say nothing about the era: no fallback request (it would be
-            // refused the same way, and its error would hide this one).
-            // Neither does an upstream we could not reach at all.
-            Err(
-                e @ HandshakeError::Send {
-                    source:
-                        SendError::Auth(_)
-                        | SendError::OAuth(_)
-                        | SendError::RetryAfter { .. }
-                        | SendError::Transport(_),
-                    ..
-                },
-            ) => Err(e),
-            Err(e @ HandshakeError::Incompatible(_)) => Err(e),
-            Err(HandshakeError::Send { source, .. }) => {
-                if let SendError::Rpc(r) | SendError::Http { rpc: Some(r), .. } = &source {
-                    if r.is_modern_error() {
-                        return Err(HandshakeError::Incompatible(format!(
-                            "upstream is modern but refused server/discover: {r}"
-                        )));
-                    }
-                }
-                tracing::debug!(error = %crate::logline::printable(&source.to_string()), "server/discover probe failed; falling back to initialize");
-                initialize(conn).await
+        EraPreference::Legacy => initialize(conn, limits::CONNECT_TIMEOUT).await,
+        EraPreference::Auto => auto(conn).await,
+    }?;
+    conn.spoken(n.era, n.legacy.as_ref().map(|l| l.version));
+    Ok(n)
+}
+
+/// `era = "auto"`: `server/discover`, then, for an HTTP upstream that
+/// answered it, an `initialize` to learn whether it is dual-era; on a
+/// failed discovery the fallback to `initialize`.
+async fn auto(conn: &Conn) -> Result<Negotiated, HandshakeError> {
+    match discover(conn, limits::ERA_PROBE_TIMEOUT).await {
+        Ok(mut n) => {
+            if conn.has_sessions() {
+                n.legacy = dual(conn).await;
             }
-        },
+            Ok(n)
+        }
+        // Refused credentials, no token to be had, or "come back later"
+        // say nothing about the era: no fallback request (it would be
+        // refused the same way, and its error would hide this one).
+        // Neither does an upstream we could not reach at all.
+        Err(
+            e @ HandshakeError::Send {
+                source:
+                    SendError::Auth(_)
+                    | SendError::OAuth(_)
+                    | SendError::RetryAfter { .. }
+                    | SendError::Transport(_),
+                ..
+            },
+        ) => Err(e),
+        Err(e @ HandshakeError::Incompatible(_)) => Err(e),
+        Err(HandshakeError::Send { source, .. }) => {
+            if let SendError::Rpc(r) | SendError::Http { rpc: Some(r), .. } = &source {
+                if r.is_modern_error() {
+                    return Err(HandshakeError::Incompatible(format!(
+                        "upstream is modern but refused server/discover: {r}"
+                    )));
+                }
+            }
+            tracing::debug!(error = %crate::logline::printable(&source.to_string()), "server/discover probe failed; falling back to initialize");
+            initialize(conn, limits::CONNECT_TIMEOUT).await
+        }
     }
+}
+
+/// The legacy session of a modern HTTP upstream that also speaks a legacy
+/// era, the whole exchange within `limits::ERA_PROBE_TIMEOUT`; `None` (a
+/// modern-only server: 400 for a request without the modern fields, or any
+/// other failure) leaves it modern only, and a session opened half-way is
+/// ended.
+async fn dual(conn: &Conn) -> Option<LegacySide> {
+    let probe = initialize(conn, limits::ERA_PROBE_TIMEOUT);
+    let why = match tokio::time::timeout(limits::ERA_PROBE_TIMEOUT, probe).await {
+        Ok(Ok(Negotiated {
+            era: UpstreamEra::Legacy(version),
+            capabilities,
+            ..
+        })) => {
+            return Some(LegacySide {
+                version,
+                capabilities,
+            })
+        }
+        Ok(Ok(_)) => "initialize answered in no legacy era".to_string(),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no answer within {:?}", limits::ERA_PROBE_TIMEOUT),
+    };
+    tracing::debug!(error = %crate::logline::printable(&why), "no legacy session beside the modern era: modern only");
+    conn.drop_session(ProtocolVersion::LATEST_LEGACY).await;
+    None
 }
 
 async fn discover(conn: &Conn, timeout: Duration) -> Result<Negotiated, HandshakeError> {
@@ -141,10 +222,11 @@ async fn discover(conn: &Conn, timeout: Duration) -> Result<Negotiated, Handshak
             .get("instructions")
             .and_then(Value::as_str)
             .map(String::from),
+        legacy: None,
     })
 }
 
-async fn initialize(conn: &Conn) -> Result<Negotiated, HandshakeError> {
+async fn initialize(conn: &Conn, timeout: Duration) -> Result<Negotiated, HandshakeError> {
     let asked = ProtocolVersion::LATEST_LEGACY;
     let params = initialize_params(asked, crate::protocol::ClientCaps::RELAYED);
     let r = conn
@@ -152,7 +234,7 @@ async fn initialize(conn: &Conn) -> Result<Negotiated, HandshakeError> {
             "initialize",
             Some(params),
             UpstreamEra::Legacy(asked),
-            limits::CONNECT_TIMEOUT,
+            timeout,
             None,
             None,
         )
@@ -189,5 +271,6 @@ async fn initialize(conn: &Conn) -> Result<Negotiated, HandshakeError> {
             .get("instructions")
             .and_then(Value::as_str)
             .map(String::from),
+        legacy: None,
     })
 }

@@ -7,11 +7,11 @@
 //! §Session Management); modern ones get `MCP-Protocol-Version`, `Mcp-Method`
 //! and `Mcp-Name` headers (§Request Metadata).
 
+mod authorized;
 mod lanes;
 mod notifications;
 mod response_body;
 mod wire;
-use crate::logline::error_chain as chain;
 pub use crate::protocol::parse_retry_after;
 pub use notifications::NotificationsEnd;
 pub use wire::header_safe;
@@ -53,7 +53,8 @@ pub struct HttpConn {
     max_bytes: usize,
     list_changed: Arc<Notify>,
     ctx: RelayCtx,
-    era: RwLock<UpstreamEra>,
+    /// What the handshake found ([`HttpConn::spoken`]).
+    spoken: RwLock<Spoken>,
     /// Ids of legacy-era calls given up on (timeout, caller gone) and their
     /// sessions, for the owner task to send `notifications/cancelled`
     /// (bounded: `max_in_flight`).
@@ -76,14 +77,24 @@ pub struct HttpConn {
     oauth: Option<Arc<crate::oauth::OAuth>>,
 }
 
-/// A copy of a request with a body that is one buffer (every request
-/// mcp-edge sends upstream), for sending it again with a new token.
-fn copy_request(req: &Request<Full<Bytes>>) -> Request<Full<Bytes>> {
-    let mut again = Request::new(req.body().clone());
-    *again.method_mut() = req.method().clone();
-    *again.uri_mut() = req.uri().clone();
-    *again.headers_mut() = req.headers().clone();
-    again
+/// The eras spoken with a streamable-HTTP upstream: its own, and the
+/// legacy version of its sessions when it has any (a legacy upstream, or a
+/// dual-era one's legacy session beside the modern era).
+#[derive(Debug, Clone, Copy)]
+struct Spoken {
+    own: UpstreamEra,
+    legacy: Option<crate::protocol::ProtocolVersion>,
+}
+
+impl Spoken {
+    /// The era of its sessions' traffic (cancellations, answers to its
+    /// requests, DELETE): legacy when it has sessions.
+    fn sessions(self) -> UpstreamEra {
+        match (self.own, self.legacy) {
+            (_, Some(v)) => UpstreamEra::Legacy(v),
+            (own, None) => own,
+        }
+    }
 }
 
 /// Queues a legacy call's id for `notifications/cancelled` unless disarmed:
@@ -195,7 +206,10 @@ impl HttpConn {
             max_bytes: cfg.max_result_bytes,
             list_changed,
             ctx,
-            era: RwLock::new(UpstreamEra::Modern),
+            spoken: RwLock::new(Spoken {
+                own: UpstreamEra::Modern,
+                legacy: None,
+            }),
         };
         Ok((conn, abandoned_rx))
     }
@@ -229,6 +243,20 @@ impl HttpConn {
                 h.insert(n, header_safe(&text));
             }
         }
+    }
+
+    /// Records the handshake's outcome: its own era, and a dual-era
+    /// upstream's legacy version ([`super::handshake::LegacySide`]).
+    pub fn spoken(&self, own: UpstreamEra, legacy: Option<crate::protocol::ProtocolVersion>) {
+        let legacy = match own {
+            UpstreamEra::Legacy(v) => Some(v),
+            UpstreamEra::Modern => legacy,
+        };
+        *self.spoken.write().expect("spoken lock") = Spoken { own, legacy };
+    }
+
+    fn spoken_now(&self) -> Spoken {
+        *self.spoken.read().expect("spoken lock")
     }
 
     /// True after a 404 ended the legacy session (cleared by the next `initialize`).
@@ -298,7 +326,6 @@ impl HttpConn {
         relay: Option<Relay>,
     ) -> Result<Payload, SendError> {
         let _permit = self.permits.try_acquire().map_err(|_| SendError::Busy)?;
-        *self.era.write().expect("era lock") = era;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let msg = protocol::request(json!(id), method, params);
         // Legacy servers do not take a closed stream as cancellation
@@ -326,7 +353,7 @@ impl HttpConn {
         };
         let sent = self.session_of(lane);
         let req = self.build(method, &msg, era, msg.get("params"), lane)?;
-        let exchange = self.exchange(req, method, id, relay.as_ref(), lane);
+        let exchange = self.exchange(req, method, id, relay.as_ref(), lane, era);
         let outcome = match tokio::time::timeout_at(deadline, exchange).await {
             Ok(Err(SendError::Http { status: 404, .. }))
                 if sent.is_some() && method != "initialize" =>
@@ -364,7 +391,7 @@ impl HttpConn {
         let id = msg.get("id").and_then(Value::as_u64).unwrap_or(0);
         self.reopen_lane(lane, ended, era).await?;
         let req = self.build(method, msg, era, msg.get("params"), lane)?;
-        self.exchange(req, method, id, relay, lane).await
+        self.exchange(req, method, id, relay, lane, era).await
     }
 
     /// The session id `lane` sends with, if open.
@@ -414,7 +441,7 @@ impl HttpConn {
     /// (2025-11-25 utilities-cancellation.mdx §Cancellation Flow) in the
     /// legacy session of `lane`, where the call went.
     pub async fn cancel(&self, id: u64, lane: Lane) -> Result<(), SendError> {
-        let era = *self.era.read().expect("era lock");
+        let era = self.spoken_now().sessions();
         let reason = "the downstream caller gave up (timeout or disconnect)";
         let msg = protocol::notification(
             "notifications/cancelled",
@@ -430,8 +457,9 @@ impl HttpConn {
         .await
     }
 
-    /// POSTs `req` and reads its answer: the response to `id` in a JSON
-    /// body or an SSE stream (relaying what comes before it).
+    /// POSTs `req` (sent in `era`, in the session of `lane`) and reads its
+    /// answer: the response to `id` in a JSON body or an SSE stream
+    /// (relaying what comes before it).
     async fn exchange(
         &self,
         req: Request<Full<Bytes>>,
@@ -439,6 +467,7 @@ impl HttpConn {
         id: u64,
         relay: Option<&Relay>,
         lane: Lane,
+        era: UpstreamEra,
     ) -> Result<Payload, SendError> {
         let resp = self.authorized(req).await?;
         let status = resp.status();
@@ -455,7 +484,7 @@ impl HttpConn {
         }
         let sse = is_sse(resp.headers());
         if sse && status.is_success() {
-            self.read_sse_answer(resp.into_body(), id, relay, lane)
+            self.read_sse_answer(resp.into_body(), id, relay, (lane, era))
                 .await
         } else {
             let content_type = resp.headers().get(header::CONTENT_TYPE).cloned();
@@ -463,91 +492,14 @@ impl HttpConn {
         }
     }
 
-    /// Sends `req`, with the upstream's access token when it has
-    /// `[upstream.oauth]` (MCP authorization §Access Token Usage); after a
-    /// 401, or a 403 `insufficient_scope`, once more with a new token
-    /// (§Scope Challenge Handling). Other answers are returned as they came.
-    pub(super) fn authorized(
-        &self,
-        req: Request<Full<Bytes>>,
-    ) -> impl std::future::Future<Output = Result<http::Response<hyper::body::Incoming>, SendError>> + '_
-    {
-        use futures_util::future::{Either, TryFutureExt};
-        match &self.oauth {
-            // Boxed: the token dance is large and only OAuth upstreams pay for it.
-            Some(oauth) => Either::Left(Box::pin(self.with_token(oauth, req))),
-            // Sent at once: the caller's future holds only hyper's.
-            None => {
-                let method = req.method().clone();
-                Either::Right(
-                    self.client
-                        .request(req)
-                        .map_err(move |e| self.transport(&method, e)),
-                )
-            }
-        }
-    }
-
-    async fn with_token(
-        &self,
-        oauth: &Arc<crate::oauth::OAuth>,
-        mut req: Request<Full<Bytes>>,
-    ) -> Result<http::Response<hyper::body::Incoming>, SendError> {
-        let sent = oauth
-            .authorization()
-            .await
-            .map_err(|e| SendError::OAuth(Box::new(e)))?;
-        let mut again = copy_request(&req);
-        if let Some(h) = &sent {
-            req.headers_mut().insert(header::AUTHORIZATION, h.clone());
-        }
-        let method = req.method().clone();
-        let resp = self
-            .client
-            .request(req)
-            .await
-            .map_err(|e| self.transport(&method, e))?;
-        let status = resp.status().as_u16();
-        if status != 401 && status != 403 {
-            return Ok(resp);
-        }
-        let challenge = crate::oauth::Challenge::parse(
-            resp.headers()
-                .get_all(header::WWW_AUTHENTICATE)
-                .iter()
-                .filter_map(|v| v.to_str().ok()),
-        );
-        let step_up = status == 403;
-        let next = match (status, challenge) {
-            (401, c) => oauth.unauthorized(sent.as_ref(), c).await,
-            (_, Some(c)) if c.insufficient_scope() => {
-                oauth.insufficient_scope(sent.as_ref(), c).await
-            }
-            _ => return Ok(resp),
-        };
-        let next = next.map_err(|e| SendError::OAuth(Box::new(e)))?;
-        drop(resp);
-        again.headers_mut().insert(header::AUTHORIZATION, next);
-        let resp = (self.client.request(again).await).map_err(|e| self.transport(&method, e))?;
-        if step_up && resp.status() == http::StatusCode::FORBIDDEN {
-            // Still not enough scope: this call's refusal, not the
-            // upstream's credentials (other tools keep working).
-            return Err(SendError::Http {
-                status: 403,
-                rpc: None,
-            });
-        }
-        Ok(resp)
-    }
-
-    fn transport(&self, method: &Method, e: hyper_util::client::legacy::Error) -> SendError {
-        SendError::Transport(format!("{method} {}: {}", self.shown_url, chain(&e)))
-    }
-
     /// POSTs a JSON-RPC response (to a request the upstream sent) in the
-    /// session of `lane`, where the request came from.
+    /// session of `lane`, where the request came from (in the modern era
+    /// when it came on a stateless request's stream).
     pub async fn respond(&self, msg: &Value, lane: Lane) -> Result<(), SendError> {
-        let era = *self.era.read().expect("era lock");
+        let era = match lane {
+            Lane::STATELESS => UpstreamEra::Modern,
+            _ => self.spoken_now().sessions(),
+        };
         self.post_expecting_no_answer(self.build("", msg, era, None, lane)?)
             .await
     }

@@ -20,17 +20,33 @@
 //! listen to it carries the wanted URIs as `resourceSubscriptions` and is
 //! opened anew whenever that set changes ([`Upstream::relisten`]; 2026-07-28
 //! patterns-subscriptions.mdx). Its `notifications/resources/updated` mark
-//! the subscription table as a legacy upstream's do.
+//! the subscription table as a legacy upstream's do. A dual-era upstream
+//! whose legacy session declares `resources.subscribe` is asked there, as
+//! a legacy upstream (its updates come on that session's GET stream); one
+//! whose modern discovery alone declares it, by its listen stream.
 
-use super::era::UpstreamEra;
+use super::era::{CallEra, UpstreamEra};
 use super::{CallError, Steward, Upstream};
-use crate::protocol::{self, RpcError};
+use crate::protocol::{self, Payload, RpcError};
+use crate::share::Claimant;
 use serde_json::json;
+use serde_json::Value;
 
 impl Upstream {
+    /// [`Upstream::call`] in a dual-era upstream's legacy session when it
+    /// has one (its own era otherwise).
+    pub(crate) async fn call_legacy(
+        &self,
+        method: &str,
+        params: Option<Value>,
+    ) -> Result<Value, CallError> {
+        let call = self.call_as(method, params, None, Claimant::NOBODY, CallEra::Legacy);
+        call.await.map(Payload::into_value)
+    }
+
     /// `Ok` when this upstream can report updates of its resources:
-    /// connected, legacy era, `capabilities.resources.subscribe` true.
-    /// Errors (-32602, naming the upstream) otherwise.
+    /// connected, `capabilities.resources.subscribe` true in either era it
+    /// speaks. Errors (-32602, naming the upstream) otherwise.
     pub fn can_subscribe(&self) -> Result<(), RpcError> {
         let refuse = |why: &str| {
             Err(RpcError::new(
@@ -44,13 +60,8 @@ impl Upstream {
         let Some(neg) = self.negotiated() else {
             return refuse("it is not connected");
         };
-        let subscribe = neg
-            .capabilities
-            .get("resources")
-            .and_then(|r| r.get("subscribe"))
-            .and_then(|s| s.as_bool())
-            .unwrap_or(false);
-        if !subscribe {
+        let legacy = neg.legacy.as_ref().map(|l| &l.capabilities);
+        if !declares_subscribe(&neg.capabilities) && !legacy.is_some_and(declares_subscribe) {
             return refuse("it does not declare resources.subscribe");
         }
         Ok(())
@@ -69,9 +80,13 @@ impl Upstream {
         self.subscribe_locked(uri).await
     }
 
+    /// Whether updates are asked for on the listen stream: a modern
+    /// upstream, unless it is dual-era and its legacy session can be asked.
     fn is_modern(&self) -> bool {
-        self.negotiated()
-            .is_some_and(|n| n.era == UpstreamEra::Modern)
+        self.negotiated().is_some_and(|n| {
+            let legacy = n.legacy.as_ref().map(|l| &l.capabilities);
+            n.era == UpstreamEra::Modern && !legacy.is_some_and(declares_subscribe)
+        })
     }
 
     /// A modern upstream: when the wanted URIs differ from what its listen
@@ -101,7 +116,7 @@ impl Upstream {
             return Ok(());
         }
         let conn = self.owned.live_generation();
-        self.call("resources/subscribe", Some(json!({ "uri": uri })))
+        self.call_legacy("resources/subscribe", Some(json!({ "uri": uri })))
             .await?;
         // Recorded only for the connection that was asked: a reconnect in
         // between started from nothing, and the owner asks it again.
@@ -129,6 +144,14 @@ impl Upstream {
             .wanted
             .send_modify(|g| *g = g.wrapping_add(1));
     }
+}
+
+/// Whether `capabilities` declare `resources.subscribe`.
+fn declares_subscribe(capabilities: &serde_json::Value) -> bool {
+    let subscribe = capabilities
+        .get("resources")
+        .and_then(|r| r.get("subscribe"));
+    subscribe.and_then(|s| s.as_bool()).unwrap_or(false)
 }
 
 impl Steward {
@@ -183,7 +206,7 @@ impl Steward {
             if up.subscriptions.uris_of(up.id).contains(uri) {
                 continue; // wanted again meanwhile
             }
-            let call = up.call("resources/unsubscribe", Some(json!({ "uri": &**uri })));
+            let call = up.call_legacy("resources/unsubscribe", Some(json!({ "uri": &**uri })));
             let done = match tokio::time::timeout(bound, call).await {
                 Ok(Ok(_)) | Ok(Err(CallError::Rpc(_))) => true,
                 Ok(Err(e)) => {

@@ -27,6 +27,7 @@ fn negotiated() -> Negotiated {
         capabilities: json!({"tools": {}}),
         server_info: None,
         instructions: None,
+        legacy: None,
     }
 }
 

@@ -46,7 +46,10 @@ Scenario -> fixture content:
                                    and the prompt test_input_required_result_prompt
   server-initialize, ping, server/discover, subscriptions/listen, dns-rebinding: the SDK
 Not implemented: the tasks extension (io.modelcontextprotocol/tasks, SEP-2663) — the 2.3 SDK has no
-tasks support, only the generic extension hook (mcp.server.extension); see conformance_v2.sh.
+tasks support, only the generic extension hook (mcp.server.extension); see conformance_v2.sh. But
+its tool list is scoped by it: test_tasks_only is listed (and callable) only for a request whose
+client capabilities declare the extension, as SEP-2575 lets a server do; a gateway must show each
+caller what this server would (issue 25 part 2; tests/it/catalogs.rs checks it through mcp-edge).
 """
 
 from __future__ import annotations
@@ -457,6 +460,8 @@ async def asking_tool(ctx: Ctx, p: t.CallToolRequestParams) -> t.CallToolResult 
 
 
 async def call_tool(ctx: Ctx, p: t.CallToolRequestParams) -> t.CallToolResult | t.InputRequiredResult:
+    if p.name == TASKS_ONLY[0] and declares_tasks(ctx):
+        return done(text("declared the tasks extension"))
     try:
         if p.name.startswith("test_input_required_result_"):
             return await mrtr_tool(ctx, p)
@@ -472,10 +477,22 @@ async def call_tool(ctx: Ctx, p: t.CallToolRequestParams) -> t.CallToolResult | 
 GROWN: list[tuple[str, int]] = []  # ("tool" | "prompt", n): added by test_trigger_*_change
 
 
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+# Listed (and callable) only for a request that declares the tasks extension: a catalog scoped to the
+# caller's capabilities (SEP-2575), which a gateway must show each caller as this server would.
+TASKS_ONLY = ("test_tasks_only", "Shown only to clients that declare the tasks extension", NO_ARGS)
+
+
+def declares_tasks(ctx: Ctx) -> bool:
+    caps = ctx.session.client_capabilities
+    return caps is not None and TASKS_EXTENSION in (caps.extensions or {})
+
+
 async def list_tools(ctx: Ctx, p: Any) -> t.ListToolsResult:
     grown = [(f"test_grown_tool_{n}", "Added by test_trigger_tool_change", NO_ARGS) for k, n in GROWN if k == "tool"]
+    scoped = [TASKS_ONLY] if declares_tasks(ctx) else []
     return t.ListToolsResult.model_validate(
-        {"tools": [{"name": n, "description": d, "inputSchema": s} for n, d, s in TOOLS + grown]}
+        {"tools": [{"name": n, "description": d, "inputSchema": s} for n, d, s in TOOLS + grown + scoped]}
     )
 
 

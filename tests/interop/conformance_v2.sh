@@ -8,6 +8,8 @@
 #   direct   the fixture itself                                 (baseline: what the fixture passes)
 #   legacy   mcp-edge, the fixture as an HTTP upstream with era = "legacy"
 #   modern   mcp-edge, the fixture as an HTTP upstream with era = "modern"
+#   auto     mcp-edge, the fixture as an HTTP upstream with era = "auto" (found dual-era: each
+#            caller spoken to in its own era)
 # Each target gets its own fixture process, so one target's leftovers cannot disturb another.
 # `--requirements 2026-07-28` also runs, unscored, every tasks scenario of `--suite all`
 # (io.modelcontextprotocol/tasks, SEP-2663) and the pending ones (json-schema-2020-12,
@@ -22,7 +24,7 @@
 # Output: out/conformance_v2/<set>/<target>/results/<scenario>-<time>/checks.json, suite.log per
 # run, gateway-<era>.log, fixture-<target>.log, summary.json.
 # Env: MCP_EDGE_BIN (use this binary, skip the cargo build), CONFORMANCE_V2_SETS (default
-#      "2025-11-25 2026-07-28"), CONFORMANCE_V2_TARGETS (default "direct legacy modern"),
+#      "2025-11-25 2026-07-28"), CONFORMANCE_V2_TARGETS (default "direct legacy modern auto"),
 #      CONFORMANCE_V2_TIMEOUT (seconds per suite run, default 180: with 4 gateway runs the stage is
 #      bounded near 13 min even if the gateway hangs every call; it takes ~45 s when nothing hangs),
 #      CONFORMANCE_V2_SCENARIO_TIMEOUT (ms per scenario, the suite's --timeout, default 15000).
@@ -32,7 +34,7 @@ I="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$I/../.." && pwd)"
 OUT="$I/out/conformance_v2"
 SETS="${CONFORMANCE_V2_SETS:-2025-11-25 2026-07-28}"
-TARGETS="${CONFORMANCE_V2_TARGETS:-direct legacy modern}"
+TARGETS="${CONFORMANCE_V2_TARGETS:-direct legacy modern auto}"
 RUN_TIMEOUT="${CONFORMANCE_V2_TIMEOUT:-180}"
 SCEN_TIMEOUT="${CONFORMANCE_V2_SCENARIO_TIMEOUT:-15000}"
 PY="$I/.venv2/bin/python"
@@ -130,8 +132,8 @@ for target in $TARGETS; do
   start_fixture "$target"
   case "$target" in
     direct) URL[$target]="$FIXTURE_URL" ;;
-    legacy|modern) start_gateway "$target" "$FIXTURE_URL"; URL[$target]="$GATEWAY_URL" ;;
-    *) die "unknown target $target (direct, legacy, modern)" ;;
+    legacy|modern|auto) start_gateway "$target" "$FIXTURE_URL"; URL[$target]="$GATEWAY_URL" ;;
+    *) die "unknown target $target (direct, legacy, modern, auto)" ;;
   esac
   say "$target: ${URL[$target]}"
 done

@@ -17,7 +17,7 @@ import re
 import sys
 
 STATUSES = ("SUCCESS", "FAILURE", "WARNING")
-COLUMN = {"direct": "direct", "legacy": "via legacy upstream", "modern": "via modern upstream"}
+COLUMN = {"direct": "direct", "legacy": "via legacy upstream", "modern": "via modern upstream", "auto": "via auto upstream"}
 
 
 def requirements(path: str) -> tuple[list[str], dict[str, str]]:

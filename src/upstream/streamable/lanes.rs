@@ -211,8 +211,8 @@ pub(super) fn lane_of(index: usize) -> Lane {
 }
 
 impl HttpConn {
-    /// The session a call of `method` from behind `relay` runs in: in the
-    /// legacy era, for a caller that can be asked (a legacy session, or a
+    /// The session a call of `method` from behind `relay` runs in: none
+    /// in the modern era ([`Lane::STATELESS`]); in the legacy era, for a caller that can be asked (a legacy session, or a
     /// modern caller's call that can become an `InputRequiredResult`), the
     /// lane of what it declared; else the main session. `Err` names the
     /// set and version of a lane to open first ([`HttpConn::open_lane_of`]).
@@ -222,6 +222,9 @@ impl HttpConn {
         era: UpstreamEra,
         relay: Option<&Relay>,
     ) -> Result<Lane, (ClientCaps, ProtocolVersion)> {
+        if era == UpstreamEra::Modern {
+            return Ok(Lane::STATELESS);
+        }
         let asked = relay.filter(|r| r.session.is_some());
         let (UpstreamEra::Legacy(version), Some(caps)) = (era, asked.and_then(|r| r.declared))
         else {
@@ -308,7 +311,8 @@ impl HttpConn {
         let params = initialize_params(version, self.lanes.caps(lane));
         let msg = crate::protocol::request(json!(id), "initialize", Some(params));
         let req = self.build("initialize", &msg, era, None, lane)?;
-        self.exchange(req, "initialize", id, None, lane).await?;
+        self.exchange(req, "initialize", id, None, lane, era)
+            .await?;
         let Some(session) = self.lanes.session(lane) else {
             return Err(SendError::Transport(
                 "initialize answered without an Mcp-Session-Id".into(),
@@ -355,10 +359,23 @@ impl HttpConn {
     pub async fn close(&self) {
         let main = self.session.write().expect("session lock").take();
         let all = main.into_iter().chain(self.lanes.take_all());
-        futures_util::future::join_all(all.map(|s| self.delete(s))).await;
+        let version = self.spoken_now().legacy;
+        futures_util::future::join_all(all.map(|s| self.delete(s, version))).await;
     }
 
-    async fn delete(&self, s: HeaderValue) {
+    /// Ends the main session an `initialize` in `version` opened when the
+    /// handshake does not keep it (a dual-era probe that failed half-way):
+    /// DELETE, and the connection has no session from then on.
+    pub async fn drop_main_session(&self, version: ProtocolVersion) {
+        let main = self.session.write().expect("session lock").take();
+        self.expired
+            .store(false, std::sync::atomic::Ordering::Release);
+        if let Some(s) = main {
+            self.delete(s, Some(version)).await;
+        }
+    }
+
+    async fn delete(&self, s: HeaderValue, version: Option<ProtocolVersion>) {
         let mut req = Request::builder()
             .method(Method::DELETE)
             .uri(self.url.clone())
@@ -368,7 +385,7 @@ impl HttpConn {
         for (k, v) in &self.headers {
             req.headers_mut().insert(k.clone(), v.clone());
         }
-        if let UpstreamEra::Legacy(v) = *self.era.read().expect("era lock") {
+        if let Some(v) = version {
             if v != ProtocolVersion::V2025_03_26 {
                 let version = HeaderValue::from_static(v.as_str());
                 req.headers_mut().insert("mcp-protocol-version", version);

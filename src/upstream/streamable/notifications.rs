@@ -11,7 +11,8 @@
 //!   its acknowledgment is skipped, its closing response ends the stream.
 //!
 //! One stream per legacy session (mcp-edge's own and each lane,
-//! [`super::lanes`]) or one listen stream, read by the owner task's monitor
+//! [`super::lanes`]) and one listen stream for a modern server (a
+//! dual-era one has both), read by the owner task's monitor
 //! as one more `select!` arm (no task of its own): list_changed wakes the catalog
 //! refresh, `ping` is answered, other server→client requests are refused
 //! (there is no downstream caller to relay them to), other notifications are
@@ -48,34 +49,69 @@ pub enum NotificationsEnd {
     Reopen,
 }
 
+/// One notification stream of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Feed {
+    /// A modern server's `subscriptions/listen` (list changes, and the
+    /// resources clients subscribed to).
+    Listen,
+    /// A legacy session's GET stream: mcp-edge's own ([`Lane::MAIN`]) or
+    /// a caller's lane.
+    Get(Lane),
+}
+
+impl Feed {
+    /// The session its messages belong to (a request on it is answered there).
+    fn lane(self) -> Lane {
+        match self {
+            Feed::Listen => Lane::STATELESS,
+            Feed::Get(lane) => lane,
+        }
+    }
+}
+
 impl HttpConn {
     /// Opens the notification stream (a legacy session's GET stream, or a
     /// modern `subscriptions/listen`) and reads it until it ends, handling
     /// each message as described in the module docs. An event over
     /// `max_result_bytes` ends the stream.
-    pub async fn read_notifications(&self, lane: Lane) -> NotificationsEnd {
-        let era = *self.era.read().expect("era lock");
-        // Lanes are legacy sessions; a refused one has no stream.
-        if lane != Lane::MAIN && (era == UpstreamEra::Modern || self.lanes.refused(lane)) {
+    async fn read_notifications(&self, feed: Feed) -> NotificationsEnd {
+        let version = self.spoken_now().legacy;
+        let era = match (feed, version) {
+            (Feed::Listen, _) => UpstreamEra::Modern,
+            (Feed::Get(_), Some(v)) => UpstreamEra::Legacy(v),
+            (Feed::Get(_), None) => return NotificationsEnd::NotOffered,
+        };
+        // A refused lane has no session, so no stream.
+        if matches!(feed, Feed::Get(lane) if lane != Lane::MAIN && self.lanes.refused(lane)) {
             return NotificationsEnd::NotOffered;
         }
-        match self.open_notifications(era, lane).await {
-            Ok(body) => self.read_stream(body, lane).await,
+        match self.open_notifications(era, feed.lane()).await {
+            Ok(body) => self.read_stream(body, feed).await,
             Err(end) => end,
         }
     }
 
-    /// Reads the notification streams of every legacy session of this
-    /// connection, the main one and each caller's lane (a server sends what
-    /// a session's calls caused, e.g. `tools/list_changed` after a tool grew
-    /// the list, on that session's stream), for as long as the connection
-    /// lives. A stream that ended is asked again after `again_after`; one
-    /// not offered is not asked again. At most
-    /// `1 + limits::UPSTREAM_CAPABILITY_SESSIONS` streams, each started
-    /// when its session first opens.
+    /// Reads the notification streams of this connection for as long as
+    /// it lives: a modern server's listen stream, and the GET stream of
+    /// every legacy session — mcp-edge's own and each caller's lane (a
+    /// server sends what a session's calls caused, e.g.
+    /// `tools/list_changed` after a tool grew the list, on that session's
+    /// stream). A dual-era server has both: the listen stream for list
+    /// changes and the modern subscriptions, the legacy session's for what
+    /// happens there (its resource subscriptions). A stream that ended is
+    /// asked again after `again_after`; one not offered is not asked again.
+    /// At most `2 + limits::UPSTREAM_CAPABILITY_SESSIONS` streams, each
+    /// lane's started when its session first opens.
     pub async fn read_all_notifications(&self, name: &str, again_after: Duration) {
+        let spoken = self.spoken_now();
         let mut streams = FuturesUnordered::new();
-        streams.push(self.keep_reading(Lane::MAIN, name, again_after));
+        if spoken.own == UpstreamEra::Modern {
+            streams.push(self.keep_reading(Feed::Listen, name, again_after));
+        }
+        if spoken.legacy.is_some() {
+            streams.push(self.keep_reading(Feed::Get(Lane::MAIN), name, again_after));
+        }
         let mut started = 0; // lanes with a stream
         loop {
             tokio::select! {
@@ -83,7 +119,7 @@ impl HttpConn {
                 () = self.lanes.opened() => {
                     let open = self.lanes.len();
                     for i in started..open {
-                        streams.push(self.keep_reading(lanes::lane_of(i), name, again_after));
+                        streams.push(self.keep_reading(Feed::Get(lanes::lane_of(i)), name, again_after));
                     }
                     started = open;
                 }
@@ -95,7 +131,8 @@ impl HttpConn {
     /// server does not offer one.
     /// A lane's stream is asked again at once when its session is opened
     /// anew (the server ended the old one).
-    async fn keep_reading(&self, lane: Lane, name: &str, again_after: Duration) {
+    async fn keep_reading(&self, feed: Feed, name: &str, again_after: Duration) {
+        let lane = feed.lane();
         loop {
             // Registered before the stream opens: a new session while this
             // one is read (or failing) is not missed.
@@ -104,14 +141,14 @@ impl HttpConn {
             if let Some(n) = reopened.as_mut().as_pin_mut() {
                 n.enable();
             }
-            match self.read_notifications(lane).await {
+            match self.read_notifications(feed).await {
                 NotificationsEnd::NotOffered => {
-                    tracing::debug!(upstream = %name, lane = lane.0, "no notification stream offered");
+                    tracing::debug!(upstream = %name, ?feed, "no notification stream offered");
                     return;
                 }
                 NotificationsEnd::Reopen => {}
                 NotificationsEnd::Ended(why) => {
-                    tracing::debug!(upstream = %name, lane = lane.0, "notification stream: {}; again in {again_after:?}", crate::logline::printable(&why));
+                    tracing::debug!(upstream = %name, ?feed, "notification stream: {}; again in {again_after:?}", crate::logline::printable(&why));
                     let reopened = async {
                         match reopened.as_mut().as_pin_mut() {
                             Some(n) => n.await,
@@ -171,12 +208,13 @@ impl HttpConn {
 
     /// Reads the stream's events until it ends (each handled by
     /// [`HttpConn::on_stream_event`]) or its filter changes.
-    async fn read_stream(&self, mut body: Incoming, lane: Lane) -> NotificationsEnd {
+    async fn read_stream(&self, mut body: Incoming, feed: Feed) -> NotificationsEnd {
+        let lane = feed.lane();
         // A lane's stream carries only what is unrelated to a call
         // (list_changed and the like), so its events are held to less.
-        let (max, limit) = match lane {
-            Lane::MAIN => (self.max_bytes, "result_bytes"),
-            _ => (
+        let (max, limit) = match feed {
+            Feed::Listen | Feed::Get(Lane::MAIN) => (self.max_bytes, "result_bytes"),
+            Feed::Get(_) => (
                 self.max_bytes.min(LANE_STREAM_EVENT_BYTES),
                 "lane_event_bytes",
             ),
@@ -185,8 +223,8 @@ impl HttpConn {
         loop {
             let frame = tokio::select! {
                 f = body.frame() => f,
-                // Only the main session's stream has a filter (lanes are legacy).
-                _ = self.relisten.notified(), if lane == Lane::MAIN => {
+                // Only the listen stream has a filter.
+                _ = self.relisten.notified(), if feed == Feed::Listen => {
                     return NotificationsEnd::Reopen
                 }
             };

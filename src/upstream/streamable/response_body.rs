@@ -7,7 +7,7 @@
 use super::wire::{is_sse, read_body, refused};
 use super::HttpConn;
 use crate::limits;
-use crate::protocol::{self, sse, Message, Payload, RawResult, RpcError};
+use crate::protocol::{self, sse, Message, Payload, ProtocolVersion, RawResult, RpcError};
 use crate::relay::{relay_request, Lane, Relay, Relayed};
 use crate::upstream::{SendError, UpstreamEra};
 use bytes::Bytes;
@@ -35,13 +35,14 @@ impl HttpConn {
     /// times, within the call's timeout; the request is never sent again
     /// (2025-11-25 transports.mdx §Sending Messages item 6, §Resumability
     /// and Redelivery). A modern stream is not resumable (2026-07-28
-    /// transports-streamable-http.mdx).
+    /// transports-streamable-http.mdx). `lane` and `era`: the session and
+    /// era the call was sent in.
     pub(super) async fn read_sse_answer(
         &self,
         mut body: Incoming,
         id: u64,
         relay: Option<&Relay>,
-        lane: Lane,
+        (lane, era): (Lane, UpstreamEra),
     ) -> Result<Payload, SendError> {
         let mut dec = sse::Decoder::new(self.max_bytes);
         let session = self.session_of(lane);
@@ -77,32 +78,32 @@ impl HttpConn {
             // going away cut it short.
             let wait = dec.retry().unwrap_or(limits::SSE_RETRY_DEFAULT);
             tokio::time::sleep(wait.max(limits::SSE_RETRY_MIN)).await;
-            self.may_resume(lane, session.as_ref(), &why)?;
+            let version = self.may_resume((lane, era), session.as_ref(), &why)?;
             dec.stream_ended();
-            body = self.resume_stream(&last, lane, &why).await?;
+            body = self.resume_stream(&last, (lane, version), &why).await?;
         }
     }
 
-    /// Whether a cut stream of `lane` can be resumed: a legacy session's,
-    /// still the `session` it began in (one re-initialized meanwhile has
-    /// lost the call).
+    /// Whether a cut stream of a call sent in `era` in `lane` can be
+    /// resumed: a legacy session's, still the `session` it began in (one
+    /// re-initialized meanwhile has lost the call); its version if so.
     fn may_resume(
         &self,
-        lane: Lane,
+        (lane, era): (Lane, UpstreamEra),
         session: Option<&HeaderValue>,
         why: &str,
-    ) -> Result<(), SendError> {
-        if !matches!(*self.era.read().expect("era lock"), UpstreamEra::Legacy(_)) {
+    ) -> Result<ProtocolVersion, SendError> {
+        let UpstreamEra::Legacy(version) = era else {
             return Err(SendError::StreamCut(format!(
                 "{why} (a 2026-07-28 stream is not resumable)"
             )));
-        }
+        };
         if self.session_of(lane).as_ref() != session {
             return Err(SendError::StreamCut(format!(
                 "{why}; its session ended meanwhile"
             )));
         }
-        Ok(())
+        Ok(version)
     }
 
     /// Reads one SSE body until the response to `id`, or until it ends or
@@ -152,12 +153,9 @@ impl HttpConn {
     async fn resume_stream(
         &self,
         last: &str,
-        lane: Lane,
+        (lane, version): (Lane, ProtocolVersion),
         why: &str,
     ) -> Result<Incoming, SendError> {
-        let UpstreamEra::Legacy(version) = *self.era.read().expect("era lock") else {
-            return Err(SendError::StreamCut(why.to_owned()));
-        };
         let shown = crate::logline::capped(last, 64);
         let cannot =
             |e: String| SendError::StreamCut(format!("{why}; resuming after event {shown:?}: {e}"));

@@ -192,6 +192,22 @@ pub fn spawn_fixture_modern_server() -> (KillOnDrop, u16) {
     })
 }
 
+/// Starts `conformance_server_v2.py PORT` (mcp 2.3.0, dual-era: 2026-07-28
+/// statelessly and 2025-11-25 in sessions, on one endpoint) on a free
+/// loopback port. URL: `http://127.0.0.1:{port}/mcp`.
+pub fn spawn_dual_era_server() -> (KillOnDrop, u16) {
+    let py = python_v2();
+    let script = installed(
+        interop_dir().join("conformance_server_v2.py"),
+        "the dual-era conformance fixture",
+    );
+    spawn_listening("conformance_server_v2", |port| {
+        let mut c = Command::new(&py);
+        c.arg(&script).arg(port.to_string());
+        c
+    })
+}
+
 /// Starts server-everything in `streamableHttp` mode on a free port, forced onto 127.0.0.1.
 /// URL: `http://127.0.0.1:{port}/mcp`. Killed when the guard drops (it is `node` itself, not an npx wrapper).
 pub fn spawn_server_everything_http() -> (KillOnDrop, u16) {

@@ -38,6 +38,14 @@ pub enum Mode {
     /// A modern (2026-07-28) server: `server/discover`, no sessions, no
     /// listen stream (404 + -32601).
     Modern,
+    /// A dual-era server: [`Mode::Modern`] to requests that carry
+    /// `MCP-Protocol-Version: 2026-07-28`, [`Mode::Legacy`] in the
+    /// sessions `initialize` opens. Its `interview`, called in the modern
+    /// era, still asks with JSON-RPC requests on its SSE answer (as a
+    /// 2025-era SDK's tool code does on any transport), but an answer
+    /// POSTed without a session is refused (400): a stateless request has
+    /// nowhere to take it.
+    Dual,
 }
 
 pub struct Upstream {
@@ -56,7 +64,9 @@ pub struct Upstream {
     pub cancelled: Mutex<Vec<(Value, String)>>,
     /// Every `Authorization` header value received.
     pub authorizations: Mutex<Vec<String>>,
-    /// Server→client requests of `interview` calls awaiting the client's answer.
+    /// Server→client requests of `interview` calls awaiting the client's
+    /// answer, by the session they were asked in and their id: an answer
+    /// in another session (or none) does not reach them.
     pub waiting: Mutex<std::collections::HashMap<String, tokio::sync::oneshot::Sender<Value>>>,
     /// Errors the client answered `interview`'s requests with.
     pub refused: Mutex<Vec<String>>,
@@ -112,12 +122,28 @@ async fn serve(
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok());
     let declared = u.declared(sid);
+    let modern = u.mode == Mode::Dual
+        && (head.headers.get("mcp-protocol-version")).is_some_and(|v| v == "2026-07-28");
+    let declared = match modern {
+        true => Some(msg["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"].clone()),
+        false => declared,
+    };
+    let answer_posted =
+        msg.get("method").is_none() && (msg.get("result").is_some() || msg.get("error").is_some());
+    if modern && answer_posted {
+        // A stateless server has no session to route a client's answer to:
+        // 2026-07-28 has no client→server responses.
+        let refusal = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600,
+            "message": "Invalid Request: no responses in 2026-07-28"}});
+        let mut r = http::Response::new(Full::new(Bytes::from(refusal.to_string())).boxed());
+        *r.status_mut() = http::StatusCode::BAD_REQUEST;
+        return Ok(r);
+    }
     if head.method == http::Method::POST && declared.is_some() {
-        if msg.get("method").is_none()
-            && (msg.get("result").is_some() || msg.get("error").is_some())
-        {
+        if answer_posted {
             let id = msg["id"].as_str().unwrap_or("").to_string();
-            if let Some(tx) = u.waiting.lock().unwrap().remove(&id) {
+            let key = format!("{}/{id}", sid.unwrap_or(""));
+            if let Some(tx) = u.waiting.lock().unwrap().remove(&key) {
                 let _ = tx.send(msg);
                 let mut r = http::Response::new(Full::new(Bytes::new()).boxed());
                 *r.status_mut() = http::StatusCode::ACCEPTED;
@@ -125,7 +151,8 @@ async fn serve(
             }
         }
         if msg["method"] == "tools/call" && msg["params"]["name"] == "interview" {
-            return Ok(interview(u, msg, declared.unwrap_or_default()));
+            let asked_in = sid.filter(|_| !modern).unwrap_or("").to_string();
+            return Ok(interview(u, msg, declared.unwrap_or_default(), asked_in));
         }
     }
     let req = http::Request::from_parts(head, Full::new(bytes));
@@ -134,7 +161,7 @@ async fn serve(
 
 /// The SSE answer of an `interview` call (see [`serve`]): it asks what its
 /// session declared (`caps`) and skips the rest, as a careful server does.
-fn interview(u: Arc<Upstream>, msg: Value, caps: Value) -> http::Response<Body> {
+fn interview(u: Arc<Upstream>, msg: Value, caps: Value, sid: String) -> http::Response<Body> {
     let id = msg["id"].clone();
     let rounds = msg["params"]["arguments"]["rounds"].as_u64().unwrap_or(3) as usize;
     u.requests
@@ -164,7 +191,8 @@ fn interview(u: Arc<Upstream>, msg: Value, caps: Value) -> http::Response<Body> 
         for (i, (method, params)) in asks.enumerate() {
             let rid = format!("iv-{id}-{i}");
             let (atx, arx) = tokio::sync::oneshot::channel();
-            u.waiting.lock().unwrap().insert(rid.clone(), atx);
+            let key = format!("{sid}/{rid}");
+            u.waiting.lock().unwrap().insert(key.clone(), atx);
             let ask = json!({"jsonrpc": "2.0", "id": rid, "method": method, "params": params});
             if tx.send(event(&ask)).await.is_err() {
                 u.abandoned.fetch_add(1, Ordering::SeqCst);
@@ -175,7 +203,7 @@ fn interview(u: Arc<Upstream>, msg: Value, caps: Value) -> http::Response<Body> 
                 biased;
                 r = arx => r.unwrap_or(Value::Null),
                 _ = tx.closed() => {
-                    u.waiting.lock().unwrap().remove(&rid);
+                    u.waiting.lock().unwrap().remove(&key);
                     u.abandoned.fetch_add(1, Ordering::SeqCst);
                     return;
                 }
@@ -283,7 +311,10 @@ async fn answer(
     } else {
         &method
     };
-    u.versions.lock().unwrap().push((verb.to_string(), version));
+    u.versions
+        .lock()
+        .unwrap()
+        .push((verb.to_string(), version.clone()));
     let n = {
         let mut r = u.requests.lock().unwrap();
         r.push((Instant::now(), method.clone()));
@@ -319,11 +350,14 @@ async fn answer(
     }
     let id = body["id"].clone();
     let ok = |result: Value| resp(200, json!({"jsonrpc": "2.0", "id": id, "result": result}));
+    let modern = u.mode == Mode::Modern
+        || (u.mode == Mode::Dual && version.as_deref() == Some("2026-07-28"));
     Ok(match method.as_str() {
-        "server/discover" if u.mode == Mode::Modern => ok(json!({
-            "supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
+        "server/discover" if modern => ok(json!({
+            "supportedVersions": if u.mode == Mode::Dual { json!(["2026-07-28", "2025-11-25"]) } else { json!(["2026-07-28"]) },
+            "capabilities": {"tools": {}},
             "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "scripted", "version": "1"}}})),
-        "subscriptions/listen" if u.mode == Mode::Modern => resp(
+        "subscriptions/listen" if modern => resp(
             404,
             json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "Method not found"}}),
         ),
@@ -363,7 +397,7 @@ async fn answer(
                 .insert("mcp-session-id", sid.parse().unwrap());
             r
         }
-        _ if u.mode != Mode::Modern && u.declared(sid_in.as_deref()).is_none() => {
+        _ if !modern && u.declared(sid_in.as_deref()).is_none() => {
             resp(404, json!({"error": "unknown session"}))
         }
         "" => resp(202, Value::Null),
@@ -382,21 +416,16 @@ async fn answer(
             ok(json!({"content": []}))
         }
         "ping" => ok(json!({})),
-        "tools/list" => ok(
-            json!({"tools": [{"name": "hello", "inputSchema": {"type": "object"}},
-                {"name": "hang", "inputSchema": {"type": "object"}},
-                {"name": "needs_sampling", "inputSchema": {"type": "object"}},
-                {"name": "bad_request", "inputSchema": {"type": "object"}},
-                {"name": "header_mismatch", "inputSchema": {"type": "object"}},
-                {"name": "bad_params", "inputSchema": {"type": "object"}},
-                {"name": "interview", "inputSchema": {"type": "object"}},
-                {"name": "twice", "inputSchema": {"type": "object"}},
-                {"name": "polled", "inputSchema": {"type": "object"}},
-                {"name": "polled_gone", "inputSchema": {"type": "object"}},
-                {"name": "polled_forever", "inputSchema": {"type": "object"}},
-                {"name": "html", "inputSchema": {"type": "object"}},
-                {"name": "big", "inputSchema": {"type": "object"}}]}),
-        ),
+        // `tasks_only` is listed only to a modern request that declares
+        // the tasks extension (SEP-2575: a listing may depend on the
+        // request's declared capabilities).
+        "tools/list" if modern && declares_tasks(&body) => {
+            let mut all = tool_list();
+            let tools = all["tools"].as_array_mut().unwrap();
+            tools.push(json!({"name": "tasks_only", "inputSchema": {"type": "object"}}));
+            ok(all)
+        }
+        "tools/list" => ok(tool_list()),
         // Primes its SSE answer with an event id and a retry of 0 ms (a
         // tight loop, were it obeyed as is), then closes
         // the stream: the client is to resume it (GET, `Last-Event-ID`).
@@ -419,6 +448,13 @@ async fn answer(
             let one = json!({"jsonrpc": "2.0", "id": id, "result": {"content": []}});
             typed(format!("{one}{one}"), "application/json")
         }
+        // A modern 404 (2026-07-28: the JSON-RPC error of a method not
+        // found travels as 404): this call's error, not a session's end.
+        "tools/call" if body["params"]["name"] == "unrouted" && modern => resp(
+            404,
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601,
+                "message": "Method not found"}}),
+        ),
         "tools/call" if body["params"]["name"] == "html" => {
             typed("<html><body>502 Bad Gateway</body></html>", "text/html")
         }
@@ -457,6 +493,30 @@ async fn answer(
         }
         _ => ok(json!({})),
     })
+}
+
+/// The tools every listing names.
+fn tool_list() -> Value {
+    json!({"tools": [{"name": "hello", "inputSchema": {"type": "object"}},
+        {"name": "hang", "inputSchema": {"type": "object"}},
+        {"name": "needs_sampling", "inputSchema": {"type": "object"}},
+        {"name": "bad_request", "inputSchema": {"type": "object"}},
+        {"name": "header_mismatch", "inputSchema": {"type": "object"}},
+        {"name": "bad_params", "inputSchema": {"type": "object"}},
+        {"name": "interview", "inputSchema": {"type": "object"}},
+        {"name": "twice", "inputSchema": {"type": "object"}},
+        {"name": "polled", "inputSchema": {"type": "object"}},
+        {"name": "polled_gone", "inputSchema": {"type": "object"}},
+        {"name": "polled_forever", "inputSchema": {"type": "object"}},
+        {"name": "html", "inputSchema": {"type": "object"}},
+        {"name": "unrouted", "inputSchema": {"type": "object"}},
+        {"name": "big", "inputSchema": {"type": "object"}}]})
+}
+
+/// Whether a request's `_meta` client capabilities declare the tasks extension.
+fn declares_tasks(body: &Value) -> bool {
+    let caps = &body["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"];
+    !caps["extensions"]["io.modelcontextprotocol/tasks"].is_null()
 }
 
 /// Starts the scripted upstream on a loopback port; returns it and its URL.
