@@ -87,7 +87,7 @@ async fn each_caller_sees_and_calls_the_tools_its_capabilities_would_get() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sets_beyond_the_table_get_the_broadest_catalog_counted() {
     mcp_edge::metrics::prometheus();
-    let (_up, url) = scripted(Mode::Modern).await;
+    let (up, url) = scripted(Mode::Modern).await;
     let gw = start("", &http_block("d", &url, "")).await;
     let addr = gw.local_addr();
     let sets = [
@@ -105,12 +105,22 @@ async fn sets_beyond_the_table_get_the_broadest_catalog_counted() {
     let refused =
         || mcp_edge::metrics::read(mcp_edge::metrics::REFUSED, "limit=\"capability_catalogs\"");
     let before = refused();
-    let seventh = listed(addr, json!({"sampling": {"tools": {}}})).await;
-    assert!(
-        seventh.contains(&"d__tasks_only".to_string()),
-        "broadest: {seventh:?}"
+    let lists = || {
+        let seen = up.requests.lock().unwrap();
+        seen.iter().filter(|(_, m)| m == "tools/list").count()
+    };
+    let asked = lists();
+    for _ in 0..3 {
+        let seventh = listed(addr, json!({"sampling": {"tools": {}}})).await;
+        let shown = seventh.contains(&"d__tasks_only".to_string());
+        assert!(shown, "broadest: {seventh:?}");
+    }
+    assert!(refused() >= before + 3.0, "counted, each time");
+    assert_eq!(
+        lists(),
+        asked,
+        "the upstream is not asked for a set with no place"
     );
-    assert!(refused() >= before + 1.0, "counted");
     // The sets already listed keep their own.
     assert!(!listed(addr, json!({"roots": {}}))
         .await

@@ -144,3 +144,24 @@ async fn a_forced_era_is_spoken_to_every_caller() {
         gw.shutdown().await;
     }
 }
+
+/// A server that answers `initialize` but then fails the session's
+/// `notifications/initialized` is not dual-era for mcp-edge: the half-open
+/// session is ended with DELETE (in the version asked) and every caller is
+/// spoken to in the modern era.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_session_opened_half_way_is_ended_and_the_upstream_stays_modern() {
+    let (up, url) = scripted(Mode::DualHalf).await;
+    let gw = start(ADMIN, &http_block("d", &url, "era = \"auto\"")).await;
+    let st = status_of(&gw).await;
+    assert_eq!(st["state"], "ready", "{st}");
+    assert_eq!(st["eras"], json!(["2026-07-28"]), "{st}");
+    assert_eq!(up.deleted(), 1, "the half-open session ended");
+    let deletes = versions_of(&up, "DELETE");
+    assert_eq!(deletes, [Some("2025-11-25".to_string())]);
+    let (legacy, stateless) = hello_both(gw.local_addr()).await;
+    assert_eq!(legacy, "hello from no session");
+    assert_eq!(stateless, "hello from no session");
+    gw.shutdown().await;
+    assert_eq!(up.deleted(), 1, "no session left to end");
+}

@@ -46,6 +46,15 @@ pub enum Mode {
     /// POSTed without a session is refused (400): a stateless request has
     /// nowhere to take it.
     Dual,
+    /// [`Mode::Dual`] whose `notifications/initialized` fails (500): the
+    /// legacy session `initialize` opened is never completed.
+    DualHalf,
+}
+
+impl Mode {
+    fn dual(self) -> bool {
+        matches!(self, Mode::Dual | Mode::DualHalf)
+    }
 }
 
 pub struct Upstream {
@@ -122,7 +131,7 @@ async fn serve(
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok());
     let declared = u.declared(sid);
-    let modern = u.mode == Mode::Dual
+    let modern = u.mode.dual()
         && (head.headers.get("mcp-protocol-version")).is_some_and(|v| v == "2026-07-28");
     let declared = match modern {
         true => Some(msg["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"].clone()),
@@ -350,11 +359,11 @@ async fn answer(
     }
     let id = body["id"].clone();
     let ok = |result: Value| resp(200, json!({"jsonrpc": "2.0", "id": id, "result": result}));
-    let modern = u.mode == Mode::Modern
-        || (u.mode == Mode::Dual && version.as_deref() == Some("2026-07-28"));
+    let modern =
+        u.mode == Mode::Modern || (u.mode.dual() && version.as_deref() == Some("2026-07-28"));
     Ok(match method.as_str() {
         "server/discover" if modern => ok(json!({
-            "supportedVersions": if u.mode == Mode::Dual { json!(["2026-07-28", "2025-11-25"]) } else { json!(["2026-07-28"]) },
+            "supportedVersions": if u.mode.dual() { json!(["2026-07-28", "2025-11-25"]) } else { json!(["2026-07-28"]) },
             "capabilities": {"tools": {}},
             "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "scripted", "version": "1"}}})),
         "subscriptions/listen" if modern => resp(
@@ -401,6 +410,11 @@ async fn answer(
             resp(404, json!({"error": "unknown session"}))
         }
         "" => resp(202, Value::Null),
+        "notifications/initialized" if u.mode == Mode::DualHalf => {
+            let mut r = http::Response::new(Full::new(Bytes::from("restarting")));
+            *r.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+            r
+        }
         "notifications/cancelled" => {
             u.cancelled.lock().unwrap().push((
                 body["params"]["requestId"].clone(),
