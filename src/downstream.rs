@@ -30,6 +30,7 @@ mod receiving;
 pub mod reply;
 pub mod resume;
 pub mod rounds;
+mod session_verbs;
 pub mod sessions;
 pub mod streams;
 mod subscribe;
