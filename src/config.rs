@@ -36,7 +36,7 @@
 //!
 //! [[upstream]]                                  # 1..=limits::MAX_UPSTREAMS of these
 //! name = "fs"                                   # required, 1..=32 of [A-Za-z0-9_-], unique
-//! transport = "stdio"                           # "stdio" | "http" | "builtin"
+//! transport = "stdio"                           # "stdio" | "http" | "sse" | "builtin"
 //! command = "npx"                               # stdio: required
 //! args = ["-y", "x"]                            # stdio
 //! env = { KEY = "v" }                           # stdio
@@ -146,8 +146,8 @@
 //!
 //! The file Claude Desktop, Cursor and similar hosts already use:
 //! `{"mcpServers": {"<name>": {"command", "args", "env", "cwd"} | {"url", "headers"}}}`
-//! with optional `"type"` (`stdio`, `http`, `streamable-http`, `streamableHttp`;
-//! `sse` is rejected) and `"disabled": true`. VS Code's top-level `"servers"`
+//! with optional `"type"` (`stdio`, `http`, `streamable-http`, `streamableHttp`,
+//! or `sse`: the 2024-11-05 HTTP+SSE transport) and `"disabled": true`. VS Code's top-level `"servers"`
 //! is accepted when `"mcpServers"` is absent. Host-specific keys are ignored
 //! with a warning. The `[server]` section gets its defaults
 //! (`state_directory` from `STATE_DIRECTORY`), and so do the upstream keys
@@ -190,7 +190,7 @@ mod server;
 mod socket;
 mod tls_files;
 mod transport;
-pub use transport::Transport;
+pub use transport::{Transport, Wire};
 mod trust;
 pub use trust::Trust;
 mod upstream_section;

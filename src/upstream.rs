@@ -12,6 +12,7 @@
 pub mod builtin;
 mod call_error;
 pub mod catalog;
+mod channel;
 mod clock;
 mod conn;
 mod credentials;

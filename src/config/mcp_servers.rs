@@ -175,9 +175,10 @@ fn entry_upstream(
     let url: Option<String> = typed(ctx, &k("url"), entry.get("url"), "a string")?;
     let kind = entry_kind(ctx, base, &entry, command.is_some(), url.is_some())?;
     entry_transport_keys(ctx, base, kind, &entry)?;
+    let sse = matches!(entry.get("type"), Some(Value::String(t)) if t == "sse");
     let transport = match kind {
         Kind::Stdio => entry_stdio(ctx, base, &entry, command)?,
-        Kind::Http => entry_http(ctx, base, &entry, url)?,
+        Kind::Http => entry_http(ctx, base, &entry, url, sse)?,
         Kind::Builtin => unreachable!("JSON has no builtin servers"),
     };
     let mut up = ctx.upstream_defaults(name.to_owned(), transport);
@@ -198,15 +199,10 @@ fn entry_kind(
     let key = format!("{base}.type");
     match typed::<String>(ctx, &key, entry.get("type"), "a string")?.as_deref() {
         Some("stdio") => Ok(Kind::Stdio),
-        Some("http" | "streamable-http" | "streamableHttp") => Ok(Kind::Http),
-        Some("sse") => Err(ctx.err(
-            key,
-            "\"sse\": the deprecated HTTP+SSE transport isn't supported; use a \
-             streamable-HTTP endpoint (\"type\": \"http\")",
-        )),
+        Some("http" | "streamable-http" | "streamableHttp" | "sse") => Ok(Kind::Http),
         Some(_) => Err(ctx.err(
             key,
-            "must be \"stdio\", \"http\", \"streamable-http\" or \"streamableHttp\"",
+            "must be \"stdio\", \"http\", \"streamable-http\", \"streamableHttp\" or \"sse\"",
         )),
         None => match (command, url) {
             (true, false) => Ok(Kind::Stdio),
@@ -271,12 +267,14 @@ fn entry_stdio(
     })
 }
 
-/// A streamable-HTTP entry: `url`, `headers` (no bearer token file in JSON).
+/// An HTTP entry (streamable, or `"type": "sse"`): `url`, `headers` (no
+/// bearer token file in JSON).
 fn entry_http(
     ctx: &Ctx,
     base: &str,
     entry: &Pairs<Value>,
     url: Option<String>,
+    sse: bool,
 ) -> Result<Transport> {
     let k = |f: &str| format!("{base}.{f}");
     let url = url.ok_or_else(|| ctx.err(k("url"), "missing; an http server needs a url"))?;
@@ -285,6 +283,10 @@ fn entry_http(
     warn_placeholders(ctx, &k("headers"), headers.values());
     Ok(Transport::Http {
         url: fields::check_url(ctx, &k("url"), url)?,
+        wire: match sse {
+            true => super::transport::Wire::Sse,
+            false => super::transport::Wire::Streamable,
+        },
         headers: fields::check_headers(ctx, &k("headers"), headers, false)?,
         bearer_token_file: None,
         oauth: None,

@@ -174,11 +174,7 @@ fn rate(r: &Rate) -> String {
 /// One `[[upstream]]` table: the common keys, then the transport's.
 fn upstream(o: &mut String, up: &UpstreamConfig) {
     o.push_str("\n[[upstream]]\n");
-    let transport = match up.transport {
-        Transport::Stdio { .. } => "stdio",
-        Transport::Http { .. } => "http",
-        Transport::Builtin => "builtin",
-    };
+    let transport = up.transport.name();
     let era = match up.era {
         EraPreference::Auto => "auto",
         EraPreference::Legacy => "legacy",
@@ -238,6 +234,7 @@ fn transport_keys(o: &mut String, transport: &Transport) {
             headers,
             bearer_token_file,
             oauth,
+            ..
         } => {
             kv(o, "url", quote(&mask_url(url)));
             let headers = headers.keys().map(|k| (k.as_str(), MASK.to_owned()));
@@ -330,12 +327,14 @@ impl fmt::Debug for Transport {
             }
             Transport::Http {
                 url,
+                wire,
                 headers,
                 bearer_token_file,
                 oauth,
             } => f
                 .debug_struct("Http")
                 .field("url", &mask_url(url))
+                .field("wire", wire)
                 .field("headers", headers)
                 .field("bearer_token_file", bearer_token_file)
                 .field("oauth", oauth)

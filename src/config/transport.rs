@@ -27,14 +27,18 @@ pub enum Transport {
         /// `sandbox`, `paths_rw`, `paths_ro`, `network`, and the child's home.
         sandbox: crate::sandbox::Spec,
     },
-    /// A remote streamable-HTTP server. `url` is a validated http(s) URL
-    /// (no fragment); `headers` names are valid HTTP header names and values
-    /// valid header values; `bearer_token_file` is the path with
-    /// `$CREDENTIALS_DIRECTORY/` already expanded (the file is read by the
-    /// transport, not here).
+    /// A remote HTTP server (`transport = "http"`, or `"sse"` for the
+    /// 2024-11-05 HTTP+SSE transport: [`Wire`]). `url` is a validated
+    /// http(s) URL (no fragment); `headers` names are valid HTTP header
+    /// names and values valid header values; `bearer_token_file` is the
+    /// path with `$CREDENTIALS_DIRECTORY/` already expanded (the file is
+    /// read by the transport, not here).
     Http {
-        /// The MCP endpoint, `http://` or `https://`.
+        /// The MCP endpoint, `http://` or `https://` (the SSE stream's, for
+        /// [`Wire::Sse`]).
         url: String,
+        /// Which of the two HTTP transports it speaks.
+        wire: Wire,
         /// Extra request headers (values are secrets: masked in `check-config`).
         headers: BTreeMap<String, Secret<String>>,
         /// File holding a bearer token, read at each connect (`Authorization: Bearer …`).
@@ -44,4 +48,30 @@ pub enum Transport {
     },
     /// The in-process `edge` tools.
     Builtin,
+}
+
+impl Transport {
+    /// Its `transport` key: `"stdio"`, `"http"`, `"sse"` or `"builtin"`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Transport::Stdio { .. } => "stdio",
+            Transport::Http {
+                wire: Wire::Sse, ..
+            } => "sse",
+            Transport::Http { .. } => "http",
+            Transport::Builtin => "builtin",
+        }
+    }
+}
+
+/// The HTTP transport an upstream speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    /// Streamable HTTP (`transport = "http"`): one POST per message, its
+    /// answer in the response (2025-03-26 onwards).
+    Streamable,
+    /// The HTTP+SSE transport of 2024-11-05 (`transport = "sse"`): a GET
+    /// stream whose first event names the URL messages are POSTed to, and
+    /// every answer on the stream.
+    Sse,
 }

@@ -28,13 +28,23 @@ pub(super) fn upstream(ctx: &Ctx, base: &str, mut raw: RawUpstream) -> Result<Up
     check_name(ctx, &format!("{base}.name"), &name)?;
     let kind = transport_kind(ctx, base, &raw)?;
     transport_keys(ctx, base, kind, &raw)?;
+    let wire = match raw.transport.as_deref() {
+        Some("sse") => super::transport::Wire::Sse,
+        _ => super::transport::Wire::Streamable,
+    };
     let transport = match kind {
         Kind::Stdio => stdio(ctx, base, &mut raw)?,
-        Kind::Http => http(ctx, base, &mut raw)?,
+        Kind::Http => http(ctx, base, &mut raw, wire)?,
         Kind::Builtin => Transport::Builtin,
     };
     let mut up = ctx.upstream_defaults(name, transport);
     identity(ctx, base, &mut raw, &mut up)?;
+    if up.era == EraPreference::Modern && wire == super::transport::Wire::Sse {
+        return Err(ctx.err(
+            format!("{base}.era"),
+            "\"modern\" cannot be spoken over transport = \"sse\": the 2024-11-05 transport carries legacy sessions only",
+        ));
+    }
     capacities(ctx, base, &raw, &mut up)?;
     probing(ctx, base, &raw, &mut up)?;
     backoff(ctx, base, &raw, &mut up)?;
@@ -47,9 +57,12 @@ fn transport_kind(ctx: &Ctx, base: &str, raw: &RawUpstream) -> Result<Kind> {
     let key = format!("{base}.transport");
     match raw.transport.as_deref() {
         Some("stdio") => Ok(Kind::Stdio),
-        Some("http") => Ok(Kind::Http),
+        Some("http" | "sse") => Ok(Kind::Http),
         Some("builtin") => Ok(Kind::Builtin),
-        Some(_) => Err(ctx.err(key, "must be \"stdio\", \"http\" or \"builtin\"")),
+        Some(_) => Err(ctx.err(
+            key,
+            "must be \"stdio\", \"http\", \"sse\" (the 2024-11-05 HTTP+SSE transport) or \"builtin\"",
+        )),
         None => match (raw.command.is_some(), raw.url.is_some()) {
             (true, false) => Ok(Kind::Stdio),
             (false, true) => Ok(Kind::Http),
@@ -119,7 +132,12 @@ fn stdio(ctx: &Ctx, base: &str, raw: &mut RawUpstream) -> Result<Transport> {
 }
 
 /// `url`, `headers`, `bearer_token_file`, `[upstream.oauth]`, taken out of `raw`.
-fn http(ctx: &Ctx, base: &str, raw: &mut RawUpstream) -> Result<Transport> {
+fn http(
+    ctx: &Ctx,
+    base: &str,
+    raw: &mut RawUpstream,
+    wire: super::transport::Wire,
+) -> Result<Transport> {
     let k = |f: &str| format!("{base}.{f}");
     let url = raw
         .url
@@ -144,6 +162,7 @@ fn http(ctx: &Ctx, base: &str, raw: &mut RawUpstream) -> Result<Transport> {
     let headers = raw.headers.take().unwrap_or_default();
     Ok(Transport::Http {
         url: check_url(ctx, &k("url"), url)?,
+        wire,
         headers: check_headers(
             ctx,
             &k("headers"),

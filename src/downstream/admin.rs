@@ -84,11 +84,7 @@ pub fn status(app: &App) -> Value {
 fn upstream_status(u: &crate::router::Upstream, now: Instant, tails: bool) -> Value {
     let s = u.status();
     let (ok, missed) = u.probes();
-    let transport = match &u.config.transport {
-        crate::config::Transport::Stdio { .. } => "stdio",
-        crate::config::Transport::Http { .. } => "http",
-        crate::config::Transport::Builtin => "builtin",
-    };
+    let transport = u.config.transport.name();
     json!({
         "name": u.name(),
         "transport": transport,

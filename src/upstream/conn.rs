@@ -81,11 +81,13 @@ pub enum Conn {
 
 impl Conn {
     /// Frees the in-flight places of calls abandoned past their timeout
-    /// (only a stdio child keeps a slot after its caller gave up); how many.
+    /// (only a stdio child's or a 2024-11-05 HTTP+SSE stream's calls keep a
+    /// slot after their caller gave up); how many.
     pub fn reclaim_stale(&self) -> usize {
         match self {
             Conn::Stdio(c) => c.reclaim_stale(),
-            Conn::Http(_) | Conn::Builtin => 0,
+            Conn::Http(c) => c.reclaim_stale(),
+            Conn::Builtin => 0,
         }
     }
 
@@ -109,6 +111,22 @@ impl Conn {
                 Ok(Opened {
                     conn: Conn::Stdio(c),
                     driver,
+                    abandoned: Abandoned(AbandonedRx::One(abandoned)),
+                })
+            }
+            Transport::Http {
+                wire: crate::config::Wire::Sse,
+                ..
+            } => {
+                let (c, driver, abandoned) = streamable::HttpConn::new_sse(
+                    &up.config,
+                    list_changed,
+                    up.relay_ctx(),
+                    up.oauth.clone(),
+                )?;
+                Ok(Opened {
+                    conn: Conn::Http(Box::new(c)),
+                    driver: Box::pin(driver),
                     abandoned: Abandoned(AbandonedRx::One(abandoned)),
                 })
             }
@@ -150,11 +168,17 @@ impl Conn {
         matches!(self, Conn::Stdio(_))
     }
 
+    /// Whether its transport carries legacy sessions only (the 2024-11-05
+    /// HTTP+SSE transport): no era probe is sent.
+    pub fn legacy_only(&self) -> bool {
+        matches!(self, Conn::Http(c) if c.is_sse())
+    }
+
     /// Whether `initialize` opens a session of its own here, beside any
     /// other era (HTTP), rather than turning the whole connection legacy
     /// (stdio: 2026-07-28 versioning.mdx §Backward Compatibility).
     pub fn has_sessions(&self) -> bool {
-        matches!(self, Conn::Http(_))
+        matches!(self, Conn::Http(c) if !c.is_sse())
     }
 
     /// The handshake's outcome, for a transport that speaks per request:
@@ -261,7 +285,7 @@ impl Conn {
             // is ~2.9 KB of state, which every request future of the
             // endpoint would otherwise carry (clippy::large_futures). One
             // allocation beside the ~90 of an HTTP call.
-            Conn::Http(c) => Box::pin(c.send(method, params, era, timeout, relay)).await,
+            Conn::Http(c) => Box::pin(c.send(method, params, era, timeout, relay, claim)).await,
             Conn::Builtin => builtin_send(method, params.as_ref())
                 .await
                 .map(Payload::from),

@@ -108,6 +108,10 @@ pub async fn open(conn: &Conn, era: EraPreference) -> Result<Negotiated, Handsha
     let n = match era {
         EraPreference::Modern => discover(conn, limits::CONNECT_TIMEOUT).await,
         EraPreference::Legacy => initialize(conn, limits::CONNECT_TIMEOUT).await,
+        // The 2024-11-05 HTTP+SSE transport carries legacy sessions only.
+        EraPreference::Auto if conn.legacy_only() => {
+            initialize(conn, limits::CONNECT_TIMEOUT).await
+        }
         EraPreference::Auto => auto(conn).await,
     }?;
     conn.spoken(n.era, n.legacy.as_ref().map(|l| l.version));

@@ -1,5 +1,6 @@
 //! The fixed-capacity table of requests in flight on one multiplexed upstream
-//! connection (stdio), and the JSON-RPC id rewriting it implies.
+//! connection (stdio, and a 2024-11-05 HTTP+SSE stream), and the JSON-RPC id
+//! rewriting it implies.
 //!
 //! Every request sent upstream gets a fresh numeric id `generation << 16 | slot`,
 //! so callers from different sessions, or the same id reused by two clients,
@@ -40,6 +41,9 @@ struct Slot {
     abandoned: Option<Instant>,
     /// The caller's client's place ([`super::Callers`]), until the slot is freed.
     claim: Option<Claim>,
+    /// The call may lead the upstream to ask a client things (not one of
+    /// mcp-edge's listings or probes): see [`InFlight::sole_relay`].
+    asks: bool,
 }
 
 struct Inner {
@@ -143,6 +147,7 @@ impl InFlight {
                 relay: None,
                 abandoned: None,
                 claim: None,
+                asks: false,
             })
             .collect::<Vec<_>>()
             .into_boxed_slice();
@@ -162,7 +167,7 @@ impl InFlight {
     /// Reserves a slot; `None` when the table is full (the caller answers
     /// with [`crate::protocol::UPSTREAM_BUSY`] at once, nothing is queued).
     pub fn reserve(&self) -> Option<Ticket> {
-        self.reserve_relayed(None, None)
+        self.reserve_relayed(None, None, true)
     }
 
     /// Like [`InFlight::reserve`], remembering the call's relay and the
@@ -172,6 +177,7 @@ impl InFlight {
         &self,
         relay: Option<(Relay, Option<Value>)>,
         claim: Option<Claim>,
+        asks: bool,
     ) -> Option<Ticket> {
         let mut g = self.inner.lock().expect("in-flight lock");
         if g.free.is_empty() {
@@ -183,6 +189,7 @@ impl InFlight {
         s.waiter = Some(tx);
         s.relay = relay;
         s.claim = claim;
+        s.asks = asks;
         let generation = s.generation;
         drop(g);
         Some(Ticket {
@@ -240,17 +247,22 @@ impl InFlight {
         Some((relay.clone(), original.clone()?))
     }
 
-    /// The relay of the only call in flight, if exactly one is and it has one
-    /// (unattributable upstream messages go there, or nowhere).
+    /// The relay of the only call in flight that may ask a client things,
+    /// if exactly one is and it has one (unattributable upstream messages
+    /// go there, or nowhere). Every such call counts — one without a relay
+    /// (a client that takes no stream), one given up on that the upstream
+    /// still works on — so a request is never handed to another client
+    /// than the one it may be for; mcp-edge's own listings and probes do
+    /// not (nobody could be asked for them), so a list refresh does not
+    /// stop a server's request from reaching the caller.
     pub fn sole_relay(&self) -> Option<Relay> {
         let g = self.inner.lock().expect("in-flight lock");
-        if g.slots.len() - g.free.len() != 1 {
-            return None;
+        let busy = |s: &&Slot| s.asks && (s.waiter.is_some() || s.abandoned.is_some());
+        let mut asking = g.slots.iter().filter(busy);
+        match (asking.next(), asking.next()) {
+            (Some(s), None) if s.waiter.is_some() => s.relay.as_ref().map(|(r, _)| r.clone()),
+            _ => None,
         }
-        g.slots
-            .iter()
-            .find(|s| s.waiter.is_some())
-            .and_then(|s| s.relay.as_ref().map(|(r, _)| r.clone()))
     }
 
     /// Fails every waiter (connection lost): their receivers see a closed channel.
@@ -284,6 +296,27 @@ mod tests {
     use crate::share::Claimant;
     use crate::upstream::{CallError, Callers};
     use serde_json::json;
+
+    /// An unattributable request goes to the one call that may ask a
+    /// client, never to another client's: mcp-edge's own calls do not
+    /// count, a relay-less or abandoned client call does.
+    #[test]
+    fn the_sole_relay_is_the_only_call_that_may_ask() {
+        let t = table(8);
+        let relay = |s: &str| Some((crate::relay::Relay::new(Some(s.into()), 4).0, None));
+        let a = t.reserve_relayed(relay("a"), None, true).unwrap();
+        let listing = t.reserve_relayed(None, None, false).unwrap();
+        let only = t.sole_relay().expect("the listing does not count");
+        assert_eq!(only.session.as_deref(), Some("a"));
+        let plain = t.reserve_relayed(None, None, true).unwrap();
+        assert!(t.sole_relay().is_none(), "a client call without a stream counts");
+        drop(plain); // abandoned: the upstream still works on it
+        assert!(t.sole_relay().is_none(), "an abandoned call still counts");
+        drop((a, listing));
+        let b = t.reserve_relayed(relay("b"), None, true).unwrap();
+        assert!(t.sole_relay().is_none(), "the abandoned call is still there");
+        drop(b);
+    }
 
     fn table(n: usize) -> InFlight {
         InFlight::new(n, Duration::from_secs(60)).0
@@ -363,7 +396,7 @@ mod tests {
         let callers = Callers::new(4);
         let (t, _cancel) = InFlight::new(4, Duration::from_secs(60));
         let first = callers.claim(who(a), "up", || 0).unwrap();
-        let ticket = t.reserve_relayed(None, first.clone()).unwrap();
+        let ticket = t.reserve_relayed(None, first.clone(), true).unwrap();
         let id = ticket.upstream_id();
         drop(first); // the caller gave up: its slot still holds the place
         drop(ticket);
@@ -404,7 +437,7 @@ mod tests {
         let callers = Callers::new(2);
         let (t, _cancel) = InFlight::new(2, Duration::from_secs(60));
         let claim = callers.claim(who(a), "up", || 0).unwrap();
-        drop(t.reserve_relayed(None, claim).unwrap()); // abandoned
+        drop(t.reserve_relayed(None, claim, true).unwrap()); // abandoned
         let _b = callers.claim(who(b), "up", || 0).unwrap().expect("a place");
         let reclaim = || t.reclaim_stale();
         assert!(

@@ -179,7 +179,11 @@ impl StdioConn {
             .cloned();
         let mut ticket = self
             .inflight
-            .reserve_relayed(relay.map(|r| (r, original)), claim)
+            .reserve_relayed(
+                relay.map(|r| (r, original)),
+                claim,
+                super::channel::asks(method),
+            )
             .ok_or(SendError::Busy)?;
         if let Some(t) = params
             .as_mut()

@@ -11,6 +11,7 @@ mod authorized;
 mod lanes;
 mod notifications;
 mod response_body;
+mod sse_wire;
 mod wire;
 pub use crate::protocol::parse_retry_after;
 pub use notifications::NotificationsEnd;
@@ -37,7 +38,11 @@ type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Byte
 
 /// A streamable-HTTP upstream.
 pub struct HttpConn {
-    client: HttpsClient,
+    /// The client and its credentials.
+    sender: Arc<authorized::Sender>,
+    /// A 2024-11-05 HTTP+SSE upstream's stream and calls (`transport =
+    /// "sse"`): every message goes there instead ([`sse_wire`]).
+    sse: Option<Arc<sse_wire::SseWire>>,
     url: Uri,
     /// `url` as shown in errors and logs: credentials masked
     /// ([`crate::config::mask_url`]).
@@ -72,9 +77,6 @@ pub struct HttpConn {
     /// Rung when `listen_uris` changed: the open listen stream ends and is
     /// opened again at once with the new filter.
     relisten: Notify,
-    /// Where its access tokens come from (`[upstream.oauth]`); shared with
-    /// the upstream, so tokens outlive this connection.
-    oauth: Option<Arc<crate::oauth::OAuth>>,
 }
 
 /// The eras spoken with a streamable-HTTP upstream: its own, and the
@@ -188,13 +190,18 @@ impl HttpConn {
         if let Some(o) = &oauth {
             o.connection_opened();
         }
-        let conn = HttpConn {
+        let sender = Arc::new(authorized::Sender {
+            client: https_client()?,
             oauth,
+            shown_url: shown_url.clone(),
+        });
+        let conn = HttpConn {
+            sender,
+            sse: None,
             abandoned,
             param_headers: RwLock::new(Default::default()),
             listen_uris: std::sync::Mutex::new(Vec::new()),
             relisten: Notify::new(),
-            client: https_client()?,
             url,
             shown_url,
             headers: map,
@@ -212,6 +219,41 @@ impl HttpConn {
             }),
         };
         Ok((conn, abandoned_rx))
+    }
+
+    /// A 2024-11-05 HTTP+SSE upstream (`transport = "sse"`): the
+    /// connection, its driver (the stream's reader, [`sse_wire::drive`]) and
+    /// the receiver of the ids of calls given up on.
+    pub fn new_sse(
+        cfg: &UpstreamConfig,
+        list_changed: Arc<Notify>,
+        ctx: RelayCtx,
+        oauth: Option<Arc<crate::oauth::OAuth>>,
+    ) -> Result<
+        (
+            Self,
+            impl std::future::Future<Output = String> + Send,
+            mpsc::Receiver<u64>,
+        ),
+        SetupError,
+    > {
+        let (mut conn, _) = HttpConn::new(cfg, list_changed.clone(), ctx.clone(), oauth)?;
+        let parts = (conn.sender.clone(), conn.url.clone(), conn.headers.clone());
+        let (wire, cancel) = sse_wire::SseWire::new(cfg, parts, list_changed, ctx);
+        let wire = Arc::new(wire);
+        conn.sse = Some(wire.clone());
+        Ok((conn, sse_wire::drive(wire), cancel))
+    }
+
+    /// Whether it speaks the 2024-11-05 HTTP+SSE transport.
+    pub fn is_sse(&self) -> bool {
+        self.sse.is_some()
+    }
+
+    /// Frees the places of calls abandoned past their timeout (only a
+    /// 2024-11-05 upstream's calls hold one after their caller gave up).
+    pub fn reclaim_stale(&self) -> usize {
+        self.sse.as_ref().map_or(0, |w| w.inflight.reclaim_stale())
     }
 
     /// Records which of the upstream's tools annotate parameters with
@@ -324,8 +366,12 @@ impl HttpConn {
         era: UpstreamEra,
         timeout: Duration,
         relay: Option<Relay>,
+        claim: Option<crate::upstream::Claim>,
     ) -> Result<Payload, SendError> {
         let _permit = self.permits.try_acquire().map_err(|_| SendError::Busy)?;
+        if let Some(w) = &self.sse {
+            return w.send(method, params, timeout, (relay, claim)).await;
+        }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let msg = protocol::request(json!(id), method, params);
         // Legacy servers do not take a closed stream as cancellation
@@ -411,6 +457,9 @@ impl HttpConn {
         era: UpstreamEra,
     ) -> Result<(), SendError> {
         let msg = protocol::notification(method, params);
+        if let Some(w) = &self.sse {
+            return w.post(&msg).await;
+        }
         self.post_expecting_no_answer(self.build(method, &msg, era, None, Lane::MAIN)?)
             .await
     }
@@ -432,6 +481,7 @@ impl HttpConn {
             era,
             crate::limits::CONNECT_TIMEOUT,
             None,
+            None,
         )
         .await?;
         self.notify("notifications/initialized", None, era).await
@@ -447,6 +497,9 @@ impl HttpConn {
             "notifications/cancelled",
             Some(json!({"requestId": id, "reason": reason})),
         );
+        if let Some(w) = &self.sse {
+            return w.post(&msg).await;
+        }
         self.post_expecting_no_answer(self.build(
             "notifications/cancelled",
             &msg,
@@ -496,6 +549,9 @@ impl HttpConn {
     /// session of `lane`, where the request came from (in the modern era
     /// when it came on a stateless request's stream).
     pub async fn respond(&self, msg: &Value, lane: Lane) -> Result<(), SendError> {
+        if let Some(w) = &self.sse {
+            return w.post(msg).await;
+        }
         let era = match lane {
             Lane::STATELESS => UpstreamEra::Modern,
             _ => self.spoken_now().sessions(),

@@ -1,12 +1,14 @@
 """Streamable-HTTP MCP fixture server for mcp-edge interop tests (real Python SDK, mcp==1.30.0).
 
-usage: .venv1/bin/python fixture_http_server.py PORT [--json-response] [--stateless] [--resumable]
+usage: .venv1/bin/python fixture_http_server.py PORT [--json-response] [--stateless] [--resumable] [--sse]
 
 Binds 127.0.0.1 only and serves MCP at http://127.0.0.1:PORT/mcp (FastMCP's default
 DNS-rebinding protection stays on: Host must be 127.0.0.1:*, localhost:* or [::1]:*).
 By default the server is stateful (Mcp-Session-Id) and answers POSTs with SSE streams;
 --json-response makes it answer with plain JSON bodies, --stateless drops sessions, --resumable
 keeps its SSE events for Last-Event-ID (tests/interop/memory_events.py) and primes every stream.
+--sse serves the 2024-11-05 HTTP+SSE transport instead: GET http://127.0.0.1:PORT/sse, whose first
+event names where to POST (/messages/?session_id=…), every answer on that stream.
 
 Tools:
   add(a:int, b:int)  -> content [{"type":"text","text":"<a+b>"}], structuredContent {"result": a+b}
@@ -20,6 +22,8 @@ Tools:
                         _meta.progressToken, `steps` notifications/progress; text "notified <steps>"
   grow()             -> adds a tool grown_<n> and sends notifications/tools/list_changed on the
                         session's GET stream (not tied to the request); text "grew grown_<n>"
+  ask(question:str)  -> asks the client sampling/createMessage with the question (a request on the
+                        call's stream, or on the SSE stream with --sse); text "client said: <its text>"
   polled()           -> progress 1 of 2, closes the call's SSE stream to be polled (--resumable),
                         after 300 ms progress 2 of 2 and text "polled" (replayed after Last-Event-ID)
 
@@ -92,6 +96,13 @@ def build(port: int, json_response: bool, stateless: bool, resumable: bool = Fal
         return "polled"
 
     @mcp.tool()
+    async def ask(ctx: Context, question: str) -> str:
+        """Ask the client to sample an answer to `question`."""
+        msg = types.SamplingMessage(role="user", content=types.TextContent(type="text", text=question))
+        got = await ctx.session.create_message(messages=[msg], max_tokens=50, related_request_id=ctx.request_id)
+        return f"client said: {getattr(got.content, 'text', '')}"
+
+    @mcp.tool()
     def add(a: int, b: int) -> int:
         """Add two integers; the text result is the decimal sum."""
         return a + b
@@ -153,8 +164,10 @@ def main() -> None:
     p.add_argument("--json-response", action="store_true")
     p.add_argument("--stateless", action="store_true")
     p.add_argument("--resumable", action="store_true")
+    p.add_argument("--sse", action="store_true", help="the 2024-11-05 HTTP+SSE transport")
     a = p.parse_args()
-    build(a.port, a.json_response, a.stateless, a.resumable).run(transport="streamable-http")
+    server = build(a.port, a.json_response, a.stateless, a.resumable)
+    server.run(transport="sse" if a.sse else "streamable-http")
 
 
 if __name__ == "__main__":

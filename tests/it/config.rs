@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use mcp_edge::config::{
     token_sha256, AuditConfig, AuditSink, Config, ConfigError, Credential, EraPreference, Rate,
-    Secret, ToolNameRule, Transport, UpstreamConfig,
+    Secret, ToolNameRule, Transport, UpstreamConfig, Wire,
 };
 use mcp_edge::limits;
 
@@ -302,6 +302,7 @@ fn full_example_resolves_every_key() {
     match &remote.transport {
         Transport::Http {
             url,
+            wire: Wire::Streamable,
             headers,
             bearer_token_file,
             oauth: None,
@@ -421,6 +422,7 @@ fn mcp_servers_with_url() {
     match &cfg.upstreams[0].transport {
         Transport::Http {
             url,
+            wire: Wire::Streamable,
             headers,
             bearer_token_file,
             oauth: None,
@@ -431,6 +433,39 @@ fn mcp_servers_with_url() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// The 2024-11-05 HTTP+SSE transport: `transport = "sse"` in TOML, `"type":
+/// "sse"` in an `mcpServers` file (as Claude Desktop and VS Code write it);
+/// the same keys as `http`, rendered back as `sse`.
+#[test]
+fn sse_upstreams_are_http_upstreams_of_the_2024_wire() {
+    let cfg = fixture("valid", "sse.json");
+    let wires: Vec<_> = (cfg.upstreams.iter())
+        .map(|u| match &u.transport {
+            Transport::Http { url, wire, .. } => (url.as_str(), *wire),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        wires,
+        [
+            ("https://h.example/sse", Wire::Sse),
+            ("https://h.example/mcp", Wire::Streamable)
+        ]
+    );
+    let toml = "[[upstream]]\nname = \"old\"\ntransport = \"sse\"\nurl = \"http://127.0.0.1:9/sse\"\nbearer_token_file = \"/run/t\"\n";
+    let cfg = Config::from_toml_str(toml, Path::new("t.toml")).expect("valid");
+    assert!(matches!(
+        &cfg.upstreams[0].transport,
+        Transport::Http {
+            wire: Wire::Sse,
+            bearer_token_file: Some(_),
+            ..
+        }
+    ));
+    let rendered = cfg.render_masked();
+    assert!(rendered.contains("transport = \"sse\""), "{rendered}");
 }
 
 #[test]

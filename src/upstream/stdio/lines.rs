@@ -2,11 +2,8 @@
 //! keeping only its head to find the id of the call it answers), and the
 //! log rate limit of its stderr.
 
-use super::InFlight;
 use crate::limits;
 use crate::logline::{printable, Throttle};
-use crate::protocol::{self, Payload, RawResult};
-use bytes::Bytes;
 use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
@@ -34,31 +31,6 @@ pub fn sniff_id(head: &[u8]) -> Option<Value> {
 fn grow(buf: &mut Vec<u8>, more: usize) {
     if buf.capacity() - buf.len() < more {
         buf.reserve_exact(more.max(buf.len() / 4));
-    }
-}
-
-/// What [`answer`] did with a line.
-pub(super) enum Answered {
-    /// Not a response with an object result: the line is untouched.
-    No,
-    /// Handed to its call; the line's buffer went with it.
-    Yes,
-    /// A response for no call in flight (dropped; the buffer went too).
-    UnknownId(u64),
-}
-
-/// A response to a call in flight whose result is a JSON object: its
-/// result goes to the waiting call as the line's own bytes
-/// ([`crate::protocol::RawResult`], no tree, no copy), and `line` is left
-/// empty for the next. Anything else is left to the general reader.
-pub(super) fn answer(line: &mut Vec<u8>, inflight: &InFlight) -> Answered {
-    let Some((n, range, top)) = protocol::split_response(line) else {
-        return Answered::No;
-    };
-    let bytes = Bytes::from(std::mem::take(line)).slice(range);
-    match inflight.complete_n(n, Ok(Payload::Raw(RawResult::scanned(bytes, top)))) {
-        true => Answered::Yes,
-        false => Answered::UnknownId(n),
     }
 }
 

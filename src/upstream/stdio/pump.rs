@@ -7,12 +7,12 @@ use super::lines::{self, read_line_bounded, sniff_id, LogBudget};
 use super::Stdin;
 use crate::limits;
 use crate::logline::{printable, Throttle};
-use crate::protocol::{self, Message, Payload, RpcError};
-use crate::relay::{relay_request, Lane, RelayCtx};
-use crate::upstream::era::LISTEN_ID;
+use crate::protocol::{self, RpcError};
+use crate::relay::RelayCtx;
+use crate::upstream::channel::{answer, on_line, Answered, Line};
 use crate::upstream::inflight::InFlight;
 use crate::upstream::ring::Ring;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::sync::Arc;
 use tokio::io::BufReader;
 use tokio::process::{Child, ChildStderr, ChildStdout};
@@ -95,27 +95,22 @@ impl Pump {
             Ok(Ok(true)) => {
                 // An answer keeps the line's buffer (its result is passed
                 // on as these bytes); the next line starts a new one.
-                match lines::answer(&mut self.line, &self.inflight) {
-                    lines::Answered::Yes => return None,
-                    lines::Answered::UnknownId(n) => {
+                match answer(&mut self.line, &self.inflight) {
+                    Answered::Yes => return None,
+                    Answered::UnknownId(n) => {
                         self.unknown_id(&Value::from(n));
                         return None;
                     }
-                    lines::Answered::No => {}
+                    Answered::No => {}
                 }
                 let line = &self.line;
-                let kind = on_line(
-                    line,
-                    &self.inflight,
-                    &self.stdin,
-                    &self.list_changed,
-                    &self.ctx,
-                )
-                .await;
-                match kind {
+                match on_line(line, &self.inflight, &self.list_changed, &self.ctx) {
                     Line::Handled => {}
                     Line::Noise => self.noise(line.len().min(200)),
                     Line::UnknownId(id) => self.unknown_id(&id),
+                    Line::Reply(reply) => {
+                        let _ = self.stdin.message(&reply).await;
+                    }
                 }
             }
         }
@@ -239,115 +234,4 @@ impl Pump {
         incarnation.stop(&mut child).await;
         reason
     }
-}
-
-/// What one stdout line was.
-enum Line {
-    Handled,
-    /// Not JSON-RPC.
-    Noise,
-    /// An answer for no call in flight.
-    UnknownId(Value),
-}
-
-/// Handles one stdout line.
-async fn on_line(
-    line: &[u8],
-    inflight: &InFlight,
-    stdin: &Stdin,
-    list_changed: &Notify,
-    ctx: &RelayCtx,
-) -> Line {
-    if line.iter().all(u8::is_ascii_whitespace) {
-        return Line::Handled;
-    }
-    let Ok(v) = serde_json::from_slice::<Value>(line) else {
-        return Line::Noise; // a banner or log line: counted as noise by the caller
-    };
-    match protocol::classify(v) {
-        Ok(Message::Response { id, outcome }) => {
-            // mcp-edge's own listens end with a response nobody waits for
-            // (one per filter change: `StdioConn::listen`).
-            let own_listen = id.as_str().is_some_and(|s| s.starts_with(LISTEN_ID));
-            if !own_listen && !inflight.complete(&id, outcome.map(Payload::from)) {
-                return Line::UnknownId(id);
-            }
-        }
-        Ok(Message::Notification { method, params }) => {
-            on_notification(method, params, inflight, list_changed, ctx)
-        }
-        Ok(Message::Request { id, method, params }) => {
-            on_request(id, method, params, inflight, stdin, ctx).await
-        }
-        Err(_) => return Line::Noise, // JSON, but not JSON-RPC: noise too
-    }
-    Line::Handled
-}
-
-/// A notification from the child: list changes wake the catalog refresh,
-/// resource updates mark the subscription table, progress goes to the call
-/// whose (rewritten) token it names, anything else to the sole relayed call.
-fn on_notification(
-    method: String,
-    params: Option<Value>,
-    inflight: &InFlight,
-    list_changed: &Notify,
-    ctx: &RelayCtx,
-) {
-    match method.as_str() {
-        m if m.ends_with("/list_changed") => list_changed.notify_one(),
-        "notifications/resources/updated" => ctx.resource_updated(params.as_ref()),
-        // mcp-edge's own listen stream (StdioConn::listen): nobody to tell.
-        "notifications/subscriptions/acknowledged" => {}
-        "notifications/progress" => {
-            let token = params.as_ref().and_then(|p| p.get("progressToken"));
-            if let Some((relay, original)) = token.and_then(|t| inflight.progress_target(t)) {
-                let mut params = params.unwrap_or_default();
-                params["progressToken"] = original;
-                relay.forward(protocol::notification(&method, Some(params)));
-            }
-        }
-        _ => {
-            if let Some(relay) = inflight.sole_relay() {
-                relay.forward(protocol::notification(&method, params));
-            }
-        }
-    }
-}
-
-/// A request from the child: relayed to the sole relayed call's client, or
-/// answered here (`ping`, an empty `roots/list`) or refused.
-async fn on_request(
-    id: Value,
-    method: String,
-    params: Option<Value>,
-    inflight: &InFlight,
-    stdin: &Stdin,
-    ctx: &RelayCtx,
-) {
-    if method != "ping"
-        && relay_request(
-            ctx,
-            inflight.sole_relay(),
-            (&id, Lane::MAIN),
-            &method,
-            params.clone(),
-        )
-        .is_some()
-    {
-        return;
-    }
-    // Nobody to ask: answer the harmless ones, refuse the rest.
-    let reply = match method.as_str() {
-        "ping" => protocol::result_response(id, json!({})),
-        "roots/list" => protocol::result_response(id, json!({"roots": []})),
-        _ => protocol::error_response(
-            id,
-            &RpcError::new(
-                protocol::METHOD_NOT_FOUND,
-                format!("mcp-edge has no client to relay {method} to"),
-            ),
-        ),
-    };
-    let _ = stdin.message(&reply).await;
 }

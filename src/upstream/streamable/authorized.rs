@@ -21,7 +21,29 @@ fn copy_request(req: &Request<Full<Bytes>>) -> Request<Full<Bytes>> {
     again
 }
 
+/// What sends an HTTP upstream's requests: the client (its connection
+/// pool) and, with `[upstream.oauth]`, where its access tokens come from.
+/// Shared by the connection and, for the 2024-11-05 transport, the reader
+/// of its stream ([`super::sse_wire`]).
+pub(super) struct Sender {
+    pub(super) client: super::HttpsClient,
+    pub(super) oauth: Option<Arc<crate::oauth::OAuth>>,
+    /// The URL as shown in errors (credentials masked).
+    pub(super) shown_url: String,
+}
+
 impl HttpConn {
+    /// [`Sender::authorized`] with this connection's sender.
+    pub(super) fn authorized(
+        &self,
+        req: Request<Full<Bytes>>,
+    ) -> impl std::future::Future<Output = Result<http::Response<hyper::body::Incoming>, SendError>> + '_
+    {
+        self.sender.authorized(req)
+    }
+}
+
+impl Sender {
     /// Sends `req`, with the upstream's access token when it has
     /// `[upstream.oauth]` (MCP authorization §Access Token Usage); after a
     /// 401, or a 403 `insufficient_scope`, once more with a new token

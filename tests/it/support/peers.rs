@@ -173,6 +173,12 @@ pub fn spawn_fixture_http_server_with(flags: &[&str]) -> (KillOnDrop, u16) {
     })
 }
 
+/// Starts `fixture_http_server.py PORT --sse` (mcp 1.30 FastMCP, the 2024-11-05 HTTP+SSE
+/// transport). Its stream: `http://127.0.0.1:{port}/sse`.
+pub fn spawn_fixture_sse_server() -> (KillOnDrop, u16) {
+    spawn_fixture_http_server_with(&["--sse"])
+}
+
 /// `tests/interop/fixture_modern_server.py` (mcp 2.3.0 MCPServer, 2026-07-28 only).
 pub fn fixture_modern_server_py() -> PathBuf {
     installed(
@@ -216,6 +222,20 @@ pub fn spawn_server_everything_http() -> (KillOnDrop, u16) {
         let mut c = Command::new("node");
         c.arg(&js)
             .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .env("NODE_OPTIONS", format!("--import {}", preload.display()));
+        c
+    })
+}
+
+/// Starts server-everything in `sse` mode (the 2024-11-05 HTTP+SSE transport) on a free port,
+/// forced onto 127.0.0.1. Its stream: `http://127.0.0.1:{port}/sse`.
+pub fn spawn_server_everything_sse() -> (KillOnDrop, u16) {
+    let (js, preload) = (server_everything_js(), force_loopback_mjs());
+    spawn_listening("server-everything-sse", |port| {
+        let mut c = Command::new("node");
+        c.arg(&js)
+            .arg("sse")
             .env("PORT", port.to_string())
             .env("NODE_OPTIONS", format!("--import {}", preload.display()));
         c
