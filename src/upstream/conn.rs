@@ -114,33 +114,22 @@ impl Conn {
                     abandoned: Abandoned(AbandonedRx::One(abandoned)),
                 })
             }
-            Transport::Http {
-                wire: crate::config::Wire::Sse,
-                ..
-            } => {
-                let (c, driver, abandoned) = streamable::HttpConn::new_sse(
-                    &up.config,
-                    list_changed,
-                    up.relay_ctx(),
-                    up.oauth.clone(),
-                )?;
+            Transport::Http { wire, .. } => {
+                let parts = (&up.config, list_changed, up.relay_ctx(), up.oauth.clone());
+                let (c, driver, abandoned): (_, Driver, _) = match wire {
+                    crate::config::Wire::Sse => {
+                        let (c, driver, ids) = streamable::HttpConn::new_sse(parts)?;
+                        (c, Box::pin(driver), AbandonedRx::One(ids))
+                    }
+                    crate::config::Wire::Streamable => {
+                        let (c, ids) = streamable::HttpConn::new(parts)?;
+                        (c, Box::pin(std::future::pending()), AbandonedRx::Lanes(ids))
+                    }
+                };
                 Ok(Opened {
                     conn: Conn::Http(Box::new(c)),
-                    driver: Box::pin(driver),
-                    abandoned: Abandoned(AbandonedRx::One(abandoned)),
-                })
-            }
-            Transport::Http { .. } => {
-                let (c, abandoned) = streamable::HttpConn::new(
-                    &up.config,
-                    list_changed,
-                    up.relay_ctx(),
-                    up.oauth.clone(),
-                )?;
-                Ok(Opened {
-                    conn: Conn::Http(Box::new(c)),
-                    driver: Box::pin(std::future::pending()),
-                    abandoned: Abandoned(AbandonedRx::Lanes(abandoned)),
+                    driver,
+                    abandoned: Abandoned(abandoned),
                 })
             }
             Transport::Builtin => Ok(Opened {

@@ -309,12 +309,18 @@ mod tests {
         let only = t.sole_relay().expect("the listing does not count");
         assert_eq!(only.session.as_deref(), Some("a"));
         let plain = t.reserve_relayed(None, None, true).unwrap();
-        assert!(t.sole_relay().is_none(), "a client call without a stream counts");
+        assert!(
+            t.sole_relay().is_none(),
+            "a client call without a stream counts"
+        );
         drop(plain); // abandoned: the upstream still works on it
         assert!(t.sole_relay().is_none(), "an abandoned call still counts");
         drop((a, listing));
         let b = t.reserve_relayed(relay("b"), None, true).unwrap();
-        assert!(t.sole_relay().is_none(), "the abandoned call is still there");
+        assert!(
+            t.sole_relay().is_none(),
+            "the abandoned call is still there"
+        );
         drop(b);
     }
 

@@ -120,6 +120,15 @@ impl Drop for Abandon<'_> {
     }
 }
 
+/// What an HTTP connection is made of: its config, the catalog's wake-up,
+/// what relaying needs, its OAuth client.
+pub type Parts<'a> = (
+    &'a UpstreamConfig,
+    Arc<Notify>,
+    RelayCtx,
+    Option<Arc<crate::oauth::OAuth>>,
+);
+
 /// Why an HTTP upstream could not be set up (bad URL, unreadable token file, no TLS roots).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -147,10 +156,7 @@ impl HttpConn {
     /// returns the receiver of the ids of legacy calls given up on, for
     /// [`HttpConn::cancel`].
     pub fn new(
-        cfg: &UpstreamConfig,
-        list_changed: Arc<Notify>,
-        ctx: RelayCtx,
-        oauth: Option<Arc<crate::oauth::OAuth>>,
+        (cfg, list_changed, ctx, oauth): Parts<'_>,
     ) -> Result<(Self, mpsc::Receiver<(u64, Lane)>), SetupError> {
         let Transport::Http {
             url,
@@ -225,10 +231,7 @@ impl HttpConn {
     /// connection, its driver (the stream's reader, [`sse_wire::drive`]) and
     /// the receiver of the ids of calls given up on.
     pub fn new_sse(
-        cfg: &UpstreamConfig,
-        list_changed: Arc<Notify>,
-        ctx: RelayCtx,
-        oauth: Option<Arc<crate::oauth::OAuth>>,
+        (cfg, list_changed, ctx, oauth): Parts<'_>,
     ) -> Result<
         (
             Self,
@@ -237,7 +240,8 @@ impl HttpConn {
         ),
         SetupError,
     > {
-        let (mut conn, _) = HttpConn::new(cfg, list_changed.clone(), ctx.clone(), oauth)?;
+        let parts = (cfg, list_changed.clone(), ctx.clone(), oauth);
+        let (mut conn, _) = HttpConn::new(parts)?;
         let parts = (conn.sender.clone(), conn.url.clone(), conn.headers.clone());
         let (wire, cancel) = sse_wire::SseWire::new(cfg, parts, list_changed, ctx);
         let wire = Arc::new(wire);

@@ -25,6 +25,21 @@ async fn streamed(addr: SocketAddr, sid: &str, body: Value) -> Vec<Value> {
     s.rest().await
 }
 
+/// Calls a tool (`params`) in session `sid` whose server asks the client
+/// for a sampling, answers "four" on the endpoint the request came with,
+/// and returns the call's response.
+async fn sampled(addr: SocketAddr, sid: &str, params: Value) -> Value {
+    let ask = json!({"jsonrpc": "2.0", "id": "ask", "method": "tools/call", "params": params});
+    let h = [("mcp-session-id", sid)];
+    let mut s = sse::open("POST", addr, &h, &ask.to_string()).await;
+    let q = s.next().await;
+    assert_eq!(q["method"], "sampling/createMessage", "{q}");
+    let answer = json!({"jsonrpc": "2.0", "id": q["id"], "result": {"role": "assistant",
+        "model": "m", "content": {"type": "text", "text": "four"}}});
+    assert_eq!(post(addr, &h, &answer).await.status, 202);
+    s.next().await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_2024_sse_server_serves_a_legacy_caller() {
     let (_server, gw) = gateway().await;
@@ -71,16 +86,8 @@ async fn a_2024_sse_server_serves_a_legacy_caller() {
     assert_eq!(content_text(events.last().unwrap()), Some("notified 2"));
     // The server's sampling request reaches this caller, whose answer the
     // server gets on the endpoint it named.
-    let ask = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
-        "params": {"name": "old__ask", "arguments": {"question": "2+2?"}}});
-    let h = [("mcp-session-id", sid.as_str())];
-    let mut s = sse::open("POST", addr, &h, &ask.to_string()).await;
-    let q = s.next().await;
-    assert_eq!(q["method"], "sampling/createMessage", "{q}");
-    let answer = json!({"jsonrpc": "2.0", "id": q["id"], "result": {"role": "assistant",
-        "model": "m", "content": {"type": "text", "text": "four"}}});
-    assert_eq!(post(addr, &h, &answer).await.status, 202);
-    let fin = s.next().await;
+    let ask = json!({"name": "old__ask", "arguments": {"question": "2+2?"}});
+    let fin = sampled(addr, &sid, ask).await;
     assert_eq!(content_text(&fin), Some("client said: four"), "{fin}");
     gw.shutdown().await;
 }
@@ -159,16 +166,8 @@ async fn server_everything_in_sse_mode_is_reached() {
     }
     let echo = call_tool(addr, &sid, json!(2), "ev__echo", json!({"message": "hi"})).await;
     assert!(text_of(&echo).contains("hi"), "{}", echo.raw);
-    let ask = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-        "params": {"name": "ev__trigger-sampling-request", "arguments": {"prompt": "2+2?"}}});
-    let h = [("mcp-session-id", sid.as_str())];
-    let mut s = sse::open("POST", addr, &h, &ask.to_string()).await;
-    let q = s.next().await;
-    assert_eq!(q["method"], "sampling/createMessage", "{q}");
-    let answer = json!({"jsonrpc": "2.0", "id": q["id"], "result": {"role": "assistant",
-        "model": "m", "content": {"type": "text", "text": "four"}}});
-    assert_eq!(post(addr, &h, &answer).await.status, 202);
-    let fin = s.next().await;
+    let ask = json!({"name": "ev__trigger-sampling-request", "arguments": {"prompt": "2+2?"}});
+    let fin = sampled(addr, &sid, ask).await;
     assert!(fin.to_string().contains("four"), "{fin}");
     gw.shutdown().await;
 }
