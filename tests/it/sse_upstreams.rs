@@ -32,12 +32,30 @@ async fn sampled(addr: SocketAddr, sid: &str, params: Value) -> Value {
     let ask = json!({"jsonrpc": "2.0", "id": "ask", "method": "tools/call", "params": params});
     let h = [("mcp-session-id", sid)];
     let mut s = sse::open("POST", addr, &h, &ask.to_string()).await;
-    let q = s.next().await;
+    // A log line the server sends meanwhile may come first: this call is
+    // the only one that could be told (the transport names no call).
+    let q = until(&mut s, |m| {
+        m.get("method")
+            .is_some_and(|m| m != "notifications/message")
+    })
+    .await;
     assert_eq!(q["method"], "sampling/createMessage", "{q}");
     let answer = json!({"jsonrpc": "2.0", "id": q["id"], "result": {"role": "assistant",
         "model": "m", "content": {"type": "text", "text": "four"}}});
     assert_eq!(post(addr, &h, &answer).await.status, 202);
-    s.next().await
+    until(&mut s, |m| m["id"] == "ask").await
+}
+
+/// The stream's next message that `wanted` accepts; the others skipped
+/// are log notifications only.
+async fn until(s: &mut sse::Stream, wanted: impl Fn(&Value) -> bool) -> Value {
+    loop {
+        let m = s.next().await;
+        if wanted(&m) {
+            return m;
+        }
+        assert_eq!(m["method"], "notifications/message", "{m}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
