@@ -217,25 +217,22 @@ pub fn spawn_dual_era_server() -> (KillOnDrop, u16) {
 /// Starts server-everything in `streamableHttp` mode on a free port, forced onto 127.0.0.1.
 /// URL: `http://127.0.0.1:{port}/mcp`. Killed when the guard drops (it is `node` itself, not an npx wrapper).
 pub fn spawn_server_everything_http() -> (KillOnDrop, u16) {
-    let (js, preload) = (server_everything_js(), force_loopback_mjs());
-    spawn_listening("server-everything-http", |port| {
-        let mut c = Command::new("node");
-        c.arg(&js)
-            .arg("streamableHttp")
-            .env("PORT", port.to_string())
-            .env("NODE_OPTIONS", format!("--import {}", preload.display()));
-        c
-    })
+    spawn_server_everything("streamableHttp")
 }
 
 /// Starts server-everything in `sse` mode (the 2024-11-05 HTTP+SSE transport) on a free port,
 /// forced onto 127.0.0.1. Its stream: `http://127.0.0.1:{port}/sse`.
 pub fn spawn_server_everything_sse() -> (KillOnDrop, u16) {
+    spawn_server_everything("sse")
+}
+
+/// server-everything in transport `mode` on a free loopback port.
+fn spawn_server_everything(mode: &str) -> (KillOnDrop, u16) {
     let (js, preload) = (server_everything_js(), force_loopback_mjs());
-    spawn_listening("server-everything-sse", |port| {
+    spawn_listening(&format!("server-everything-{mode}"), |port| {
         let mut c = Command::new("node");
         c.arg(&js)
-            .arg("sse")
+            .arg(mode)
             .env("PORT", port.to_string())
             .env("NODE_OPTIONS", format!("--import {}", preload.display()));
         c
