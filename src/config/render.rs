@@ -296,7 +296,9 @@ fn sandbox_keys(o: &mut String, spec: &crate::sandbox::Spec, cwd: Option<&Path>)
                 continue;
             }
             let items: Vec<&str> = list.iter().filter_map(|v| v.as_str()).collect();
-            let _ = writeln!(o, "# sandbox grants {key}: {}", items.join(", "));
+            // A path may hold a control character, which a comment cannot.
+            let shown = crate::logline::printable(&items.join(", ")).into_owned();
+            let _ = writeln!(o, "# sandbox grants {key}: {shown}");
         }
     }
 }
