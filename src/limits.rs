@@ -110,6 +110,12 @@ pub const DEFAULT_LIST_TTL_MS: u64 = 60_000;
 /// Messages (request-scoped notifications, relayed server requests) queued for
 /// one downstream SSE response before further ones are dropped (and counted).
 pub const RELAY_QUEUE_DEPTH: usize = 32;
+/// Requests in flight at once on one HTTP+SSE session (the 2024-11-05
+/// transport answers on its stream, so a POST does not hold its
+/// connection while answered): more are refused with 429
+/// (`sse_session_calls`). All such sessions together have at most
+/// `server.max_connections` (`sse_calls`).
+pub const SSE_CALLS_PER_SESSION: usize = 16;
 /// Server→client requests (sampling, elicitation, roots) awaiting a downstream
 /// client's answer, per upstream. Entries older than the call timeout are reclaimed.
 pub const PENDING_SERVER_REQUESTS: usize = 16;

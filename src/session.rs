@@ -15,6 +15,7 @@ use crate::share::{Counts, Shares};
 use std::time::Duration;
 use tokio::time::Instant;
 
+mod http_sse;
 mod id;
 pub use id::SessionId;
 
@@ -43,6 +44,10 @@ pub struct Session {
     /// What the client declared at `initialize` of elicitation, sampling
     /// and roots ([`ClientCaps`]): asked of a modern upstream for it.
     pub caps: ClientCaps,
+    /// Opened by a `GET /sse` of the 2024-11-05 HTTP+SSE transport
+    /// ([`Table::set_sse`]): its answers go on that stream, and it ends
+    /// with it.
+    pub sse: bool,
 }
 
 const NIL: u32 = u32::MAX;
@@ -70,6 +75,9 @@ pub enum Removal {
     Share,
     /// Ended by the client (HTTP DELETE).
     Deleted,
+    /// Its HTTP+SSE stream closed (that transport's session ends with
+    /// its stream, [`Session::sse`]).
+    Closed,
     /// Its client is no longer in the `[[client]]` table (a reload).
     Revoked,
     /// The gateway is stopping.
@@ -83,6 +91,7 @@ impl Removal {
             Removal::Lru => "lru",
             Removal::Share => "share",
             Removal::Deleted => "deleted",
+            Removal::Closed => "closed",
             Removal::Revoked => "revoked",
             Removal::Shutdown => "shutdown",
         }
@@ -157,6 +166,8 @@ pub struct Table {
     idle_timeout: Duration,
     min_idle_before_evict: Duration,
     live: usize,
+    /// Of them, sessions of the HTTP+SSE transport ([`Session::sse`]).
+    live_sse: usize,
     head: u32,
     tail: u32,
     free: u32,
@@ -202,6 +213,7 @@ impl Table {
             idle_timeout,
             min_idle_before_evict: min_idle_before_evict.min(idle_timeout),
             live: 0,
+            live_sse: 0,
             head: NIL,
             tail: NIL,
             free: 0,
@@ -217,6 +229,11 @@ impl Table {
     /// Sessions currently held (expired ones count until removed).
     pub fn len(&self) -> usize {
         self.live
+    }
+
+    /// Of [`Table::len`], the sessions of the HTTP+SSE transport.
+    pub fn sse_len(&self) -> usize {
+        self.live_sse
     }
 
     /// True when no session is held.
@@ -279,6 +296,7 @@ impl Table {
         let s = &mut self.slots[i as usize];
         if let Some(gone) = s.session.take() {
             self.counts.remove(gone.owner);
+            self.live_sse -= usize::from(gone.sse);
         }
         s.secret = [0; 16];
         s.prev = NIL;
@@ -350,6 +368,7 @@ impl Table {
             owner,
             busy: 0,
             caps,
+            sse: false,
         });
         self.push_tail(i);
         self.live += 1;

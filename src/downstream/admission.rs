@@ -68,6 +68,9 @@ pub(super) struct Head {
     /// id mcp-edge could have made (as an unknown session to a legacy
     /// request; ignored by a modern one).
     pub(super) session: Option<Result<SessionId, ()>>,
+    /// Sent on the HTTP+SSE transport ([`super::sse_transport`]): `session`
+    /// is the one its stream opened, named by its `sessionId`.
+    pub(super) sse: bool,
 }
 
 impl Head {
@@ -155,6 +158,7 @@ pub(super) fn head<B>(app: &App, req: &Request<B>) -> Result<Entry, Response<Bod
         who: Who { access, principal },
         accept: Accept::of(req.headers()),
         session,
+        sse: false,
     }))
 }
 

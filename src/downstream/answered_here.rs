@@ -10,7 +10,7 @@ use super::call::{finish, observe};
 use super::reply::{refuse, Refusal};
 use super::reply::{Answer, Outcome};
 use crate::protocol::{self, ClientCaps, Payload, ProtocolVersion, RpcError};
-use crate::session::SessionError;
+use crate::session::{SessionError, SessionId};
 use http::StatusCode;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -94,26 +94,29 @@ impl Call {
 }
 
 /// `initialize`: version negotiation and a new session owned by `who`
-/// (`../shared/spec/2025-11-25/lifecycle.mdx` §Version Negotiation).
+/// (`../shared/spec/2025-11-25/lifecycle.mdx` §Version Negotiation); in
+/// `sse`, a session of the HTTP+SSE transport made when its stream opened
+/// (`../shared/spec/2024-11-05` has no `Mcp-Session-Id`: the stream's
+/// `sessionId` names it), that session's version and capabilities set
+/// instead. A version mcp-edge does not speak gets its newest legacy one
+/// (2024-11-05 included: its clients take the answer's version or leave).
 pub(super) fn initialize(
     app: &App,
     id: Value,
     params: Option<&Value>,
     who: &Who,
+    sse: Option<SessionId>,
 ) -> Result<Answer, (Value, Refusal)> {
     let asked = params
         .and_then(|p| p.get("protocolVersion"))
         .and_then(Value::as_str);
     let Some(asked) = asked else {
+        let e = RpcError::new(
+            protocol::INVALID_PARAMS,
+            "Invalid params: initialize needs params.protocolVersion",
+        );
         return Ok(Answer {
-            response: protocol::error_response(
-                id,
-                &RpcError::new(
-                    protocol::INVALID_PARAMS,
-                    "Invalid params: initialize needs params.protocolVersion",
-                ),
-            )
-            .into(),
+            response: protocol::error_response(id, &e).into(),
             status: StatusCode::OK,
             session: None,
         });
@@ -123,34 +126,13 @@ pub(super) fn initialize(
         _ => ProtocolVersion::LATEST_LEGACY,
     };
     let caps = ClientCaps::parse(params.and_then(|p| p.get("capabilities")));
-    let sid = match app
-        .sessions
-        .open(version, who.owner(), caps, who.access.shares())
-    {
-        Ok(s) => s,
-        Err(
-            e @ (SessionError::Full { retry_after, .. } | SessionError::Share { retry_after, .. }),
-        ) => {
-            let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
-            let limit = match e {
-                SessionError::Share { .. } => "session_share",
-                _ => "session_capacity",
-            };
-            let r = RpcError::new(protocol::SESSIONS_FULL, e.to_string())
-                .with_data(json!({"retryAfterSeconds": secs, "limit": limit}));
-            return Err((id, Refusal(StatusCode::SERVICE_UNAVAILABLE, r)));
-        }
-        Err(e) => {
-            return Err((
-                id,
-                refuse(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    protocol::INTERNAL_ERROR,
-                    e.to_string(),
-                ),
-            ))
-        }
+    let opened = match sse {
+        None => (app.sessions).open(version, who.owner(), caps, who.access.shares()),
+        Some(sid) => (app.sessions)
+            .initialize_sse(&sid, who.owner(), (version, caps))
+            .map(|()| sid),
     };
+    let sid = opened.map_err(|e| (id.clone(), not_opened(e)))?;
     crate::metrics::count_request("initialize", true);
     let result = json!({
         "protocolVersion": version.as_str(),
@@ -161,6 +143,31 @@ pub(super) fn initialize(
     Ok(Answer {
         response: protocol::result_response(id, result).into(),
         status: StatusCode::OK,
-        session: Some(sid),
+        // An HTTP+SSE session has no header to carry its id.
+        session: sse.is_none().then_some(sid),
     })
+}
+
+/// Why no session: 503 for a full table (`session_capacity`) or a client
+/// at its share (`session_share`), with when to retry; 404 for an
+/// HTTP+SSE session gone meanwhile; 500 without randomness.
+pub(super) fn not_opened(e: SessionError) -> Refusal {
+    match e {
+        SessionError::Full { retry_after, .. } | SessionError::Share { retry_after, .. } => {
+            let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+            let limit = match e {
+                SessionError::Share { .. } => "session_share",
+                _ => "session_capacity",
+            };
+            let r = RpcError::new(protocol::SESSIONS_FULL, e.to_string())
+                .with_data(json!({"retryAfterSeconds": secs, "limit": limit}));
+            Refusal(StatusCode::SERVICE_UNAVAILABLE, r)
+        }
+        SessionError::NotFound => super::reply::not_found(),
+        e => refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            protocol::INTERNAL_ERROR,
+            e.to_string(),
+        ),
+    }
 }

@@ -100,6 +100,9 @@ pub struct App {
     /// response, waiting for it to resume them (fixed table,
     /// [`super::resume`], [`super::call_stream`]).
     pub(super) resumes: super::call_stream::Home,
+    /// The open streams of the HTTP+SSE transport, found by their
+    /// session's POSTs ([`super::sse_transport`]).
+    pub(super) sse_links: super::sse_links::SseLinks,
     /// The outcome of the last reload, if any (`STATUS=`, `/status`).
     pub(super) last_reload: Mutex<Option<LastReload>>,
     /// The `[[client]]` table in force ([`App::set_access`] swaps it).
@@ -235,6 +238,10 @@ impl App {
             ready: false.into(),
             in_flight: crate::drain::Drain::new(),
             streams: streams::StreamPool::new((server.max_connections / 2).max(1)),
+            sse_links: super::sse_links::SseLinks::new(
+                (server.max_connections / 2).max(1),
+                server.max_connections,
+            ),
             stopping: watch::Sender::new(false),
             router,
             origin: OriginPolicy::new(listen_addr, &server.allowed_hosts, &server.allowed_origins),

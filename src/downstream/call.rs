@@ -167,11 +167,16 @@ impl Call {
     }
 
     /// A legacy session's call stream is resumable ([`call_stream`]); a
-    /// 2025-11-25 session's begins with a priming event.
+    /// 2025-11-25 session's begins with a priming event. A session of the
+    /// HTTP+SSE transport's is not: its events go on the one stream of
+    /// the session, which ends with it.
     fn resumable(&self, app: &App, relay: &Relay) -> Option<Resumable> {
         let ClientEra::Legacy(session, version) = self.caller.era else {
             return None;
         };
+        if self.caller.held.as_ref().is_some_and(|h| h.seen.sse) {
+            return None;
+        }
         Some(Resumable {
             session,
             request: self.id.clone(),

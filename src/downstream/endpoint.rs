@@ -5,11 +5,11 @@
 //! answered here), batches, one message admitted, checked in its era and
 //! routed ([`one`]), and the framing of what it produced.
 
-use super::admission::{self, admit, Admitted, Call, Entry, Head, SessionOp};
+use super::admission::{self, Entry, Head};
 use super::app::{App, Body, Peer, Who};
 use super::reply::{refuse, Refusal};
 use super::reply::{Answer, Outcome};
-use super::{answered_here, modern, receiving, reply, session_verbs};
+use super::{message, receiving, reply, session_verbs, sse_transport};
 use crate::protocol::envelope::Body as Parsed;
 use crate::protocol::{self, Message, ProtocolVersion, RpcError};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
@@ -40,7 +40,9 @@ pub(super) fn service(
         req.extensions_mut().insert(conn.clone());
         let app = app.clone();
         async move {
-            if req.uri().path() == "/mcp" {
+            if let "/mcp" | sse_transport::SSE_PATH | sse_transport::MESSAGES_PATH =
+                req.uri().path()
+            {
                 return Ok(handle(app, req).await);
             }
             // Marked like any request: busy while answered.
@@ -98,7 +100,7 @@ where
             let until = Instant::now() + crate::limits::BODY_READ_TIMEOUT;
             let bounds = (app.server.max_body_bytes, until);
             match receiving::receive(tracker.as_ref(), claim, req, bounds).await {
-                Ok(r) => (r.busy, post(app, r.parts.headers, r.body, head).await),
+                Ok(r) => (r.busy, posted(app, r.parts, r.body, head).await),
                 Err((_, receiving::NotReceived::NotBegun(e))) => {
                     return not_begun(&app, &head.who, e, origin)
                 }
@@ -126,10 +128,12 @@ where
                 Err(refused) => return unmark(busy, refused),
                 Ok(Entry::Unauthorized(refused)) => refused,
                 Ok(Entry::Preflight) => reply::preflight(req.headers()),
-                Ok(Entry::Request(head)) => match *req.method() {
-                    Method::GET => session_verbs::get(app, &head, req.headers()).await,
-                    Method::DELETE => session_verbs::delete(app, &head),
-                    _ => reply::method_not_allowed(),
+                Ok(Entry::Request(head)) => match (req.method(), req.uri().path()) {
+                    (&Method::GET, "/mcp") => session_verbs::get(app, &head, req.headers()).await,
+                    (&Method::DELETE, "/mcp") => session_verbs::delete(app, &head),
+                    (&Method::GET, sse_transport::SSE_PATH) => sse_transport::open(app, &head),
+                    (_, "/mcp") => reply::method_not_allowed(),
+                    (_, path) => sse_transport::method_not_allowed(path),
                 },
             };
             (busy, resp)
@@ -223,6 +227,23 @@ fn not_received(why: receiving::NotReceived, app: &App) -> Response<Body> {
     refused.into_response(Value::Null)
 }
 
+/// A POST received whole: on `/mcp` ([`post`]), or a message of the
+/// HTTP+SSE transport ([`sse_transport::message`]; `POST /sse` is 405).
+async fn posted(
+    app: Arc<App>,
+    parts: http::request::Parts,
+    body: bytes::Bytes,
+    head: Head,
+) -> Response<Body> {
+    match parts.uri.path() {
+        "/mcp" => post(app, parts.headers, body, head).await,
+        sse_transport::MESSAGES_PATH => {
+            sse_transport::message(&app, parts.uri.query(), parts.headers, body, head).await
+        }
+        path => sse_transport::method_not_allowed(path),
+    }
+}
+
 async fn post(
     app: Arc<App>,
     headers: HeaderMap,
@@ -246,7 +267,7 @@ async fn post(
             .into_response(Value::Null)
         }
     };
-    match one(&app, &head, &headers, msg, media.sse, bytes.len()).await {
+    match message::one(&app, &head, &headers, msg, media.sse, bytes.len()).await {
         Ok(Outcome::Accepted) => reply::empty(StatusCode::ACCEPTED),
         Ok(Outcome::Answer(Answer {
             response,
@@ -307,7 +328,7 @@ async fn batch_item(app: &Arc<App>, h: &HeaderMap, item: Value, head: &Head) -> 
             return Some(protocol::error_response(id.clone(), &e));
         }
     }
-    match one(app, head, h, m, false, size).await {
+    match message::one(app, head, h, m, false, size).await {
         Ok(Outcome::Answer(a)) => Some(a.response.into_value()),
         Ok(_) => None,
         Err((id, r)) => Some(protocol::error_response(id, &r.1)),
@@ -338,146 +359,5 @@ fn batch_session(app: &Arc<App>, head: &Head) -> Result<super::sessions::Held, R
         .into_response(Value::Null)),
         Ok(held) if held.seen.version != ProtocolVersion::V2025_03_26 => Err(not_here()),
         Ok(held) => Ok(held),
-    }
-}
-
-/// Methods whose upstream may send request-scoped notifications or
-/// server→client requests while working.
-fn relayable(method: &str) -> bool {
-    matches!(
-        method,
-        "tools/call" | "prompts/get" | "resources/read" | "completion/complete"
-    )
-}
-
-/// A client's answer to a request relayed from an upstream: back to that upstream.
-async fn relayed_answer(app: &App, head: &Head, id: Value, outcome: Result<Value, RpcError>) {
-    let Some((up, slot, generation)) = crate::relay::parse_downstream_id(&id) else {
-        return; // not ours
-    };
-    let session = head.own_session(app).map(|s| s.to_header());
-    let (Some(upstream), Some(session)) = (app.router.by_id(up), session) else {
-        return;
-    };
-    if !upstream
-        .answer_relayed(slot, generation, &session, outcome)
-        .await
-    {
-        tracing::info!(upstream = %upstream.name(), "dropped an answer to an unknown or expired relayed request");
-    }
-}
-
-/// Serves one message: a client's answer to a relayed request, a
-/// notification, or a request: admitted ([`admit`]), checked in its era,
-/// then routed ([`Call::route`]).
-pub(super) async fn one(
-    app: &Arc<App>,
-    head: &Head,
-    h: &HeaderMap,
-    msg: Message,
-    stream_ok: bool,
-    request_bytes: usize,
-) -> Result<Outcome, (Value, Refusal)> {
-    let request = match msg {
-        Message::Response { id, outcome } => {
-            relayed_answer(app, head, id, outcome).await;
-            return Ok(Outcome::Accepted);
-        }
-        Message::Notification { method, params } => {
-            notification(app, head, &method, params.as_ref());
-            return Ok(Outcome::Accepted);
-        }
-        Message::Request { id, method, params } => (id, method, params),
-    };
-    let call = match admit(app, head, h, request, request_bytes)? {
-        Admitted::Call(call) => call,
-        Admitted::Initialize(who, id, params) => {
-            return answered_here::initialize(app, id, params.as_ref(), &who).map(Outcome::Answer)
-        }
-    };
-    if call.caller.modern() {
-        modern_checks(app, h, &call)?;
-    }
-    match call.route(stream_ok) {
-        Route::Listen => call.listen(app, stream_ok).await,
-        Route::Session(SessionOp::SetLevel) => Ok(Outcome::Answer(call.set_level(app))),
-        Route::Session(SessionOp::Subscription) => {
-            Ok(Outcome::Answer(call.subscription(app).await))
-        }
-        Route::Relayed => Ok(call.relayed(app).await),
-        Route::Modern => Ok(super::rounds::serve(app, call, stream_ok).await),
-        Route::Plain => Ok(Outcome::Answer(call.serve(app, None).await)),
-    }
-}
-
-/// `notifications/initialized` marks the session; `notifications/cancelled`
-/// drops the legacy request it names. Others are accepted and dropped.
-fn notification(app: &App, head: &Head, method: &str, params: Option<&Value>) {
-    match method {
-        "notifications/initialized" => {
-            if let Some(id) = head.own_session(app) {
-                app.sessions.mark_initialized(&id);
-            }
-        }
-        "notifications/cancelled" => {
-            let request = params.and_then(|p| p.get("requestId"));
-            if let (Some(sid), Some(request)) = (head.own_session(app), request) {
-                app.sessions.cancel(sid, request);
-                // A call whose stream waits to be resumed is not polled:
-                // dropped here, which cancels it upstream.
-                drop(app.resumes.cancelled(&sid, &request.to_string()));
-            }
-        }
-        _ => {}
-    }
-}
-
-/// A modern request's own checks: a method 2026-07-28 removed (404,
-/// [`modern::removed`]), then its `_meta` and headers
-/// ([`modern::validate`]) and its `Mcp-Param-*` headers (400); a refusal
-/// is audited ([`super::call::refused`]).
-fn modern_checks(app: &App, h: &HeaderMap, call: &Call) -> Result<(), (Value, Refusal)> {
-    let (method, params, who) = (call.method.as_str(), call.params.as_ref(), &call.caller.who);
-    let checked = modern::removed(method)
-        .map_err(|e| Refusal(StatusCode::NOT_FOUND, e))
-        .and_then(|()| {
-            modern::validate(h, method, params)
-                .and_then(|()| modern::check_param_headers(app, h, method, params, who.policy()))
-                .map_err(|e| Refusal(StatusCode::BAD_REQUEST, e))
-        });
-    checked.map_err(|r| {
-        let bytes = call.request_bytes;
-        super::call::refused(app, &call.id, method, params, who, bytes, &r.1);
-        (call.id.clone(), r)
-    })
-}
-
-/// Which handler of [`Call`] serves a request.
-enum Route {
-    Listen,
-    Session(SessionOp),
-    Relayed,
-    Modern,
-    Plain,
-}
-
-impl Call {
-    /// The dispatch table: methods mcp-edge answers itself in this era,
-    /// then a relayed call (SSE, when the client takes a stream), then a
-    /// plain one. (Decided here, awaited by the caller: one async layer
-    /// less in every connection's future.)
-    fn route(&self, stream_ok: bool) -> Route {
-        if let Some(op) = self.from_session {
-            return Route::Session(op);
-        }
-        let legacy = !self.caller.modern();
-        match self.method.as_str() {
-            "subscriptions/listen" if !legacy => Route::Listen,
-            // A modern call's head waits for its outcome; its upstream's
-            // requests become MRTR rounds (super::rounds).
-            m if !legacy && relayable(m) => Route::Modern,
-            m if stream_ok && relayable(m) => Route::Relayed,
-            _ => Route::Plain,
-        }
     }
 }

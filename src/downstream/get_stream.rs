@@ -62,7 +62,7 @@ pub fn session_stream(
     r
 }
 
-struct GetStream {
+pub(super) struct GetStream {
     app: Arc<App>,
     id: SessionId,
     keepalive: Interval,
@@ -81,6 +81,9 @@ struct GetStream {
     queued: VecDeque<Bytes>,
     /// Ended by mcp-edge (not by its client): not parked.
     ended: bool,
+    /// Events get IDs and are kept for replay (not on the HTTP+SSE
+    /// transport: [`GetStream::plain`]).
+    resumable: bool,
 }
 
 impl GetStream {
@@ -120,6 +123,7 @@ impl GetStream {
             replay,
             queued: VecDeque::new(),
             ended: false,
+            resumable: true,
         };
         match queued {
             None if priming => s.queued.push_back(super::resume::priming(s.stream)),
@@ -139,8 +143,17 @@ impl GetStream {
         s
     }
 
+    /// The notifications of an HTTP+SSE session (`held`), in `place`: the
+    /// events of a GET stream without IDs, nothing kept for replay, never
+    /// parked (that transport cannot resume a stream).
+    pub(super) fn plain(app: Arc<App>, held: StreamHeld, place: StreamPlace) -> GetStream {
+        let mut s = GetStream::new(app, (held, place), Start::Fresh, false);
+        s.resumable = false;
+        s
+    }
+
     /// The next piece to write; `None` when the stream ends.
-    async fn next(&mut self) -> Option<Bytes> {
+    pub(super) async fn next(&mut self) -> Option<Bytes> {
         let who = Subscriber::Session(self.id);
         let subscriptions = self.app.subscriptions.clone();
         loop {
@@ -196,6 +209,11 @@ impl GetStream {
 
     /// Queues `messages` as events, each with its ID and kept for replay.
     fn events(&mut self, messages: Vec<Value>) {
+        if !self.resumable {
+            let events = messages.iter().map(|m| sse::event(&m.to_string()));
+            self.queued.extend(events);
+            return;
+        }
         for m in messages {
             let line = EventId {
                 stream: self.stream,

@@ -70,23 +70,30 @@ impl Sessions {
     /// is one copy ([`Sessions::settle`]), not one per call site.
     fn with<R>(&self, f: impl FnOnce(&mut Table) -> R) -> R {
         let mut t = self.table.lock().expect("sessions");
-        let before = t.len();
+        let before = (t.len(), t.sse_len());
         let r = f(&mut t);
         self.settle(t, before);
         r
     }
 
     /// After a change of the table held by `t` (which held `before`
-    /// sessions): the gauge, set under the lock (two calls cannot store
-    /// their counts out of order) and only when the count moved (nothing
-    /// registered per request); then, unlocked, the endings finished.
+    /// sessions, of them so many of the HTTP+SSE transport): the gauge per
+    /// transport, set under the lock (two calls cannot store their counts
+    /// out of order) and only when a count moved (nothing registered per
+    /// request); then, unlocked, the endings finished.
     #[inline(never)]
-    fn settle(&self, mut t: std::sync::MutexGuard<'_, Table>, before: usize) {
+    fn settle(&self, mut t: std::sync::MutexGuard<'_, Table>, before: (usize, usize)) {
         // Collected only when something ended (rare): no allocation on the
         // request path.
         let ended: Vec<SessionId> = t.take_ended().map(|(id, _)| id).collect();
-        if t.len() != before {
-            metrics::gauge!(crate::metrics::SESSIONS_ACTIVE).set(t.len() as f64);
+        if (t.len(), t.sse_len()) != before {
+            let (all, sse) = (t.len(), t.sse_len());
+            let gauge = |transport: &'static str, n: usize| {
+                metrics::gauge!(crate::metrics::SESSIONS_ACTIVE, "transport" => transport)
+                    .set(n as f64);
+            };
+            gauge("http", all - sse);
+            gauge("sse", sse);
         }
         drop(t);
         if !ended.is_empty() {
@@ -117,6 +124,45 @@ impl Sessions {
         // What was ended to make room is finished like any ending.
         self.with(|t| t.insert(version, owner, caps, shares, Instant::now()))
             .map(|inserted| inserted.id)
+    }
+
+    /// A new session of the HTTP+SSE transport for a `GET /sse` of `owner`
+    /// ([`Sessions::open`], marked [`Session::sse`]), with the newest
+    /// legacy version until its `initialize` says which
+    /// ([`Sessions::initialize_sse`]), and its stream counted on it.
+    pub fn open_sse(
+        self: &Arc<Self>,
+        owner: u64,
+        shares: &Shares,
+    ) -> Result<StreamHeld, SessionError> {
+        let version = ProtocolVersion::LATEST_LEGACY;
+        let id = self.with(|t| {
+            let id = t
+                .insert(version, owner, ClientCaps::NONE, shares, Instant::now())?
+                .id;
+            t.set_sse(&id);
+            t.open_stream(&id, Instant::now(), 1).map(|_| id)
+        })?;
+        Ok(StreamHeld {
+            sessions: self.clone(),
+            id,
+        })
+    }
+
+    /// The `initialize` of `owner` in its HTTP+SSE session `id`
+    /// ([`Table::initialize`]).
+    pub fn initialize_sse(
+        &self,
+        id: &SessionId,
+        owner: u64,
+        agreed: (ProtocolVersion, ClientCaps),
+    ) -> Result<(), SessionError> {
+        self.with(|t| t.initialize(id, owner, agreed, Instant::now()))
+    }
+
+    /// Whether session `id` is one of the HTTP+SSE transport's.
+    pub fn is_sse(&self, id: &SessionId) -> bool {
+        self.with(|t| t.peek(id, Instant::now()).is_some_and(|s| s.sse))
     }
 
     /// A request of `owner` in session `id` begins: the session as it was

@@ -2,7 +2,9 @@
 
 usage: .venv1/bin/python client_v1.py URL CALLS_JSON
   URL         e.g. http://127.0.0.1:PORT/mcp (streamable HTTP, `streamablehttp_client`), or https://...
-              with env CLIENT_CA_FILE naming the PEM CA certificate(s) to trust (instead of the system's)
+              with env CLIENT_CA_FILE naming the PEM CA certificate(s) to trust (instead of the system's);
+              a URL whose path ends in /sse is spoken to over the 2024-11-05 HTTP+SSE transport (`sse_client`)
+              Env CLIENT_TOKEN: sent as `Authorization: Bearer <token>` on every request (both transports)
   CALLS_JSON  JSON list of {"name": str, "arguments": {...}} (arguments optional). Optional per-call keys:
                 "meta": {...}          sent as params._meta
                 "progress": true       ask for progress (progressToken) and record the notifications
@@ -39,6 +41,7 @@ import anyio
 import httpx
 import mcp.types as types
 from mcp import ClientSession
+from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamablehttp_client
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT, create_mcp_http_client
 from mcp.shared.exceptions import McpError
@@ -111,11 +114,16 @@ async def run(url: str, calls: list[dict[str, Any]]) -> dict[str, Any]:
         logs.append(dump(params))
 
     out: dict[str, Any] = {"client": "python-mcp-1.30.0"}
-    async with streamablehttp_client(url, httpx_client_factory=http_client_factory) as (
-        read,
-        write,
-        _get_session_id,
-    ):
+    token = os.environ.get("CLIENT_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    if httpx.URL(url).path.endswith("/sse"):
+        out["transport"] = "sse"
+        transport = sse_client(url, headers=headers, httpx_client_factory=http_client_factory)
+    else:
+        out["transport"] = "streamable-http"
+        transport = streamablehttp_client(url, headers=headers, httpx_client_factory=http_client_factory)
+    async with transport as streams:
+        read, write = streams[0], streams[1]
         async with ClientSession(
             read,
             write,

@@ -41,6 +41,7 @@ mod reload;
 mod resources;
 mod resume;
 mod shares;
+mod sse_clients;
 mod sse_upstreams;
 mod startup;
 mod streams;

@@ -68,9 +68,20 @@ pub fn mcp_request(
     body: &str,
     content_type_always: bool,
 ) -> http::Request<Full<Bytes>> {
-    let mut b = http::Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}/mcp"));
+    let uri = format!("http://{addr}/mcp");
+    request_to(method, &uri, headers, body, content_type_always)
+}
+
+/// [`mcp_request`] to any `uri` (e.g. the HTTP+SSE transport's
+/// `http://…/messages?sessionId=…`).
+pub fn request_to(
+    method: &str,
+    uri: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+    content_type_always: bool,
+) -> http::Request<Full<Bytes>> {
+    let mut b = http::Request::builder().method(method).uri(uri);
     if content_type_always || method == "POST" {
         b = b.header("content-type", "application/json");
     }
@@ -92,9 +103,14 @@ pub async fn request(
     headers: &[(&str, &str)],
     body: &str,
 ) -> Reply {
+    request_at(method, &format!("http://{addr}/mcp"), headers, body).await
+}
+
+/// [`request`] to any `uri`.
+pub async fn request_at(method: &str, uri: &str, headers: &[(&str, &str)], body: &str) -> Reply {
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
     let resp = client
-        .request(mcp_request(method, addr, headers, body, true))
+        .request(request_to(method, uri, headers, body, true))
         .await
         .expect("HTTP request");
     reply(resp).await

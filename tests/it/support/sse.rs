@@ -73,8 +73,12 @@ impl Parser {
             // `retry` only) carries no message: skipped, as the SDK
             // clients do (WHATWG dispatches it, with data "").
             if let Some(data) = self.data.take().filter(|d| !d.is_empty()) {
-                let data = serde_json::from_str(&data)
-                    .unwrap_or_else(|e| panic!("SSE data is not JSON ({e}): {data}"));
+                // The HTTP+SSE transport's `endpoint` event carries a URL.
+                let data = match event.as_deref() {
+                    Some("endpoint") => Value::String(data),
+                    _ => serde_json::from_str(&data)
+                        .unwrap_or_else(|e| panic!("SSE data is not JSON ({e}): {data}")),
+                };
                 out.push(Event { event, id, data });
             }
             return;
@@ -180,9 +184,14 @@ impl Stream {
 /// `content-type: application/json` on a POST, and an `accept` of both
 /// JSON and SSE unless given) and reads the answer as it arrives.
 pub async fn open(method: &str, addr: SocketAddr, headers: &[(&str, &str)], body: &str) -> Stream {
+    open_at(method, &format!("http://{addr}/mcp"), headers, body).await
+}
+
+/// [`open`] to any `uri` (the HTTP+SSE transport's `http://…/sse`).
+pub async fn open_at(method: &str, uri: &str, headers: &[(&str, &str)], body: &str) -> Stream {
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
     let resp = client
-        .request(super::mcp_request(method, addr, headers, body, false))
+        .request(super::request_to(method, uri, headers, body, false))
         .await
         .expect("HTTP request");
     let status = resp.status().as_u16();

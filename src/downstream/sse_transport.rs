@@ -1,0 +1,262 @@
+//! The HTTP+SSE transport of protocol version 2024-11-05, served beside
+//! `/mcp` for clients that speak only it (`../shared/spec/2025-11-25/transports.mdx`
+//! §Backwards Compatibility: servers keep hosting its SSE and POST
+//! endpoints beside the MCP endpoint).
+//!
+//! - `GET /sse` opens a legacy session in the one session table
+//!   ([`super::sessions::Sessions::open_sse`]; the same fixed capacity,
+//!   idle expiry and shares as any) and a stream holding a place in the
+//!   stream pool, whose first event, `endpoint`, names where to POST:
+//!   `/messages?sessionId=<the session's id>`.
+//! - `POST /messages?sessionId=…` carries one JSON-RPC message. A request
+//!   is handed to its session's stream ([`super::sse_links`]) and answered
+//!   202 at once; its answer, and what its upstream relays meanwhile, go
+//!   on the stream ([`super::sse_driver`]). A client's answer to a relayed
+//!   request or a notification acts at once (a cancellation never waits
+//!   behind calls).
+//!
+//! Both pass the same head checks as `/mcp` (Host/Origin, credentials:
+//! the POST's client must own the session), and each request is the same
+//! as a `/mcp` one from there on ([`super::message::one`]): rate, policy,
+//! pins, audit (with the session's id), metrics. The session ends when
+//! its stream closes.
+
+use super::admission::{Accept, Head};
+use super::app::{App, Body};
+use super::get_stream::GetStream;
+use super::reply::{self, refuse, Outcome, Refusal};
+use super::sse_driver::Driver;
+use super::sse_links::{Answering, CallPlaces, NotHanded};
+use super::{admission, answered_here, message};
+use crate::protocol::envelope::Body as Parsed;
+use crate::protocol::{self, sse, Message, Outgoing};
+use crate::session::{Removal, SessionId};
+use bytes::{Bytes, BytesMut};
+use futures_util::stream::{self, StreamExt};
+use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::Value;
+use std::sync::Arc;
+
+/// The path of the stream (`GET`).
+pub const SSE_PATH: &str = "/sse";
+/// The path of the messages (`POST`).
+pub const MESSAGES_PATH: &str = "/messages";
+
+/// `GET /sse`: charged to the client's rate when it opens (429), a place
+/// in the stream pool (503), a new session (503 when the table is full),
+/// then the stream: its `endpoint` event, then the session's traffic.
+pub(super) fn open(app: Arc<App>, head: &Head) -> Response<Body> {
+    let who = &head.who;
+    if let Err(e) = admission::charge(&app, who) {
+        return Refusal(StatusCode::TOO_MANY_REQUESTS, e).into_response(Value::Null);
+    }
+    let place = match app.streams.take(who.access.shares(), who.owner()) {
+        Ok(place) => place,
+        Err((status, e)) => return Refusal(status, e).into_response(Value::Null),
+    };
+    let held = match app.sessions.open_sse(who.owner(), who.access.shares()) {
+        Ok(held) => held,
+        Err(e) => return answered_here::not_opened(e).into_response(Value::Null),
+    };
+    let id = held.id();
+    // As many entries as stream places: one is free for this place.
+    let Some(posted) = app.sse_links.insert(id, who.owner()) else {
+        app.sessions.end(&id, Removal::Closed);
+        let e = "no free HTTP+SSE entry; retry";
+        return refuse(StatusCode::SERVICE_UNAVAILABLE, protocol::STREAMS_FULL, e)
+            .into_response(Value::Null);
+    };
+    let first = endpoint_event(&id);
+    let notes = GetStream::plain(app.clone(), held, place);
+    let mut r = Response::new(Driver::new(app, id, notes, posted, first).into_body());
+    reply::sse_headers(&mut r);
+    r
+}
+
+/// The `endpoint` event: where the client POSTs its messages (a path on
+/// this origin, which clients resolve against the stream's URL).
+fn endpoint_event(id: &SessionId) -> Bytes {
+    let at = format!("{MESSAGES_PATH}?sessionId={}", id.to_header());
+    Bytes::from(format!("event: endpoint\ndata: {at}\n\n"))
+}
+
+/// `POST /messages?sessionId=…` with one message of the session's client:
+/// 400 without a `sessionId` or for a body that is no JSON-RPC message
+/// (batches included: the transport has none), 404 for a session with no
+/// open stream of this client's, 429 for a session (or the transport)
+/// with all its requests in flight; else 202, the answer on the stream.
+pub(super) async fn message(
+    app: &Arc<App>,
+    query: Option<&str>,
+    headers: HeaderMap,
+    bytes: Bytes,
+    mut head: Head,
+) -> Response<Body> {
+    let id = match session_param(query) {
+        Ok(id) => id,
+        Err(refused) => return refused.into_response(Value::Null),
+    };
+    let msg = match protocol::envelope::parse(&bytes) {
+        Ok(Parsed::One(Ok(m))) => m,
+        Ok(Parsed::One(Err((id, e)))) => {
+            return reply::json(StatusCode::BAD_REQUEST, &protocol::error_response(id, &e))
+        }
+        Ok(Parsed::Batch(_)) => {
+            let why = "Invalid Request: the HTTP+SSE transport takes one message per POST";
+            let r = refuse(StatusCode::BAD_REQUEST, protocol::INVALID_REQUEST, why);
+            return r.into_response(Value::Null);
+        }
+        Err(e) => {
+            let why = format!("Parse error: {e}");
+            let r = refuse(StatusCode::BAD_REQUEST, protocol::PARSE_ERROR, why);
+            return r.into_response(Value::Null);
+        }
+    };
+    (head.session, head.sse) = (Some(Ok(id)), true);
+    head.accept = Accept {
+        sse: true,
+        json: true,
+    };
+    let owner = head.who.owner();
+    if !matches!(msg, Message::Request { .. }) {
+        if !app.sse_links.is_open(&id, owner) {
+            return not_handed(NotHanded::NoStream);
+        }
+        // Answers and notifications give no answer of their own.
+        let acted = message::one(app, &head, &headers, msg, false, bytes.len()).await;
+        drop(acted);
+        return reply::empty(StatusCode::ACCEPTED);
+    }
+    let places = match app.sse_links.places(&id, owner) {
+        Ok(places) => places,
+        Err(e) => return not_handed(e),
+    };
+    let answering = answering(app.clone(), (head, headers), msg, bytes.len(), places);
+    match app.sse_links.hand(&id, answering) {
+        Ok(()) => reply::empty(StatusCode::ACCEPTED),
+        Err(e) => not_handed(e),
+    }
+}
+
+/// The session named by the query's `sessionId`: 400 without one, 404 for
+/// one mcp-edge could not have made.
+fn session_param(query: Option<&str>) -> Result<SessionId, Refusal> {
+    let value =
+        (query.unwrap_or_default().split('&')).find_map(|pair| pair.strip_prefix("sessionId="));
+    let Some(value) = value else {
+        let why = "Bad Request: POST /messages needs ?sessionId= (the URL of the stream's endpoint event)";
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            protocol::INVALID_REQUEST,
+            why,
+        ));
+    };
+    SessionId::parse(value).ok_or_else(reply::not_found)
+}
+
+/// The refusal of a message not handed to its stream: 404, or 429 with
+/// `Retry-After: 1`, counted by its limit.
+fn not_handed(e: NotHanded) -> Response<Body> {
+    let Some(limit) = e.limit() else {
+        return reply::not_found().into_response(Value::Null);
+    };
+    crate::metrics::refused(limit);
+    let err = protocol::RpcError::new(protocol::INVALID_REQUEST, e.to_string())
+        .with_data(serde_json::json!({"retryAfterSeconds": 1, "limit": limit}));
+    Refusal(StatusCode::TOO_MANY_REQUESTS, err).into_response(Value::Null)
+}
+
+/// The events answering request `msg` of `head`'s client, as its
+/// stream will poll them: served as any request ([`message::one`], taking
+/// a stream), then framed as `message` events; `places` are given back
+/// when the last is written.
+fn answering(
+    app: Arc<App>,
+    (head, headers): (Head, HeaderMap),
+    msg: Message,
+    bytes: usize,
+    places: CallPlaces,
+) -> Answering {
+    let answered = async move {
+        let outcome = message::one(&app, &head, &headers, msg, true, bytes).await;
+        (outcome, places)
+    };
+    stream::once(answered)
+        .flat_map(|(outcome, places)| match outcome {
+            Ok(Outcome::Accepted) => stream::empty().boxed(),
+            Ok(Outcome::Answer(a)) => stream::once(async move { event_of(a.response) }).boxed(),
+            Ok(Outcome::Stream(r)) => relayed(r.into_body(), places),
+            Err((id, r)) => {
+                let error = protocol::error_response(id, &r.1);
+                stream::once(async move { sse::event(&error.to_string()) }).boxed()
+            }
+        })
+        .boxed()
+}
+
+/// A response as one `message` event.
+fn event_of(response: Outgoing) -> Bytes {
+    let [a, b, c] = response.chunks(true);
+    let mut out = BytesMut::with_capacity(a.len() + b.len() + c.len());
+    for piece in [a, b, c] {
+        out.extend_from_slice(&piece);
+    }
+    out.freeze()
+}
+
+/// The events of a call's SSE response (its relayed messages, then its
+/// response), each written again as a `message` event of this stream:
+/// its keep-alive comments left out (the stream has its own), holding
+/// `places` until the last.
+fn relayed(body: Body, places: CallPlaces) -> Answering {
+    // mcp-edge's own events, whose size its limits already bound.
+    let decoder = sse::Decoder::new(usize::MAX / 2);
+    let state = (
+        body,
+        decoder,
+        std::collections::VecDeque::<String>::new(),
+        places,
+    );
+    stream::unfold(
+        state,
+        |(mut body, mut decoder, mut ready, places)| async move {
+            loop {
+                if let Some(data) = ready.pop_front() {
+                    let event = sse::event(&data);
+                    return Some((event, (body, decoder, ready, places)));
+                }
+                let frame = body.frame().await?.ok()?;
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                let mut take = |d: String| {
+                    if !d.is_empty() {
+                        ready.push_back(d);
+                    }
+                };
+                decoder.push(&data, &mut take).ok()?;
+            }
+        },
+    )
+    .boxed()
+}
+
+/// 405 for a method a path of this transport does not take.
+pub(super) fn method_not_allowed(path: &str) -> Response<Body> {
+    let allow = if path == SSE_PATH {
+        "GET, OPTIONS"
+    } else {
+        "POST, OPTIONS"
+    };
+    let why = format!("Method Not Allowed: {path} takes {allow}");
+    let mut r = refuse(
+        StatusCode::METHOD_NOT_ALLOWED,
+        protocol::INVALID_REQUEST,
+        why,
+    )
+    .into_response(Value::Null);
+    r.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
+    r
+}

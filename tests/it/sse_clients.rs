@@ -1,0 +1,345 @@
+//! The 2024-11-05 HTTP+SSE transport served to clients (issue 25 part 4,
+//! downstream): `GET /sse` opens a session in the one session table and
+//! names where to POST in its `endpoint` event; `POST /messages?sessionId=…`
+//! is answered 202 at once and the answers (and what upstreams relay
+//! meanwhile) come on the stream; the same credentials, policy, rate and
+//! bounds as `/mcp`, each bound counted; the session ends with its stream.
+
+use crate::support::*;
+use mcp_edge::metrics::{prometheus, read, REFUSED, SESSIONS_ACTIVE, SESSIONS_EVICTED};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+const ALICE: &str = "mcpe_alice-token-0123456789abcdef0";
+const BOB: &str = "mcpe_bob-token-0123456789abcdef012";
+
+/// Two clients: alice may call the fake's echo, slow_echo, progress and
+/// ask, and the built-in tools; bob everything but the fake's echo.
+fn clients(extra: &str) -> String {
+    format!(
+        "[[client]]\nname = \"alice\"\ntoken_sha256 = \"{}\"\n\
+         allow = [\"f__echo\", \"f__slow_echo\", \"f__progress\", \"f__ask\", \"edge__*\"]\n{extra}\n\
+         [[client]]\nname = \"bob\"\ntoken_sha256 = \"{}\"\ndeny = [\"f__echo\"]\n",
+        binary::sha256_hex(ALICE),
+        binary::sha256_hex(BOB)
+    )
+}
+
+async fn gateway(extra: &str, server: &str) -> mcp_edge::gateway::Gateway {
+    let upstreams = format!(
+        "{}\n[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n{}",
+        clients(extra),
+        fake_block("f", "legacy", "")
+    );
+    start(server, &upstreams).await
+}
+
+/// One client's HTTP+SSE session: its stream, and where its POSTs go.
+struct Old {
+    stream: sse::Stream,
+    messages: String,
+    auth: String,
+}
+
+impl Old {
+    /// `GET /sse` as `token`'s client, up to its `endpoint` event.
+    async fn open(addr: SocketAddr, token: &str) -> Old {
+        let auth = format!("Bearer {token}");
+        let h = [
+            ("authorization", auth.as_str()),
+            ("accept", "text/event-stream"),
+        ];
+        let mut stream = sse::open_at("GET", &format!("http://{addr}/sse"), &h, "").await;
+        assert_eq!(stream.status, 200);
+        assert_eq!(stream.header("content-type"), Some("text/event-stream"));
+        let first = stream.recv().await.expect("the endpoint event");
+        assert_eq!(first.event.as_deref(), Some("endpoint"), "{first:?}");
+        let path = first.data.as_str().expect("a URL").to_string();
+        assert!(path.starts_with("/messages?sessionId="), "{path}");
+        Old {
+            stream,
+            messages: format!("http://{addr}{path}"),
+            auth,
+        }
+    }
+
+    /// POSTs `body` as `token`'s client (the stream's own by default).
+    async fn post_as(&self, auth: &str, body: &Value) -> Reply {
+        let h = [("authorization", auth)];
+        request_at("POST", &self.messages, &h, &body.to_string()).await
+    }
+
+    async fn post(&self, body: &Value) -> Reply {
+        self.post_as(&self.auth, body).await
+    }
+
+    /// A request: 202, then its answer from the stream (the messages
+    /// before it, relayed meanwhile, returned too).
+    async fn ask(&mut self, id: i64, method: &str, params: Value) -> (Value, Vec<Value>) {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let r = self.post(&body).await;
+        assert_eq!((r.status, r.raw.as_str()), (202, ""));
+        let mut before = Vec::new();
+        loop {
+            let m = self.stream.next().await;
+            if m["id"] == id && m.get("method").is_none() {
+                return (m, before);
+            }
+            before.push(m);
+        }
+    }
+
+    /// `initialize` (declaring sampling) and `notifications/initialized`.
+    async fn initialize(&mut self, version: &str) -> Value {
+        let params = json!({"protocolVersion": version, "capabilities": {"sampling": {}},
+            "clientInfo": {"name": "old", "version": "1"}});
+        let (answer, _) = self.ask(0, "initialize", params).await;
+        let done = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        assert_eq!(self.post(&done).await.status, 202);
+        answer
+    }
+}
+
+fn sse_sessions() -> f64 {
+    read(SESSIONS_ACTIVE, "transport=\"sse\"")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_client_lists_calls_and_is_asked_on_its_stream() {
+    prometheus();
+    let gw = gateway("", "").await;
+    let mut old = Old::open(gw.local_addr(), ALICE).await;
+    let init = old.initialize("2024-11-05").await;
+    // 2024-11-05 is not spoken: the newest legacy version is offered.
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
+    let (list, _) = old.ask(1, "tools/list", json!({})).await;
+    let names: Vec<&str> = (list["result"]["tools"].as_array().unwrap().iter())
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"f__echo") && names.contains(&"edge__uptime"),
+        "{names:?}"
+    );
+    assert!(!names.contains(&"f__whoami"), "alice's policy: {names:?}");
+    let (echo, _) = old
+        .ask(
+            2,
+            "tools/call",
+            json!({"name": "f__echo", "arguments": {"text": "hi"}}),
+        )
+        .await;
+    assert_eq!(content_text(&echo), Some("f:hi"), "{echo}");
+    // Progress relayed before the answer, on the same stream.
+    let params =
+        json!({"name": "f__progress", "arguments": {"steps": 2}, "_meta": {"progressToken": "p"}});
+    let (done, before) = old.ask(3, "tools/call", params).await;
+    assert!(
+        done["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("done"),
+        "{done}"
+    );
+    let progress: Vec<&Value> = before
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .collect();
+    assert_eq!(progress.len(), 2, "{before:?}");
+    assert!(
+        progress.iter().all(|m| m["params"]["progressToken"] == "p"),
+        "{progress:?}"
+    );
+    // The upstream asks mid-call; the client answers with a POST.
+    let ask = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+        "params": {"name": "f__ask", "arguments": {"question": "2+2?"}}});
+    assert_eq!(old.post(&ask).await.status, 202);
+    let q = loop {
+        let m = old.stream.next().await;
+        if m["method"] == "sampling/createMessage" {
+            break m;
+        }
+    };
+    let answer = json!({"jsonrpc": "2.0", "id": q["id"], "result": {"role": "assistant",
+        "model": "m", "content": {"type": "text", "text": "four"}}});
+    assert_eq!(old.post(&answer).await.status, 202);
+    let fin = loop {
+        let m = old.stream.next().await;
+        if m["id"] == 4 {
+            break m;
+        }
+    };
+    assert!(fin.to_string().contains("four"), "{fin}");
+    // Policy: a tool alice may not call is an error on the stream.
+    let (denied, _) = old
+        .ask(
+            5,
+            "tools/call",
+            json!({"name": "f__whoami", "arguments": {}}),
+        )
+        .await;
+    assert!(
+        denied["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Unknown tool"),
+        "{denied}"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn posts_need_the_streams_own_client_and_a_well_formed_message() {
+    let gw = gateway("", "").await;
+    let addr = gw.local_addr();
+    // No credentials: 401, with the challenge, for both routes.
+    let r = request_at("GET", &format!("http://{addr}/sse"), &[], "").await;
+    assert_eq!(r.status, 401);
+    assert!(r.header("www-authenticate").is_some());
+    let mut old = Old::open(addr, ALICE).await;
+    old.initialize("2025-06-18").await;
+    let ping = json!({"jsonrpc": "2.0", "id": 9, "method": "ping"});
+    let r = request_at("POST", &old.messages, &[], &ping.to_string()).await;
+    assert_eq!(r.status, 401);
+    // Another client's token: as for an unknown session.
+    let r = old.post_as(&format!("Bearer {BOB}"), &ping).await;
+    assert_eq!((r.status, r.error_code()), (404, Some(-32600)), "{}", r.raw);
+    let (base, _) = old.messages.split_once('?').unwrap();
+    let h = [("authorization", old.auth.as_str())];
+    let unknown = format!("{base}?sessionId={}", "0".repeat(36));
+    let r = request_at("POST", &unknown, &h, &ping.to_string()).await;
+    assert_eq!(r.status, 404, "{}", r.raw);
+    let r = request_at("POST", base, &h, &ping.to_string()).await;
+    assert_eq!(r.status, 400, "{}", r.raw);
+    assert!(r.raw.contains("sessionId"), "{}", r.raw);
+    // Not JSON; a batch (the transport has none).
+    let r = request_at("POST", &old.messages, &h, "{nope").await;
+    assert_eq!((r.status, r.error_code()), (400, Some(-32700)), "{}", r.raw);
+    let batch = json!([ping, ping]);
+    let r = old.post(&batch).await;
+    assert_eq!((r.status, r.error_code()), (400, Some(-32600)), "{}", r.raw);
+    // Wrong methods name what each path takes.
+    let r = request_at("GET", &old.messages, &h, "").await;
+    assert_eq!((r.status, r.header("allow")), (405, Some("POST, OPTIONS")));
+    let r = request_at("POST", &format!("http://{addr}/sse"), &h, "{}").await;
+    assert_eq!((r.status, r.header("allow")), (405, Some("GET, OPTIONS")));
+    // Nothing of that reached the stream; the session still answers.
+    let (pong, before) = old.ask(10, "ping", json!({})).await;
+    assert_eq!(
+        (pong["result"].clone(), before.len()),
+        (json!({}), 0),
+        "{before:?}"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_ends_with_its_stream_and_is_counted() {
+    prometheus();
+    let gw = gateway("", "").await;
+    let closed = read(SESSIONS_EVICTED, "reason=\"closed\"");
+    let mut old = Old::open(gw.local_addr(), ALICE).await;
+    old.initialize("2025-11-25").await;
+    assert!(sse_sessions() >= 1.0);
+    let Old {
+        stream,
+        messages,
+        auth,
+    } = old;
+    drop(stream);
+    let ended = || async { read(SESSIONS_EVICTED, "reason=\"closed\"") > closed };
+    eventually(
+        "the session ends with its stream",
+        Duration::from_secs(10),
+        ended,
+    )
+    .await;
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    let r = request_at(
+        "POST",
+        &messages,
+        &[("authorization", &auth)],
+        &ping.to_string(),
+    )
+    .await;
+    assert_eq!(r.status, 404, "{}", r.raw);
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_in_flight_per_session_are_bounded_and_counted() {
+    prometheus();
+    let gw = gateway("", "").await;
+    let mut old = Old::open(gw.local_addr(), ALICE).await;
+    old.initialize("2025-11-25").await;
+    let before = read(REFUSED, "limit=\"sse_session_calls\"");
+    let per_session = mcp_edge::limits::SSE_CALLS_PER_SESSION;
+    for id in 0..per_session {
+        let slow = json!({"jsonrpc": "2.0", "id": 100 + id, "method": "tools/call",
+            "params": {"name": "f__slow_echo", "arguments": {"text": "z", "ms": 60_000}}});
+        assert_eq!(old.post(&slow).await.status, 202);
+    }
+    let one_more = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    let r = old.post(&one_more).await;
+    assert_eq!(r.status, 429, "{}", r.raw);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert!(r.raw.contains("sse_session_calls"), "{}", r.raw);
+    assert!(read(REFUSED, "limit=\"sse_session_calls\"") >= before + 1.0);
+    // Answers and notifications still go through: a cancellation frees a place.
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 100, "reason": "enough"}});
+    assert_eq!(old.post(&cancel).await.status, 202);
+    let cancelled = old.stream.next().await;
+    assert_eq!(
+        (cancelled["id"].clone(), cancelled["error"]["code"].clone()),
+        (json!(100), json!(-32800)),
+        "{cancelled}"
+    );
+    let free = || async { old.post(&one_more).await.status == 202 };
+    eventually("a place is free again", Duration::from_secs(10), free).await;
+    drop(old); // its calls end with it
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rate_applies_to_each_request() {
+    // alice: 3 per hour (the stream, initialize, one more).
+    let gw = gateway("rate = \"3/h\"", "").await;
+    let mut old = Old::open(gw.local_addr(), ALICE).await;
+    old.initialize("2025-11-25").await;
+    let (ok, _) = old.ask(1, "ping", json!({})).await;
+    assert_eq!(ok["result"], json!({}), "{ok}");
+    let (limited, _) = old.ask(2, "ping", json!({})).await;
+    assert_eq!(limited["error"]["code"], -31008, "{limited}");
+    assert!(
+        limited["error"]["data"]["retryAfterSeconds"].as_u64() > Some(1),
+        "{limited}"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_take_places_in_the_one_session_table() {
+    prometheus();
+    let gw = gateway("", "session_capacity = 1").await;
+    let addr = gw.local_addr();
+    let mut old = Old::open(addr, ALICE).await;
+    old.initialize("2025-11-25").await;
+    // The one place is alice's, and not idle: her second stream is refused
+    // (she holds her share of the table).
+    let before = read(REFUSED, "limit=\"session_share\"");
+    let h = [("authorization", old.auth.as_str())];
+    let r = request_at("GET", &format!("http://{addr}/sse"), &h, "").await;
+    assert_eq!((r.status, r.error_code()), (503, Some(-31004)), "{}", r.raw);
+    assert!(r.header("retry-after").is_some());
+    assert!(r.raw.contains("session_share"), "{}", r.raw);
+    assert!(read(REFUSED, "limit=\"session_share\"") >= before + 1.0);
+    // bob, under his share, takes it (as for any session): alice's stream ends.
+    let mut bob = Old::open(addr, BOB).await;
+    bob.initialize("2025-11-25").await;
+    let end = tokio::time::timeout(Duration::from_secs(10), old.stream.recv()).await;
+    assert!(matches!(end, Ok(None)), "alice's stream ended: {end:?}");
+    let (pong, _) = bob.ask(1, "ping", json!({})).await;
+    assert_eq!(pong["result"], json!({}), "{pong}");
+    gw.shutdown().await;
+}
