@@ -13,17 +13,23 @@
 //! What can be alive at once:
 //! - every session slot (allocated at start), and long-lived streams (legacy
 //!   GET streams, at most [`limits::MAX_STREAMS_PER_SESSION`] per session,
-//!   and modern listen streams) from one pool of max(1, `max_connections` /
-//!   2) places, each counted with a full `sse_queue_depth` queue of relayed
-//!   messages of typical size;
+//!   modern listen streams, and the streams of the HTTP+SSE transport, one
+//!   per such session, each measured at no more than a GET stream costs)
+//!   from one pool of max(1, `max_connections` / 2) places, each counted
+//!   with a full `sse_queue_depth` queue of relayed messages of typical size;
 //! - the resource subscription table, allocated at start, with a URI of
 //!   up to [`limits::MAX_SUBSCRIPTION_URI_BYTES`] per entry;
 //! - `max_connections` connections, each holding a request head of up to
 //!   [`limits::MAX_REQUEST_HEAD_BYTES`] (counted in [`CONNECTION_BYTES`])
 //!   or a request body of up to `max_body_bytes`;
+//! - requests of the HTTP+SSE transport in flight, answered on their
+//!   session's stream after their POST's connection is free: at most
+//!   `max_connections` together, each holding its message (a request body
+//!   at most);
 //! - calls in flight: at most one per connection (HTTP/1.1 answers one request
-//!   at a time) plus the legacy call streams parked for resumption without
-//!   one ([`limits::SSE_PARKED_STREAMS`]), and at most Σ `max_in_flight`;
+//!   at a time), one per HTTP+SSE request in flight, plus the legacy call
+//!   streams parked for resumption without one
+//!   ([`limits::SSE_PARKED_STREAMS`]), and at most Σ `max_in_flight`;
 //!   each with a result of up to the largest `max_result_bytes` and a full
 //!   replay buffer ([`REPLAY_STREAM_BYTES`]); plus one message being read
 //!   per upstream;
@@ -209,6 +215,14 @@ impl Estimate {
                 ),
                 bytes: s.max_connections * (CONNECTION_BYTES + s.max_body_bytes * BODY_FACTOR),
             },
+            Item {
+                what: format!(
+                    "HTTP+SSE requests in flight ({} × {} body × {BODY_FACTOR})",
+                    s.max_connections,
+                    kib(s.max_body_bytes)
+                ),
+                bytes: s.max_connections * s.max_body_bytes * BODY_FACTOR,
+            },
             calls_item(s, &ups),
         ];
         items.extend(tls_item(s));
@@ -242,16 +256,16 @@ impl Estimate {
     }
 }
 
-/// Calls in flight: one per connection, and the call streams parked
-/// without one, at most Σ `max_in_flight`; each with a full replay buffer
-/// and the largest result.
+/// Calls in flight: one per connection and per HTTP+SSE request in
+/// flight, and the call streams parked without one, at most Σ
+/// `max_in_flight`; each with a full replay buffer and the largest result.
 fn calls_item(s: &crate::config::ServerConfig, ups: &[&crate::config::UpstreamConfig]) -> Item {
     let in_flight: usize = ups.iter().map(|u| u.max_in_flight).sum();
-    let calls = in_flight.min(s.max_connections + limits::SSE_PARKED_STREAMS);
+    let calls = in_flight.min(2 * s.max_connections + limits::SSE_PARKED_STREAMS);
     let largest_result = ups.iter().map(|u| u.max_result_bytes).max().unwrap_or(0);
     Item {
         what: format!(
-            "calls in flight (min({in_flight}, {} + {} parked) × ({} + {} replay + {} result × {RESULT_FACTOR}))",
+            "calls in flight (min({in_flight}, 2 × {} + {} parked) × ({} + {} replay + {} result × {RESULT_FACTOR}))",
             s.max_connections,
             limits::SSE_PARKED_STREAMS,
             kib(CALL_BYTES),

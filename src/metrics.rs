@@ -56,6 +56,10 @@ pub use handles::{count_request, LazyCounter};
 ///   naming no stream of the session that waits (410); `sse_parked`: a
 ///   parked call stream given up to make room (`limits::SSE_PARKED_STREAMS`),
 ///   its call cancelled.
+/// - The HTTP+SSE transport (`downstream::sse_transport`):
+///   `sse_session_calls`: a POSTed request of a session with
+///   `limits::SSE_CALLS_PER_SESSION` in flight, 429; `sse_calls`: one over
+///   `server.max_connections` in flight on every such session together, 429.
 /// - `pending_server_requests`: a server→client request over the pending
 ///   bound; `relay_queue`: one not queued, the relay queue full;
 ///   `client_capability`: one a legacy session declared no capability for;
@@ -95,9 +99,13 @@ pub const OAUTH_REQUESTS: &str = "mcp_edge_oauth_requests_total";
 /// Counter `{kind}`: legacy SSE streams resumed with `Last-Event-ID`
 /// (`call`, `get`; `downstream::resume`).
 pub const SSE_RESUMED: &str = "mcp_edge_sse_resumed_total";
-/// Counter `{reason}`: sessions removed (`idle`, `lru`, `share`, `deleted`, `revoked`).
+/// Counter `{reason}`: sessions removed (`idle`, `lru`, `share`,
+/// `deleted`, `closed`: an HTTP+SSE session's stream closed, `revoked`,
+/// `shutdown`).
 pub const SESSIONS_EVICTED: &str = "mcp_edge_sessions_evicted_total";
-/// Gauge: sessions in the table.
+/// Gauge `{transport}`: sessions in the table, by the transport that made
+/// them (`http`: streamable HTTP's `initialize`; `sse`: the 2024-11-05
+/// HTTP+SSE transport's `GET /sse`).
 pub const SESSIONS_ACTIVE: &str = "mcp_edge_sessions_active";
 /// Counter `{method, outcome}`: downstream JSON-RPC requests (`method` is one of the known MCP methods or `other`).
 pub const REQUESTS: &str = "mcp_edge_requests_total";

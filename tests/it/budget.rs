@@ -22,6 +22,56 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// Reads from `s` into `buf` (after its first `n` bytes) until `needle`
+/// appears; the bytes held.
+async fn read_until(s: &mut TcpStream, buf: &mut [u8], mut n: usize, needle: &[u8]) -> usize {
+    while !buf[..n].windows(needle.len()).any(|w| w == needle) {
+        let r = s.read(&mut buf[n..]).await.unwrap();
+        assert!(
+            r > 0,
+            "stream closed before {:?}",
+            std::str::from_utf8(needle)
+        );
+        n += r;
+    }
+    n
+}
+
+/// One POST of `body` to `path` on its own connection: 202.
+async fn post_raw(addr: SocketAddr, path: &str, body: &str) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    assert_eq!(read_response(&mut s).await.0, 202);
+}
+
+/// An HTTP+SSE session opened (`GET /sse`) and initialized; its stream.
+async fn sse_session(addr: SocketAddr) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let get = b"GET /sse HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n";
+    s.write_all(get).await.unwrap();
+    let mut buf = [0u8; 4096];
+    let n = read_until(&mut s, &mut buf, 0, b"sessionId=").await;
+    let n = read_until(&mut s, &mut buf, n, b"\n\n").await;
+    let text = std::str::from_utf8(&buf[..n]).unwrap();
+    let at = text.find("/messages?sessionId=").unwrap();
+    let path = text[at..].split('\n').next().unwrap().to_string();
+    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"b","version":"1"}}}"#;
+    post_raw(addr, &path, init).await;
+    read_until(&mut s, &mut buf, 0, b"\"id\":0").await;
+    post_raw(
+        addr,
+        &path,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    )
+    .await;
+    s
+}
+
 /// Reads one HTTP response head, then `Content-Length` bytes of body (or
 /// until EOF without one) into a stack buffer: no heap on the client side.
 async fn read_response<S: AsyncRead + Unpin>(s: &mut S) -> (u16, usize) {
@@ -166,6 +216,23 @@ async fn per_entry_costs_stay_below_the_budget_constants() {
         (budget::STREAM_BYTES + budget::CONNECTION_BYTES) as f64,
     );
     drop(streams);
+
+    // Idle sessions of the HTTP+SSE transport, each with its stream's
+    // connection (initialized by POSTs on connections since closed): what
+    // a GET stream's place costs, at most.
+    const OLD: usize = 32;
+    let mut olds = Vec::with_capacity(OLD);
+    let base = settled_live().await;
+    for _ in 0..OLD {
+        olds.push(sse_session(addr).await);
+    }
+    let per_old = (settled_live().await.saturating_sub(base)) / OLD;
+    report(
+        "idle HTTP+SSE session incl. its stream's connection (bytes)",
+        per_old as f64,
+        (budget::STREAM_BYTES + budget::CONNECTION_BYTES) as f64,
+    );
+    drop(olds);
 
     // A large request body: read, parsed, then refused by the tool.
     const BODY: usize = 512 * 1024;

@@ -5,6 +5,7 @@
 //! meanwhile) come on the stream; the same credentials, policy, rate and
 //! bounds as `/mcp`, each bound counted; the session ends with its stream.
 
+use crate::support::peers::{self, ClientKind};
 use crate::support::*;
 use mcp_edge::metrics::{prometheus, read, REFUSED, SESSIONS_ACTIVE, SESSIONS_EVICTED};
 use serde_json::{json, Value};
@@ -341,5 +342,97 @@ async fn streams_take_places_in_the_one_session_table() {
     assert!(matches!(end, Ok(None)), "alice's stream ended: {end:?}");
     let (pong, _) = bob.ask(1, "ping", json!({})).await;
     assert_eq!(pong["result"], json!({}), "{pong}");
+    gw.shutdown().await;
+}
+
+/// A real 2024-era client: the Python SDK 1.30's `sse_client`, with a
+/// token, lists, calls (with progress) and is asked for a sampling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_sse_client_works_through_mcp_edge() {
+    let gw = gateway("", "").await;
+    let url = format!("http://{}/sse", gw.local_addr());
+    let calls = r#"[{"name": "f__echo", "arguments": {"text": "old"}},
+        {"name": "f__progress", "arguments": {"steps": 2}, "progress": true},
+        {"name": "f__ask", "arguments": {"question": "2+2?"}}]"#;
+    let out =
+        peers::run_client_with_env(ClientKind::V1, &url, calls, &[("CLIENT_TOKEN", ALICE)]).await;
+    assert_eq!(out["transport"], "sse", "{out}");
+    let tools = out["tools"].as_array().unwrap();
+    assert!(
+        tools.contains(&json!("f__echo")) && !tools.contains(&json!("f__whoami")),
+        "{out}"
+    );
+    assert_eq!(peers::call_text(&out, 0), "f:old");
+    assert_eq!(
+        out["calls"][1]["progress"].as_array().map(Vec::len),
+        Some(2),
+        "{out}"
+    );
+    let said = peers::call_text(&out, 2);
+    assert!(
+        said.starts_with("client said: canned sampling reply"),
+        "{said}"
+    );
+    assert_eq!(out["asked"][0]["method"], "sampling/createMessage", "{out}");
+    gw.shutdown().await;
+}
+
+/// `mcp-remote --transport sse-only` (0.15.1), the stdio bridge many
+/// desktop clients run, with a token: it lists and calls through mcp-edge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_remote_sse_only_works_through_mcp_edge() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let gw = gateway("", "").await;
+    let url = format!("http://{}/sse", gw.local_addr());
+    let home = tempfile::tempdir().unwrap();
+    let auth = format!("Authorization: Bearer {ALICE}");
+    let mut child = tokio::process::Command::new("node")
+        .arg(peers::mcp_remote_js())
+        .args([
+            url.as_str(),
+            "--transport",
+            "sse-only",
+            "--header",
+            auth.as_str(),
+        ])
+        .env("MCP_REMOTE_CONFIG_DIR", home.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node runs mcp-remote");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut answer = async |msg: Value| {
+        let line = format!("{msg}\n");
+        stdin.write_all(line.as_bytes()).await.unwrap();
+        let Some(id) = msg.get("id").cloned() else {
+            return Value::Null;
+        };
+        loop {
+            let next = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await;
+            let line = next
+                .expect("mcp-remote answers within 30 s")
+                .unwrap()
+                .expect("a line");
+            let m: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+            if m["id"] == id {
+                return m;
+            }
+        }
+    };
+    let init = answer(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "desk", "version": "1"}}})).await;
+    assert_eq!(init["result"]["serverInfo"]["name"], "mcp-edge", "{init}");
+    answer(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    let list = answer(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})).await;
+    let tools = list["result"]["tools"].as_array().expect("tools");
+    assert!(tools.iter().any(|t| t["name"] == "f__echo"), "{list}");
+    let called = answer(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "f__echo", "arguments": {"text": "remote"}}}))
+    .await;
+    assert_eq!(content_text(&called), Some("f:remote"), "{called}");
+    drop(child);
     gw.shutdown().await;
 }

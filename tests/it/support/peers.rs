@@ -71,6 +71,14 @@ pub fn server_everything_js() -> PathBuf {
     )
 }
 
+/// mcp-remote's stdio proxy (the pinned 0.15.1), run with system Node.
+pub fn mcp_remote_js() -> PathBuf {
+    installed(
+        interop_dir().join("node_modules/mcp-remote/dist/proxy.js"),
+        "mcp-remote",
+    )
+}
+
 /// The stdio conformance fixture (run with [`python_v1`]).
 pub fn conformance_server_py() -> PathBuf {
     interop_dir().join("conformance_server.py")
