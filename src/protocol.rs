@@ -77,6 +77,10 @@ pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 /// A protocol revision mcp-edge speaks (`../shared/spec/2026-07-28/versioning.mdx` §Terminology).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ProtocolVersion {
+    /// Legacy, the revision of the HTTP+SSE transport (`GET /sse`): what
+    /// its older clients and servers know; spoken as 2025-03-26 is, less
+    /// batches.
+    V2024_11_05,
     /// Legacy, first streamable-HTTP revision; the only one allowing JSON-RPC batches.
     V2025_03_26,
     /// Legacy; introduced the `MCP-Protocol-Version` header.
@@ -89,11 +93,12 @@ pub enum ProtocolVersion {
 
 impl ProtocolVersion {
     /// All supported versions, newest first (the `supported` list of -32022 errors).
-    pub const ALL: [ProtocolVersion; 4] = [
+    pub const ALL: [ProtocolVersion; 5] = [
         ProtocolVersion::V2026_07_28,
         ProtocolVersion::V2025_11_25,
         ProtocolVersion::V2025_06_18,
         ProtocolVersion::V2025_03_26,
+        ProtocolVersion::V2024_11_05,
     ];
     /// The newest legacy revision, chosen when a client asks for an unknown one
     /// (2025-11-25 lifecycle.mdx §Version Negotiation).
@@ -109,6 +114,7 @@ impl ProtocolVersion {
     /// The wire form, e.g. `"2025-11-25"`.
     pub fn as_str(self) -> &'static str {
         match self {
+            ProtocolVersion::V2024_11_05 => "2024-11-05",
             ProtocolVersion::V2025_03_26 => "2025-03-26",
             ProtocolVersion::V2025_06_18 => "2025-06-18",
             ProtocolVersion::V2025_11_25 => "2025-11-25",
@@ -116,16 +122,25 @@ impl ProtocolVersion {
         }
     }
 
+    /// Whether requests after `initialize` carry `MCP-Protocol-Version`
+    /// (2025-06-18 and later; `../shared/spec/2025-11-25/transports.mdx`
+    /// §Protocol Version Header).
+    pub fn has_version_header(self) -> bool {
+        self >= ProtocolVersion::V2025_06_18
+    }
+
     /// True for the `initialize`-based revisions.
     pub fn is_legacy(self) -> bool {
         self != ProtocolVersion::V2026_07_28
     }
 
-    /// The `supported` array for an `UnsupportedProtocolVersionError`.
+    /// The `supported` array for an `UnsupportedProtocolVersionError` and
+    /// `server/discover`: the revisions of streamable HTTP (2024-11-05 is
+    /// the HTTP+SSE transport's only).
     pub fn supported_json() -> Value {
+        let streamable = Self::ALL.iter().filter(|v| **v != Self::V2024_11_05);
         Value::Array(
-            Self::ALL
-                .iter()
+            streamable
                 .map(|v| Value::String(v.as_str().into()))
                 .collect(),
         )

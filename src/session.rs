@@ -347,10 +347,7 @@ impl Table {
         let mut secret = [0u8; 16];
         getrandom::fill(&mut secret).map_err(|e| SessionError::Random(e.to_string()))?;
         let mut expired = None;
-        if self.free == NIL
-            && self.head != NIL
-            && self.idle_for(self.head, now) >= self.idle_timeout
-        {
+        if self.free == NIL && self.head != NIL && self.expired(self.head, now) {
             expired = Some(self.id_at(self.head));
             self.release(self.head, Removal::Idle);
         }
@@ -403,7 +400,7 @@ impl Table {
     /// An expired session is removed and reported as [`SessionError::NotFound`].
     pub fn touch(&mut self, id: &SessionId, now: Instant) -> Result<Session, SessionError> {
         let i = self.find(id).ok_or(SessionError::NotFound)?;
-        if self.idle_for(i, now) >= self.idle_timeout {
+        if self.expired(i, now) {
             self.release(i, Removal::Idle);
             return Err(SessionError::NotFound);
         }
@@ -476,8 +473,7 @@ impl Table {
     /// this: an open stream does not keep a session alive).
     pub fn peek(&self, id: &SessionId, now: Instant) -> Option<Session> {
         let i = self.find(id)?;
-        (self.idle_for(i, now) < self.idle_timeout)
-            .then(|| self.slots[i as usize].session.expect("live slot"))
+        (!self.expired(i, now)).then(|| self.slots[i as usize].session.expect("live slot"))
     }
 
     /// Ends every session whose owner mark `keep` refuses, for `why`
@@ -572,7 +568,12 @@ impl Table {
     pub fn expire(&mut self, now: Instant) -> usize {
         let mut n = 0;
         while self.head != NIL && self.idle_for(self.head, now) >= self.idle_timeout {
-            self.release(self.head, Removal::Idle);
+            let i = self.head;
+            if !self.expired(i, now) {
+                self.pass_over(i, now);
+                continue;
+            }
+            self.release(i, Removal::Idle);
             n += 1;
         }
         n

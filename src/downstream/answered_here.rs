@@ -98,8 +98,8 @@ impl Call {
 /// `sse`, a session of the HTTP+SSE transport made when its stream opened
 /// (`../shared/spec/2024-11-05` has no `Mcp-Session-Id`: the stream's
 /// `sessionId` names it), that session's version and capabilities set
-/// instead. A version mcp-edge does not speak gets its newest legacy one
-/// (2024-11-05 included: its clients take the answer's version or leave).
+/// instead. A version mcp-edge does not speak there gets its newest legacy
+/// one.
 pub(super) fn initialize(
     app: &App,
     id: Value,
@@ -121,7 +121,10 @@ pub(super) fn initialize(
             session: None,
         });
     };
+    // 2024-11-05 is the HTTP+SSE transport's own revision (none of
+    // streamable HTTP's).
     let version = match ProtocolVersion::parse(asked) {
+        Some(ProtocolVersion::V2024_11_05) if sse.is_none() => ProtocolVersion::LATEST_LEGACY,
         Some(v) if v.is_legacy() => v,
         _ => ProtocolVersion::LATEST_LEGACY,
     };

@@ -160,23 +160,23 @@ impl Call {
         let relay = relay.with_log_floor(floor).with_caps(caps);
         let keepalive = app.server.keepalive;
         let resumable = self.resumable(app, &relay);
+        let sse = self.caller.held.as_ref().is_some_and(|h| h.seen.sse);
         let app = app.clone();
         // Boxed: the call's state is not part of every connection's future.
         let fut = Box::pin(async move { self.serve(&app, Some(relay)).await.response });
-        reply::hold(rx, fut, keepalive, resumable).await
+        match sse {
+            // Framed on the session's own stream.
+            true => Outcome::Relayed(rx, fut),
+            false => reply::hold(rx, fut, keepalive, resumable).await,
+        }
     }
 
     /// A legacy session's call stream is resumable ([`call_stream`]); a
-    /// 2025-11-25 session's begins with a priming event. A session of the
-    /// HTTP+SSE transport's is not: its events go on the one stream of
-    /// the session, which ends with it.
+    /// 2025-11-25 session's begins with a priming event.
     fn resumable(&self, app: &App, relay: &Relay) -> Option<Resumable> {
         let ClientEra::Legacy(session, version) = self.caller.era else {
             return None;
         };
-        if self.caller.held.as_ref().is_some_and(|h| h.seen.sse) {
-            return None;
-        }
         Some(Resumable {
             session,
             request: self.id.clone(),

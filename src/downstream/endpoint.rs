@@ -275,6 +275,7 @@ async fn post(
             status,
         })) => reply::answer(status, response, session, sse),
         Ok(Outcome::Stream(r)) => r,
+        Ok(Outcome::Relayed(rx, call)) => reply::relay_stream(rx, call, app.server.keepalive),
         Err((id, r)) => r.into_response(id),
     }
 }

@@ -287,6 +287,11 @@ pub enum Outcome {
     Answer(Answer),
     /// An SSE stream relaying the upstream's messages, then the response.
     Stream(Response<Body>),
+    /// A relayed call of an HTTP+SSE session, not framed here: its
+    /// messages as they come, then its response, written on the session's
+    /// own stream (`super::sse_transport`; [`relay_stream`] frames it as
+    /// any call's stream).
+    Relayed(tokio::sync::mpsc::Receiver<Relayed>, CallFuture),
 }
 
 /// What one request produced: the JSON-RPC response, the HTTP status and, for

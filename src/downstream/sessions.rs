@@ -129,7 +129,9 @@ impl Sessions {
     /// A new session of the HTTP+SSE transport for a `GET /sse` of `owner`
     /// ([`Sessions::open`], marked [`Session::sse`]), with the newest
     /// legacy version until its `initialize` says which
-    /// ([`Sessions::initialize_sse`]), and its stream counted on it.
+    /// ([`Sessions::initialize_sse`]), and its stream counted on it. Its
+    /// stream is its connection: it never expires idle while it is in the
+    /// table, and ends with its stream (the stream's owner ends it).
     pub fn open_sse(
         self: &Arc<Self>,
         owner: u64,
@@ -158,11 +160,6 @@ impl Sessions {
         agreed: (ProtocolVersion, ClientCaps),
     ) -> Result<(), SessionError> {
         self.with(|t| t.initialize(id, owner, agreed, Instant::now()))
-    }
-
-    /// Whether session `id` is one of the HTTP+SSE transport's.
-    pub fn is_sse(&self, id: &SessionId) -> bool {
-        self.with(|t| t.peek(id, Instant::now()).is_some_and(|s| s.sse))
     }
 
     /// A request of `owner` in session `id` begins: the session as it was

@@ -5,16 +5,23 @@
 //! task per request, and the answer goes where the client reads it.
 //!
 //! Each entry belongs to a stream holding a place in the stream pool
-//! ([`super::streams`]), so the table has as many places as the pool; a
-//! stream's entry goes when its body is dropped.
+//! ([`super::streams`]) and sits at that place's index: the table has as
+//! many entries as the pool has places, and a place the pool gives to a
+//! new stream (its old one evicted for a client under its share) gives it
+//! the entry too. A stream's entry goes when its body is dropped; while it
+//! only finishes what it was answering, it takes no new request, but its
+//! client may still answer relayed requests and cancel.
 
 use crate::session::SessionId;
 use bytes::Bytes;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
+/// One whole SSE event, in the pieces it is written in.
+pub type Event = Vec<Bytes>;
+
 /// The events answering one POSTed request, in order, then its end.
-pub type Answering = futures_util::stream::BoxStream<'static, Bytes>;
+pub type Answering = futures_util::stream::BoxStream<'static, Event>;
 
 /// The table (see the module docs).
 pub struct SseLinks {
@@ -29,7 +36,8 @@ pub struct SseLinks {
 struct Link {
     id: SessionId,
     owner: u64,
-    tx: mpsc::Sender<Answering>,
+    /// `None` once its stream only finishes what it answers.
+    tx: Option<mpsc::Sender<Answering>>,
     /// Its requests in flight ([`crate::limits::SSE_CALLS_PER_SESSION`]).
     calls: Arc<Semaphore>,
 }
@@ -37,7 +45,8 @@ struct Link {
 /// Why a request was not handed to its stream ([`SseLinks::hand`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum NotHanded {
-    /// No open stream of this client's has that session (HTTP 404).
+    /// No stream of this client's that takes requests has that session
+    /// (HTTP 404).
     #[error("no open SSE stream of this client has that session")]
     NoStream,
     /// The session has [`crate::limits::SSE_CALLS_PER_SESSION`] requests
@@ -79,35 +88,45 @@ impl SseLinks {
         }
     }
 
-    /// Registers the stream of session `id` of `owner`: the receiver of
-    /// what its POSTs hand it, or `None` when every entry is taken.
-    pub fn insert(&self, id: SessionId, owner: u64) -> Option<mpsc::Receiver<Answering>> {
+    /// Registers the stream of session `id` of `owner`, holding the stream
+    /// pool's place `index`: the receiver of what its POSTs hand it. An
+    /// entry still there is an evicted stream's: it goes (its sender
+    /// dropped, that stream takes nothing more).
+    pub fn insert(&self, index: usize, id: SessionId, owner: u64) -> mpsc::Receiver<Answering> {
         let per_session = crate::limits::SSE_CALLS_PER_SESSION;
         // Never full: a sender holds a place for each request it sends.
         let (tx, rx) = mpsc::channel(per_session);
         let mut slots = self.slots.lock().expect("sse links");
-        let free = slots.iter_mut().find(|s| s.is_none())?;
-        *free = Some(Link {
+        slots[index] = Some(Link {
             id,
             owner,
-            tx,
+            tx: Some(tx),
             calls: Arc::new(Semaphore::new(per_session)),
         });
-        Some(rx)
+        rx
+    }
+
+    /// The stream of session `id` only finishes what it answers: no new
+    /// request is handed to it.
+    pub fn draining(&self, id: &SessionId) {
+        let mut slots = self.slots.lock().expect("sse links");
+        if let Some(link) = slots.iter_mut().flatten().find(|l| l.id == *id) {
+            link.tx = None;
+        }
     }
 
     /// The stream of session `id` ended: its entry goes.
     pub fn remove(&self, id: &SessionId) {
         let mut slots = self.slots.lock().expect("sse links");
-        if let Some(s) = slots
-            .iter_mut()
-            .find(|s| s.as_ref().is_some_and(|l| l.id == *id))
-        {
+        let mine = |s: &&mut Option<Link>| s.as_ref().is_some_and(|l| l.id == *id);
+        if let Some(s) = slots.iter_mut().find(mine) {
             *s = None;
         }
     }
 
-    /// Whether session `id` of `owner` has an open stream.
+    /// Whether session `id` of `owner` has a stream (taking requests, or
+    /// finishing what it answers). The scans here are over at most the
+    /// stream pool's places.
     pub fn is_open(&self, id: &SessionId, owner: u64) -> bool {
         let slots = self.slots.lock().expect("sse links");
         let mut links = slots.iter().flatten();
@@ -116,14 +135,12 @@ impl SseLinks {
 
     /// Whether a request of `owner` may be handed to the stream of
     /// session `id` now: its places (the session's, then the transport's),
-    /// or why not. The scan is over at most the stream pool's places.
+    /// or why not.
     pub fn places(&self, id: &SessionId, owner: u64) -> Result<CallPlaces, NotHanded> {
         let session = {
             let slots = self.slots.lock().expect("sse links");
-            let link = slots
-                .iter()
-                .flatten()
-                .find(|l| l.id == *id && l.owner == owner);
+            let mut links = slots.iter().flatten();
+            let link = links.find(|l| l.id == *id && l.owner == owner && l.tx.is_some());
             link.ok_or(NotHanded::NoStream)?.calls.clone()
         };
         let mine = session
@@ -138,11 +155,66 @@ impl SseLinks {
         })
     }
 
-    /// Hands `answering` (holding `places`) to the stream of session `id`.
+    /// Hands `answering` (holding its places) to the stream of session
+    /// `id`.
     pub fn hand(&self, id: &SessionId, answering: Answering) -> Result<(), NotHanded> {
         let slots = self.slots.lock().expect("sse links");
         let link = slots.iter().flatten().find(|l| l.id == *id);
-        let tx = link.ok_or(NotHanded::NoStream)?;
-        tx.tx.try_send(answering).map_err(|_| NotHanded::NoStream)
+        let tx = link
+            .and_then(|l| l.tx.as_ref())
+            .ok_or(NotHanded::NoStream)?;
+        tx.try_send(answering).map_err(|_| NotHanded::NoStream)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::StreamExt;
+
+    fn id(n: u8) -> SessionId {
+        SessionId::parse(&format!("{n:032x}{n:04x}")).unwrap()
+    }
+
+    #[test]
+    fn a_place_given_to_a_new_stream_takes_its_entry_and_a_finishing_one_takes_no_request() {
+        let links = SseLinks::new(2, 3);
+        let (a, b) = (id(1), id(2));
+        let mut old = links.insert(0, a, 7);
+        assert!(
+            links.is_open(&a, 7) && !links.is_open(&a, 8),
+            "another owner's is not open"
+        );
+        // The pool gave place 0 to b's stream: a's takes nothing more.
+        let _new = links.insert(0, b, 8);
+        assert!(old.try_recv().is_err() && !links.is_open(&a, 7));
+        assert!(matches!(links.places(&a, 7), Err(NotHanded::NoStream)));
+        // Finishing: no request, but still open for answers and cancellations.
+        let held = links.places(&b, 8).expect("places");
+        links.draining(&b);
+        assert!(links.is_open(&b, 8));
+        assert!(matches!(links.places(&b, 8), Err(NotHanded::NoStream)));
+        let answering = futures_util::stream::empty().boxed();
+        assert_eq!(links.hand(&b, answering).err(), Some(NotHanded::NoStream));
+        drop(held);
+        links.remove(&b);
+        assert!(!links.is_open(&b, 8));
+    }
+
+    #[test]
+    fn requests_in_flight_are_bounded_per_session_and_together() {
+        let links = SseLinks::new(4, 3);
+        let (a, b) = (id(1), id(2));
+        let _ra = links.insert(0, a, 7);
+        let _rb = links.insert(1, b, 7);
+        let per = crate::limits::SSE_CALLS_PER_SESSION;
+        let mine: Vec<CallPlaces> = (0..3).map(|_| links.places(&a, 7).unwrap()).collect();
+        assert_eq!(links.places(&b, 7).err(), Some(NotHanded::Full(3)));
+        drop(mine);
+        let links = SseLinks::new(1, per + 1);
+        let _r = links.insert(0, a, 7);
+        let held: Vec<CallPlaces> = (0..per).map(|_| links.places(&a, 7).unwrap()).collect();
+        assert_eq!(links.places(&a, 7).err(), Some(NotHanded::SessionBusy(per)));
+        assert_eq!(held.len(), per);
     }
 }

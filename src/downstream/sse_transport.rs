@@ -4,8 +4,9 @@
 //! endpoints beside the MCP endpoint).
 //!
 //! - `GET /sse` opens a legacy session in the one session table
-//!   ([`super::sessions::Sessions::open_sse`]; the same fixed capacity,
-//!   idle expiry and shares as any) and a stream holding a place in the
+//!   ([`super::sessions::Sessions::open_sse`]; the same fixed capacity
+//!   and shares as any; never idle while its stream is open) and a stream
+//!   holding a place in the
 //!   stream pool, whose first event, `endpoint`, names where to POST:
 //!   `/messages?sessionId=<the session's id>`.
 //! - `POST /messages?sessionId=…` carries one JSON-RPC message. A request
@@ -23,20 +24,22 @@
 
 use super::admission::{Accept, Head};
 use super::app::{App, Body};
+use super::call_stream::CallFuture;
 use super::get_stream::GetStream;
 use super::reply::{self, refuse, Outcome, Refusal};
 use super::sse_driver::Driver;
-use super::sse_links::{Answering, CallPlaces, NotHanded};
+use super::sse_links::{Answering, CallPlaces, Event, NotHanded};
 use super::{admission, answered_here, message};
 use crate::protocol::envelope::Body as Parsed;
 use crate::protocol::{self, sse, Message, Outgoing};
-use crate::session::{Removal, SessionId};
-use bytes::{Bytes, BytesMut};
+use crate::relay::Relayed;
+use crate::session::SessionId;
+use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
 use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
-use http_body_util::BodyExt;
 use serde_json::Value;
 use std::sync::Arc;
+use tokio::sync::mpsc;
 
 /// The path of the stream (`GET`).
 pub const SSE_PATH: &str = "/sse";
@@ -60,13 +63,7 @@ pub(super) fn open(app: Arc<App>, head: &Head) -> Response<Body> {
         Err(e) => return answered_here::not_opened(e).into_response(Value::Null),
     };
     let id = held.id();
-    // As many entries as stream places: one is free for this place.
-    let Some(posted) = app.sse_links.insert(id, who.owner()) else {
-        app.sessions.end(&id, Removal::Closed);
-        let e = "no free HTTP+SSE entry; retry";
-        return refuse(StatusCode::SERVICE_UNAVAILABLE, protocol::STREAMS_FULL, e)
-            .into_response(Value::Null);
-    };
+    let posted = app.sse_links.insert(place.index(), id, who.owner());
     let first = endpoint_event(&id);
     let notes = GetStream::plain(app.clone(), held, place);
     let mut r = Response::new(Driver::new(app, id, notes, posted, first).into_body());
@@ -119,6 +116,14 @@ pub(super) async fn message(
         json: true,
     };
     let owner = head.who.owner();
+    if let Message::Request { params, .. } = &msg {
+        if admission::has_modern_meta(params.as_ref()) {
+            let why = "Bad Request: the HTTP+SSE transport carries legacy sessions only; \
+                       send 2026-07-28 requests to /mcp";
+            let r = refuse(StatusCode::BAD_REQUEST, protocol::INVALID_REQUEST, why);
+            return r.into_response(Value::Null);
+        }
+    }
     if !matches!(msg, Message::Request { .. }) {
         if !app.sse_links.is_open(&id, owner) {
             return not_handed(NotHanded::NoStream);
@@ -169,8 +174,8 @@ fn not_handed(e: NotHanded) -> Response<Body> {
 
 /// The events answering request `msg` of `head`'s client, as its
 /// stream will poll them: served as any request ([`message::one`], taking
-/// a stream), then framed as `message` events; `places` are given back
-/// when the last is written.
+/// a stream), each event written whole in its pieces; `places` are given
+/// back with the last.
 fn answering(
     app: Arc<App>,
     (head, headers): (Head, HeaderMap),
@@ -185,61 +190,78 @@ fn answering(
     stream::once(answered)
         .flat_map(|(outcome, places)| match outcome {
             Ok(Outcome::Accepted) => stream::empty().boxed(),
-            Ok(Outcome::Answer(a)) => stream::once(async move { event_of(a.response) }).boxed(),
-            Ok(Outcome::Stream(r)) => relayed(r.into_body(), places),
+            Ok(Outcome::Answer(a)) => stream::iter([pieces(a.response)]).boxed(),
+            Ok(Outcome::Relayed(rx, call)) => Relaying::new(rx, call, places).into_stream(),
+            // Only a modern request is answered so (refused before).
+            Ok(Outcome::Stream(_)) => stream::empty().boxed(),
             Err((id, r)) => {
                 let error = protocol::error_response(id, &r.1);
-                stream::once(async move { sse::event(&error.to_string()) }).boxed()
+                stream::iter([vec![sse::event(&error.to_string())]]).boxed()
             }
         })
         .boxed()
 }
 
-/// A response as one `message` event.
-fn event_of(response: Outgoing) -> Bytes {
-    let [a, b, c] = response.chunks(true);
-    let mut out = BytesMut::with_capacity(a.len() + b.len() + c.len());
-    for piece in [a, b, c] {
-        out.extend_from_slice(&piece);
-    }
-    out.freeze()
+/// A response as one `message` event, in its pieces (not joined).
+fn pieces(response: Outgoing) -> Event {
+    let chunks = response.chunks(true);
+    chunks.into_iter().filter(|b| !b.is_empty()).collect()
 }
 
-/// The events of a call's SSE response (its relayed messages, then its
-/// response), each written again as a `message` event of this stream:
-/// its keep-alive comments left out (the stream has its own), holding
-/// `places` until the last.
-fn relayed(body: Body, places: CallPlaces) -> Answering {
-    // mcp-edge's own events, whose size its limits already bound.
-    let decoder = sse::Decoder::new(usize::MAX / 2);
-    let state = (
-        body,
-        decoder,
-        std::collections::VecDeque::<String>::new(),
-        places,
-    );
-    stream::unfold(
-        state,
-        |(mut body, mut decoder, mut ready, places)| async move {
-            loop {
-                if let Some(data) = ready.pop_front() {
-                    let event = sse::event(&data);
-                    return Some((event, (body, decoder, ready, places)));
+/// A relayed call of an HTTP+SSE session being answered: its upstream's
+/// messages as they come, then its response, each a `message` event.
+struct Relaying {
+    rx: mpsc::Receiver<Relayed>,
+    /// `None` once it answered.
+    call: Option<CallFuture>,
+    answer: Option<Outgoing>,
+    _places: CallPlaces,
+}
+
+impl Relaying {
+    fn new(rx: mpsc::Receiver<Relayed>, call: CallFuture, places: CallPlaces) -> Self {
+        Relaying {
+            rx,
+            call: Some(call),
+            answer: None,
+            _places: places,
+        }
+    }
+
+    fn into_stream(self) -> Answering {
+        stream::unfold(self, |mut r| async move {
+            let event = r.next().await?;
+            Some((event, r))
+        })
+        .boxed()
+    }
+
+    /// The next event: a relayed message, or (the messages still queued
+    /// first) the response; `None` after it.
+    async fn next(&mut self) -> Option<Event> {
+        loop {
+            if let Some(call) = self.call.as_mut() {
+                let answered = tokio::select! {
+                    biased;
+                    Some(m) = self.rx.recv() => match m {
+                        Relayed::Message(v) => return Some(vec![sse::event(&v.to_string())]),
+                        // Polling cues: nothing to write on this stream.
+                        Relayed::Resumable | Relayed::Polled => None,
+                    },
+                    answer = call => Some(answer),
+                };
+                if answered.is_some() {
+                    (self.answer, self.call) = (answered, None);
                 }
-                let frame = body.frame().await?.ok()?;
-                let Ok(data) = frame.into_data() else {
-                    continue;
-                };
-                let mut take = |d: String| {
-                    if !d.is_empty() {
-                        ready.push_back(d);
-                    }
-                };
-                decoder.push(&data, &mut take).ok()?;
+                continue;
             }
-        },
-    )
-    .boxed()
+            match self.rx.try_recv() {
+                Ok(Relayed::Message(v)) => return Some(vec![sse::event(&v.to_string())]),
+                Ok(_) => continue,
+                Err(_) => return self.answer.take().map(pieces),
+            }
+        }
+    }
 }
 
 /// 405 for a method a path of this transport does not take.

@@ -170,6 +170,12 @@ pub struct StreamPlace {
 }
 
 impl StreamPlace {
+    /// Its index among the pool's places (< the pool's capacity; no two
+    /// live places share one).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
     /// Resolves once the pool gave this place to a client under its share:
     /// the stream ends now, cleanly (a GET stream's body ends, a listen
     /// stream sends its closing response).

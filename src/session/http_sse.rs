@@ -1,6 +1,9 @@
 //! What the session table does for sessions of the 2024-11-05 HTTP+SSE
-//! transport ([`Session::sse`]): made when their stream opens, before the
-//! client says its version; that `initialize` then sets it.
+//! transport ([`super::Session::sse`]): made when their stream opens,
+//! before the client says its version; that `initialize` then sets it.
+//! Such a session ends with its stream, which is its connection: while it
+//! is in the table its stream is open, so it never expires idle (it may
+//! still be evicted for a client under its share, which ends its stream).
 
 use super::{SessionError, SessionId, Table};
 use crate::protocol::{ClientCaps, ProtocolVersion};
@@ -8,7 +11,7 @@ use tokio::time::Instant;
 
 impl Table {
     /// Marks session `id` (just inserted) as one of the HTTP+SSE
-    /// transport ([`Session::sse`]); false if it is gone.
+    /// transport ([`super::Session::sse`]); false if it is gone.
     pub fn set_sse(&mut self, id: &SessionId) -> bool {
         let Some(i) = self.find(id) else {
             return false;
@@ -42,5 +45,65 @@ impl Table {
         let s = self.slots[i as usize].session.as_mut().expect("live slot");
         (s.version, s.caps) = (version, caps);
         Ok(())
+    }
+
+    /// Whether live slot `i` has expired at `now`: idle `idle_timeout` or
+    /// longer, unless it is an HTTP+SSE session (its open stream is its
+    /// activity).
+    pub(super) fn expired(&self, i: u32, now: Instant) -> bool {
+        let s = self.slots[i as usize].session.as_ref().expect("live slot");
+        !s.sse && self.idle_for(i, now) >= self.idle_timeout
+    }
+
+    /// An HTTP+SSE session found idle past the timeout at the head of the
+    /// recency list: moved to its tail as if touched `now`, so the sweep
+    /// goes on past it.
+    pub(super) fn pass_over(&mut self, i: u32, now: Instant) {
+        self.unlink(i);
+        self.push_tail(i);
+        let s = self.slots[i as usize].session.as_mut().expect("live slot");
+        s.last_seen = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::protocol::{ClientCaps, ProtocolVersion};
+    use crate::session::{SessionError, Table};
+    use crate::share::Shares;
+    use std::time::Duration;
+    use tokio::time::Instant;
+
+    #[test]
+    fn an_sse_session_never_expires_idle_and_does_not_hold_the_sweep_up() {
+        let t0 = Instant::now();
+        let idle = Duration::from_secs(60);
+        let mut t = Table::new(4, idle, Duration::from_secs(10));
+        let v = ProtocolVersion::V2024_11_05;
+        let put = |t: &mut Table, at| t.insert(v, 7, ClientCaps::NONE, &Shares::default(), at);
+        let sse = put(&mut t, t0).unwrap().id;
+        assert!(t.set_sse(&sse));
+        let plain = put(&mut t, t0 + Duration::from_secs(1)).unwrap().id;
+        let late = t0 + Duration::from_secs(200);
+        // The sweep passes over the stream's session and takes the other.
+        assert_eq!(t.expire(late), 1);
+        assert!(t.peek(&sse, late).is_some() && t.peek(&plain, late).is_none());
+        assert_eq!((t.len(), t.sse_len()), (1, 1));
+        // Its initialize: only by its owner, only for a session of the transport.
+        let agreed = (ProtocolVersion::V2025_06_18, ClientCaps::NONE);
+        assert_eq!(
+            t.initialize(&sse, 8, agreed, late),
+            Err(SessionError::NotFound)
+        );
+        assert_eq!(t.initialize(&sse, 7, agreed, late), Ok(()));
+        assert_eq!(
+            t.peek(&sse, late).map(|s| s.version),
+            Some(ProtocolVersion::V2025_06_18)
+        );
+        let other = put(&mut t, late).unwrap().id;
+        assert_eq!(
+            t.initialize(&other, 7, agreed, late),
+            Err(SessionError::NotFound)
+        );
     }
 }

@@ -350,7 +350,7 @@ impl HttpConn {
             }
             UpstreamEra::Legacy(v) => {
                 if method != "initialize" {
-                    if v != crate::protocol::ProtocolVersion::V2025_03_26 {
+                    if v.has_version_header() {
                         h.insert("mcp-protocol-version", HeaderValue::from_static(v.as_str()));
                     }
                     if let Some(s) = self.session_of(lane) {

@@ -112,8 +112,8 @@ async fn an_old_client_lists_calls_and_is_asked_on_its_stream() {
     let gw = gateway("", "").await;
     let mut old = Old::open(gw.local_addr(), ALICE).await;
     let init = old.initialize("2024-11-05").await;
-    // 2024-11-05 is not spoken: the newest legacy version is offered.
-    assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
+    // The transport's own version is spoken (its older clients know no other).
+    assert_eq!(init["result"]["protocolVersion"], "2024-11-05", "{init}");
     let (list, _) = old.ask(1, "tools/list", json!({})).await;
     let names: Vec<&str> = (list["result"]["tools"].as_array().unwrap().iter())
         .filter_map(|t| t["name"].as_str())
@@ -434,5 +434,76 @@ async fn mcp_remote_sse_only_works_through_mcp_edge() {
     .await;
     assert_eq!(content_text(&called), Some("f:remote"), "{called}");
     drop(child);
+    gw.shutdown().await;
+}
+
+/// Reads `body` until `needle` has come; what came.
+async fn read_until(body: &mut mcp_edge::downstream::Body, needle: &str) -> String {
+    use http_body_util::BodyExt;
+    let mut text = String::new();
+    while !text.contains(needle) {
+        let frame = body.frame().await.expect("the stream is open").unwrap();
+        text.push_str(std::str::from_utf8(frame.data_ref().unwrap()).unwrap());
+    }
+    text
+}
+
+/// A request to the endpoint without a socket (virtual time).
+async fn handled(
+    gw: &mcp_edge::gateway::Gateway,
+    req: http::Request<String>,
+) -> http::Response<mcp_edge::downstream::Body> {
+    let req = req.map(|b| http_body_util::Full::new(bytes::Bytes::from(b)));
+    mcp_edge::downstream::endpoint::handle(gw.app().clone(), req).await
+}
+
+/// This transport's session lives as long as its stream (its connection):
+/// past `session_idle_timeout` without a request it still answers, where a
+/// streamable-HTTP session is gone.
+#[tokio::test(start_paused = true)]
+async fn an_open_stream_keeps_its_session_where_an_idle_one_expires() {
+    let gw = start(
+        "session_idle_timeout = \"10s\"",
+        "[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n",
+    )
+    .await;
+    let get = http::Request::get("/sse").header("host", "127.0.0.1");
+    let mut stream = handled(&gw, get.body(String::new()).unwrap())
+        .await
+        .into_body();
+    let first = read_until(&mut stream, "\n\n").await;
+    let at = first.find("/messages?").expect("the endpoint event");
+    let path = first[at..].trim_end().to_string();
+    let post = |body: Value| {
+        let req = http::Request::post(path.as_str()).header("host", "127.0.0.1");
+        handled(&gw, req.body(body.to_string()).unwrap())
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "o", "version": "1"}}});
+    assert_eq!(post(init.clone()).await.status(), 202);
+    read_until(&mut stream, "\"id\":0").await;
+    let mcp = http::Request::post("/mcp")
+        .header("host", "127.0.0.1")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    let r = handled(&gw, mcp.body(init.to_string()).unwrap()).await;
+    let sid = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    tokio::time::advance(Duration::from_secs(25)).await;
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    let mcp = http::Request::post("/mcp")
+        .header("host", "127.0.0.1")
+        .header("mcp-session-id", sid.as_str())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    let expired = handled(&gw, mcp.body(ping.to_string()).unwrap()).await;
+    assert_eq!(
+        expired.status(),
+        404,
+        "the idle streamable-HTTP session expired"
+    );
+    assert_eq!(post(ping).await.status(), 202);
+    let answered = read_until(&mut stream, "\"id\":1").await;
+    assert!(answered.contains("\"result\":{}"), "{answered}");
+    drop(stream);
     gw.shutdown().await;
 }

@@ -386,7 +386,7 @@ impl HttpConn {
             req.headers_mut().insert(k.clone(), v.clone());
         }
         if let Some(v) = version {
-            if v != ProtocolVersion::V2025_03_26 {
+            if v.has_version_header() {
                 let version = HeaderValue::from_static(v.as_str());
                 req.headers_mut().insert("mcp-protocol-version", version);
             }

@@ -319,7 +319,7 @@ impl HttpConn {
         for (k, v) in &self.headers {
             h.insert(k.clone(), v.clone());
         }
-        if version != crate::protocol::ProtocolVersion::V2025_03_26 {
+        if version.has_version_header() {
             h.insert(
                 "mcp-protocol-version",
                 HeaderValue::from_static(version.as_str()),
