@@ -56,10 +56,13 @@ pub use handles::{count_request, LazyCounter};
 ///   naming no stream of the session that waits (410); `sse_parked`: a
 ///   parked call stream given up to make room (`limits::SSE_PARKED_STREAMS`),
 ///   its call cancelled.
-/// - The HTTP+SSE transport (`downstream::sse_transport`):
-///   `sse_session_calls`: a POSTed request of a session with
-///   `limits::SSE_CALLS_PER_SESSION` in flight, 429; `sse_calls`: one over
-///   `server.max_connections` in flight on every such session together, 429.
+/// - The HTTP+SSE transport (`downstream::sse_transport`), each answered
+///   `-31011` on the session's stream: `sse_session_calls`: a POSTed
+///   request of a session with `limits::SSE_CALLS_PER_SESSION` in flight
+///   (or, with HTTP 429, any message for a stream that is not read);
+///   `sse_calls`: one over `server.max_connections` in flight on every such
+///   session together; `sse_call_share`: one of a client at its share of
+///   those, the rest kept for clients under theirs.
 /// - `pending_server_requests`: a server→client request over the pending
 ///   bound; `relay_queue`: one not queued, the relay queue full;
 ///   `client_capability`: one a legacy session declared no capability for;

@@ -510,6 +510,8 @@ impl Table {
         self.touch(id, now)?;
         let i = self.find(id).ok_or(SessionError::NotFound)?;
         let s = self.slots[i as usize].session.as_mut().expect("live slot");
+        // An HTTP+SSE session's notifications go on its own stream only.
+        let max = if s.sse { 1 } else { max };
         if s.streams >= max {
             crate::metrics::refused("streams_per_session");
             return Err(SessionError::TooManyStreams { max });

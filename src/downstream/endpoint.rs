@@ -51,7 +51,7 @@ pub(super) fn service(
                 return Ok(closed());
             };
             let path = req.uri().path();
-            let e = format!("no such path {path}; the MCP endpoint is /mcp");
+            let e = format!("no such path {path}; the MCP endpoint is /mcp (/sse for the 2024-11-05 HTTP+SSE transport)");
             let resp = reply::json(StatusCode::NOT_FOUND, &json!({ "error": e }));
             Ok(unmark(Some(busy), resp))
         }
@@ -127,7 +127,7 @@ where
                 // Refused before its origin was found allowed: no CORS headers.
                 Err(refused) => return unmark(busy, refused),
                 Ok(Entry::Unauthorized(refused)) => refused,
-                Ok(Entry::Preflight) => reply::preflight(req.headers()),
+                Ok(Entry::Preflight) => reply::preflight(req.headers(), req.uri().path()),
                 Ok(Entry::Request(head)) => match (req.method(), req.uri().path()) {
                     (&Method::GET, "/mcp") => session_verbs::get(app, &head, req.headers()).await,
                     (&Method::DELETE, "/mcp") => session_verbs::delete(app, &head),

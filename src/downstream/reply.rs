@@ -68,20 +68,23 @@ pub fn method_not_allowed() -> Response<Body> {
 /// The CORS preflight answer (Fetch standard §CORS protocol; RFC 9110
 /// §9.3.7 OPTIONS) for a request whose `Origin` already passed the
 /// Origin/Host check: 204, `Allow`, and, when `Origin` is present, the
-/// methods of `/mcp` and the asked-for request headers echoed back (the
+/// methods of its `path` and the asked-for request headers echoed back (the
 /// modern era's `Mcp-Param-*` names come from tool schemas and cannot be
 /// listed in advance). Browsers cache it for `Access-Control-Max-Age`, 600 s.
-pub fn preflight(request: &HeaderMap) -> Response<Body> {
+pub fn preflight(request: &HeaderMap, path: &str) -> Response<Body> {
+    // `/mcp`'s methods, or the HTTP+SSE transport's paths' own.
+    let (allow, methods) = match path {
+        "/sse" => ("GET, OPTIONS", "GET"),
+        "/messages" => ("POST, OPTIONS", "POST"),
+        _ => ("GET, POST, DELETE, OPTIONS", "GET, POST, DELETE"),
+    };
     let mut r = empty(StatusCode::NO_CONTENT);
     let h = r.headers_mut();
-    h.insert(
-        header::ALLOW,
-        HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
-    );
+    h.insert(header::ALLOW, HeaderValue::from_static(allow));
     if request.contains_key(header::ORIGIN) {
         h.insert(
             header::ACCESS_CONTROL_ALLOW_METHODS,
-            HeaderValue::from_static("GET, POST, DELETE"),
+            HeaderValue::from_static(methods),
         );
         if let Some(asked) = request.get(header::ACCESS_CONTROL_REQUEST_HEADERS) {
             h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, asked.clone());

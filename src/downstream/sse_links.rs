@@ -13,6 +13,7 @@
 //! client may still answer relayed requests and cancel.
 
 use crate::session::SessionId;
+use crate::share::{self, Counts, Decision, Shares};
 use bytes::Bytes;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
@@ -28,9 +29,16 @@ pub struct SseLinks {
     slots: Mutex<Box<[Option<Link>]>>,
     /// Requests in flight on every stream together: each stands for the
     /// connection a `/mcp` POST would hold while answered
-    /// (`server.max_connections` places).
-    calls: Arc<Semaphore>,
+    /// (`server.max_connections` places), shared among `[[client]]`s as
+    /// connections are ([`crate::share`]).
+    calls: Arc<Mutex<Calls>>,
     call_capacity: usize,
+}
+
+/// The requests in flight on every stream, and whose.
+struct Calls {
+    open: usize,
+    counts: Counts,
 }
 
 struct Link {
@@ -54,9 +62,27 @@ pub enum NotHanded {
     #[error("this session already has {0} requests in flight; wait for an answer")]
     SessionBusy(usize),
     /// Every stream together has `server.max_connections` requests in
-    /// flight (429, `sse_calls`).
+    /// flight (`sse_calls`).
     #[error("the HTTP+SSE transport already has {0} requests in flight; retry")]
     Full(usize),
+    /// The client holds its share of them, the rest kept for clients
+    /// under theirs (`sse_call_share`).
+    #[error(
+        "this client holds {held} of the HTTP+SSE transport's {capacity} requests in flight, \
+             its share is {share}, and the places left are kept for other clients; retry"
+    )]
+    Share {
+        /// Its requests in flight.
+        held: usize,
+        /// Its share of them, in whole requests.
+        share: usize,
+        /// The transport's bound (`server.max_connections`).
+        capacity: usize,
+    },
+    /// The stream has not taken what was handed to it (its client does
+    /// not read): nothing more is queued (HTTP 429, `sse_session_calls`).
+    #[error("this session's stream is not being read; nothing more is queued for it")]
+    Backlog,
 }
 
 impl NotHanded {
@@ -64,8 +90,9 @@ impl NotHanded {
     pub fn limit(self) -> Option<&'static str> {
         match self {
             NotHanded::NoStream => None,
-            NotHanded::SessionBusy(_) => Some("sse_session_calls"),
+            NotHanded::SessionBusy(_) | NotHanded::Backlog => Some("sse_session_calls"),
             NotHanded::Full(_) => Some("sse_calls"),
+            NotHanded::Share { .. } => Some("sse_call_share"),
         }
     }
 }
@@ -74,7 +101,16 @@ impl NotHanded {
 /// have all been written (or its stream went).
 pub struct CallPlaces {
     _session: OwnedSemaphorePermit,
-    _all: OwnedSemaphorePermit,
+    all: Arc<Mutex<Calls>>,
+    owner: u64,
+}
+
+impl Drop for CallPlaces {
+    fn drop(&mut self) {
+        let mut calls = self.all.lock().expect("sse calls");
+        calls.open -= 1;
+        calls.counts.remove(self.owner);
+    }
 }
 
 impl SseLinks {
@@ -83,7 +119,10 @@ impl SseLinks {
     pub fn new(capacity: usize, calls: usize) -> Self {
         SseLinks {
             slots: Mutex::new((0..capacity).map(|_| None).collect()),
-            calls: Arc::new(Semaphore::new(calls)),
+            calls: Arc::new(Mutex::new(Calls {
+                open: 0,
+                counts: Counts::new(),
+            })),
             call_capacity: calls,
         }
     }
@@ -94,8 +133,9 @@ impl SseLinks {
     /// dropped, that stream takes nothing more).
     pub fn insert(&self, index: usize, id: SessionId, owner: u64) -> mpsc::Receiver<Answering> {
         let per_session = crate::limits::SSE_CALLS_PER_SESSION;
-        // Never full: a sender holds a place for each request it sends.
-        let (tx, rx) = mpsc::channel(per_session);
+        // Room for every request in flight (each holds a place) and as many
+        // refusals; full only while the stream is not read.
+        let (tx, rx) = mpsc::channel(2 * per_session);
         let mut slots = self.slots.lock().expect("sse links");
         slots[index] = Some(Link {
             id,
@@ -134,9 +174,14 @@ impl SseLinks {
     }
 
     /// Whether a request of `owner` may be handed to the stream of
-    /// session `id` now: its places (the session's, then the transport's),
-    /// or why not.
-    pub fn places(&self, id: &SessionId, owner: u64) -> Result<CallPlaces, NotHanded> {
+    /// session `id` now: its places (the session's, then the transport's
+    /// under `shares`), or why not.
+    pub fn places(
+        &self,
+        id: &SessionId,
+        owner: u64,
+        shares: &Shares,
+    ) -> Result<CallPlaces, NotHanded> {
         let session = {
             let slots = self.slots.lock().expect("sse links");
             let mut links = slots.iter().flatten();
@@ -146,12 +191,30 @@ impl SseLinks {
         let mine = session
             .try_acquire_owned()
             .map_err(|_| NotHanded::SessionBusy(crate::limits::SSE_CALLS_PER_SESSION))?;
-        let all = (self.calls.clone())
-            .try_acquire_owned()
-            .map_err(|_| NotHanded::Full(self.call_capacity))?;
+        let capacity = self.call_capacity;
+        let mut calls = self.calls.lock().expect("sse calls");
+        let c = &mut *calls;
+        // Nothing in flight is given up for another: only take or refuse.
+        match share::decide(shares, capacity, c.open, &c.counts, owner, |_| false) {
+            Decision::Take | Decision::TakeFrom(_) => {}
+            Decision::Refuse(share::Refusal::Full) => return Err(NotHanded::Full(capacity)),
+            Decision::Refuse(share::Refusal::Share) => {
+                let held = c.counts.get(owner) as usize;
+                let share = shares.share_of(owner, capacity);
+                return Err(NotHanded::Share {
+                    held,
+                    share,
+                    capacity,
+                });
+            }
+        }
+        c.open += 1;
+        c.counts.add(owner);
+        drop(calls);
         Ok(CallPlaces {
             _session: mine,
-            _all: all,
+            all: self.calls.clone(),
+            owner,
         })
     }
 
@@ -163,7 +226,10 @@ impl SseLinks {
         let tx = link
             .and_then(|l| l.tx.as_ref())
             .ok_or(NotHanded::NoStream)?;
-        tx.try_send(answering).map_err(|_| NotHanded::NoStream)
+        tx.try_send(answering).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => NotHanded::Backlog,
+            mpsc::error::TrySendError::Closed(_) => NotHanded::NoStream,
+        })
     }
 }
 
@@ -188,12 +254,18 @@ mod tests {
         // The pool gave place 0 to b's stream: a's takes nothing more.
         let _new = links.insert(0, b, 8);
         assert!(old.try_recv().is_err() && !links.is_open(&a, 7));
-        assert!(matches!(links.places(&a, 7), Err(NotHanded::NoStream)));
+        assert!(matches!(
+            links.places(&a, 7, &Shares::default()),
+            Err(NotHanded::NoStream)
+        ));
         // Finishing: no request, but still open for answers and cancellations.
-        let held = links.places(&b, 8).expect("places");
+        let held = links.places(&b, 8, &Shares::default()).expect("places");
         links.draining(&b);
         assert!(links.is_open(&b, 8));
-        assert!(matches!(links.places(&b, 8), Err(NotHanded::NoStream)));
+        assert!(matches!(
+            links.places(&b, 8, &Shares::default()),
+            Err(NotHanded::NoStream)
+        ));
         let answering = futures_util::stream::empty().boxed();
         assert_eq!(links.hand(&b, answering).err(), Some(NotHanded::NoStream));
         drop(held);
@@ -208,13 +280,49 @@ mod tests {
         let _ra = links.insert(0, a, 7);
         let _rb = links.insert(1, b, 7);
         let per = crate::limits::SSE_CALLS_PER_SESSION;
-        let mine: Vec<CallPlaces> = (0..3).map(|_| links.places(&a, 7).unwrap()).collect();
-        assert_eq!(links.places(&b, 7).err(), Some(NotHanded::Full(3)));
+        let mine: Vec<CallPlaces> = (0..3)
+            .map(|_| links.places(&a, 7, &Shares::default()).unwrap())
+            .collect();
+        assert_eq!(
+            links.places(&b, 7, &Shares::default()).err(),
+            Some(NotHanded::Full(3))
+        );
         drop(mine);
         let links = SseLinks::new(1, per + 1);
         let _r = links.insert(0, a, 7);
-        let held: Vec<CallPlaces> = (0..per).map(|_| links.places(&a, 7).unwrap()).collect();
-        assert_eq!(links.places(&a, 7).err(), Some(NotHanded::SessionBusy(per)));
+        let held: Vec<CallPlaces> = (0..per)
+            .map(|_| links.places(&a, 7, &Shares::default()).unwrap())
+            .collect();
+        assert_eq!(
+            links.places(&a, 7, &Shares::default()).err(),
+            Some(NotHanded::SessionBusy(per))
+        );
         assert_eq!(held.len(), per);
+    }
+
+    #[test]
+    fn the_transports_requests_in_flight_are_shared_among_clients() {
+        let (a, b) = (id(1), id(2));
+        let shares = Shares::new([(7, 1), (8, 1)]);
+        let links = SseLinks::new(2, 4);
+        let _ra = links.insert(0, a, 7);
+        let _rb = links.insert(1, b, 8);
+        // a takes what it may: then the place left is kept for b.
+        let mut mine = Vec::new();
+        let refused = loop {
+            match links.places(&a, 7, &shares) {
+                Ok(p) => mine.push(p),
+                Err(e) => break e,
+            }
+        };
+        assert!(
+            matches!(refused, NotHanded::Share { capacity: 4, .. }),
+            "{refused:?}"
+        );
+        assert_eq!(refused.limit(), Some("sse_call_share"));
+        assert!(mine.len() < 4);
+        let theirs = links.places(&b, 8, &shares).expect("the place kept for b");
+        drop((mine, theirs));
+        assert!(links.places(&a, 7, &shares).is_ok(), "places given back");
     }
 }

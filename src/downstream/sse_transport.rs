@@ -80,9 +80,10 @@ fn endpoint_event(id: &SessionId) -> Bytes {
 
 /// `POST /messages?sessionId=…` with one message of the session's client:
 /// 400 without a `sessionId` or for a body that is no JSON-RPC message
-/// (batches included: the transport has none), 404 for a session with no
-/// open stream of this client's, 429 for a session (or the transport)
-/// with all its requests in flight; else 202, the answer on the stream.
+/// (batches included: the transport has none) or a modern request, 404
+/// for a session with no open stream of this client's, 429 when its
+/// stream is not read; else 202, the answer (or the refusal of a request
+/// over the in-flight bounds) on the stream.
 pub(super) async fn message(
     app: &Arc<App>,
     query: Option<&str>,
@@ -115,31 +116,68 @@ pub(super) async fn message(
         sse: true,
         json: true,
     };
-    let owner = head.who.owner();
-    if let Message::Request { params, .. } = &msg {
-        if admission::has_modern_meta(params.as_ref()) {
-            let why = "Bad Request: the HTTP+SSE transport carries legacy sessions only; \
-                       send 2026-07-28 requests to /mcp";
-            let r = refuse(StatusCode::BAD_REQUEST, protocol::INVALID_REQUEST, why);
-            return r.into_response(Value::Null);
+    match msg {
+        Message::Request { .. } => request(app, id, (head, headers), msg, bytes.len()),
+        _ => {
+            if !app.sse_links.is_open(&id, head.who.owner()) {
+                return not_handed(NotHanded::NoStream);
+            }
+            // Answers and notifications give no answer of their own.
+            let acted = message::one(app, &head, &headers, msg, false, bytes.len()).await;
+            drop(acted);
+            reply::empty(StatusCode::ACCEPTED)
         }
     }
-    if !matches!(msg, Message::Request { .. }) {
-        if !app.sse_links.is_open(&id, owner) {
-            return not_handed(NotHanded::NoStream);
-        }
-        // Answers and notifications give no answer of their own.
-        let acted = message::one(app, &head, &headers, msg, false, bytes.len()).await;
-        drop(acted);
-        return reply::empty(StatusCode::ACCEPTED);
-    }
-    let places = match app.sse_links.places(&id, owner) {
-        Ok(places) => places,
-        Err(e) => return not_handed(e),
+}
+
+/// A POSTed request: 400 for a modern one (the transport carries legacy
+/// sessions), else handed to the session's stream with its places (202);
+/// without a place, its refusal goes on the stream as its answer (202: a
+/// client's POST writer may take any other status as its session's end).
+fn request(
+    app: &Arc<App>,
+    id: SessionId,
+    (head, headers): (Head, HeaderMap),
+    msg: Message,
+    bytes: usize,
+) -> Response<Body> {
+    let Message::Request {
+        id: rid, params, ..
+    } = &msg
+    else {
+        unreachable!("called for requests")
     };
-    let answering = answering(app.clone(), (head, headers), msg, bytes.len(), places);
+    if admission::has_modern_meta(params.as_ref()) {
+        let why = "Bad Request: the HTTP+SSE transport carries legacy sessions only; \
+                   send 2026-07-28 requests to /mcp";
+        let r = refuse(StatusCode::BAD_REQUEST, protocol::INVALID_REQUEST, why);
+        return r.into_response(Value::Null);
+    }
+    let (owner, shares) = (head.who.owner(), head.who.access.shares());
+    let places = match app.sse_links.places(&id, owner, shares) {
+        Ok(places) => places,
+        Err(NotHanded::NoStream) => return not_handed(NotHanded::NoStream),
+        Err(e) => return refused_on_stream(app, &id, rid.clone(), e),
+    };
+    let answering = answering(app.clone(), (head, headers), msg, bytes, places);
     match app.sse_links.hand(&id, answering) {
         Ok(()) => reply::empty(StatusCode::ACCEPTED),
+        Err(e) => not_handed(e),
+    }
+}
+
+/// Request `rid` refused a place (`e`): its error answer (-31011, with
+/// `retryAfterSeconds` and the limit) handed to the stream, counted; 202.
+fn refused_on_stream(app: &App, id: &SessionId, rid: Value, e: NotHanded) -> Response<Body> {
+    let limit = e.limit().unwrap_or("sse_session_calls");
+    let err = protocol::RpcError::new(protocol::CONNECTIONS_FULL, e.to_string())
+        .with_data(serde_json::json!({"retryAfterSeconds": 1, "limit": limit}));
+    let event = vec![sse::event(&protocol::error_response(rid, &err).to_string())];
+    match app.sse_links.hand(id, stream::iter([event]).boxed()) {
+        Ok(()) => {
+            crate::metrics::refused(limit);
+            reply::empty(StatusCode::ACCEPTED)
+        }
         Err(e) => not_handed(e),
     }
 }
@@ -161,7 +199,7 @@ fn session_param(query: Option<&str>) -> Result<SessionId, Refusal> {
 }
 
 /// The refusal of a message not handed to its stream: 404, or 429 with
-/// `Retry-After: 1`, counted by its limit.
+/// `Retry-After: 1` (its stream not read), counted by its limit.
 fn not_handed(e: NotHanded) -> Response<Body> {
     let Some(limit) = e.limit() else {
         return reply::not_found().into_response(Value::Null);

@@ -71,6 +71,14 @@ impl Old {
         request_at("POST", &self.messages, &h, &body.to_string()).await
     }
 
+    /// Its session's id (from the endpoint's URL).
+    fn session(&self) -> &str {
+        self.messages
+            .rsplit_once("sessionId=")
+            .expect("a session")
+            .1
+    }
+
     async fn post(&self, body: &Value) -> Reply {
         self.post_as(&self.auth, body).await
     }
@@ -224,6 +232,8 @@ async fn posts_need_the_streams_own_client_and_a_well_formed_message() {
     assert_eq!((r.status, r.header("allow")), (405, Some("POST, OPTIONS")));
     let r = request_at("POST", &format!("http://{addr}/sse"), &h, "{}").await;
     assert_eq!((r.status, r.header("allow")), (405, Some("GET, OPTIONS")));
+    let r = request_at("OPTIONS", &old.messages, &[], "").await;
+    assert_eq!((r.status, r.header("allow")), (204, Some("POST, OPTIONS")));
     // Nothing of that reached the stream; the session still answers.
     let (pong, before) = old.ask(10, "ping", json!({})).await;
     assert_eq!(
@@ -280,11 +290,16 @@ async fn requests_in_flight_per_session_are_bounded_and_counted() {
             "params": {"name": "f__slow_echo", "arguments": {"text": "z", "ms": 60_000}}});
         assert_eq!(old.post(&slow).await.status, 202);
     }
-    let one_more = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
-    let r = old.post(&one_more).await;
-    assert_eq!(r.status, 429, "{}", r.raw);
-    assert_eq!(r.header("retry-after"), Some("1"));
-    assert!(r.raw.contains("sse_session_calls"), "{}", r.raw);
+    // One more: still 202 (a client's POST writer may take any other
+    // status as its session's end), refused on the stream, counted.
+    let (refused, _) = old.ask(1, "ping", json!({})).await;
+    assert_eq!(refused["error"]["code"], -31011, "{refused}");
+    let data = &refused["error"]["data"];
+    assert_eq!(
+        (data["limit"].as_str(), data["retryAfterSeconds"].as_u64()),
+        (Some("sse_session_calls"), Some(1)),
+        "{refused}"
+    );
     assert!(read(REFUSED, "limit=\"sse_session_calls\"") >= before + 1.0);
     // Answers and notifications still go through: a cancellation frees a place.
     let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
@@ -296,8 +311,15 @@ async fn requests_in_flight_per_session_are_bounded_and_counted() {
         (json!(100), json!(-32800)),
         "{cancelled}"
     );
-    let free = || async { old.post(&one_more).await.status == 202 };
-    eventually("a place is free again", Duration::from_secs(10), free).await;
+    let (pong, _) = old.ask(2, "ping", json!({})).await;
+    assert_eq!(pong["result"], json!({}), "a place is free again: {pong}");
+    // Its notifications are its stream's only: no GET stream on /mcp.
+    let h = [
+        ("mcp-session-id", old.session()),
+        ("authorization", old.auth.as_str()),
+    ];
+    let r = request_at("GET", &format!("http://{}/mcp", gw.local_addr()), &h, "").await;
+    assert_eq!(r.status, 429, "{}", r.raw);
     drop(old); // its calls end with it
     gw.shutdown().await;
 }
