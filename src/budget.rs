@@ -25,7 +25,7 @@
 //! - requests of the HTTP+SSE transport in flight, answered on their
 //!   session's stream after their POST's connection is free: at most
 //!   `max_connections` together, each holding its message (a request body
-//!   at most);
+//!   at most) and its request's headers;
 //! - calls in flight: at most one per connection (HTTP/1.1 answers one request
 //!   at a time), one per HTTP+SSE request in flight, plus the legacy call
 //!   streams parked for resumption without one
@@ -217,11 +217,13 @@ impl Estimate {
             },
             Item {
                 what: format!(
-                    "HTTP+SSE requests in flight ({} × {} body × {BODY_FACTOR})",
+                    "HTTP+SSE requests in flight ({} × ({} head + {} body × {BODY_FACTOR}))",
                     s.max_connections,
+                    kib(limits::MAX_REQUEST_HEAD_BYTES),
                     kib(s.max_body_bytes)
                 ),
-                bytes: s.max_connections * s.max_body_bytes * BODY_FACTOR,
+                bytes: s.max_connections
+                    * (limits::MAX_REQUEST_HEAD_BYTES + s.max_body_bytes * BODY_FACTOR),
             },
             calls_item(s, &ups),
         ];

@@ -145,7 +145,9 @@ pub enum SessionError {
 /// head), free slots a singly linked free list, both threaded through the slot
 /// array itself, so the table allocates once and never again. Because `touch`
 /// moves a slot to the tail with `last_seen = now`, the head is always the
-/// session idle the longest: expiry and LRU eviction look only at the head.
+/// session idle the longest: expiry and LRU eviction look only at the head
+/// (HTTP+SSE sessions, which never expire, are moved on from it first:
+/// `pass_over_streaming`).
 /// A session with a request in flight is taken out of the list until its
 /// last request ends ([`Table::begin_request`], [`Table::end_request`]), so
 /// it can be neither expired nor evicted while it works.
@@ -347,6 +349,7 @@ impl Table {
         let mut secret = [0u8; 16];
         getrandom::fill(&mut secret).map_err(|e| SessionError::Random(e.to_string()))?;
         let mut expired = None;
+        self.pass_over_streaming(now);
         if self.free == NIL && self.head != NIL && self.expired(self.head, now) {
             expired = Some(self.id_at(self.head));
             self.release(self.head, Removal::Idle);
@@ -470,7 +473,8 @@ impl Table {
     }
 
     /// Looks up a session without touching its idle clock (GET streams use
-    /// this: an open stream does not keep a session alive).
+    /// this: an open stream does not keep a session alive, except an
+    /// HTTP+SSE session's own, [`Table::expired`]).
     pub fn peek(&self, id: &SessionId, now: Instant) -> Option<Session> {
         let i = self.find(id)?;
         (!self.expired(i, now)).then(|| self.slots[i as usize].session.expect("live slot"))
@@ -566,19 +570,18 @@ impl Table {
     }
 
     /// Removes every session idle for `idle_timeout` or longer (they sit at
-    /// the head of the recency list); returns how many.
+    /// the head of the recency list; HTTP+SSE sessions, which never expire,
+    /// are passed over); returns how many.
     pub fn expire(&mut self, now: Instant) -> usize {
         let mut n = 0;
-        while self.head != NIL && self.idle_for(self.head, now) >= self.idle_timeout {
-            let i = self.head;
-            if !self.expired(i, now) {
-                self.pass_over(i, now);
-                continue;
+        loop {
+            self.pass_over_streaming(now);
+            if self.head == NIL || !self.expired(self.head, now) {
+                return n;
             }
-            self.release(i, Removal::Idle);
+            self.release(self.head, Removal::Idle);
             n += 1;
         }
-        n
     }
 
     /// When the next session will expire if nobody touches it (for the sweep timer).

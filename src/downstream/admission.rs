@@ -325,9 +325,10 @@ fn legacy_session(
     params: Option<&Value>,
 ) -> Result<Option<SessionId>, Refusal> {
     let header_version = h.get("mcp-protocol-version").and_then(|v| v.to_str().ok());
+    // 2024-11-05 is the HTTP+SSE transport's revision only.
     let legacy_header = header_version
         .and_then(ProtocolVersion::parse)
-        .is_some_and(|v| v.is_legacy());
+        .is_some_and(|v| v.is_legacy() && (head.sse || v != ProtocolVersion::V2024_11_05));
     // A modern request ignores any Mcp-Session-Id (2026-07-28 is
     // stateless), well-formed or not.
     if has_modern_meta(params)

@@ -88,8 +88,9 @@ impl Driver {
             let Some(notes) = self.notes.as_mut() else {
                 return self.finishing().await;
             };
+            // Unbiased: a call relaying faster than its client reads must
+            // not keep the session's end or the POSTs waiting.
             tokio::select! {
-                biased;
                 Some(event) = self.answering.next(), if !self.answering.is_empty() => {
                     self.pending.extend(event);
                 }

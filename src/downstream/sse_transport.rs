@@ -119,7 +119,9 @@ pub(super) async fn message(
     match msg {
         Message::Request { .. } => request(app, id, (head, headers), msg, bytes.len()),
         _ => {
-            if !app.sse_links.is_open(&id, head.who.owner()) {
+            // Its session, not its stream: a stream that finishes (its place
+            // given to another) still has calls waiting for these.
+            if app.sessions.owner(&id) != Some(head.who.owner()) {
                 return not_handed(NotHanded::NoStream);
             }
             // Answers and notifications give no answer of their own.

@@ -170,8 +170,9 @@ pub struct StreamPlace {
 }
 
 impl StreamPlace {
-    /// Its index among the pool's places (< the pool's capacity; no two
-    /// live places share one).
+    /// Its index among the pool's places (< the pool's capacity). A place
+    /// evicted for a client under its share keeps its index until dropped,
+    /// while the new stream holds it too.
     pub fn index(&self) -> usize {
         self.index
     }

@@ -3,7 +3,8 @@
 //! before the client says its version; that `initialize` then sets it.
 //! Such a session ends with its stream, which is its connection: while it
 //! is in the table its stream is open, so it never expires idle (it may
-//! still be evicted for a client under its share, which ends its stream).
+//! still be evicted for a client under its share, which ends its stream;
+//! its own client's new session never replaces it, `room`).
 
 use super::{SessionError, SessionId, Table};
 use crate::protocol::{ClientCaps, ProtocolVersion};
@@ -55,10 +56,22 @@ impl Table {
         !s.sse && self.idle_for(i, now) >= self.idle_timeout
     }
 
+    /// Every HTTP+SSE session idle past the timeout at the head of the
+    /// recency list moved on ([`Table::pass_over`]), so that the head is
+    /// again the session that expires first.
+    pub(super) fn pass_over_streaming(&mut self, now: Instant) {
+        while self.head != super::NIL
+            && !self.expired(self.head, now)
+            && self.idle_for(self.head, now) >= self.idle_timeout
+        {
+            self.pass_over(self.head, now);
+        }
+    }
+
     /// An HTTP+SSE session found idle past the timeout at the head of the
     /// recency list: moved to its tail as if touched `now`, so the sweep
     /// goes on past it.
-    pub(super) fn pass_over(&mut self, i: u32, now: Instant) {
+    fn pass_over(&mut self, i: u32, now: Instant) {
         self.unlink(i);
         self.push_tail(i);
         let s = self.slots[i as usize].session.as_mut().expect("live slot");
@@ -104,6 +117,40 @@ mod tests {
         assert_eq!(
             t.initialize(&other, 7, agreed, late),
             Err(SessionError::NotFound)
+        );
+    }
+
+    #[test]
+    fn a_new_session_passes_over_a_stream_s_session_and_never_replaces_it() {
+        let t0 = Instant::now();
+        let (idle, min_idle) = (Duration::from_secs(60), Duration::from_secs(10));
+        let mut t = Table::new(2, idle, min_idle);
+        let v = ProtocolVersion::V2025_11_25;
+        let put = |t: &mut Table, at| t.insert(v, 7, ClientCaps::NONE, &Shares::default(), at);
+        let sse = put(&mut t, t0).unwrap().id;
+        t.set_sse(&sse);
+        let plain = put(&mut t, t0 + Duration::from_secs(1)).unwrap().id;
+        // Full; the head (the stream's session) is passed over, the expired
+        // one behind it goes.
+        let late = t0 + Duration::from_secs(200);
+        let third = put(&mut t, late).unwrap();
+        assert_eq!(third.expired, Some(plain));
+        assert!(t.peek(&sse, late).is_some());
+        // Full again, both idle long enough to be replaced: only the plain one is.
+        let later = late + Duration::from_secs(30);
+        let fourth = put(&mut t, later).unwrap();
+        assert_eq!(fourth.evicted, Some(third.id));
+        let last = later + Duration::from_secs(30);
+        assert_eq!(put(&mut t, last).unwrap().evicted, Some(fourth.id));
+        assert!(t.peek(&sse, last).is_some(), "the stream's session stays");
+        // With only the stream's session left to replace: none is.
+        let mut t = Table::new(1, idle, min_idle);
+        let sse = put(&mut t, t0).unwrap().id;
+        t.set_sse(&sse);
+        let refused = put(&mut t, t0 + Duration::from_secs(30));
+        assert!(
+            matches!(refused, Err(SessionError::Full { .. })),
+            "{refused:?}"
         );
     }
 }

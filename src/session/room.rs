@@ -47,19 +47,23 @@ impl Table {
 
     /// Per owner, the session [`Table::make_room`] may evict for `who`: its
     /// least recently used one with no request in flight — for `who`'s own
-    /// (and anyone's without shares) only once idle `min_idle_before_evict`.
+    /// (and anyone's without shares) only once idle `min_idle_before_evict`,
+    /// and never an HTTP+SSE session (its stream is open).
     /// One walk of the recency list, made only when no free slot may be taken.
     fn evictable(&self, who: u64, shares: &Shares, now: Instant) -> Vec<(u64, u32)> {
         let mut seen: Vec<u64> = Vec::new();
         let mut found = Vec::new();
         let mut i = self.head;
         while i != NIL {
-            let owner = self.slots[i as usize].session.expect("live slot").owner;
-            if !seen.contains(&owner) {
-                seen.push(owner);
-                let own = owner == who || !shares.applies();
+            let s = self.slots[i as usize].session.expect("live slot");
+            let own = s.owner == who || !shares.applies();
+            // An HTTP+SSE session's stream is open: it is not idle to its
+            // own client (a client under its share may still take it).
+            let streaming = own && s.sse;
+            if !streaming && !seen.contains(&s.owner) {
+                seen.push(s.owner);
                 if !own || self.idle_for(i, now) >= self.min_idle_before_evict {
-                    found.push((owner, i));
+                    found.push((s.owner, i));
                 }
             }
             i = self.slots[i as usize].next;
