@@ -127,7 +127,13 @@ where
                 // Refused before its origin was found allowed: no CORS headers.
                 Err(refused) => return unmark(busy, refused),
                 Ok(Entry::Unauthorized(refused)) => refused,
-                Ok(Entry::Preflight) => reply::preflight(req.headers(), req.uri().path()),
+                Ok(Entry::Preflight) => {
+                    let methods = match req.uri().path() {
+                        "/mcp" => reply::MCP_METHODS,
+                        path => sse_transport::methods(path),
+                    };
+                    reply::preflight(req.headers(), methods)
+                }
                 Ok(Entry::Request(head)) => match (req.method(), req.uri().path()) {
                     (&Method::GET, "/mcp") => session_verbs::get(app, &head, req.headers()).await,
                     (&Method::DELETE, "/mcp") => session_verbs::delete(app, &head),

@@ -43,6 +43,13 @@ pub fn closing(status: StatusCode, why: &str) -> Response<Body> {
     r
 }
 
+/// What a path takes: its `Allow` header (OPTIONS included), and the
+/// methods a CORS preflight may name.
+pub type Methods = (&'static str, &'static str);
+
+/// `/mcp`'s [`Methods`].
+pub const MCP_METHODS: Methods = ("GET, POST, DELETE, OPTIONS", "GET, POST, DELETE");
+
 /// An empty body with `status` (202 for notifications, 200 for DELETE).
 pub fn empty(status: StatusCode) -> Response<Body> {
     let mut r = Response::new(full(Bytes::new()));
@@ -58,26 +65,18 @@ pub fn method_not_allowed() -> Response<Body> {
         &serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": crate::protocol::INVALID_REQUEST,
             "message": "Method Not Allowed: use POST, or GET/DELETE with an Mcp-Session-Id"}}),
     );
-    r.headers_mut().insert(
-        header::ALLOW,
-        HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
-    );
+    r.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(MCP_METHODS.0));
     r
 }
 
 /// The CORS preflight answer (Fetch standard §CORS protocol; RFC 9110
 /// §9.3.7 OPTIONS) for a request whose `Origin` already passed the
 /// Origin/Host check: 204, `Allow`, and, when `Origin` is present, the
-/// methods of its `path` and the asked-for request headers echoed back (the
+/// methods of its path and the asked-for request headers echoed back (the
 /// modern era's `Mcp-Param-*` names come from tool schemas and cannot be
 /// listed in advance). Browsers cache it for `Access-Control-Max-Age`, 600 s.
-pub fn preflight(request: &HeaderMap, path: &str) -> Response<Body> {
-    // `/mcp`'s methods, or the HTTP+SSE transport's paths' own.
-    let (allow, methods) = match path {
-        "/sse" => ("GET, OPTIONS", "GET"),
-        "/messages" => ("POST, OPTIONS", "POST"),
-        _ => ("GET, POST, DELETE, OPTIONS", "GET, POST, DELETE"),
-    };
+pub fn preflight(request: &HeaderMap, (allow, methods): Methods) -> Response<Body> {
     let mut r = empty(StatusCode::NO_CONTENT);
     let h = r.headers_mut();
     h.insert(header::ALLOW, HeaderValue::from_static(allow));

@@ -325,4 +325,21 @@ mod tests {
         drop((mine, theirs));
         assert!(links.places(&a, 7, &shares).is_ok(), "places given back");
     }
+
+    #[test]
+    fn a_stream_that_is_not_read_takes_no_more_than_its_queue() {
+        let links = SseLinks::new(1, 64);
+        let a = id(1);
+        let _unread = links.insert(0, a, 7);
+        let room = 2 * crate::limits::SSE_CALLS_PER_SESSION;
+        for _ in 0..room {
+            assert_eq!(
+                links.hand(&a, futures_util::stream::empty().boxed()),
+                Ok(())
+            );
+        }
+        let full = links.hand(&a, futures_util::stream::empty().boxed());
+        assert_eq!(full, Err(NotHanded::Backlog));
+        assert_eq!(NotHanded::Backlog.limit(), Some("sse_session_calls"));
+    }
 }

@@ -304,13 +304,17 @@ impl Relaying {
     }
 }
 
+/// What a path of this transport takes (`GET /sse`, `POST /messages`).
+pub(super) fn methods(path: &str) -> reply::Methods {
+    match path {
+        SSE_PATH => ("GET, OPTIONS", "GET"),
+        _ => ("POST, OPTIONS", "POST"),
+    }
+}
+
 /// 405 for a method a path of this transport does not take.
 pub(super) fn method_not_allowed(path: &str) -> Response<Body> {
-    let allow = if path == SSE_PATH {
-        "GET, OPTIONS"
-    } else {
-        "POST, OPTIONS"
-    };
+    let (allow, _) = methods(path);
     let why = format!("Method Not Allowed: {path} takes {allow}");
     let mut r = refuse(
         StatusCode::METHOD_NOT_ALLOWED,

@@ -22,6 +22,23 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// Opens `n` streams with `open` over a settled baseline, reports the live
+/// heap each holds against `constant`, then closes them.
+async fn each_held(
+    what: &str,
+    constant: usize,
+    n: usize,
+    mut open: impl AsyncFnMut(usize) -> TcpStream,
+) {
+    let mut held = Vec::with_capacity(n);
+    let base = settled_live().await;
+    for i in 0..n {
+        held.push(open(i).await);
+    }
+    let each = settled_live().await.saturating_sub(base) / n;
+    report(what, each as f64, constant as f64);
+}
+
 /// Reads from `s` into `buf` (after its first `n` bytes) until `needle`
 /// appears; the bytes held.
 async fn read_until(s: &mut TcpStream, buf: &mut [u8], mut n: usize, needle: &[u8]) -> usize {
@@ -195,44 +212,28 @@ async fn per_entry_costs_stay_below_the_budget_constants() {
     for _ in 0..STREAMS {
         sids.push(legacy_session(addr, "2025-11-25").await);
     }
-    let base = settled_live().await;
-    let mut streams = Vec::with_capacity(STREAMS);
-    for sid in &sids {
+    let get_stream = async |i: usize| {
         let mut s = TcpStream::connect(addr).await.unwrap();
         let req = format!(
             "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\
-             Mcp-Session-Id: {sid}\r\nMCP-Protocol-Version: 2025-11-25\r\n\r\n"
+             Mcp-Session-Id: {}\r\nMCP-Protocol-Version: 2025-11-25\r\n\r\n",
+            sids[i]
         );
         s.write_all(req.as_bytes()).await.unwrap();
         let mut head = [0u8; 1024];
         let n = s.read(&mut head).await.unwrap();
         assert!(head[..n].starts_with(b"HTTP/1.1 200"), "{:?}", &head[..n]);
-        streams.push(s);
-    }
-    let per_stream = (settled_live().await.saturating_sub(base)) / STREAMS;
-    report(
-        "GET stream incl. its connection (bytes)",
-        per_stream as f64,
-        (budget::STREAM_BYTES + budget::CONNECTION_BYTES) as f64,
-    );
-    drop(streams);
+        s
+    };
+    let a_stream = budget::STREAM_BYTES + budget::CONNECTION_BYTES;
+    let what = "GET stream incl. its connection (bytes)";
+    each_held(what, a_stream, STREAMS, get_stream).await;
 
     // Idle sessions of the HTTP+SSE transport, each with its stream's
     // connection (initialized by POSTs on connections since closed): what
     // a GET stream's place costs, at most.
-    const OLD: usize = 32;
-    let mut olds = Vec::with_capacity(OLD);
-    let base = settled_live().await;
-    for _ in 0..OLD {
-        olds.push(sse_session(addr).await);
-    }
-    let per_old = (settled_live().await.saturating_sub(base)) / OLD;
-    report(
-        "idle HTTP+SSE session incl. its stream's connection (bytes)",
-        per_old as f64,
-        (budget::STREAM_BYTES + budget::CONNECTION_BYTES) as f64,
-    );
-    drop(olds);
+    let what = "idle HTTP+SSE session incl. its stream's connection (bytes)";
+    each_held(what, a_stream, 32, async |_| sse_session(addr).await).await;
 
     // A large request body: read, parsed, then refused by the tool.
     const BODY: usize = 512 * 1024;
