@@ -129,6 +129,12 @@ impl ProtocolVersion {
         self >= ProtocolVersion::V2025_06_18
     }
 
+    /// Whether it is a revision of streamable HTTP (2024-11-05 is the
+    /// HTTP+SSE transport's only).
+    pub fn streamable(self) -> bool {
+        self != ProtocolVersion::V2024_11_05
+    }
+
     /// True for the `initialize`-based revisions.
     pub fn is_legacy(self) -> bool {
         self != ProtocolVersion::V2026_07_28
@@ -138,7 +144,7 @@ impl ProtocolVersion {
     /// `server/discover`: the revisions of streamable HTTP (2024-11-05 is
     /// the HTTP+SSE transport's only).
     pub fn supported_json() -> Value {
-        let streamable = Self::ALL.iter().filter(|v| **v != Self::V2024_11_05);
+        let streamable = Self::ALL.iter().filter(|v| v.streamable());
         Value::Array(
             streamable
                 .map(|v| Value::String(v.as_str().into()))

@@ -328,7 +328,7 @@ fn legacy_session(
     // 2024-11-05 is the HTTP+SSE transport's revision only.
     let legacy_header = header_version
         .and_then(ProtocolVersion::parse)
-        .is_some_and(|v| v.is_legacy() && (head.sse || v != ProtocolVersion::V2024_11_05));
+        .is_some_and(|v| v.is_legacy() && (head.sse || v.streamable()));
     // A modern request ignores any Mcp-Session-Id (2026-07-28 is
     // stateless), well-formed or not.
     if has_modern_meta(params)

@@ -121,11 +121,8 @@ pub(super) fn initialize(
             session: None,
         });
     };
-    // 2024-11-05 is the HTTP+SSE transport's own revision (none of
-    // streamable HTTP's).
     let version = match ProtocolVersion::parse(asked) {
-        Some(ProtocolVersion::V2024_11_05) if sse.is_none() => ProtocolVersion::LATEST_LEGACY,
-        Some(v) if v.is_legacy() => v,
+        Some(v) if v.is_legacy() && (sse.is_some() || v.streamable()) => v,
         _ => ProtocolVersion::LATEST_LEGACY,
     };
     let caps = ClientCaps::parse(params.and_then(|p| p.get("capabilities")));

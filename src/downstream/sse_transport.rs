@@ -125,8 +125,7 @@ pub(super) async fn message(
                 return not_handed(NotHanded::NoStream);
             }
             // Answers and notifications give no answer of their own.
-            let acted = message::one(app, &head, &headers, msg, false, bytes.len()).await;
-            drop(acted);
+            let _ = message::one(app, &head, &headers, msg, false, bytes.len()).await;
             reply::empty(StatusCode::ACCEPTED)
         }
     }
