@@ -11,7 +11,8 @@
 //! |---|---|
 //! | `time` | when the request arrived, RFC 3339 UTC with milliseconds (`2026-12-01T17:00:00.123Z`) |
 //! | `client` | the `[[client]]` name, `"-"` when unauthenticated |
-//! | `session` | `"modern"`, or `"legacy:"` + the first 8 characters of the `Mcp-Session-Id` (the whole id is a bearer secret) |
+//! | `peer` | the client's IP address: the connection's, or the one a trusted proxy gave (`server.trusted_proxies`: its PROXY protocol header, or the last `X-Forwarded-For` entry); `null` when not known |
+//! | `session` | `"modern"`, or `"legacy:"` + the `Mcp-Session-Id`'s instance id, `.`, and the first 8 characters after it (the whole id is a bearer secret) |
 //! | `method` | `tools/call`, `prompts/get` or `resources/read` |
 //! | `upstream` | the upstream's name; `null` when the call was not routed (unknown name, refused) |
 //! | `name` | the exposed tool or prompt name, or the resource URI, as the client sent it: at most [`AUDIT_FIELD_BYTES`](crate::limits::AUDIT_FIELD_BYTES) bytes of it (the rest cut, marked `…[cut N bytes]`), control and Unicode format characters escaped ([`crate::logline::capped`]) |
@@ -23,7 +24,7 @@
 //! | `arguments` | the call's arguments, last; present only with `arguments = true` (C1 and Unicode format characters as JSON `\uXXXX` escapes) |
 //!
 //! ```text
-//! {"time":"2026-12-01T17:00:00.123Z","client":"build-agent","session":"modern","method":"tools/call","upstream":"files","name":"files__read_file","original":"read_file","outcome":"ok","duration_ms":3,"request_bytes":120,"response_bytes":456}
+//! {"time":"2026-12-01T17:00:00.123Z","client":"build-agent","peer":"192.0.2.7","session":"modern","method":"tools/call","upstream":"files","name":"files__read_file","original":"read_file","outcome":"ok","duration_ms":3,"request_bytes":120,"response_bytes":456}
 //! ```
 //!
 //! ## Queue and writer

@@ -54,8 +54,9 @@ pub const SESSION_SLOT_BYTES: usize = 48;
 /// One open GET stream without queued messages (bytes).
 pub const STREAM_BYTES: usize = 4 * 1024;
 /// One slot of the resource subscription table ([`crate::subscriptions`]),
-/// without its URI: 64 B (checked against `size_of` by a unit test).
-pub const SUBSCRIPTION_BYTES: usize = 64;
+/// without its URI: 80 B (checked against `size_of` by a unit test; a
+/// session id carries its box's instance id, `crate::instance`).
+pub const SUBSCRIPTION_BYTES: usize = 80;
 /// One parked call of a modern caller (`http::parked`: the boxed call
 /// future with its relay queue and the requests asked), measured by
 /// `tests/it/mrtr_heap.rs` at 71–74 kB per call for the whole test process

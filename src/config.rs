@@ -173,6 +173,7 @@ mod clients;
 mod ctx;
 mod defaults;
 mod fields;
+pub mod fleet;
 mod mcp_servers;
 mod net_validate;
 mod network;
@@ -321,6 +322,8 @@ pub struct ServerConfig {
     /// `allow_unauthenticated`: serve a non-loopback `listen` without any
     /// `[[client]]` (logged as a warning at every start, shown in `/status`).
     pub allow_unauthenticated: bool,
+    /// The keys for several boxes behind one balancer ([`fleet::Fleet`]).
+    pub fleet: fleet::Fleet,
 }
 
 /// Rule for exposed tool names (`server.tool_names`).

@@ -27,6 +27,7 @@ mod message;
 pub mod modern;
 pub mod operator_socket;
 pub mod parked;
+mod proxied;
 mod receiving;
 pub mod reply;
 pub mod resume;

@@ -204,13 +204,16 @@ impl Gateway {
             (config.upstreams.iter().enumerate())
                 .map(|(i, c)| shared.upstream(i, c, None))
                 .unzip();
+        let instance = (s.fleet.instance_id)
+            .unwrap_or_else(|| crate::instance::InstanceId::derived(addr.port()));
         let router = Router::new(
             upstreams.clone(),
             s.tool_names,
             s.tool_name_separator.clone(),
+            instance,
         );
         let app = Arc::new(App::new(
-            addr,
+            (addr, instance),
             s.clone(),
             config.board.as_ref().map(|b| b.name.clone()),
             router,
@@ -228,6 +231,11 @@ impl Gateway {
         }
         let supervisor = Supervisor::start(owners, persist(&config, &upstreams));
         metrics::gauge!(crate::metrics::SESSIONS_CAPACITY).set(s.session_capacity as f64);
+        let labels = [
+            ("instance", instance.to_string()),
+            ("version", env!("CARGO_PKG_VERSION").into()),
+        ];
+        metrics::gauge!(crate::metrics::INSTANCE_INFO, &labels).set(1.0);
         let (shutdown, _) = watch::channel(false);
         let admin_addr = admin.as_ref().and_then(|l| l.local_addr().ok());
         let tasks = root_tasks(&app, listener, (admin, operator), &shutdown);

@@ -11,6 +11,7 @@
 //! | module | owns |
 //! |---|---|
 //! | [`limits`] | every capacity, timeout, default and accepted range, in one place (per-entry byte costs are [`budget`]'s, wire codes [`protocol`]'s, metric names [`metrics`]') |
+//! | [`instance`] | this box's name in a fleet (`[server] instance_id`): the prefix of its session ids, task ids and `requestState`, its default from the machine id and port |
 //! | [`fault`] | test-only faults (`MCP_EDGE_TEST_FAULT`, cargo feature `test-faults`) that the watchdog must catch |
 //! | [`backoff`] | exponential backoff with jitter that only lengthens: the one retry schedule (upstream reconnects, token requests) |
 //! | [`jwt`] | signing keys for OAuth client assertions (`private_key_jwt`, RFC 7523): PEM keys, ES256/RS256, JWK thumbprints |
@@ -57,6 +58,7 @@ pub mod downstream;
 pub mod drain;
 pub mod fault;
 pub mod gateway;
+pub mod instance;
 pub mod jwt;
 pub mod limits;
 pub mod logline;

@@ -504,3 +504,21 @@ pub const SANDBOX_WARN_PERIOD: Duration = Duration::from_secs(60);
 /// grant of a stdio child's sandbox around the paths it must not reach
 /// (`sandbox::split`); past it that default grant is left out (degraded).
 pub const SANDBOX_SPLIT_ENTRIES: usize = 1024;
+
+// ---- several boxes (`[server]` fleet keys, `config::fleet`) ----
+
+/// Default `server.drain_grace`: after SIGTERM, how long `/readyz` answers
+/// 503 while new connections are still served, so a balancer's health
+/// check takes the box out before it stops listening: 5 s.
+pub const DEFAULT_DRAIN_GRACE: Duration = Duration::from_secs(5);
+/// Accepted `server.drain_grace`: 0 (stop listening at once) to 5 min.
+pub const MAX_DRAIN_GRACE: Duration = Duration::from_secs(300);
+/// Least length of the `server.state_key_file` key: 32 bytes.
+pub const MIN_STATE_KEY_BYTES: usize = 32;
+/// Most bytes read of `server.state_key_file`.
+pub const MAX_STATE_KEY_BYTES: usize = 1024;
+/// Most `server.trusted_proxies` entries.
+pub const MAX_TRUSTED_PROXIES: usize = 64;
+/// Time a trusted proxy has to send its PROXY protocol header after
+/// connecting (the request head's own timeout follows): 10 s.
+pub const PROXY_HEADER_TIMEOUT: Duration = Duration::from_secs(10);

@@ -122,6 +122,10 @@ pub const UPSTREAM_READY: &str = "mcp_edge_upstream_ready";
 /// answer. Kept by `duration`, not by the exporter: fixed atomic buckets
 /// ([`DURATION_BUCKETS`]) per method label, no samples queued.
 pub const REQUEST_DURATION: &str = "mcp_edge_request_duration_seconds";
+/// Gauge, always 1: this box's instance id (`server.instance_id`, or the
+/// derived one) and version as labels (`instance`, `version`), so a
+/// fleet's dashboards tell boxes apart.
+pub const INSTANCE_INFO: &str = "mcp_edge_instance_info";
 /// Gauge: capacity of the legacy session table.
 pub const SESSIONS_CAPACITY: &str = "mcp_edge_sessions_capacity";
 /// Gauge: live heap bytes (counting allocator).

@@ -401,6 +401,7 @@ pub fn parse_retry_after(v: &str, now: std::time::SystemTime) -> Option<std::tim
 pub mod caps;
 pub mod envelope;
 pub mod param_headers;
+pub mod proxy_header;
 pub mod raw;
 pub mod sse;
 

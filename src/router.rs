@@ -78,15 +78,23 @@ fn renamed(item: &Value, key: &str, exposed: &str) -> Value {
 }
 
 impl Router {
-    /// A router over `upstreams` (in config order).
-    pub fn new(upstreams: Vec<Arc<Upstream>>, rule: ToolNameRule, separator: String) -> Self {
+    /// A router over `upstreams` (in config order) of box `instance` (its
+    /// task ids name it).
+    pub fn new(
+        upstreams: Vec<Arc<Upstream>>,
+        rule: ToolNameRule,
+        separator: String,
+        instance: crate::instance::InstanceId,
+    ) -> Self {
         Router {
             upstreams: RwLock::new(upstreams.into()),
             rule,
             separator,
             merged: Mutex::new(Arc::new(Merged::default())),
             stopping: tokio::sync::watch::Sender::new(false),
-            tasks: Arc::new(crate::tasks::Tasks::new(crate::limits::TASKS_CAPACITY)),
+            tasks: Arc::new(
+                crate::tasks::Tasks::new(crate::limits::TASKS_CAPACITY).with_instance(instance),
+            ),
         }
     }
 

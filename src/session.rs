@@ -10,13 +10,16 @@
 //! slot index: lookup is O(1) (parse the slot, compare the secret in constant
 //! time), and the id stays unguessable (128 random bits).
 
+use crate::instance::InstanceId;
 use crate::protocol::{ClientCaps, ProtocolVersion};
 use crate::share::{Counts, Shares};
 use std::time::Duration;
 use tokio::time::Instant;
 
+mod ending;
 mod http_sse;
 mod id;
+pub use ending::Removal;
 pub use id::SessionId;
 
 /// What one legacy session holds: fixed-size, no heap.
@@ -48,6 +51,9 @@ pub struct Session {
     /// ([`Table::set_sse`]): its answers go on that stream, and it ends
     /// with it.
     pub sse: bool,
+    /// Told to initialize again by a drain ([`Table::drain`]): it ends
+    /// when its last request in flight ends.
+    pub ending: bool,
 }
 
 const NIL: u32 = u32::MAX;
@@ -59,43 +65,6 @@ struct Slot {
     /// Neighbours in the recency list (live slots) or the free list.
     prev: u32,
     next: u32,
-}
-
-/// Why a session left the table (the `reason` label of `mcp_edge_sessions_evicted_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Removal {
-    /// Idle for `idle_timeout` or longer.
-    Idle,
-    /// Least recently used, evicted to make room for a new `initialize`
-    /// of its own client (or of anyone, without `[[client]]`s).
-    Lru,
-    /// Evicted for a new `initialize` of a client under its share: the
-    /// least recently used idle session of the client furthest over its
-    /// share ([`crate::share`]).
-    Share,
-    /// Ended by the client (HTTP DELETE).
-    Deleted,
-    /// Its HTTP+SSE stream closed (that transport's session ends with
-    /// its stream, [`Session::sse`]).
-    Closed,
-    /// Its client is no longer in the `[[client]]` table (a reload).
-    Revoked,
-    /// The gateway is stopping.
-    Shutdown,
-}
-
-impl Removal {
-    fn label(self) -> &'static str {
-        match self {
-            Removal::Idle => "idle",
-            Removal::Lru => "lru",
-            Removal::Share => "share",
-            Removal::Deleted => "deleted",
-            Removal::Closed => "closed",
-            Removal::Revoked => "revoked",
-            Removal::Shutdown => "shutdown",
-        }
-    }
 }
 
 /// Errors of [`Table`].
@@ -175,6 +144,8 @@ pub struct Table {
     free: u32,
     /// Sessions held per owner mark ([`crate::share`]).
     counts: Counts,
+    /// The box whose ids these are ([`Table::with_instance`]).
+    instance: InstanceId,
 }
 
 /// What [`Table::insert`] did: the new session, and the sessions it ended
@@ -220,6 +191,7 @@ impl Table {
             tail: NIL,
             free: 0,
             counts: Counts::new(),
+            instance: InstanceId::DEFAULT,
         }
     }
 
@@ -285,10 +257,7 @@ impl Table {
         if self.in_list(i) {
             self.unlink(i);
         }
-        let id = SessionId {
-            secret: self.slots[i as usize].secret,
-            slot: i as u16,
-        };
+        let id = self.id_at(i);
         // Room for every slot was made at construction; an owner that
         // never takes its endings loses the oldest, not memory.
         if self.ended.len() == self.ended.capacity() {
@@ -369,6 +338,7 @@ impl Table {
             busy: 0,
             caps,
             sse: false,
+            ending: false,
         });
         self.push_tail(i);
         self.live += 1;
@@ -383,6 +353,7 @@ impl Table {
     /// The id of live slot `i`.
     pub(super) fn id_at(&self, i: u32) -> SessionId {
         SessionId {
+            instance: self.instance,
             secret: self.slots[i as usize].secret,
             slot: i as u16,
         }
@@ -396,7 +367,8 @@ impl Table {
             .iter()
             .zip(id.secret.iter())
             .fold(0u8, |acc, (a, b)| acc | (a ^ b));
-        (diff == 0 && slot.session.is_some()).then_some(id.slot as u32)
+        let here = id.instance == self.instance;
+        (diff == 0 && here && slot.session.is_some()).then_some(id.slot as u32)
     }
 
     /// Looks up a session for a client request and marks it active at `now`.
@@ -445,8 +417,10 @@ impl Table {
         }
         s.busy -= 1;
         s.last_seen = now;
-        if s.busy == 0 {
-            self.push_tail(i);
+        match (s.busy, s.ending) {
+            (0, true) => self.release(i, Removal::Drained),
+            (0, false) => self.push_tail(i),
+            _ => {}
         }
     }
 

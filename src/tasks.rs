@@ -27,6 +27,7 @@
 //! entry). Every method takes `now`. A full table, after dropping expired
 //! entries, refuses (`mcp_edge_refused_total{limit="tasks"}`).
 
+use crate::instance::InstanceId;
 use crate::limits;
 use crate::protocol::{self, RpcError};
 use serde_json::{json, Map, Value};
@@ -155,6 +156,14 @@ pub fn not_found() -> RpcError {
     )
 }
 
+/// The error for a task id another box handed out (the `not_found` of a
+/// fleet, naming both boxes).
+pub fn other_box(id: &TaskId, here: InstanceId) -> RpcError {
+    let what = format!("Failed to retrieve task: {}", id.to_wire());
+    let (message, data) = crate::instance::elsewhere(&what, id.instance, here);
+    RpcError::new(protocol::INVALID_PARAMS, message).with_data(data)
+}
+
 /// How long the gateway keeps a task created with `ttl_ms` (`ttlMs`;
 /// `None` = unlimited): clamped to [`limits::TASK_TTL_MAX`].
 pub fn keep_for(ttl_ms: Option<u64>) -> Duration {
@@ -174,9 +183,11 @@ pub fn poll_interval(task: &Value) -> Duration {
         .clamp(limits::TASK_POLL_MIN, limits::TASK_POLL_MAX)
 }
 
-/// A gateway task id as a caller sees it: `task-` + 36 lowercase hex digits.
+/// A gateway task id as a caller sees it: `task-`, the box's instance id
+/// ([`crate::instance`]), `.`, 36 lowercase hex digits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TaskId {
+    instance: InstanceId,
     secret: [u8; 16],
     slot: u16,
 }
@@ -186,8 +197,7 @@ const PREFIX: &str = "task-";
 impl TaskId {
     /// The wire form.
     pub fn to_wire(&self) -> String {
-        let mut s = String::with_capacity(PREFIX.len() + 36);
-        s.push_str(PREFIX);
+        let mut s = format!("{PREFIX}{}.", self.instance);
         for b in self.secret {
             s.push_str(&format!("{b:02x}"));
         }
@@ -196,9 +206,9 @@ impl TaskId {
     }
 
     /// Parses a caller's `taskId`; `None` for anything [`TaskId::to_wire`]
-    /// did not produce.
+    /// (of any box) did not produce.
     pub fn parse(s: &str) -> Option<TaskId> {
-        let hex = s.strip_prefix(PREFIX)?;
+        let (instance, hex) = InstanceId::split(s.strip_prefix(PREFIX)?)?;
         if hex.len() != 36 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
             return None;
         }
@@ -207,7 +217,16 @@ impl TaskId {
             *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
         }
         let slot = u16::from_str_radix(&hex[32..], 16).ok()?;
-        Some(TaskId { secret, slot })
+        Some(TaskId {
+            instance,
+            secret,
+            slot,
+        })
+    }
+
+    /// The box that handed it out.
+    pub fn instance(&self) -> InstanceId {
+        self.instance
     }
 }
 
@@ -264,6 +283,8 @@ struct Inner {
 /// The fixed-capacity task table (one lock; every method takes `now`).
 pub struct Tasks {
     inner: Mutex<Inner>,
+    /// The box whose ids these are ([`Tasks::with_instance`]).
+    instance: InstanceId,
 }
 
 impl Tasks {
@@ -283,7 +304,20 @@ impl Tasks {
                 free,
                 orphans: Vec::with_capacity(limits::TASK_ORPHANS),
             }),
+            instance: InstanceId::DEFAULT,
         }
+    }
+
+    /// The table of box `instance`: its ids name it, and another box's
+    /// are never found here.
+    pub fn with_instance(mut self, instance: InstanceId) -> Tasks {
+        self.instance = instance;
+        self
+    }
+
+    /// The box whose ids these are.
+    pub fn instance(&self) -> InstanceId {
+        self.instance
     }
 
     /// Slots in the table.
@@ -343,14 +377,18 @@ impl Tasks {
             status,
             expires: now + keep,
         });
-        Ok(TaskId { secret, slot: i })
+        Ok(TaskId {
+            instance: self.instance,
+            secret,
+            slot: i,
+        })
     }
 
     /// The entry `id` names, when it is live at `now` and `owner`'s; an
     /// expired one is dropped. Another caller's task is `None` too.
     pub fn get(&self, id: &TaskId, owner: u64, now: Instant) -> Option<Entry> {
         let mut t = self.inner.lock().expect("tasks");
-        let i = find(&t, id)?;
+        let i = find(&t, id).filter(|_| id.instance == self.instance)?;
         let e = t.slots[i].entry.as_ref().expect("found");
         if e.expires <= now {
             release(&mut t, i);
@@ -362,7 +400,7 @@ impl Tasks {
     /// Records the status last seen of task `id` (no-op when it is gone).
     pub fn set_status(&self, id: &TaskId, status: Status) {
         let mut t = self.inner.lock().expect("tasks");
-        if let Some(i) = find(&t, id) {
+        if let Some(i) = find(&t, id).filter(|_| id.instance == self.instance) {
             if let Some(e) = t.slots[i].entry.as_mut() {
                 e.status = status;
             }
@@ -433,14 +471,15 @@ mod tests {
         let now = Instant::now();
         let id = t.insert(1, "up-1", 7, Status::Working, MIN, now).unwrap();
         let wire = id.to_wire();
-        assert!(wire.starts_with("task-") && wire.len() == 41, "{wire}");
+        assert!(wire.starts_with("task-edge.") && wire.len() == 46, "{wire}");
         assert_eq!(TaskId::parse(&wire), Some(id));
         for bad in [
             "",
             "task-",
             "up-1",
-            &wire[..40],
+            &wire[..45],
             &wire.replace("task-", "tusk-"),
+            &wire.replace("task-edge.", "task-"),
         ] {
             assert_eq!(TaskId::parse(bad), None, "{bad}");
         }
@@ -460,11 +499,14 @@ mod tests {
         assert_eq!(t.get(&a, 8, now), None, "another caller's task is unknown");
         // A forged id: the right slot, another secret.
         let mut forged = a.to_wire();
-        // Change one digit of the secret (the id is `task-` + hex digits).
-        let flipped = if &forged[5..6] == "0" { "1" } else { "0" };
-        forged.replace_range(5..6, flipped);
+        // Change one digit of the secret (the id is `task-edge.` + hex digits).
+        let flipped = if &forged[10..11] == "0" { "1" } else { "0" };
+        forged.replace_range(10..11, flipped);
         assert_ne!(forged, a.to_wire());
         assert_eq!(t.get(&TaskId::parse(&forged).unwrap(), 7, now), None);
+        // The same id under another box's name is not this box's task.
+        let moved = a.to_wire().replacen("task-edge.", "task-e2.", 1);
+        assert_eq!(t.get(&TaskId::parse(&moved).unwrap(), 7, now), None);
         t.set_status(&a, Status::Completed);
         assert_eq!(t.get(&a, 7, now).unwrap().status, Status::Completed);
     }

@@ -10,7 +10,8 @@ fn full(i: u64) -> Record {
     Record {
         time: UNIX_EPOCH + Duration::from_millis(1_796_144_400_123),
         client: Some("build-agent".into()),
-        session: Some("0123456789abcdef0123456789abcdef0007".into()),
+        peer: Some([192, 0, 2, 7].into()),
+        session: Some("e1.0123456789abcdef0123456789abcdef0007".into()),
         method: "tools/call",
         upstream: Some("files".into()),
         exposed: "files__read_file".into(),
@@ -28,6 +29,7 @@ fn plain(i: u64) -> Record {
     Record {
         time: SystemTime::now(),
         client: None,
+        peer: None,
         session: None,
         method: "resources/read",
         upstream: None,
@@ -60,12 +62,12 @@ fn lines(path: &Path) -> Vec<Value> {
 #[test]
 fn a_record_has_every_field_in_order() {
     let e = Entry::new(full(0)).expect("serializes");
-    let expected = r#"{"time":"2026-12-01T17:00:00.123Z","client":"build-agent","session":"legacy:01234567","method":"tools/call","upstream":"files","name":"files__read_file","original":"read_file","outcome":"error","code":-32602,"duration_ms":3,"request_bytes":120,"response_bytes":456,"arguments":{"path":"/etc/hostname","n":0}}"#;
+    let expected = r#"{"time":"2026-12-01T17:00:00.123Z","client":"build-agent","peer":"192.0.2.7","session":"legacy:e1.01234567","method":"tools/call","upstream":"files","name":"files__read_file","original":"read_file","outcome":"error","code":-32602,"duration_ms":3,"request_bytes":120,"response_bytes":456,"arguments":{"path":"/etc/hostname","n":0}}"#;
     assert_eq!(e.line, expected);
     assert_eq!(
         e.without_arguments().as_deref(),
         Some(
-            r#"{"time":"2026-12-01T17:00:00.123Z","client":"build-agent","session":"legacy:01234567","method":"tools/call","upstream":"files","name":"files__read_file","original":"read_file","outcome":"error","code":-32602,"duration_ms":3,"request_bytes":120,"response_bytes":456,"arguments_omitted":true}"#
+            r#"{"time":"2026-12-01T17:00:00.123Z","client":"build-agent","peer":"192.0.2.7","session":"legacy:e1.01234567","method":"tools/call","upstream":"files","name":"files__read_file","original":"read_file","outcome":"error","code":-32602,"duration_ms":3,"request_bytes":120,"response_bytes":456,"arguments_omitted":true}"#
         )
     );
 }

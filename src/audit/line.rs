@@ -7,9 +7,10 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::time::SystemTime;
 
-/// Characters of a legacy session id written to the log: enough to tell
-/// the sessions in one log apart, too few to take one over (the id is a
-/// bearer secret of 32 random hex digits plus 4 slot digits).
+/// Characters of a legacy session id written to the log after its box's
+/// instance id and `.`: enough to tell the sessions in one log apart, too
+/// few to take one over (the id is a bearer secret of 32 random hex digits
+/// plus 4 slot digits).
 pub const SESSION_ID_CHARS: usize = 8;
 
 /// How a call ended.
@@ -65,9 +66,12 @@ pub struct Record {
     pub time: SystemTime,
     /// The `[[client]]` name; `None` = unauthenticated (`"client":"-"`).
     pub client: Option<String>,
+    /// The client's address (`"peer"`): the connection's, or the one a
+    /// trusted proxy gave (`server.trusted_proxies`); `None` = not known.
+    pub peer: Option<std::net::IpAddr>,
     /// The legacy `Mcp-Session-Id`; `None` = a modern (stateless) request.
-    /// Written as `"legacy:"` and its first [`SESSION_ID_CHARS`]
-    /// characters, or `"modern"`.
+    /// Written as `"legacy:"`, its instance id and `.`, and the first
+    /// [`SESSION_ID_CHARS`] characters after them, or `"modern"`.
     pub session: Option<String>,
     /// `tools/call`, `prompts/get` or `resources/read` (`"method"`).
     pub method: &'static str,
@@ -99,6 +103,7 @@ pub struct Record {
 struct Head<'a> {
     time: String,
     client: &'a str,
+    peer: Option<std::net::IpAddr>,
     session: String,
     method: &'a str,
     upstream: Option<&'a str>,
@@ -146,11 +151,17 @@ impl Entry {
             .map(|o| capped(&o, AUDIT_FIELD_BYTES).into_owned());
         let session = match &r.session {
             None => "modern".to_string(),
-            Some(id) => format!("legacy:{}", prefix(id, SESSION_ID_CHARS)),
+            Some(id) => match id.split_once('.') {
+                Some((instance, rest)) => {
+                    format!("legacy:{instance}.{}", prefix(rest, SESSION_ID_CHARS))
+                }
+                None => format!("legacy:{}", prefix(id, SESSION_ID_CHARS)),
+            },
         };
         let head = Head {
             time: humantime::format_rfc3339_millis(r.time).to_string(),
             client: r.client.as_deref().unwrap_or("-"),
+            peer: r.peer,
             session,
             method: r.method,
             upstream: r.upstream.as_deref(),

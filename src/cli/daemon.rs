@@ -17,7 +17,8 @@ pub(crate) fn serve(path: Option<PathBuf>, board: Option<&str>) -> anyhow::Resul
     let runtime = runtime()?;
     runtime.block_on(async move {
         let signals = Signals::install()?;
-        mcp_edge::gateway::run(config, path, signals).await?;
+        // Boxed: the whole gateway future, made once.
+        Box::pin(mcp_edge::gateway::run(config, path, signals)).await?;
         Ok(())
     })
 }

@@ -60,6 +60,7 @@ pub(super) fn server(ctx: &Ctx, raw: RawServer) -> Result<ServerConfig> {
         admin_socket,
         tls,
         allow_unauthenticated: raw.allow_unauthenticated.unwrap_or(d.allow_unauthenticated),
+        fleet: super::fleet::fleet(ctx, &raw)?,
         ..d
     };
     sizes(ctx, &raw, &mut s)?;

@@ -57,6 +57,11 @@ pub(super) struct RawServer {
     pub tls_key: Option<String>,
     pub tls_client_ca: Option<String>,
     pub allow_unauthenticated: Option<bool>,
+    pub instance_id: Option<String>,
+    pub state_key_file: Option<String>,
+    pub proxy_protocol: Option<bool>,
+    pub trusted_proxies: Option<Vec<String>>,
+    pub drain_grace: Option<RawDuration>,
 }
 
 /// One `[[client]]`.

@@ -4,7 +4,7 @@
 //! then each connection's task (TLS handshake, HTTP/1.1).
 
 use super::app::{App, Peer};
-use super::{conns, endpoint, receiving, tls_accept};
+use super::{conns, endpoint, proxied, receiving, tls_accept};
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -45,7 +45,14 @@ pub async fn accept_loop(
             _ = shutdown.changed() => return,
         };
         let peer = conns::peer_key(addr.ip());
-        let admission = match conns.admit(peer, now()) {
+        // A trusted proxy's connections are many clients' (their own share
+        // is taken once the PROXY header names them, `proxied`).
+        let from_proxy = s.fleet.trusts(addr.ip());
+        let admitted = match from_proxy {
+            true => Ok(conns::Admission::Free),
+            false => conns.admit(peer, now()),
+        };
+        let admission = match admitted {
             Ok(a) => {
                 if a == conns::Admission::ClosedSamePeer {
                     crate::metrics::refused("peer_connections");
@@ -53,7 +60,7 @@ pub async fn accept_loop(
                 a
             }
             Err(why) => {
-                refuse_connection(&app, stream, addr, why);
+                refuse_connection(&app, &stream, addr, why);
                 continue;
             }
         };
@@ -142,6 +149,14 @@ fn spawn_connection(
     tokio::spawn(async move {
         let place = place; // held until the connection ends: its permit too
         let tracker = receiving::Tracker::of(&place);
+        let mut stream = stream;
+        let addr = tokio::select! {
+            r = client_of(&app, &mut stream, addr, &place) => match r {
+                Some(client) => client,
+                None => return,
+            },
+            _ = tracker.closed() => return,
+        };
         let Some(config) = tls else {
             let peer = Peer {
                 addr,
@@ -156,6 +171,41 @@ fn spawn_connection(
     });
 }
 
+/// The client of a connection from `addr` (`server.proxy_protocol`:
+/// [`proxied::client_of`]), its place then counted as that client's;
+/// `None` when the connection is refused (counted, logged, closed).
+async fn client_of(
+    app: &App,
+    stream: &mut tokio::net::TcpStream,
+    addr: SocketAddr,
+    place: &conns::Place<tokio::sync::OwnedSemaphorePermit>,
+) -> Option<SocketAddr> {
+    let refused = match proxied::client_of(stream, addr, &app.server.fleet).await {
+        Ok(client) if client == addr => return Some(addr),
+        Ok(client) => {
+            let key = conns::peer_key(client.ip());
+            match place.conns.rekey(place, key, tokio::time::Instant::now()) {
+                Ok(a) => {
+                    if a == conns::Admission::ClosedSamePeer {
+                        crate::metrics::refused("peer_connections");
+                    }
+                    return Some(client);
+                }
+                Err(why) => {
+                    refuse_connection(app, stream, client, why);
+                    return None;
+                }
+            }
+        }
+        Err(e) => e,
+    };
+    crate::metrics::refused(refused.limit());
+    if let Some(skipped) = app.refusal_log.allow(tokio::time::Instant::now()) {
+        tracing::warn!(skipped, %addr, "connection refused: {refused} (server.proxy_protocol)");
+    }
+    None
+}
+
 /// Closes a connection refused over its peer's share, with a 503 written
 /// if the socket takes it at once (it never waits for the client; over TLS
 /// nothing is written, as no handshake was made). What the client already
@@ -163,7 +213,7 @@ fn spawn_connection(
 /// read the answer before, not a reset.
 fn refuse_connection(
     app: &App,
-    stream: tokio::net::TcpStream,
+    stream: &tokio::net::TcpStream,
     addr: SocketAddr,
     why: conns::Refusal,
 ) {

@@ -7,7 +7,8 @@
 //! - `GET /metrics`: Prometheus text format 0.0.4 (metrics-exporter-prometheus).
 //! - `GET /healthz`: 200 while the process serves.
 //! - `GET /readyz`: 200 once every enabled upstream has settled its first
-//!   attempt (the `READY=1` condition), else 503.
+//!   attempt (the `READY=1` condition), else 503; 503 again from SIGTERM
+//!   on (`draining`, for `server.drain_grace`: a balancer takes the box out).
 //! - `GET /status`: JSON `{version, ready, sessions: {active, capacity},
 //!   heap: {live_bytes, peak_bytes, rss_bytes}, upstreams: [{name, transport,
 //!   state, detail, retry_in_secs, attempts, probes_ok, probes_missed,
@@ -129,7 +130,9 @@ pub fn status_for(app: &App, tails: bool) -> Value {
     let (active, capacity) = app.sessions.count();
     json!({
         "version": env!("CARGO_PKG_VERSION"),
+        "instance": app.instance.as_str(),
         "ready": app.ready.load(Ordering::Relaxed),
+        "draining": app.is_draining(),
         "sessions": {"active": active, "capacity": capacity},
         "heap": {
             "live_bytes": crate::alloc::live_bytes(),
@@ -420,7 +423,13 @@ pub(super) async fn route(
         },
         (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n", "text/plain"),
         (&Method::GET, "/readyz") => {
-            if app.ready.load(Ordering::Relaxed) {
+            if app.is_draining() {
+                text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "draining: this box is stopping (SIGTERM); send new work elsewhere\n",
+                    "text/plain",
+                )
+            } else if app.ready.load(Ordering::Relaxed) {
                 text(StatusCode::OK, "ready\n", "text/plain")
             } else {
                 text(

@@ -31,6 +31,7 @@ use super::app::{App, Body, Peer, Who};
 use super::reply::{self, refuse, Refusal};
 use super::sessions::Held;
 use crate::access::{AuthError, HeadError};
+use crate::instance::InstanceId;
 use crate::protocol::{self, ProtocolVersion, RpcError};
 use crate::session::SessionId;
 use http::{header, HeaderMap, HeaderValue, Request, Response, StatusCode};
@@ -65,22 +66,27 @@ pub(super) struct Head {
     /// What its `Accept` allows.
     pub(super) accept: Accept,
     /// Its `Mcp-Session-Id`: `None` when absent, `Some(Err)` when it is no
-    /// id mcp-edge could have made (as an unknown session to a legacy
-    /// request; ignored by a modern one).
-    pub(super) session: Option<Result<SessionId, ()>>,
+    /// id this box could have made — `Err(Some(box))` when it is another
+    /// box's (as an unknown session to a legacy request, named in the
+    /// answer; ignored by a modern one).
+    pub(super) session: Option<Result<SessionId, Option<InstanceId>>>,
     /// Sent on the HTTP+SSE transport ([`super::sse_transport`]): `session`
     /// is the one its stream opened, named by its `sessionId`.
     pub(super) sse: bool,
+    /// This box (an id of another is refused naming both).
+    pub(super) here: InstanceId,
 }
 
 impl Head {
-    /// The session id, or the refusal of a malformed one (404 as for an
-    /// unknown session); `Ok(None)` when absent.
+    /// The session id, or the refusal of a malformed one or another box's
+    /// (404 as for an unknown session: the client initializes again);
+    /// `Ok(None)` when absent.
     pub(super) fn session(&self) -> Result<Option<SessionId>, Refusal> {
         match self.session {
             None => Ok(None),
             Some(Ok(id)) => Ok(Some(id)),
-            Some(Err(())) => Err(reply::not_found()),
+            Some(Err(None)) => Err(reply::not_found()),
+            Some(Err(Some(issued))) => Err(reply::elsewhere(issued, self.here)),
         }
     }
 
@@ -144,22 +150,67 @@ pub(super) fn head<B>(app: &App, req: &Request<B>) -> Result<Entry, Response<Bod
     if req.method() == http::Method::OPTIONS {
         return Ok(Entry::Preflight);
     }
+    if app.is_stopping() {
+        return Err(stopping(req));
+    }
     let access = app.access();
     let peer = req.extensions().get::<Peer>();
+    let client = peer.map(|p| p.client(&app.server.fleet, req.headers()));
     let authorization = req.headers().get(header::AUTHORIZATION);
     let subject = peer.and_then(|p| p.cert_subject.as_deref());
     let principal = match access.authenticate(authorization.map(HeaderValue::as_bytes), subject) {
         Ok(p) => p,
-        Err(e) => return Ok(Entry::Unauthorized(unauthorized(app, peer, e))),
+        Err(e) => return Ok(Entry::Unauthorized(unauthorized(app, client, e))),
     };
-    let session = (req.headers().get("mcp-session-id"))
-        .map(|v| v.to_str().ok().and_then(SessionId::parse).ok_or(()));
+    let session =
+        (req.headers().get("mcp-session-id")).map(|v| session_id(v.to_str().ok(), app.instance));
     Ok(Entry::Request(Head {
-        who: Who { access, principal },
+        who: Who {
+            access,
+            principal,
+            peer: client,
+        },
         accept: Accept::of(req.headers()),
         session,
         sse: false,
+        here: app.instance,
     }))
+}
+
+/// A session id of box `here`'s; `Err(Some(box))` for another box's,
+/// `Err(None)` for no id at all.
+pub(super) fn session_id(
+    value: Option<&str>,
+    here: InstanceId,
+) -> Result<SessionId, Option<InstanceId>> {
+    match value.and_then(SessionId::parse) {
+        Some(id) if id.instance() == here => Ok(id),
+        Some(id) => Err(Some(id.instance())),
+        None => Err(None),
+    }
+}
+
+/// A request that arrived after shutdown began (the drain's grace is over
+/// and calls in flight are finishing): a legacy session's gets 404 (its
+/// session ended; the client initializes again, on another box), anything
+/// else 503 with `Retry-After: 1` and `Connection: close` (nothing was
+/// done: a balancer may send it to another box).
+fn stopping<B>(req: &Request<B>) -> Response<Body> {
+    crate::metrics::refused("stopping");
+    let session = req.headers().contains_key("mcp-session-id")
+        || req.uri().path() == super::sse_transport::MESSAGES_PATH;
+    if session {
+        let why = "Session not found: this mcp-edge is stopping; initialize again";
+        return refuse(StatusCode::NOT_FOUND, protocol::INVALID_REQUEST, why)
+            .into_response(Value::Null);
+    }
+    let why = "this mcp-edge is stopping; send the request again (to another box)";
+    let err = RpcError::new(protocol::INTERNAL_ERROR, why)
+        .with_data(serde_json::json!({"retryAfterSeconds": 1, "limit": "stopping"}));
+    let mut resp = Refusal(StatusCode::SERVICE_UNAVAILABLE, err).into_response(Value::Null);
+    resp.headers_mut()
+        .insert(header::CONNECTION, http::HeaderValue::from_static("close"));
+    resp
 }
 
 /// The 400 or 403 of a head refused before credentials are read.
@@ -208,7 +259,10 @@ impl SessionOp {
     }
 }
 
-/// What [`admit`] found a request to be.
+/// What [`admit`] found a request to be. Returned once and taken apart at
+/// once, never kept: boxing the larger variant would cost every call an
+/// allocation to save bytes of a value that lives for one match.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Admitted {
     /// A legacy `initialize`: a new session for this caller (id, params).
     Initialize(Who, Value, Option<Value>),
@@ -377,11 +431,11 @@ pub(super) fn charge(app: &App, who: &Who) -> Result<(), RpcError> {
     Err(reply::rate_limited(who.name(), wait))
 }
 
-/// The 401 of unknown credentials, logged with the peer's address.
-fn unauthorized(app: &App, peer: Option<&Peer>, e: AuthError) -> Response<Body> {
+/// The 401 of unknown credentials, logged with the client's address.
+fn unauthorized(app: &App, client: Option<std::net::IpAddr>, e: AuthError) -> Response<Body> {
     crate::metrics::refused("auth");
     if let Some(skipped) = app.refusal_log.allow(Instant::now()) {
-        let peer = peer.map_or_else(|| "-".to_owned(), |p| p.addr.to_string());
+        let peer = client.map_or_else(|| "-".to_owned(), |p| p.to_string());
         tracing::warn!(%peer, skipped, "401: {e}");
     }
     super::reply::unauthorized(e)

@@ -5,6 +5,7 @@
 use super::{parked, sessions, streams};
 use crate::access::{Access, OriginPolicy, Principal};
 use crate::config::{ServerConfig, TlsConfig};
+use crate::instance::InstanceId;
 use crate::router::Router;
 use crate::session::{Removal, Table};
 use bytes::Bytes;
@@ -43,6 +44,32 @@ pub struct Who {
     pub access: Arc<Access>,
     /// The principal in it.
     pub principal: Principal,
+    /// The client's address ([`Peer::client`]); `None` when not known.
+    pub peer: Option<std::net::IpAddr>,
+}
+
+impl Peer {
+    /// The client's own address: the connection's (a trusted proxy's
+    /// PROXY header already put the client's there, `super::accept`), or,
+    /// on a connection from one of `trusted_proxies` without
+    /// `proxy_protocol`, the last `X-Forwarded-For` entry when it is an
+    /// address (the one the proxy added; nginx's HTTP proxy cannot send a
+    /// PROXY header).
+    pub fn client(
+        &self,
+        fleet: &crate::config::fleet::Fleet,
+        headers: &http::HeaderMap,
+    ) -> std::net::IpAddr {
+        let own = self.addr.ip();
+        if fleet.proxy_protocol || !fleet.trusts(own) {
+            return own;
+        }
+        let last = (headers.get_all("x-forwarded-for").iter().next_back())
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.rsplit(',').next())
+            .and_then(|a| a.trim().parse().ok());
+        last.unwrap_or(own)
+    }
 }
 
 impl Who {
@@ -70,6 +97,8 @@ pub struct App {
     pub(super) server: ServerConfig,
     /// The board profile's name, if any (`/status`).
     pub(super) board: Option<String>,
+    /// This box's instance id (`server.instance_id`, or derived at start).
+    pub(super) instance: InstanceId,
     /// Legacy sessions (fixed capacity; [`sessions::Sessions`]).
     pub(super) sessions: Arc<sessions::Sessions>,
     /// Catalog and routing.
@@ -86,6 +115,9 @@ pub struct App {
     pub(super) stopping: watch::Sender<bool>,
     /// Set once every enabled upstream settled its first attempt (`/readyz`, `READY=1`).
     pub(super) ready: std::sync::atomic::AtomicBool,
+    /// SIGTERM came: `/readyz` answers 503 while the box still serves
+    /// ([`App::begin_draining`]).
+    pub(super) draining: std::sync::atomic::AtomicBool,
     /// Moved on, per list kind, when an upstream's catalog really changes
     /// (or a reload swaps the upstream set); GET and listen streams then
     /// send `notifications/{tools,prompts,resources}/list_changed` for the
@@ -171,6 +203,30 @@ impl App {
         self.audit.as_ref()
     }
 
+    /// The box is leaving its fleet (SIGTERM): `/readyz` answers 503 from
+    /// now, so a balancer's health check takes it out while it still
+    /// serves (`server.drain_grace`), and every legacy session open now is
+    /// told to initialize again ([`crate::session::Table::drain`]): its
+    /// next request is answered 404, after what it runs finishes.
+    pub fn begin_draining(&self) {
+        self.draining
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let n = self.sessions.drain();
+        tracing::info!(
+            "draining: /readyz answers 503; {n} idle legacy session(s) told to initialize again"
+        );
+    }
+
+    /// Whether [`App::begin_draining`] was called.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether shutdown began ([`App::begin_stopping`]): new requests are refused.
+    pub(super) fn is_stopping(&self) -> bool {
+        *self.stopping.borrow()
+    }
+
     /// Every enabled upstream settled its first attempt (`/readyz`, `READY=1`).
     pub fn set_ready(&self) {
         self.ready.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -195,6 +251,8 @@ impl App {
     /// response and end.
     pub fn begin_stopping(&self) {
         self.stopping.send_replace(true);
+        // Sessions opened while draining are told too.
+        self.sessions.drain();
         // Parked call streams are not waited for: their calls end now.
         drop(self.resumes.close());
     }
@@ -211,9 +269,9 @@ impl App {
 }
 
 impl App {
-    /// The downstream state of a gateway listening on `listen_addr`.
+    /// The downstream state of gateway `instance` listening on `listen_addr`.
     pub fn new(
-        listen_addr: SocketAddr,
+        (listen_addr, instance): (SocketAddr, InstanceId),
         server: ServerConfig,
         board: Option<String>,
         router: Router,
@@ -226,7 +284,8 @@ impl App {
             server.session_capacity,
             server.session_idle_timeout,
             server.session_min_idle_before_evict,
-        );
+        )
+        .with_instance(instance);
         App {
             sessions: Arc::new(sessions::Sessions::new(
                 table,
@@ -236,6 +295,7 @@ impl App {
             catalog_gen,
             subscriptions,
             ready: false.into(),
+            draining: false.into(),
             in_flight: crate::drain::Drain::new(),
             streams: streams::StreamPool::new((server.max_connections / 2).max(1)),
             sse_links: super::sse_links::SseLinks::new(
@@ -250,7 +310,8 @@ impl App {
                 crate::limits::PARKED_CALLS,
                 crate::limits::PARKED_CALL_TTL,
                 tokio::time::Instant::now(),
-            ),
+            )
+            .of_fleet(instance, server.fleet.state_key.as_ref().map(|(_, k)| k)),
             resumes: Arc::new(super::resume::Parked::new(
                 crate::limits::SSE_PARKED_STREAMS,
             )),
@@ -262,6 +323,7 @@ impl App {
             listen_addr,
             server,
             board,
+            instance,
         }
     }
 

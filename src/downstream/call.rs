@@ -353,6 +353,7 @@ impl Pending {
         let record = Record {
             time: SystemTime::now(),
             client: who.access.required().then(|| who.name().to_owned()),
+            peer: who.peer,
             session,
             method,
             upstream: found.upstream,

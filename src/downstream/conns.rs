@@ -258,22 +258,52 @@ impl Conns {
     pub fn admit(&self, peer: IpAddr, now: Instant) -> Result<Admission, Refusal> {
         let now = self.ms(now);
         let t = self.table.lock().expect("conns");
+        self.admit_locked(&t, peer, now, None)
+    }
+
+    /// A connection from a trusted proxy named its client (a PROXY protocol
+    /// header, `super::proxied`): its place is counted as the client's from
+    /// now, admitted as [`Conns::admit`] admits a new connection of that
+    /// client (the proxy's own address is never held to a share).
+    pub fn rekey<P>(
+        &self,
+        place: &Place<P>,
+        peer: IpAddr,
+        now: Instant,
+    ) -> Result<Admission, Refusal> {
+        let now = self.ms(now);
+        let mut t = self.table.lock().expect("conns");
+        let a = self.admit_locked(&t, peer, now, Some(place.index))?;
+        if let Some(e) = t.entries[place.index].as_mut() {
+            e.0 = peer;
+        }
+        Ok(a)
+    }
+
+    /// [`Conns::admit`] under the table's lock, the place `skip` (the
+    /// connection being admitted) not counted.
+    fn admit_locked(
+        &self,
+        t: &Table,
+        peer: IpAddr,
+        now: u64,
+        skip: Option<usize>,
+    ) -> Result<Admission, Refusal> {
         // A share of every place is no share: the whole table's rule applies
         // (wait for a place rather than be refused).
         if self.per_peer >= t.entries.len() {
             return Ok(Admission::Free);
         }
-        let held = t
-            .entries
-            .iter()
-            .flatten()
-            .filter(|(p, _)| *p == peer)
-            .count();
-        if held < self.per_peer {
+        let of_peer = || {
+            (t.entries.iter().enumerate())
+                .filter(move |(i, _)| Some(*i) != skip)
+                .filter_map(|(_, e)| e.as_ref())
+                .filter(move |(p, _)| *p == peer)
+        };
+        if of_peer().count() < self.per_peer {
             return Ok(Admission::Free);
         }
-        let of_peer = t.entries.iter().flatten().filter(|(p, _)| *p == peer);
-        match close_oldest(of_peer, now, |_| 0) {
+        match close_oldest(of_peer(), now, |_| 0) {
             Yield::Closed => Ok(Admission::ClosedSamePeer),
             Yield::After(_) | Yield::AllBusy => Err(Refusal::PeerShare(self.per_peer)),
         }

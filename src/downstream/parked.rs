@@ -7,23 +7,30 @@
 //! caller's retry takes it back (`../shared/spec/2026-07-28/patterns-mrtr.mdx`
 //! §Basic Workflow) or it expires.
 //!
-//! `requestState` is `mcp-edge/1.` + base64url (no padding) of 40 bytes —
+//! `requestState` is `mcp-edge/1.`, the box's instance id and `.`
+//! ([`crate::instance`]: a state that reaches another box of a fleet is
+//! refused naming the box that holds its call), then base64url (no padding) of 40 bytes —
 //! slot (u32 LE), generation (u32), owner mark (u64: the `[[client]]`
 //! credential's mark, 0 when anonymous), expiry (u64, milliseconds since the
 //! table was made), identity (16 bytes: SHA-256 of method, NUL, name or uri)
-//! — then their HMAC-SHA256 under a key drawn at start-up (32 bytes).
+//! — then their HMAC-SHA256, over the instance id and those bytes, under
+//! `[server] state_key_file`'s key (shared by a fleet) or one drawn at
+//! start-up (32 bytes).
 //! patterns-mrtr.mdx §Server Requirements, items 4–5: the state is
 //! attacker-controlled input, so it is integrity-protected and binds the
 //! principal, a short expiry and the originating request; the entry it
 //! names is taken once (a replay finds nothing). The table takes `now` from
 //! its caller.
 
+use crate::config::Secret;
+use crate::instance::InstanceId;
 use crate::relay::Running;
 use base64::Engine;
 use ring::hmac;
 use serde_json::Value;
 use std::sync::Mutex;
 use std::time::Duration;
+use subtle::ConstantTimeEq;
 use tokio::time::Instant;
 
 /// Prefix of every `requestState` mcp-edge issues (any other is an
@@ -88,6 +95,14 @@ pub enum StateError {
     /// Its call was resumed already, or expired and was dropped.
     #[error("Invalid params: requestState names no parked call (already resumed, or expired)")]
     Unknown,
+    /// Issued by another box of the fleet (which holds its call).
+    #[error("Invalid params: {}", crate::instance::elsewhere("requestState", *issued, *here).0)]
+    OtherBox {
+        /// The box that issued it.
+        issued: InstanceId,
+        /// This box.
+        here: InstanceId,
+    },
     /// The system gave no randomness for the key at start.
     #[error("mcp-edge cannot sign requestState: the system gave no randomness at start")]
     NoKey,
@@ -103,6 +118,8 @@ pub(super) struct NotParked {
 pub struct ParkedCalls {
     slots: Mutex<Box<[Slot]>>,
     key: Option<hmac::Key>,
+    /// The box whose states these are ([`ParkedCalls::of_fleet`]).
+    instance: InstanceId,
     epoch: Instant,
     ttl: Duration,
 }
@@ -129,9 +146,30 @@ impl ParkedCalls {
         ParkedCalls {
             slots: Mutex::new(slots),
             key,
+            instance: InstanceId::DEFAULT,
             epoch: now,
             ttl,
         }
+    }
+
+    /// The table of box `instance`, signing with `key` when the fleet
+    /// shares one (`server.state_key_file`), else with the key drawn at
+    /// start.
+    pub fn of_fleet(mut self, instance: InstanceId, key: Option<&Secret<Vec<u8>>>) -> Self {
+        self.instance = instance;
+        if let Some(k) = key {
+            self.key = Some(hmac::Key::new(hmac::HMAC_SHA256, k.expose()));
+        }
+        self
+    }
+
+    /// The signature of `body` by this box.
+    fn tag(&self, key: &hmac::Key, body: &[u8]) -> hmac::Tag {
+        let mut ctx = hmac::Context::with_key(key);
+        ctx.update(self.instance.as_str().as_bytes());
+        ctx.update(b".");
+        ctx.update(body);
+        ctx.sign()
     }
 
     /// Slots in the table.
@@ -192,11 +230,11 @@ impl ParkedCalls {
         body[8..16].copy_from_slice(&owner.to_le_bytes());
         body[16..24].copy_from_slice(&ms.to_le_bytes());
         body[24..].copy_from_slice(&id);
-        let tag = hmac::sign(key, &body);
+        let tag = self.tag(key, &body);
         let mut raw = body.to_vec();
         raw.extend_from_slice(tag.as_ref());
         let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw);
-        Ok(format!("{STATE_PREFIX}{b64}"))
+        Ok(format!("{STATE_PREFIX}{}.{b64}", self.instance))
     }
 
     /// Verifies `state` for a retry by `owner` of request `id` at `now` and
@@ -210,17 +248,23 @@ impl ParkedCalls {
         now: Instant,
     ) -> Result<Parked, StateError> {
         let key = self.key.as_ref().ok_or(StateError::NoKey)?;
-        let raw = state
-            .strip_prefix(STATE_PREFIX)
-            .and_then(|b| {
-                base64::engine::general_purpose::URL_SAFE_NO_PAD
-                    .decode(b)
-                    .ok()
-            })
-            .filter(|r| r.len() == BODY_LEN + TAG_LEN)
+        let (issued, b64) = (state.strip_prefix(STATE_PREFIX))
+            .and_then(InstanceId::split)
             .ok_or(StateError::Malformed)?;
+        let raw = (base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(b64)
+            .ok())
+        .filter(|r| r.len() == BODY_LEN + TAG_LEN)
+        .ok_or(StateError::Malformed)?;
+        if issued != self.instance {
+            let here = self.instance;
+            return Err(StateError::OtherBox { issued, here });
+        }
         let (body, tag) = raw.split_at(BODY_LEN);
-        hmac::verify(key, body, tag).map_err(|_| StateError::Forged)?;
+        let ok: bool = self.tag(key, body).as_ref().ct_eq(tag).into();
+        if !ok {
+            return Err(StateError::Forged);
+        }
         let word = |r: std::ops::Range<usize>| {
             let mut b = [0u8; 8];
             b[..r.len()].copy_from_slice(&body[r]);

@@ -5,6 +5,7 @@
 
 use super::app::{App, Body};
 use super::call_stream::{CallFuture, CallStream, Core, Resumable};
+use crate::instance::InstanceId;
 use crate::protocol::raw::Chunks;
 use crate::protocol::{self, sse, Outgoing, RpcError};
 use crate::relay::Relayed;
@@ -383,6 +384,18 @@ pub(super) fn not_found() -> Refusal {
         StatusCode::NOT_FOUND,
         protocol::INVALID_REQUEST,
         "Session not found",
+    )
+}
+
+/// 404 for a session id another box of the fleet issued (the balancer sent
+/// it here: that box is gone, or the balancer does not route by the id's
+/// box): as "Session not found", so the client initializes again, with
+/// both boxes named.
+pub(super) fn elsewhere(issued: InstanceId, here: InstanceId) -> Refusal {
+    let (why, data) = crate::instance::elsewhere("Session not found: Mcp-Session-Id", issued, here);
+    Refusal(
+        StatusCode::NOT_FOUND,
+        RpcError::new(protocol::INVALID_REQUEST, why).with_data(data),
     )
 }
 

@@ -464,7 +464,7 @@ mod tests {
     fn a_full_table_gives_up_the_most_crowded_sessions_soonest_and_sweeps() {
         let t0 = Instant::now();
         let sec = std::time::Duration::from_secs(1);
-        let id = |n: u32| SessionId::parse(&format!("{n:036x}")).unwrap();
+        let id = |n: u32| SessionId::parse(&format!("edge.{n:036x}")).unwrap();
         let (a, b, c) = (id(1), id(2), id(3));
         let key = |session, stream| Key {
             session,

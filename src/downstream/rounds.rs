@@ -217,7 +217,11 @@ impl Round {
                     StateError::NoKey => protocol::INTERNAL_ERROR,
                     _ => protocol::INVALID_PARAMS,
                 };
-                return Some(self.end(Err(RpcError::new(code, e.to_string()))));
+                let mut error = RpcError::new(code, e.to_string());
+                if let StateError::OtherBox { issued, here } = e {
+                    error = error.with_data(crate::instance::elsewhere("", issued, here).1);
+                }
+                return Some(self.end(Err(error)));
             }
         };
         let key = parked.running.key.clone();

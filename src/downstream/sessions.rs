@@ -265,6 +265,12 @@ impl Sessions {
         self.with(|t| t.revoke(keep, why))
     }
 
+    /// Tells every session open now to initialize again
+    /// ([`Table::drain`]); how many ended at once.
+    pub fn drain(&self) -> usize {
+        self.with(Table::drain)
+    }
+
     /// Ends every session idle past its timeout (the sweep); how many.
     pub fn sweep(&self) -> usize {
         self.with(|t| t.expire(Instant::now()))
@@ -379,6 +385,7 @@ mod tests {
             vec![up.clone()],
             crate::config::ToolNameRule::Strict,
             "__".into(),
+            crate::instance::InstanceId::DEFAULT,
         );
         let s = Duration::from_secs;
         let table = Table::new(capacity, s(60), s(10));

@@ -239,7 +239,7 @@ mod tests {
     use futures_util::StreamExt;
 
     fn id(n: u8) -> SessionId {
-        SessionId::parse(&format!("{n:032x}{n:04x}")).unwrap()
+        SessionId::parse(&format!("edge.{n:032x}{n:04x}")).unwrap()
     }
 
     #[test]

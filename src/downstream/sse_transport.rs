@@ -30,6 +30,7 @@ use super::reply::{self, refuse, Outcome, Refusal};
 use super::sse_driver::Driver;
 use super::sse_links::{Answering, CallPlaces, Event, NotHanded};
 use super::{admission, answered_here, message};
+use crate::instance::InstanceId;
 use crate::protocol::envelope::Body as Parsed;
 use crate::protocol::{self, sse, Message, Outgoing};
 use crate::relay::Relayed;
@@ -91,7 +92,7 @@ pub(super) async fn message(
     bytes: Bytes,
     mut head: Head,
 ) -> Response<Body> {
-    let id = match session_param(query) {
+    let id = match session_param(query, app.instance) {
         Ok(id) => id,
         Err(refused) => return refused.into_response(Value::Null),
     };
@@ -184,8 +185,8 @@ fn refused_on_stream(app: &App, id: &SessionId, rid: Value, e: NotHanded) -> Res
 }
 
 /// The session named by the query's `sessionId`: 400 without one, 404 for
-/// one mcp-edge could not have made.
-fn session_param(query: Option<&str>) -> Result<SessionId, Refusal> {
+/// one this box could not have made (naming the box that did).
+fn session_param(query: Option<&str>, here: InstanceId) -> Result<SessionId, Refusal> {
     let value =
         (query.unwrap_or_default().split('&')).find_map(|pair| pair.strip_prefix("sessionId="));
     let Some(value) = value else {
@@ -196,7 +197,10 @@ fn session_param(query: Option<&str>) -> Result<SessionId, Refusal> {
             why,
         ));
     };
-    SessionId::parse(value).ok_or_else(reply::not_found)
+    super::admission::session_id(Some(value), here).map_err(|other| match other {
+        Some(issued) => reply::elsewhere(issued, here),
+        None => reply::not_found(),
+    })
 }
 
 /// The refusal of a message not handed to its stream: 404, or 429 with

@@ -119,8 +119,29 @@ impl Gateway {
             }
         }
         notify::stopping();
+        if !stopped {
+            self.drain(&mut controls).await;
+        }
         drop(watchdog);
         self.shutdown().await;
+    }
+
+    /// The box leaves its fleet (`server.drain_grace`): `/readyz` answers
+    /// 503 and legacy sessions are told to initialize again
+    /// ([`crate::downstream::App::begin_draining`]) while new connections
+    /// are still served, so a balancer's health check takes the box out
+    /// before it stops listening. A second stop ends the wait.
+    async fn drain(&self, controls: &mut Queue<impl Controls>) {
+        let grace = self.app.server().fleet.drain_grace;
+        self.app.begin_draining();
+        if grace.is_zero() {
+            return;
+        }
+        notify::status(&format!("draining for {grace:?} (server.drain_grace)"));
+        tokio::select! {
+            _ = tokio::time::sleep(grace) => {}
+            _ = controls.stop_requested() => {}
+        }
     }
 
     /// What the watchdog and `STATUS=` read.

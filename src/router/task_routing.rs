@@ -230,6 +230,9 @@ impl Router {
     /// The upstream and upstream task id of gateway task `id`, when it is
     /// `owner`'s and live, and its upstream is still configured.
     fn task_target(&self, id: &TaskId, owner: u64) -> Result<(Arc<Upstream>, Box<str>), RpcError> {
+        if id.instance() != self.tasks.instance() {
+            return Err(tasks::other_box(id, self.tasks.instance()));
+        }
         let entry = (self.tasks)
             .get(id, owner, Instant::now())
             .ok_or_else(tasks::not_found)?;

@@ -63,13 +63,36 @@ fn id_round_trips_and_rejects_garbage() {
     let mut t = Table::new(4, Duration::from_secs(60), Duration::from_secs(60));
     let id = ins(&mut t, 0, Instant::now()).unwrap();
     let h = id.to_header();
-    assert_eq!(h.len(), 36);
+    assert_eq!(h.len(), "edge.".len() + 36);
+    assert!(h.starts_with("edge."), "{h}");
     assert_eq!(SessionId::parse(&h), Some(id));
     assert_eq!(SessionId::parse("nope"), None);
+    assert_eq!(SessionId::parse(&h["edge.".len()..]), None, "no box");
+    let hex = &h["edge.".len()..];
     assert_eq!(
-        SessionId::parse(&h.replace(|c: char| c.is_ascii_digit(), "g")),
+        SessionId::parse(&hex.replace(|c: char| c.is_ascii_digit(), "g")),
         None
     );
+}
+
+#[test]
+fn ids_name_their_box_and_another_box_finds_none_of_them() {
+    let t0 = Instant::now();
+    let e1 = crate::instance::InstanceId::parse("e1").unwrap();
+    let e2 = crate::instance::InstanceId::parse("e2").unwrap();
+    let s = Duration::from_secs(60);
+    let mut one = Table::new(2, s, s).with_instance(e1);
+    let mut two = Table::new(2, s, s).with_instance(e2);
+    let a = ins(&mut one, 0, t0).unwrap();
+    let b = ins(&mut two, 0, t0).unwrap();
+    assert!(a.to_header().starts_with("e1."), "{}", a.to_header());
+    assert_eq!(SessionId::parse(&a.to_header()).unwrap().instance(), e1);
+    // The same slot and secret under another box's name: not found.
+    let moved = a.to_header().replacen("e1.", "e2.", 1);
+    let moved = SessionId::parse(&moved).unwrap();
+    assert!(one.owner(&moved).is_none());
+    assert!(two.owner(&a).is_none());
+    assert!(two.owner(&b).is_some());
 }
 
 #[test]

@@ -52,6 +52,7 @@ async fn records_through_the_app_are_written_by_shutdown() {
         audit.record(Record {
             time: std::time::SystemTime::now(),
             client: None,
+            peer: None,
             session: None,
             method: "tools/call",
             upstream: Some("files".into()),

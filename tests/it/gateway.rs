@@ -43,7 +43,11 @@ async fn version_negotiation_echoes_supported_and_falls_back_to_latest_legacy() 
             "params": {"protocolVersion": asked, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})).await;
         assert_eq!(r.body["result"]["protocolVersion"], got, "asked {asked}");
         let sid = r.header("mcp-session-id").unwrap();
-        assert_eq!(sid.len(), 36);
+        // The box's derived instance id (machine id, listen port), `.`, 36 hex.
+        let (instance, hex) = sid.split_once('.').unwrap();
+        let port = gw.local_addr().port();
+        assert!(instance.ends_with(&format!("-{port}")), "{sid}");
+        assert_eq!(hex.len(), 36, "{sid}");
     }
 }
 

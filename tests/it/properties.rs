@@ -9,13 +9,18 @@
 use crate::support::proptest_check::check;
 use mcp_edge::access::{Access, AuthError, Principal};
 use mcp_edge::config::{Config, ConfigError};
+use mcp_edge::protocol::proxy_header::{self, ProxyHeaderError, Source, MAX_HEADER_BYTES};
 use mcp_edge::protocol::sse::{Decoder, SseError};
 use mcp_edge::protocol::{classify, param_headers, Message, INVALID_REQUEST};
 use mcp_edge::upstream::streamable::{header_safe, parse_retry_after};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 
 // ---- generators ----
 
@@ -493,4 +498,258 @@ fn authorization_header_2048_cases() {
         }
         Ok(())
     });
+}
+
+// ---- the PROXY protocol header (src/protocol/proxy_header.rs) ----
+
+/// v2's 12-byte signature (proxy-protocol.txt section 2.2).
+const PP_V2_SIG: &[u8; 12] = b"\r\n\r\n\0\r\nQUIT\n";
+/// v2 families that name no client address: UNSPEC, UDP4, UDP6, UNIX stream, UNIX datagram.
+const PP_ADDRESS_FREE: [u8; 5] = [0x00, 0x12, 0x22, 0x31, 0x32];
+
+/// A reader of `data` that hands out at most `max` bytes per read.
+struct Chunked<'a> {
+    data: &'a [u8],
+    max: usize,
+}
+
+impl AsyncRead for Chunked<'_> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let n = self.data.len().min(self.max).min(buf.remaining());
+        let (now, later) = self.data.split_at(n);
+        buf.put_slice(now);
+        self.data = later;
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// `read` on `input` (handed out `max` bytes at a time), then the rest of
+/// the reader read back.
+fn pp_read(
+    rt: &tokio::runtime::Runtime,
+    input: &[u8],
+    max: usize,
+) -> (Result<Source, ProxyHeaderError>, Vec<u8>) {
+    rt.block_on(async {
+        let mut r = Chunked { data: input, max };
+        let got = proxy_header::read(&mut r).await;
+        let mut rest = Vec::new();
+        r.read_to_end(&mut rest).await.unwrap();
+        (got, rest)
+    })
+}
+
+fn pp_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+}
+
+/// Well-formed TLVs (type, 2-byte length, value) that fit in `room` bytes.
+fn pp_tlvs(room: usize) -> impl Strategy<Value = Vec<u8>> {
+    let tlv = (any::<u8>(), prop::collection::vec(any::<u8>(), 0..160));
+    prop::collection::vec(tlv, 0..6).prop_map(move |tlvs| {
+        let mut out = Vec::new();
+        for (kind, value) in tlvs {
+            if out.len() + 3 + value.len() > room {
+                break;
+            }
+            let len = u16::try_from(value.len()).unwrap().to_be_bytes();
+            out.extend([kind, len[0], len[1]]);
+            out.extend(value);
+        }
+        out
+    })
+}
+
+/// A valid v1 line and the source it names.
+fn pp_v1() -> impl Strategy<Value = (Vec<u8>, Source)> {
+    let ports = (any::<u16>(), any::<u16>());
+    let v4 = (any::<Ipv4Addr>(), any::<Ipv4Addr>(), ports).prop_map(|(s, d, (p, q))| {
+        let line = format!("PROXY TCP4 {s} {d} {p} {q}\r\n");
+        (
+            line.into_bytes(),
+            Source::Client(SocketAddr::new(s.into(), p)),
+        )
+    });
+    let v6 = (any::<Ipv6Addr>(), any::<Ipv6Addr>(), ports).prop_map(|(s, d, (p, q))| {
+        let line = format!("PROXY TCP6 {s} {d} {p} {q}\r\n");
+        (
+            line.into_bytes(),
+            Source::Client(SocketAddr::new(s.into(), p)),
+        )
+    });
+    let unknown = prop::option::of("[ -~\r]{0,90}").prop_map(|tail| {
+        let tail = tail.map(|t| format!(" {t}")).unwrap_or_default();
+        (
+            format!("PROXY UNKNOWN{tail}\r\n").into_bytes(),
+            Source::Local,
+        )
+    });
+    prop_oneof![v4, v6, unknown]
+}
+
+/// A valid v2 header (TLVs after the address block) and the source it names.
+fn pp_v2() -> impl Strategy<Value = (Vec<u8>, Source)> {
+    let ends = (any::<u16>(), any::<u16>());
+    let v4 = (any::<Ipv4Addr>(), any::<Ipv4Addr>())
+        .prop_map(|(s, d)| (0x11, IpAddr::from(s), [s.octets(), d.octets()].concat()));
+    let v6 = (any::<Ipv6Addr>(), any::<Ipv6Addr>())
+        .prop_map(|(s, d)| (0x21, IpAddr::from(s), [s.octets(), d.octets()].concat()));
+    let proxied = (prop_oneof![v4, v6], ends).prop_map(|((fam, ip, ips), (p, q))| {
+        let block = [&ips[..], &p.to_be_bytes(), &q.to_be_bytes()].concat();
+        (0x21, fam, block, Source::Client(SocketAddr::new(ip, p)))
+    });
+    let free =
+        (prop::sample::select(PP_ADDRESS_FREE.to_vec()), any::<u8>()).prop_map(|(fam, b)| {
+            let len = match fam {
+                0x12 => 12,
+                0x22 => 36,
+                0x31 | 0x32 => 216,
+                _ => 0,
+            };
+            (0x21, fam, vec![b; len], Source::Local)
+        });
+    let local = (any::<u8>(), prop::collection::vec(any::<u8>(), 0..40))
+        .prop_map(|(fam, block)| (0x20, fam, block, Source::Local));
+    let header = prop_oneof![3 => proxied, 1 => free, 1 => local];
+    header.prop_flat_map(|(ver_cmd, fam, block, source)| {
+        pp_tlvs(MAX_HEADER_BYTES - 16 - block.len()).prop_map(move |tlvs| {
+            let len = u16::try_from(block.len() + tlvs.len())
+                .unwrap()
+                .to_be_bytes();
+            let head = [&PP_V2_SIG[..], &[ver_cmd, fam], &len, &block, &tlvs].concat();
+            (head, source)
+        })
+    })
+}
+
+#[test]
+fn proxy_header_any_bytes_2048_cases() {
+    let rt = pp_runtime();
+    let bytes = prop::collection::vec(any::<u8>(), 0..600);
+    let prefixed = |p: &'static [u8]| bytes.clone().prop_map(move |b| [p, &b].concat());
+    let input = prop_oneof![
+        bytes.clone(),
+        prefixed(b"PROXY "),
+        prefixed(b"PROXY TCP4 "),
+        prefixed(b"PROXY UNKNOWN"),
+        prefixed(&PP_V2_SIG[..]),
+        prefixed(b"\r\n\r\n\0\r\nQUIT\n\x21\x11\x00"),
+    ];
+    check(
+        "proxy_header_any_bytes",
+        2048,
+        (input, 1usize..20),
+        |(input, max)| {
+            let (got, rest) = pp_read(&rt, &input, max);
+            let used = input.len() - rest.len();
+            // v1's longest line is 107 bytes.
+            let bound = if input.starts_with(b"PROXY ") {
+                107
+            } else {
+                MAX_HEADER_BYTES
+            };
+            prop_assert!(used <= bound, "read {} bytes", used);
+            prop_assert_eq!(&input[used..], &rest[..]);
+            match got {
+                Ok(source) => {
+                    // What was read is one whole header, and it says the same.
+                    let head = &input[..used];
+                    let again = if head.starts_with(b"PROXY ") {
+                        proxy_header::parse_v1(head)
+                    } else {
+                        let (fixed, block) = head.split_first_chunk::<16>().unwrap();
+                        proxy_header::parse_v2(fixed, block)
+                    };
+                    prop_assert_eq!(again, Ok(source));
+                }
+                Err(ProxyHeaderError::Io(kind)) => {
+                    prop_assert_eq!(kind, std::io::ErrorKind::UnexpectedEof);
+                    prop_assert!(rest.is_empty());
+                }
+                Err(e) => prop_assert!(!e.to_string().is_empty()),
+            }
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn proxy_header_valid_then_trailing_bytes_2048_cases() {
+    let rt = pp_runtime();
+    let trailing = prop::collection::vec(any::<u8>(), 0..64);
+    let input = (prop_oneof![pp_v1(), pp_v2()], trailing, 1usize..40);
+    check(
+        "proxy_header_valid_then_trailing",
+        2048,
+        input,
+        |((header, source), trailing, max)| {
+            prop_assert!(header.len() <= MAX_HEADER_BYTES);
+            let input = [&header[..], &trailing].concat();
+            let (got, rest) = pp_read(&rt, &input, max);
+            prop_assert_eq!(got, Ok(source));
+            prop_assert_eq!(rest, trailing);
+            Ok(())
+        },
+    );
+}
+
+/// What a header with byte `at` (of its signature, version/command or
+/// family) changed may give: the error it must be, or `None` where the
+/// change can leave a valid header (then it must agree with the parser).
+fn pp_changed(v1: bool, header: &[u8], at: usize) -> Option<Result<Source, ProxyHeaderError>> {
+    let (bad_v2, local) = (ProxyHeaderError::BadV2, Some(Ok(Source::Local)));
+    match (v1, at, header.get(12), header.get(13)) {
+        (true, 0..6, ..) | (false, 0..12, ..) => Some(Err(ProxyHeaderError::NotProxy)),
+        (true, ..) => None, // a v1 protocol token: BadV1, checked by the caller
+        (false, _, Some(v), _) if v >> 4 != 2 => Some(Err(bad_v2("the version is not 2"))),
+        (false, _, Some(v), _) if v & 0x0f == 0 => local,
+        (false, _, Some(v), _) if v & 0x0f != 1 => {
+            Some(Err(bad_v2("the command is neither LOCAL nor PROXY")))
+        }
+        (false, _, _, Some(f)) if PP_ADDRESS_FREE.contains(f) => local,
+        (false, _, _, Some(0x11 | 0x21)) => None,
+        _ => Some(Err(bad_v2("an unknown address family or protocol"))),
+    }
+}
+
+#[test]
+fn proxy_header_one_byte_changed_2048_cases() {
+    let rt = pp_runtime();
+    let input = (
+        prop_oneof![pp_v1(), pp_v2()],
+        any::<prop::sample::Index>(),
+        1u8..=255,
+    );
+    check(
+        "proxy_header_one_byte_changed",
+        2048,
+        input,
+        |((mut header, _), at, flip)| {
+            let v1 = header.starts_with(b"PROXY ");
+            let token = header.iter().skip(6).position(|&b| b == b' ' || b == b'\r');
+            let at = at.index(if v1 { 6 + token.unwrap_or(0) } else { 14 });
+            header[at] ^= flip;
+            let input = [&header[..], b"GET / HTTP/1.1\r\n"].concat();
+            let (got, rest) = pp_read(&rt, &input, 7);
+            prop_assert!(input.len() - rest.len() <= MAX_HEADER_BYTES);
+            match (pp_changed(v1, &header, at), &got) {
+                (Some(want), got) => prop_assert_eq!(got, &want),
+                (None, got) if v1 => prop_assert!(matches!(got, Err(ProxyHeaderError::BadV1(_)))),
+                (None, got) => {
+                    let (fixed, block) = header.split_first_chunk::<16>().unwrap();
+                    prop_assert_eq!(got, &proxy_header::parse_v2(fixed, block));
+                }
+            }
+            if got.is_ok() {
+                prop_assert_eq!(&rest[..], b"GET / HTTP/1.1\r\n");
+            }
+            Ok(())
+        },
+    );
 }

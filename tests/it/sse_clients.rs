@@ -215,7 +215,7 @@ async fn posts_need_the_streams_own_client_and_a_well_formed_message() {
     assert_eq!((r.status, r.error_code()), (404, Some(-32600)), "{}", r.raw);
     let (base, _) = old.messages.split_once('?').unwrap();
     let h = [("authorization", old.auth.as_str())];
-    let unknown = format!("{base}?sessionId={}", "0".repeat(36));
+    let unknown = format!("{base}?sessionId=edge.{}", "0".repeat(36));
     let r = request_at("POST", &unknown, &h, &ping.to_string()).await;
     assert_eq!(r.status, 404, "{}", r.raw);
     let r = request_at("POST", base, &h, &ping.to_string()).await;

@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 const KEEPALIVE: Duration = Duration::from_secs(15);
 
 fn session() -> SessionId {
-    SessionId::parse(&format!("{:036x}", 7)).unwrap()
+    SessionId::parse(&format!("edge.{:036x}", 7)).unwrap()
 }
 
 /// A call answering what `answer` is sent, and the stream relaying `tx`'s

@@ -89,20 +89,28 @@ fn altered_or_foreign_states_fail_verification() {
     let table = ParkedCalls::new(1, TTL, t0);
     let id = [3; ID_LEN];
     let state = table.park(running(), asked(), 0, id, t0).ok().unwrap();
-    let b64 = state.strip_prefix(STATE_PREFIX).unwrap();
+    let (instance, b64) = (state.strip_prefix(STATE_PREFIX))
+        .and_then(|s| s.split_once('.'))
+        .unwrap();
+    assert_eq!(instance, "edge");
     let mut raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(b64)
         .unwrap();
     raw[8] ^= 1; // claim another owner
     let forged = format!(
-        "{STATE_PREFIX}{}",
+        "{STATE_PREFIX}{instance}.{}",
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&raw)
     );
     assert_eq!(
         table.resume(&forged, 1, id, t0).err(),
         Some(StateError::Forged)
     );
-    for junk in ["mcp-edge/1.", "mcp-edge/1.!!!", "nonsense"] {
+    for junk in [
+        "mcp-edge/1.",
+        "mcp-edge/1.!!!",
+        "mcp-edge/1.edge.!!!",
+        "nonsense",
+    ] {
         assert_eq!(
             table.resume(junk, 0, id, t0).err(),
             Some(StateError::Malformed)
@@ -136,4 +144,54 @@ fn a_full_table_gives_the_call_back_and_expiry_frees_it() {
     assert_eq!(table.expire(late).len(), 1);
     assert!(table.is_empty());
     assert!(table.park(running(), asked(), 0, id, late).is_ok());
+}
+
+#[test]
+fn a_state_names_its_box_and_a_shared_key_verifies_across_boxes() {
+    use crate::instance::InstanceId;
+    let t0 = Instant::now();
+    let id = [5; ID_LEN];
+    let key = crate::config::Secret::new(vec![7u8; 32]);
+    let e1 = InstanceId::parse("e1").unwrap();
+    let e2 = InstanceId::parse("e2").unwrap();
+    let one = ParkedCalls::new(1, TTL, t0).of_fleet(e1, Some(&key));
+    let state = one.park(running(), asked(), 0, id, t0).ok().unwrap();
+    assert!(state.starts_with("mcp-edge/1.e1."), "{state}");
+    // Another box, with or without the fleet's key: named, not "forged".
+    for key in [Some(&key), None] {
+        let two = ParkedCalls::new(1, TTL, t0).of_fleet(e2, key);
+        let e = two.resume(&state, 0, id, t0).err().unwrap();
+        assert_eq!(
+            e,
+            StateError::OtherBox {
+                issued: e1,
+                here: e2
+            }
+        );
+        assert!(
+            e.to_string().contains("\"e1\"") && e.to_string().contains("\"e2\""),
+            "{e}"
+        );
+    }
+    // The same box restarted with the fleet's key: the state verifies, and
+    // what is missing is said (its call died with the old process).
+    let again = ParkedCalls::new(1, TTL, t0).of_fleet(e1, Some(&key));
+    assert_eq!(
+        again.resume(&state, 0, id, t0).err(),
+        Some(StateError::Unknown)
+    );
+    // Without the fleet's key it could not tell.
+    let alone = ParkedCalls::new(1, TTL, t0).of_fleet(e1, None);
+    assert_eq!(
+        alone.resume(&state, 0, id, t0).err(),
+        Some(StateError::Forged)
+    );
+    // The instance id is signed: renaming the box breaks the tag.
+    let renamed = state.replacen("mcp-edge/1.e1.", "mcp-edge/1.e2.", 1);
+    let two = ParkedCalls::new(1, TTL, t0).of_fleet(e2, Some(&key));
+    assert_eq!(
+        two.resume(&renamed, 0, id, t0).err(),
+        Some(StateError::Forged)
+    );
+    assert_eq!(one.resume(&state, 0, id, t0).ok().map(|_| ()), Some(()));
 }

@@ -1,0 +1,226 @@
+//! `[server]` keys for running several boxes behind one load balancer
+//! (README "Several boxes"): `instance_id`, `state_key_file`,
+//! `proxy_protocol`, `trusted_proxies`, `drain_grace`.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::ctx::{Ctx, Result};
+use super::fields::secret_file;
+use super::toml_raw::RawServer;
+use super::values::duration;
+use super::Secret;
+use crate::instance::InstanceId;
+use crate::limits;
+
+/// The fleet keys of `[server]`, resolved.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Fleet {
+    /// `instance_id`: the prefix of this box's session ids, task ids and
+    /// `requestState`; `None` = derived from the machine id and the bound
+    /// port at start ([`InstanceId::derived`]).
+    pub instance_id: Option<InstanceId>,
+    /// `state_key_file` and the key read from it (its trimmed contents,
+    /// at least [`limits::MIN_STATE_KEY_BYTES`]): signs `requestState`, so
+    /// boxes sharing it verify each other's; `None` = a key drawn at start.
+    pub state_key: Option<(PathBuf, Secret<Vec<u8>>)>,
+    /// `proxy_protocol`: connections from `trusted_proxies` begin with a
+    /// PROXY protocol header (v1 or v2) naming the client.
+    pub proxy_protocol: bool,
+    /// `trusted_proxies`: the load balancers whose word on the client's
+    /// address is taken (PROXY header, or else `X-Forwarded-For`).
+    pub trusted_proxies: Vec<Cidr>,
+    /// `drain_grace`: after SIGTERM, `/readyz` answers 503 and new
+    /// connections are still served for this long.
+    pub drain_grace: Duration,
+}
+
+impl Fleet {
+    /// The defaults: no fleet settings, [`limits::DEFAULT_DRAIN_GRACE`].
+    pub fn new() -> Fleet {
+        Fleet {
+            drain_grace: limits::DEFAULT_DRAIN_GRACE,
+            ..Fleet::default()
+        }
+    }
+
+    /// Whether `ip` is one of `trusted_proxies`.
+    pub fn trusts(&self, ip: IpAddr) -> bool {
+        self.trusted_proxies.iter().any(|c| c.contains(ip))
+    }
+}
+
+/// An address block of `trusted_proxies` (`10.0.0.5/32`, `fd00::/8`; an
+/// address alone is its own block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    addr: IpAddr,
+    bits: u8,
+}
+
+impl Cidr {
+    /// Parses `a.b.c.d[/n]` or `v6[/n]`.
+    pub fn parse(s: &str) -> std::result::Result<Cidr, String> {
+        let (ip, bits) = match s.split_once('/') {
+            Some((ip, n)) => (ip, Some(n)),
+            None => (s, None),
+        };
+        let addr: IpAddr = ip
+            .parse()
+            .map_err(|_| format!("{s:?} is not an IP address or block such as \"10.0.0.5/32\""))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let bits = match bits {
+            None => max,
+            Some(n) => n
+                .parse::<u8>()
+                .ok()
+                .filter(|&n| n <= max)
+                .ok_or_else(|| format!("{s:?}: the prefix length must be 0 to {max}"))?,
+        };
+        Ok(Cidr { addr, bits })
+    }
+
+    /// Whether `ip` is in the block (an IPv4-mapped IPv6 address as its IPv4 one).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        let mask = |max: u32| match u32::from(self.bits) {
+            0 => 0u128,
+            b => u128::MAX << (max - b.min(max)),
+        };
+        match (self.addr, ip) {
+            (IpAddr::V4(a), IpAddr::V4(b)) => {
+                let m = mask(32) as u32;
+                u32::from(a) & m == u32::from(b) & m
+            }
+            (IpAddr::V6(a), IpAddr::V6(b)) => {
+                let m = mask(128);
+                u128::from(a) & m == u128::from(b) & m
+            }
+            _ => false,
+        }
+    }
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.bits)
+    }
+}
+
+/// The fleet keys of `raw`; `check-config` notes a fleet set up without an
+/// explicit `instance_id`.
+pub(super) fn fleet(ctx: &Ctx, raw: &RawServer) -> Result<Fleet> {
+    let instance_id = match raw.instance_id.as_deref() {
+        Some(s) => Some(
+            InstanceId::parse(s)
+                .map_err(|e| ctx.err("server.instance_id", format!("{s:?} {e}")))?,
+        ),
+        None => None,
+    };
+    let state_key = match raw.state_key_file.as_deref() {
+        Some(s) => Some(state_key(ctx, s)?),
+        None => None,
+    };
+    let trusted_proxies = trusted(ctx, raw.trusted_proxies.as_deref())?;
+    let proxy_protocol = raw.proxy_protocol.unwrap_or(false);
+    if proxy_protocol && trusted_proxies.is_empty() {
+        return Err(ctx.err(
+            "server.proxy_protocol",
+            "needs server.trusted_proxies: the load balancers that send the PROXY header",
+        ));
+    }
+    if instance_id.is_none() && (proxy_protocol || !trusted_proxies.is_empty()) {
+        ctx.note(
+            "server.instance_id: not set while server.proxy_protocol or server.trusted_proxies is; \
+             the derived one (machine id and port) is not what a balancer's config names: \
+             set instance_id on each box (README \"Several boxes\")"
+                .into(),
+        );
+    }
+    let drain_grace = duration(
+        ctx,
+        "server.drain_grace",
+        raw.drain_grace.as_ref(),
+        (Duration::ZERO, limits::MAX_DRAIN_GRACE),
+        limits::DEFAULT_DRAIN_GRACE,
+    )?;
+    Ok(Fleet {
+        instance_id,
+        state_key,
+        proxy_protocol,
+        trusted_proxies,
+        drain_grace,
+    })
+}
+
+/// `trusted_proxies`: at most [`limits::MAX_TRUSTED_PROXIES`] blocks.
+fn trusted(ctx: &Ctx, raw: Option<&[String]>) -> Result<Vec<Cidr>> {
+    let raw = raw.unwrap_or_default();
+    let max = limits::MAX_TRUSTED_PROXIES;
+    if raw.len() > max {
+        let m = format!("at most {max} entries (got {})", raw.len());
+        return Err(ctx.err("server.trusted_proxies", m));
+    }
+    (raw.iter().enumerate())
+        .map(|(i, s)| {
+            Cidr::parse(s).map_err(|m| ctx.err(format!("server.trusted_proxies[{i}]"), m))
+        })
+        .collect()
+}
+
+/// `state_key_file`: a secret file whose trimmed contents are the key.
+fn state_key(ctx: &Ctx, s: &str) -> Result<(PathBuf, Secret<Vec<u8>>)> {
+    const KEY: &str = "server.state_key_file";
+    let path = secret_file(ctx, KEY, s)?;
+    let shown = path.display();
+    let bytes =
+        std::fs::read(&path).map_err(|e| ctx.err(KEY, format!("cannot read {shown}: {e}")))?;
+    let key = bytes.trim_ascii();
+    let (min, max) = (limits::MIN_STATE_KEY_BYTES, limits::MAX_STATE_KEY_BYTES);
+    if key.len() < min || key.len() > max {
+        let m = format!(
+            "{shown} holds {} bytes; the key must be {min} to {max} (make one with \
+             `head -c 32 /dev/urandom | base64 > {shown}`, the same file on every box)",
+            key.len()
+        );
+        return Err(ctx.err(KEY, m));
+    }
+    Ok((path, Secret::new(key.to_vec())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cidr;
+
+    #[test]
+    fn blocks_hold_what_their_prefix_says() {
+        let c = Cidr::parse("10.0.0.0/24").unwrap();
+        assert!(c.contains("10.0.0.200".parse().unwrap()));
+        assert!(!c.contains("10.0.1.1".parse().unwrap()));
+        assert!(c.contains("::ffff:10.0.0.7".parse().unwrap()), "mapped");
+        assert!(!c.contains("fd00::1".parse().unwrap()));
+        let one = Cidr::parse("127.0.0.1").unwrap();
+        assert_eq!(one.to_string(), "127.0.0.1/32");
+        assert!(one.contains("127.0.0.1".parse().unwrap()));
+        assert!(!one.contains("127.0.0.2".parse().unwrap()));
+        assert!(Cidr::parse("0.0.0.0/0")
+            .unwrap()
+            .contains("8.8.8.8".parse().unwrap()));
+        let v6 = Cidr::parse("fd00::/8").unwrap();
+        assert!(v6.contains("fd12::1".parse().unwrap()));
+        assert!(!v6.contains("fe80::1".parse().unwrap()));
+        for bad in [
+            "10.0.0.1/33",
+            "fd00::/129",
+            "nope",
+            "10.0.0.1/",
+            "10.0.0.1/-1",
+        ] {
+            assert!(Cidr::parse(bad).is_err(), "{bad}");
+        }
+    }
+}
