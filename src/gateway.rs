@@ -231,11 +231,7 @@ impl Gateway {
         }
         let supervisor = Supervisor::start(owners, persist(&config, &upstreams));
         metrics::gauge!(crate::metrics::SESSIONS_CAPACITY).set(s.session_capacity as f64);
-        let labels = [
-            ("instance", instance.to_string()),
-            ("version", env!("CARGO_PKG_VERSION").into()),
-        ];
-        metrics::gauge!(crate::metrics::INSTANCE_INFO, &labels).set(1.0);
+        instance_info(instance);
         let (shutdown, _) = watch::channel(false);
         let admin_addr = admin.as_ref().and_then(|l| l.local_addr().ok());
         let tasks = root_tasks(&app, listener, (admin, operator), &shutdown);
@@ -360,6 +356,16 @@ impl Gateway {
     pub async fn shutdown(self) {
         self.shutdown_within(crate::limits::SHUTDOWN_GRACE).await;
     }
+}
+
+/// `mcp_edge_instance_info{instance, version} 1`.
+fn instance_info(instance: crate::instance::InstanceId) {
+    let version = env!("CARGO_PKG_VERSION");
+    let labels = [
+        ("instance", instance.to_string()),
+        ("version", version.into()),
+    ];
+    metrics::gauge!(crate::metrics::INSTANCE_INFO, &labels).set(1.0);
 }
 
 async fn bind(

@@ -114,6 +114,33 @@ pub fn elsewhere(what: &str, issued: InstanceId, here: InstanceId) -> (String, s
     (message, data)
 }
 
+/// The text of an id a box hands out for state it holds (a session, a
+/// task) after its prefix: the instance id, `.`, 32 lowercase hex digits
+/// of a secret and 4 of a slot index.
+pub fn write_id(out: &mut String, instance: InstanceId, secret: &[u8; 16], slot: u16) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push_str(instance.as_str());
+    out.push('.');
+    for b in secret.iter().chain(&slot.to_be_bytes()) {
+        out.push(HEX[usize::from(b >> 4)] as char);
+        out.push(HEX[usize::from(b & 0xf)] as char);
+    }
+}
+
+/// Reads what [`write_id`] wrote (of any box); `None` for anything else.
+pub fn read_id(s: &str) -> Option<(InstanceId, [u8; 16], u16)> {
+    let (instance, hex) = InstanceId::split(s)?;
+    if hex.len() != 36 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut secret = [0u8; 16];
+    for (i, b) in secret.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    let slot = u16::from_str_radix(&hex[32..], 16).ok()?;
+    Some((instance, secret, slot))
+}
+
 /// A character an instance id may hold.
 fn is_id_char(c: char) -> bool {
     c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'

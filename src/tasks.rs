@@ -35,6 +35,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
 
+mod task_id;
+pub use task_id::TaskId;
+
 /// The extension identifier (§Extension Identifier).
 pub const EXTENSION: &str = "io.modelcontextprotocol/tasks";
 
@@ -181,53 +184,6 @@ pub fn poll_interval(task: &Value) -> Duration {
         .map(Duration::from_millis)
         .unwrap_or(limits::TASK_POLL_DEFAULT)
         .clamp(limits::TASK_POLL_MIN, limits::TASK_POLL_MAX)
-}
-
-/// A gateway task id as a caller sees it: `task-`, the box's instance id
-/// ([`crate::instance`]), `.`, 36 lowercase hex digits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct TaskId {
-    instance: InstanceId,
-    secret: [u8; 16],
-    slot: u16,
-}
-
-const PREFIX: &str = "task-";
-
-impl TaskId {
-    /// The wire form.
-    pub fn to_wire(&self) -> String {
-        let mut s = format!("{PREFIX}{}.", self.instance);
-        for b in self.secret {
-            s.push_str(&format!("{b:02x}"));
-        }
-        s.push_str(&format!("{:04x}", self.slot));
-        s
-    }
-
-    /// Parses a caller's `taskId`; `None` for anything [`TaskId::to_wire`]
-    /// (of any box) did not produce.
-    pub fn parse(s: &str) -> Option<TaskId> {
-        let (instance, hex) = InstanceId::split(s.strip_prefix(PREFIX)?)?;
-        if hex.len() != 36 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return None;
-        }
-        let mut secret = [0u8; 16];
-        for (i, b) in secret.iter_mut().enumerate() {
-            *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
-        }
-        let slot = u16::from_str_radix(&hex[32..], 16).ok()?;
-        Some(TaskId {
-            instance,
-            secret,
-            slot,
-        })
-    }
-
-    /// The box that handed it out.
-    pub fn instance(&self) -> InstanceId {
-        self.instance
-    }
 }
 
 /// What the table keeps of one task.

@@ -33,7 +33,7 @@ pub(super) fn server() -> ServerConfig {
         admin_socket: None,
         tls: None,
         allow_unauthenticated: false,
-        fleet: super::fleet::Fleet::new(),
+        fleet: Default::default(),
     }
 }
 

@@ -15,7 +15,7 @@ use crate::instance::InstanceId;
 use crate::limits;
 
 /// The fleet keys of `[server]`, resolved.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Fleet {
     /// `instance_id`: the prefix of this box's session ids, task ids and
     /// `requestState`; `None` = derived from the machine id and the bound
@@ -36,15 +36,20 @@ pub struct Fleet {
     pub drain_grace: Duration,
 }
 
-impl Fleet {
-    /// The defaults: no fleet settings, [`limits::DEFAULT_DRAIN_GRACE`].
-    pub fn new() -> Fleet {
+impl Default for Fleet {
+    /// No fleet settings, [`limits::DEFAULT_DRAIN_GRACE`].
+    fn default() -> Fleet {
         Fleet {
+            instance_id: None,
+            state_key: None,
+            proxy_protocol: false,
+            trusted_proxies: Vec::new(),
             drain_grace: limits::DEFAULT_DRAIN_GRACE,
-            ..Fleet::default()
         }
     }
+}
 
+impl Fleet {
     /// Whether `ip` is one of `trusted_proxies`.
     pub fn trusts(&self, ip: IpAddr) -> bool {
         self.trusted_proxies.iter().any(|c| c.contains(ip))
@@ -157,6 +162,37 @@ pub(super) fn fleet(ctx: &Ctx, raw: &RawServer) -> Result<Fleet> {
     })
 }
 
+/// The fleet keys as `check-config` prints them (TOML that loads back).
+pub(super) fn printed(f: &Fleet) -> String {
+    let quote = |s: &str| toml::Value::String(s.to_owned()).to_string();
+    let mut o = String::new();
+    match f.instance_id {
+        Some(i) => o.push_str(&format!("instance_id = {}\n", quote(i.as_str()))),
+        None => o.push_str(
+            "# instance_id: not set (derived at start from the machine id and the listen port)\n",
+        ),
+    }
+    match &f.state_key {
+        Some((p, _)) => o.push_str(&format!(
+            "state_key_file = {}\n",
+            quote(&p.display().to_string())
+        )),
+        None => o.push_str(
+            "# state_key_file: not set (requestState is signed with a key drawn at start)\n",
+        ),
+    }
+    let proxies: Vec<String> = f
+        .trusted_proxies
+        .iter()
+        .map(|c| quote(&c.to_string()))
+        .collect();
+    o.push_str(&format!("proxy_protocol = {}\n", f.proxy_protocol));
+    o.push_str(&format!("trusted_proxies = [{}]\n", proxies.join(", ")));
+    let grace = humantime::format_duration(f.drain_grace).to_string();
+    o.push_str(&format!("drain_grace = {}\n", quote(&grace)));
+    o
+}
+
 /// `trusted_proxies`: at most [`limits::MAX_TRUSTED_PROXIES`] blocks.
 fn trusted(ctx: &Ctx, raw: Option<&[String]>) -> Result<Vec<Cidr>> {
     let raw = raw.unwrap_or_default();
@@ -195,6 +231,90 @@ fn state_key(ctx: &Ctx, s: &str) -> Result<(PathBuf, Secret<Vec<u8>>)> {
 #[cfg(test)]
 mod tests {
     use super::Cidr;
+    use crate::config::Config;
+    use std::path::Path;
+
+    fn load(server: &str) -> Result<Config, crate::config::ConfigError> {
+        let text =
+            format!("[server]\n{server}\n[[upstream]]\nname = \"edge\"\ntransport = \"builtin\"\n");
+        Config::from_toml_str(&text, Path::new("t.toml"))
+    }
+
+    #[test]
+    fn each_bad_key_is_named() {
+        for (server, key) in [
+            ("instance_id = \"E1\"", "server.instance_id"),
+            ("instance_id = \"\"", "server.instance_id"),
+            ("instance_id = \"abcdefghijklmnopq\"", "server.instance_id"),
+            ("proxy_protocol = true", "server.proxy_protocol"),
+            (
+                "trusted_proxies = [\"10.0.0.1\", \"nope\"]",
+                "server.trusted_proxies[1]",
+            ),
+            ("drain_grace = \"off\"", "server.drain_grace"),
+            ("drain_grace = \"6m\"", "server.drain_grace"),
+            (
+                "state_key_file = \"/nonexistent/key\"",
+                "server.state_key_file",
+            ),
+        ] {
+            let e = load(server).unwrap_err();
+            assert_eq!(e.key(), Some(key), "{server}: {e}");
+        }
+        let many = (0..65)
+            .map(|i| format!("\"10.0.0.{i}\""))
+            .collect::<Vec<_>>()
+            .join(",");
+        let e = load(&format!("trusted_proxies = [{many}]")).unwrap_err();
+        assert_eq!(e.key(), Some("server.trusted_proxies"), "{e}");
+    }
+
+    #[test]
+    fn a_fleet_without_instance_ids_is_noted_and_defaults_hold() {
+        let c = load("trusted_proxies = [\"10.0.0.5/32\"]").unwrap();
+        assert!(
+            c.notes.iter().any(|n| n.starts_with("server.instance_id:")),
+            "{:?}",
+            c.notes
+        );
+        let f = &c.server.fleet;
+        assert_eq!((f.instance_id, f.proxy_protocol), (None, false));
+        assert_eq!(f.drain_grace, crate::limits::DEFAULT_DRAIN_GRACE);
+        assert!(f.trusts("10.0.0.5".parse().unwrap()) && !f.trusts("10.0.0.6".parse().unwrap()));
+        let c =
+            load("instance_id = \"e1\"\nproxy_protocol = true\ntrusted_proxies = [\"10.0.0.5\"]")
+                .unwrap();
+        assert!(!c.notes.iter().any(|n| n.starts_with("server.instance_id:")));
+        assert_eq!(
+            c.server.fleet.instance_id.map(|i| i.to_string()),
+            Some("e1".into())
+        );
+        // As check-config prints them: the same keys load back.
+        let printed = super::printed(&c.server.fleet);
+        assert!(
+            printed.contains("trusted_proxies = [\"10.0.0.5/32\"]"),
+            "{printed}"
+        );
+        let again = load(&printed).unwrap();
+        assert_eq!(again.server.fleet, c.server.fleet, "{printed}");
+    }
+
+    #[test]
+    fn the_state_key_file_is_a_secret_of_at_least_32_bytes() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("state.key");
+        std::fs::write(&p, "short\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let e = load(&format!("state_key_file = {p:?}")).unwrap_err();
+        assert_eq!(e.key(), Some("server.state_key_file"));
+        assert!(e.to_string().contains("5 bytes"), "{e}");
+        std::fs::write(&p, format!("{}\n", "k".repeat(44))).unwrap();
+        let c = load(&format!("state_key_file = {p:?}")).unwrap();
+        let (path, key) = c.server.fleet.state_key.as_ref().unwrap();
+        assert_eq!((path, key.expose().len()), (&p, 44), "trimmed");
+        assert_eq!(format!("{key:?}"), "***");
+    }
 
     #[test]
     fn blocks_hold_what_their_prefix_says() {

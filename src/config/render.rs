@@ -102,6 +102,7 @@ fn server(o: &mut String, s: &ServerConfig) {
         "allow_unauthenticated",
         s.allow_unauthenticated.to_string(),
     );
+    o.push_str(&super::fleet::printed(&s.fleet));
 }
 
 /// One `[[client]]` table; a token only as its digest (not a secret).

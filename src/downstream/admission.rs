@@ -198,7 +198,7 @@ pub(super) fn session_id(
 fn stopping<B>(req: &Request<B>) -> Response<Body> {
     crate::metrics::refused("stopping");
     let session = req.headers().contains_key("mcp-session-id")
-        || req.uri().path() == super::sse_transport::MESSAGES_PATH;
+        || (req.uri().query()).is_some_and(|q| q.contains("sessionId="));
     if session {
         let why = "Session not found: this mcp-edge is stopping; initialize again";
         return refuse(StatusCode::NOT_FOUND, protocol::INVALID_REQUEST, why)

@@ -21,31 +21,15 @@ impl SessionId {
     /// The header value (the instance id, `.`, lowercase hex: 32 secret
     /// digits + 4 slot digits).
     pub fn to_header(&self) -> String {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let instance = self.instance.as_str();
-        let mut s = String::with_capacity(instance.len() + 1 + HEX_LEN);
-        s.push_str(instance);
-        s.push('.');
-        let slot = self.slot.to_be_bytes();
-        for b in self.secret.iter().chain(&slot) {
-            s.push(HEX[usize::from(b >> 4)] as char);
-            s.push(HEX[usize::from(b & 0xf)] as char);
-        }
+        let mut s = String::with_capacity(self.instance.as_str().len() + 1 + HEX_LEN);
+        crate::instance::write_id(&mut s, self.instance, &self.secret, self.slot);
         s
     }
 
     /// Parses a header value; `None` for anything not produced by
     /// [`SessionId::to_header`] (of any box).
     pub fn parse(s: &str) -> Option<SessionId> {
-        let (instance, s) = InstanceId::split(s)?;
-        if s.len() != HEX_LEN || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return None;
-        }
-        let mut secret = [0u8; 16];
-        for (i, b) in secret.iter_mut().enumerate() {
-            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
-        }
-        let slot = u16::from_str_radix(&s[32..], 16).ok()?;
+        let (instance, secret, slot) = crate::instance::read_id(s)?;
         Some(SessionId {
             instance,
             secret,

@@ -19,6 +19,7 @@ mod config;
 mod connections;
 mod cors;
 mod eras;
+mod fleet;
 mod gateway;
 mod heap;
 mod interop;

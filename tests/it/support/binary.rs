@@ -140,15 +140,23 @@ impl Running {
         let rc = unsafe { libc::kill(self.pid(), libc::SIGTERM) };
         assert_eq!(rc, 0, "SIGTERM: {}", std::io::Error::last_os_error());
         let log = self.log.clone();
+        let pid = self.pid();
         let child = &mut self.child;
         eventually_sync(
             "the gateway's exit after SIGTERM",
             Duration::from_secs(60),
             || {
-                child
-                    .try_wait()
-                    .unwrap()
-                    .ok_or_else(|| std::fs::read_to_string(&log).unwrap_or_default())
+                let exited = child.try_wait().unwrap();
+                if exited.is_none()
+                    && std::fs::read_to_string(&log)
+                        .unwrap_or_default()
+                        .contains("draining")
+                {
+                    // A second SIGTERM cuts the drain short (`server.drain_grace`).
+                    // SAFETY: kill(2) on our own child's pid.
+                    unsafe { libc::kill(pid, libc::SIGTERM) };
+                }
+                exited.ok_or_else(|| std::fs::read_to_string(&log).unwrap_or_default())
             },
         )
         .await

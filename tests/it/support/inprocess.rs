@@ -69,9 +69,12 @@ impl InProcess {
         self.app.last_reload()
     }
 
-    /// Stops it as `SIGTERM` would, waiting (up to 30 s) for the end.
+    /// Stops it as `SIGTERM` would, waiting (up to 30 s) for the end; a
+    /// second stop cuts the drain short (`server.drain_grace`), as a second
+    /// `SIGTERM` does (both are ignored by a gateway already past them).
     pub async fn stop(self) {
-        self.controls.send(Control::Stop).await.unwrap();
+        let _ = self.controls.send(Control::Stop).await;
+        let _ = self.controls.send(Control::Stop).await;
         tokio::time::timeout(Duration::from_secs(30), self.served)
             .await
             .expect("serve ends on Control::Stop")
