@@ -348,6 +348,10 @@ pub const RUNTIME_WORKERS: usize = 0;
 /// How long start-up and a reload wait for upstreams' first attempts before
 /// `READY=1` (and `/readyz`).
 pub const START_BUDGET: Duration = Duration::from_secs(30);
+/// How long stopping waits for the watchdog pinger thread: 1 s (it sleeps
+/// half a watchdog period at a time and wakes at once when told; only a
+/// send blocked on a notify socket nobody reads takes longer).
+pub const WATCHDOG_STOP_GRACE: Duration = Duration::from_secs(1);
 /// How long calls in flight and listen streams' closing responses may take
 /// at shutdown before the upstreams are stopped anyway.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -522,3 +526,10 @@ pub const MAX_TRUSTED_PROXIES: usize = 64;
 /// Time a trusted proxy has to send its PROXY protocol header after
 /// connecting (the request head's own timeout follows): 10 s.
 pub const PROXY_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// With `proxy_protocol`, a connection from anyone else whose first bytes
+/// are only the start of a PROXY signature is looked at again after this
+/// pause, doubling up to [`PROXY_PEEK_PAUSE_MAX`] (within
+/// [`PROXY_HEADER_TIMEOUT`]): 5 ms.
+pub const PROXY_PEEK_PAUSE: Duration = Duration::from_millis(5);
+/// The longest pause between those looks: 500 ms.
+pub const PROXY_PEEK_PAUSE_MAX: Duration = Duration::from_millis(500);

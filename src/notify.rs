@@ -107,6 +107,8 @@ impl Default for Heartbeat {
 /// (`mcp_edge_watchdog_withheld_total`). Dropping the handle stops it.
 pub struct Watchdog {
     stop: Option<std::sync::mpsc::Sender<()>>,
+    /// Disconnected when the thread has returned.
+    done: Option<std::sync::mpsc::Receiver<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -115,10 +117,12 @@ impl Watchdog {
     /// ([`watchdog_period`]); `heartbeat` is beaten by a task on the runtime.
     pub fn start(health: Arc<dyn Health>, heartbeat: Heartbeat, period: Duration) -> Watchdog {
         let (stop, stop_rx) = std::sync::mpsc::channel::<()>();
+        let (done_tx, done) = std::sync::mpsc::channel::<()>();
         #[allow(clippy::disallowed_methods)] // the watchdog pinger thread, owned by Watchdog
         let thread = std::thread::Builder::new()
             .name("mcp-edge-watchdog".into())
             .spawn(move || {
+                let _done = done_tx;
                 let mut was_withheld = false;
                 // The sleep is the wait for the stop signal (sent or dropped).
                 while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
@@ -131,6 +135,7 @@ impl Watchdog {
             .expect("spawning the watchdog thread");
         Watchdog {
             stop: Some(stop),
+            done: Some(done),
             thread: Some(thread),
         }
     }
@@ -174,10 +179,25 @@ fn ping_or_withhold(health: &dyn Health, why: Option<String>, was_withheld: bool
 }
 
 impl Drop for Watchdog {
+    /// Stops the pinger and waits for it, at most
+    /// [`crate::limits::WATCHDOG_STOP_GRACE`]: a notify socket nobody reads
+    /// (a full queue blocks the pinger's send) never holds up a shutdown;
+    /// a pinger still blocked then is left to the process's exit.
     fn drop(&mut self) {
         drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
+        let Some(t) = self.thread.take() else {
+            return;
+        };
+        // The thread drops its end of `done` as it returns.
+        let ended = (self.done.take())
+            .map(|d| d.recv_timeout(crate::limits::WATCHDOG_STOP_GRACE))
+            .is_none_or(|r| r == Err(std::sync::mpsc::RecvTimeoutError::Disconnected));
+        if ended {
             let _ = t.join();
+        } else {
+            tracing::warn!(
+                "the watchdog pinger is blocked sending to the notify socket; leaving it"
+            );
         }
     }
 }

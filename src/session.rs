@@ -417,10 +417,13 @@ impl Table {
         }
         s.busy -= 1;
         s.last_seen = now;
-        match (s.busy, s.ending) {
-            (0, true) => self.release(i, Removal::Drained),
-            (0, false) => self.push_tail(i),
-            _ => {}
+        if s.busy == 0 {
+            let ending = s.ending;
+            // Back in the list first: `release` unlinks what it finds there.
+            self.push_tail(i);
+            if ending {
+                self.release(i, Removal::Drained);
+            }
         }
     }
 

@@ -64,9 +64,29 @@ pub struct Cidr {
     bits: u8,
 }
 
+/// Why a `trusted_proxies` entry is no address block.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CidrError(String);
+
 impl Cidr {
-    /// Parses `a.b.c.d[/n]` or `v6[/n]`.
-    pub fn parse(s: &str) -> std::result::Result<Cidr, String> {
+    /// Parses `a.b.c.d[/n]` or `v6[/n]` (an IPv4-mapped IPv6 block as the
+    /// IPv4 block it maps).
+    pub fn parse(s: &str) -> std::result::Result<Cidr, CidrError> {
+        let c = Self::parse_as_written(s).map_err(CidrError)?;
+        Ok(match c.addr {
+            IpAddr::V6(v6) if c.bits >= 96 => match v6.to_ipv4_mapped() {
+                Some(v4) => Cidr {
+                    addr: IpAddr::V4(v4),
+                    bits: c.bits - 96,
+                },
+                None => c,
+            },
+            _ => c,
+        })
+    }
+
+    fn parse_as_written(s: &str) -> std::result::Result<Cidr, String> {
         let (ip, bits) = match s.split_once('/') {
             Some((ip, n)) => (ip, Some(n)),
             None => (s, None),
@@ -138,11 +158,13 @@ pub(super) fn fleet(ctx: &Ctx, raw: &RawServer) -> Result<Fleet> {
             "needs server.trusted_proxies: the load balancers that send the PROXY header",
         ));
     }
-    if instance_id.is_none() && (proxy_protocol || !trusted_proxies.is_empty()) {
+    let fleet = proxy_protocol || !trusted_proxies.is_empty() || state_key.is_some();
+    if instance_id.is_none() && fleet {
         ctx.note(
-            "server.instance_id: not set while server.proxy_protocol or server.trusted_proxies is; \
-             the derived one (machine id and port) is not what a balancer's config names: \
-             set instance_id on each box (README \"Several boxes\")"
+            "server.instance_id: not set while server.proxy_protocol, server.trusted_proxies \
+             or server.state_key_file is; the derived one (machine id and port) is not what a \
+             balancer's config names, and boxes cloned from one image share it: set \
+             instance_id on each box (README \"Several boxes\")"
                 .into(),
         );
     }
@@ -203,7 +225,8 @@ fn trusted(ctx: &Ctx, raw: Option<&[String]>) -> Result<Vec<Cidr>> {
     }
     (raw.iter().enumerate())
         .map(|(i, s)| {
-            Cidr::parse(s).map_err(|m| ctx.err(format!("server.trusted_proxies[{i}]"), m))
+            Cidr::parse(s)
+                .map_err(|m| ctx.err(format!("server.trusted_proxies[{i}]"), m.to_string()))
         })
         .collect()
 }
@@ -330,6 +353,9 @@ mod tests {
         assert!(Cidr::parse("0.0.0.0/0")
             .unwrap()
             .contains("8.8.8.8".parse().unwrap()));
+        let mapped = Cidr::parse("::ffff:10.0.0.0/104").unwrap();
+        assert_eq!(mapped.to_string(), "10.0.0.0/8");
+        assert!(mapped.contains("10.1.2.3".parse().unwrap()));
         let v6 = Cidr::parse("fd00::/8").unwrap();
         assert!(v6.contains("fd12::1".parse().unwrap()));
         assert!(!v6.contains("fe80::1".parse().unwrap()));

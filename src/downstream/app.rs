@@ -68,7 +68,7 @@ impl Peer {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.rsplit(',').next())
             .and_then(|a| a.trim().parse().ok());
-        last.unwrap_or(own)
+        last.map_or(own, |a: std::net::IpAddr| a.to_canonical())
     }
 }
 
@@ -206,8 +206,9 @@ impl App {
     /// The box is leaving its fleet (SIGTERM): `/readyz` answers 503 from
     /// now, so a balancer's health check takes it out while it still
     /// serves (`server.drain_grace`), and every legacy session open now is
-    /// told to initialize again ([`crate::session::Table::drain`]): its
-    /// next request is answered 404, after what it runs finishes.
+    /// told to initialize again ([`crate::session::Table::drain`]): an idle
+    /// one ends now (its next request is answered 404); one with requests
+    /// in flight is still served until the last of them ends, then ends.
     pub fn begin_draining(&self) {
         self.draining
             .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -248,7 +249,10 @@ impl App {
     }
 
     /// The gateway starts shutting down: listen streams send their closing
-    /// response and end.
+    /// response and end; requests that reach admission from now on are
+    /// refused (`admission::stopping`), and those already past it are
+    /// counted in [`App::in_flight`] from the door (`endpoint::handle`),
+    /// so the shutdown's wait covers them.
     pub fn begin_stopping(&self) {
         self.stopping.send_replace(true);
         // Sessions opened while draining are told too.

@@ -91,6 +91,11 @@ where
     B: hyper::body::Body<Data = bytes::Bytes> + Unpin,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    // Counted from the door: shutdown sets `stopping` (which admission
+    // reads) before it waits for this count, so a request either is
+    // refused at the door or is waited for ([`App::begin_stopping`]).
+    let door = app.clone();
+    let _door = door.in_flight.enter();
     let entry = admission::head(&app, &req);
     let origin = req.headers().get(http::header::ORIGIN).cloned();
     let tracker = req.extensions().get::<receiving::Tracker>().cloned();

@@ -12,7 +12,10 @@
 //! refused naming the box that holds its call), then base64url (no padding) of 40 bytes —
 //! slot (u32 LE), generation (u32), owner mark (u64: the `[[client]]`
 //! credential's mark, 0 when anonymous), expiry (u64, milliseconds since the
-//! table was made), identity (16 bytes: SHA-256 of method, NUL, name or uri)
+//! table was made), the table's incarnation (u64, random at start: a state
+//! of an earlier process under the same instance id and fleet key names
+//! no call here, whatever its slot), identity (16 bytes: SHA-256 of method,
+//! NUL, name or uri)
 //! — then their HMAC-SHA256, over the instance id and those bytes, under
 //! `[server] state_key_file`'s key (shared by a fleet) or one drawn at
 //! start-up (32 bytes).
@@ -39,7 +42,7 @@ pub const STATE_PREFIX: &str = "mcp-edge/1.";
 /// Length of the identity digest kept in a state.
 pub(super) const ID_LEN: usize = 16;
 /// Signed part of a state: slot, generation, owner, expiry, identity.
-const BODY_LEN: usize = 4 + 4 + 8 + 8 + ID_LEN;
+const BODY_LEN: usize = 4 + 4 + 8 + 8 + 8 + ID_LEN;
 /// HMAC-SHA256 tag length.
 const TAG_LEN: usize = 32;
 
@@ -120,6 +123,8 @@ pub struct ParkedCalls {
     key: Option<hmac::Key>,
     /// The box whose states these are ([`ParkedCalls::of_fleet`]).
     instance: InstanceId,
+    /// Random at start: this process's states only.
+    incarnation: u64,
     epoch: Instant,
     ttl: Duration,
 }
@@ -145,6 +150,7 @@ impl ParkedCalls {
             .into_boxed_slice();
         ParkedCalls {
             slots: Mutex::new(slots),
+            incarnation: incarnation(),
             key,
             instance: InstanceId::DEFAULT,
             epoch: now,
@@ -229,7 +235,8 @@ impl ParkedCalls {
         body[4..8].copy_from_slice(&s.generation.to_le_bytes());
         body[8..16].copy_from_slice(&owner.to_le_bytes());
         body[16..24].copy_from_slice(&ms.to_le_bytes());
-        body[24..].copy_from_slice(&id);
+        body[24..32].copy_from_slice(&self.incarnation.to_le_bytes());
+        body[32..].copy_from_slice(&id);
         let tag = self.tag(key, &body);
         let mut raw = body.to_vec();
         raw.extend_from_slice(tag.as_ref());
@@ -274,7 +281,10 @@ impl ParkedCalls {
         if word(8..16) != owner {
             return Err(StateError::OtherCaller);
         }
-        if body[24..] != id {
+        if word(24..32) != self.incarnation {
+            return Err(StateError::Unknown);
+        }
+        if body[32..] != id {
             return Err(StateError::OtherRequest);
         }
         if now >= self.epoch + Duration::from_millis(word(16..24)) {
@@ -305,6 +315,15 @@ impl ParkedCalls {
         }
         out
     }
+}
+
+/// A random number for this process's table (not from the key: the body
+/// of a state is readable).
+fn incarnation() -> u64 {
+    let mut n = [0u8; 8];
+    // Without randomness there is no key either, and nothing is parked.
+    let _ = getrandom::fill(&mut n);
+    u64::from_le_bytes(n)
 }
 
 #[cfg(test)]

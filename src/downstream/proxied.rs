@@ -16,9 +16,6 @@ use tokio::net::TcpStream;
 /// The first bytes of a v2 header and of a v1 one.
 const V2_SIGNATURE: &[u8] = b"\r\n\r\n\0\r\nQUIT\n";
 const V1_SIGNATURE: &[u8] = b"PROXY ";
-/// How long to wait between looks at a connection whose first bytes are
-/// only the start of a signature (a client sending byte by byte).
-const PEEK_PAUSE: Duration = Duration::from_millis(5);
 
 /// Why a connection was refused before its first request.
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +73,9 @@ pub(super) async fn client_of(
 /// looked at without reading them.
 async fn starts_with_header(stream: &TcpStream) -> bool {
     let mut buf = [0u8; 12];
+    // A client sending its first bytes one at a time is looked at again
+    // after a pause that doubles (the whole wait is bounded by the caller).
+    let mut pause = crate::limits::PROXY_PEEK_PAUSE;
     loop {
         let n = match stream.peek(&mut buf).await {
             Ok(0) | Err(_) => return false,
@@ -83,8 +83,9 @@ async fn starts_with_header(stream: &TcpStream) -> bool {
         };
         match signature(&buf[..n]) {
             Some(is) => return is,
-            None => tokio::time::sleep(PEEK_PAUSE).await,
+            None => tokio::time::sleep(pause).await,
         }
+        pause = (pause * 2).min(crate::limits::PROXY_PEEK_PAUSE_MAX);
     }
 }
 

@@ -374,3 +374,35 @@ fn a_client_at_its_share_replaces_its_own_idle_session_beside_kept_slots() {
     assert_eq!(next.evicted, Some(mine[0]), "its own, idle 60 s");
     assert_eq!(t.len(), 4, "the two kept slots stay free");
 }
+
+#[test]
+fn a_drain_ends_busy_sessions_after_their_last_request_and_keeps_the_lists_whole() {
+    let t0 = Instant::now();
+    let s = Duration::from_secs(60);
+    let mut t = Table::new(4, s, s);
+    let idle = ins(&mut t, 0, t0).unwrap();
+    let busy = ins(&mut t, 0, t0).unwrap();
+    assert!(t.begin_request(&busy) && t.begin_request(&busy));
+    assert_eq!(t.drain(), 1, "the idle one at once");
+    assert!(t.owner(&idle).is_none());
+    t.end_request(&busy, t0);
+    assert!(t.owner(&busy).is_some(), "one request still runs");
+    t.end_request(&busy, t0);
+    assert!(t.owner(&busy).is_none(), "ended with its last request");
+    let ended: Vec<_> = t.take_ended().collect();
+    assert!(
+        ended.iter().all(|(_, why)| *why == Removal::Drained),
+        "{ended:?}"
+    );
+    // Sessions opened after the drain are not touched, and the table still
+    // fills to its capacity and evicts in order (lists intact).
+    let fresh: Vec<_> = (0..4).map(|_| ins(&mut t, 0, t0).unwrap()).collect();
+    assert_eq!(t.len(), 4);
+    assert!(fresh.iter().all(|id| t.owner(id).is_some()));
+    let later = t0 + s * 2;
+    assert!(
+        ins(&mut t, 0, later).is_ok(),
+        "the oldest expired one makes room"
+    );
+    assert_eq!(t.len(), 4);
+}

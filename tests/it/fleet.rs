@@ -133,7 +133,7 @@ async fn ids_name_their_box_and_another_boxs_are_refused_naming_both() {
         r.raw
     );
     assert_eq!(r.body["error"]["data"]["here"], "e1", "{}", r.raw);
-    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode([0u8; 72]);
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode([0u8; 80]);
     let params = json!({"name": "edge__uptime", "arguments": {},
         "requestState": format!("mcp-edge/1.e3.{b64}"), "inputResponses": {}});
     let r = modern(addr, json!(4), "tools/call", params).await;

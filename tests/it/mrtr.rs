@@ -262,9 +262,10 @@ async fn tampered_or_misdirected_states_are_invalid_params_and_leave_the_call_pa
     let caps: Value = serde_json::from_str(ALL_CAPS).unwrap();
     let r1 = modern_call(addr, 1, "a__interview", caps.clone(), json!({}), &[]).await;
     let (k, _, state) = asked(&r1);
-    // One character changed inside the signed part.
+    // One character changed inside the signed part (after the box's
+    // instance id and its `.`; base64url has no `.`).
     let mut bytes = state.clone().into_bytes();
-    let i = "mcp-edge/1.".len() + 3;
+    let i = state.rfind('.').unwrap() + 4;
     bytes[i] = if bytes[i] == b'A' { b'B' } else { b'A' };
     let tampered = String::from_utf8(bytes).unwrap();
     let r = modern_call(
