@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ARM stage (tests/run_all.sh stage 5; also runs alone: bash tests/arm.sh). No container engine needed.
+# ARM stage (tests/run_all.sh stage 6; also runs alone: bash tests/arm.sh). No container engine needed.
 #   1. installs what is missing: Debian's cross gcc + qemu-user (apt-get, root), the three rustup targets,
 #      pinned ziglang + cargo-zigbuild (PyPI wheels) in the git-ignored venv tests/.arm-tools/venv
 #   2. aarch64-unknown-linux-gnu: the test suite (cargo nextest, test profile) under qemu-aarch64 through the

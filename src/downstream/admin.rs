@@ -423,21 +423,8 @@ pub(super) async fn route(
         },
         (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n", "text/plain"),
         (&Method::GET, "/readyz") => {
-            if app.is_draining() {
-                text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "draining: this box is stopping (SIGTERM); send new work elsewhere\n",
-                    "text/plain",
-                )
-            } else if app.ready.load(Ordering::Relaxed) {
-                text(StatusCode::OK, "ready\n", "text/plain")
-            } else {
-                text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "starting: upstreams not settled yet\n",
-                    "text/plain",
-                )
-            }
+            let (status, why) = app.readiness();
+            text(status, why, "text/plain")
         }
         (&Method::GET, "/status") => text(
             StatusCode::OK,

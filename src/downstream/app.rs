@@ -218,6 +218,22 @@ impl App {
         );
     }
 
+    /// What `GET /readyz` answers (on the admin listener and on `listen`):
+    /// 200 once every upstream settled its first attempt, 503 before that
+    /// and from SIGTERM on.
+    pub(super) fn readiness(&self) -> (http::StatusCode, &'static str) {
+        use http::StatusCode;
+        if self.is_draining() {
+            let why = "draining: this box is stopping (SIGTERM); send new work elsewhere\n";
+            (StatusCode::SERVICE_UNAVAILABLE, why)
+        } else if self.is_ready() {
+            (StatusCode::OK, "ready\n")
+        } else {
+            let why = "starting: upstreams not settled yet\n";
+            (StatusCode::SERVICE_UNAVAILABLE, why)
+        }
+    }
+
     /// Whether [`App::begin_draining`] was called.
     pub fn is_draining(&self) -> bool {
         self.draining.load(std::sync::atomic::Ordering::Relaxed)

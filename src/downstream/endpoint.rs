@@ -50,12 +50,34 @@ pub(super) fn service(
             let Ok(busy) = conn_of(&req).enter(receiving, None) else {
                 return Ok(closed());
             };
-            let path = req.uri().path();
-            let e = format!("no such path {path}; the MCP endpoint is /mcp (/sse for the 2024-11-05 HTTP+SSE transport)");
-            let resp = reply::json(StatusCode::NOT_FOUND, &json!({ "error": e }));
-            Ok(unmark(Some(busy), resp))
+            Ok(unmark(Some(busy), elsewhere(&app, &req)))
         }
     })
+}
+
+/// A request for another path than the MCP endpoints: `GET /readyz` and
+/// `GET /healthz` as on the admin listener, for a balancer or a kubelet
+/// that cannot reach the loopback-only admin listener (no credentials, no
+/// `Host` check: they tell nothing but a word), else 404.
+fn elsewhere<B>(app: &App, req: &Request<B>) -> Response<Body> {
+    let text = |status, body: &'static str| {
+        let mut r = Response::new(reply::full(bytes::Bytes::from_static(body.as_bytes())));
+        *r.status_mut() = status;
+        let plain = http::HeaderValue::from_static("text/plain");
+        r.headers_mut().insert(http::header::CONTENT_TYPE, plain);
+        r
+    };
+    match (req.method(), req.uri().path()) {
+        (&Method::GET, "/readyz") => {
+            let (status, why) = app.readiness();
+            text(status, why)
+        }
+        (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),
+        (_, path) => {
+            let e = format!("no such path {path}; the MCP endpoint is /mcp (/sse for the 2024-11-05 HTTP+SSE transport)");
+            reply::json(StatusCode::NOT_FOUND, &json!({ "error": e }))
+        }
+    }
 }
 
 /// The connection's tracker [`service`] put on a request.

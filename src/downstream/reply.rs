@@ -392,7 +392,7 @@ pub(super) fn not_found() -> Refusal {
 /// box): as "Session not found", so the client initializes again, with
 /// both boxes named.
 pub(super) fn elsewhere(issued: InstanceId, here: InstanceId) -> Refusal {
-    let (why, data) = crate::instance::elsewhere("Session not found: Mcp-Session-Id", issued, here);
+    let (why, data) = crate::instance::elsewhere("Session not found: the session id", issued, here);
     Refusal(
         StatusCode::NOT_FOUND,
         RpcError::new(protocol::INVALID_REQUEST, why).with_data(data),

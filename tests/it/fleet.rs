@@ -317,7 +317,7 @@ async fn sigterm_drains_then_refuses_what_comes_after() {
     let dir = tempfile::tempdir().unwrap();
     let (gw, admin) = served(dir.path(), "5m").await;
     let addr = gw.addr;
-    assert_eq!(readyz(admin).await, 200);
+    assert_eq!((readyz(admin).await, readyz(addr).await), (200, 200));
     let idle = legacy_session(addr, "2025-11-25").await;
     let busy = legacy_session(addr, "2025-11-25").await;
     // A slow call in flight on `busy` when SIGTERM comes.
