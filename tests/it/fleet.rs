@@ -306,8 +306,24 @@ async fn served(dir: &Path, drain_grace: &str) -> (support::inprocess::InProcess
     )
 }
 
-async fn readyz(admin: SocketAddr) -> u16 {
-    request_at("GET", &format!("http://{admin}/readyz"), &[], "")
+/// Sends the first stop (SIGTERM) once the slow call runs at its upstream.
+async fn stop_once_called(gw: &support::inprocess::InProcess) {
+    eventually(
+        "the slow call at its upstream",
+        Duration::from_secs(10),
+        || async { gw.app.router().upstreams()[0].active_calls() > 0 },
+    )
+    .await;
+    gw.controls
+        .send(mcp_edge::gateway::Control::Stop)
+        .await
+        .unwrap();
+}
+
+/// `GET /readyz`'s status, on the admin listener or on `listen` (for a
+/// balancer or kubelet off the box: no credentials, no `Host` check).
+async fn readyz(at: SocketAddr) -> u16 {
+    request_at("GET", &format!("http://{at}/readyz"), &[], "")
         .await
         .status
 }
@@ -325,20 +341,12 @@ async fn sigterm_drains_then_refuses_what_comes_after() {
     let slow = support::call(addr, &busy, json!(9), "tools/call", args);
     let drained = mcp_edge::metrics::read(mcp_edge::metrics::SESSIONS_EVICTED, "reason=\"drain\"");
     let meanwhile = async {
-        eventually(
-            "the slow call in flight",
-            Duration::from_secs(10),
-            || async { gw.app.in_flight().active() > 0 },
-        )
-        .await;
-        gw.controls
-            .send(mcp_edge::gateway::Control::Stop)
-            .await
-            .unwrap();
+        stop_once_called(&gw).await;
         eventually("/readyz 503", Duration::from_secs(10), || async {
             readyz(admin).await == 503
         })
         .await;
+        assert_eq!(readyz(addr).await, 503, "on listen too");
         // The idle session is told to initialize again at once.
         let r = support::call(addr, &idle, json!(1), "tools/list", json!({})).await;
         assert_eq!(r.status, 404, "{}", r.raw);
@@ -380,16 +388,7 @@ async fn after_the_drain_a_kept_connection_is_refused_what_a_balancer_can_resend
     let args = json!({"name": "slow__slow_echo", "arguments": {"text": "done", "ms": 3000}});
     let slow = modern(addr, json!(9), "tools/call", args);
     let meanwhile = async {
-        eventually(
-            "the slow call in flight",
-            Duration::from_secs(10),
-            || async { gw.app.in_flight().active() > 0 },
-        )
-        .await;
-        gw.controls
-            .send(mcp_edge::gateway::Control::Stop)
-            .await
-            .unwrap();
+        stop_once_called(&gw).await;
         // The drain grace is zero: shutdown begins at once and new
         // connections are no longer taken.
         eventually("the listener closed", Duration::from_secs(10), || async {
