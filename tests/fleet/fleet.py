@@ -5,16 +5,20 @@ real MCP clients. Run by tests/fleet/fleet.sh with tests/interop/.venv1's Python
 usage: fleet.py --bin MCP_EDGE --out DIR
 
 Checks (each prints its figures; any failed expectation makes the exit code 1):
-  a  HAProxy + PROXY v2: legacy sessions of the Python SDK 1.30 and the TypeScript SDK land on the
-     box their id names (its audit: session legacy:<box>.<8 hex>, peer = the client's own 127.0.0.X);
-     max_connections_per_peer applies to the client's address behind HAProxy
+  a  HAProxy + PROXY v2: its health checks reach /readyz on each box's listen port with a PROXY v2
+     header (check-send-proxy; none refused by a box); legacy sessions of the Python SDK 1.30 and
+     the TypeScript SDK land on the box their id names (its audit: session legacy:<box>.<8 hex>,
+     peer = the client's own 127.0.0.X); max_connections_per_peer applies to the client's address
+     behind HAProxy
   d  MRTR with affinity: a modern Python SDK 2.3 caller's rounds (requestState) against a legacy
      upstream that asks mid-call all complete through HAProxy (balance hdr(Authorization)); a
      round, a session id and a task id sent straight to another box get the JSON-RPC error whose
      data is {"reason": "other_instance", "instance": <issuer>, "here": <that box>}
   b  rolling restart under load: 20 legacy sessions (SDK 1.30) and modern callers (SDK 2.3) call
-     rec__record with unique nonces while each box in turn gets SIGTERM, exits by itself, starts
-     again and is UP in HAProxy; no modern call fails, legacy calls succeed or are answered 404
+     rec__record with unique nonces while each box in turn gets SIGTERM (/readyz 503 at once on
+     the admin and the listen port; HAProxy takes it out by its data-port check, L7STS 503, within
+     drain_grace), exits by itself, starts again and is UP in HAProxy; no modern call fails,
+     legacy calls succeed or are answered 404
      (then the client initializes again), every nonce answered ok is in the upstream log once,
      every nonce answered 404 never
   c  nginx + X-Forwarded-For: the same legacy routing, the audit's peer from X-Forwarded-For
@@ -50,6 +54,7 @@ BOXES = ("e1", "e2", "e3")
 DRAIN_GRACE = 3.0
 EXIT_LIMIT = DRAIN_GRACE + 12.0  # drain_grace + in-flight calls + shutdown grace, with room
 N_TOKENS = 8
+PROBE_FROM = 7  # 127.0.0.7: the test's own GETs of a box's listen port (no box trusts it: plain HTTP)
 
 T0 = time.monotonic()
 FIGURES: list[tuple[str, str, str]] = []
@@ -217,6 +222,18 @@ paths_ro = {ro}
         r = await self.admin_get("/readyz")
         return r.status_code if r is not None else None
 
+    async def data_get(self, path: str) -> httpx.Response | None:
+        """GET on the listen port, as a balancer or kubelet that is not a trusted proxy would."""
+        try:
+            async with httpx.AsyncClient(timeout=2, transport=httpx.AsyncHTTPTransport(local_address=addr(PROBE_FROM))) as c:
+                return await c.get(f"http://127.0.0.1:{self.port}{path}")
+        except httpx.HTTPError:
+            return None
+
+    async def data_readyz(self) -> int | None:
+        r = await self.data_get("/readyz")
+        return r.status_code if r is not None else None
+
     async def wait_ready(self, timeout: float = 30) -> bool:
         """/readyz 200 and the upstream connected."""
         deadline = time.monotonic() + timeout
@@ -317,12 +334,16 @@ class HAProxy:
         text = (ROOT / "docs" / "fleet" / "haproxy.cfg").read_text()
         subs = [("bind :8080", f"bind 127.0.0.1:{self.port}"), ("/run/haproxy/admin.sock", str(self.sock))]
         for i, b in enumerate(fleet.boxes.values()):
-            subs.append((f"server {b.name} 10.0.0.1{i + 1}:8737 send-proxy-v2 check port 9090",
-                         f"server {b.name} 127.0.0.1:{b.port} send-proxy-v2 check port {b.admin}"))
+            # Only the address: the server line's options (send-proxy-v2 check check-send-proxy)
+            # are the file's.
+            subs.append((f"    server {b.name} 10.0.0.1{i + 1}:8737 ", f"    server {b.name} 127.0.0.1:{b.port} "))
         for old, new in subs:
             if text.count(old) != 1:
                 raise RuntimeError(f"docs/fleet/haproxy.cfg: expected {old!r} once, found it {text.count(old)} times")
             text = text.replace(old, new)
+        left = [l for l in text.splitlines() if not l.lstrip().startswith("#") and re.search(r"10\.0\.0\.|:9090|\bport \d", l)]
+        if left:
+            raise RuntimeError(f"docs/fleet/haproxy.cfg: addresses or check ports the test does not replace: {left}")
         self.cfg.write_text(text)
         self.url = f"http://127.0.0.1:{self.port}/mcp"
 
@@ -347,8 +368,9 @@ class HAProxy:
                 chunks.append(c)
         return b"".join(chunks).decode()
 
-    def states(self) -> dict[str, str]:
-        """Each server's status in `show stat` (UP, DOWN, MAINT, "UP 1/2", ...)."""
+    def rows(self) -> dict[str, dict[str, str]]:
+        """Each server's row in `show stat` (status: UP, DOWN, MAINT, "UP 1/2", ...; check_status:
+        L7OK, L7STS, L4CON, ...; check_code: the HTTP status of the last check)."""
         try:
             text = self.command("show stat")
         except OSError:
@@ -361,8 +383,19 @@ class HAProxy:
         for line in lines[1:]:
             row = dict(zip(head, line.split(",")))
             if row.get("pxname") == "edge" and row.get("svname") in BOXES:
-                out[row["svname"]] = row.get("status", "")
+                out[row["svname"]] = row
         return out
+
+    def states(self) -> dict[str, str]:
+        return {k: row.get("status", "") for k, row in self.rows().items()}
+
+    def servers_state(self) -> dict[str, dict[str, str]]:
+        """Each server's row in `show servers state edge` (srv_port, srv_check_port: 0 when the
+        check goes to the server's own port, srv_check_addr, ...)."""
+        lines = [l for l in self.command("show servers state edge").splitlines() if l.strip()]
+        head = next((l[2:].split() for l in lines if l.startswith("# ")), [])
+        rows = [dict(zip(head, l.split())) for l in lines if not l.startswith("#") and len(l.split()) == len(head)]
+        return {r["srv_name"]: r for r in rows if r.get("srv_name") in BOXES}
 
     async def wait_state(self, want: dict[str, str], timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -497,8 +530,37 @@ async def modern_post(url: str, local: str, token: str | None, body: dict[str, A
 # ---------------------------------------------------------------------------------------- check a
 
 
+async def check_health(fleet: Fleet, ha: HAProxy) -> None:
+    """HAProxy's health checks are GETs of /readyz on each box's listen port with a PROXY v2
+    (LOCAL) header: every box UP by an L7OK 200 check, no box refused a connection of HAProxy's
+    for its header; the same /readyz and /healthz answer 200 to a GET from an untrusted address
+    (plain HTTP, as a kubelet sends)."""
+    C = "a health"
+    await asyncio.sleep(2.5)  # not ordering: a few more checks (inter 1s) before they are read
+    rows = ha.rows()
+    servers = ha.servers_state()
+    seen = []
+    for b in fleet.boxes.values():
+        row = rows.get(b.name, {})
+        last = f"{row.get('check_status')} {row.get('check_code')}"
+        expect(row.get("status") == "UP" and last == "L7OK 200", f"{C}: HAProxy's check of {b.name}: {row.get('status')}, last {last!r}")
+        s = servers.get(b.name, {})
+        to = (s.get("srv_check_addr", "-") if s.get("srv_check_addr", "-") != "-" else "127.0.0.1") + ":" + \
+            (s.get("srv_check_port", "?") if s.get("srv_check_port", "0") != "0" else s.get("srv_port", "?"))
+        expect(to == f"127.0.0.1:{b.port}", f"{C}: HAProxy checks {b.name} at {to}, not its listen port {b.port}: {s}")
+        refused = await b.metric("mcp_edge_refused_total", 'limit="proxy_header"')
+        expect(refused == 0, f"{C}: {b.name} refused {refused:g} connection(s) from HAProxy for their PROXY header")
+        direct = [await b.data_get(p) for p in ("/readyz", "/healthz")]
+        codes = [r.status_code if r is not None else None for r in direct]
+        expect(codes == [200, 200], f"{C}: {b.name}'s listen port, GET /readyz and /healthz from {addr(PROBE_FROM)}: {codes}")
+        seen.append(f"{b.name} {row.get('status')} {last} at {'listen port' if to == f'127.0.0.1:{b.port}' else to} "
+                    f"(chkfail {row.get('chkfail')}), proxy_header refused {refused:g}, direct {'/'.join(str(c) for c in codes)}")
+    figure(C, "HAProxy's checks: GET /readyz on the listen port with check-send-proxy", "; ".join(seen))
+
+
 async def check_a(fleet: Fleet, ha: HAProxy, tokens: list[str]) -> None:
     C = "a haproxy"
+    await check_health(fleet, ha)
     placed: collections.Counter = collections.Counter()
     for i in range(6):
         local, nonces = addr(20 + i), [f"a-py{i}-{k}" for k in range(3)]
@@ -695,25 +757,47 @@ async def check_wrong_box(fleet: Fleet, token: str) -> None:
 # ---------------------------------------------------------------------------------------- check b
 
 
+DRAINS: list[str] = []  # each drained restart's data-port /readyz and HAProxy DOWN, for the figures
+
+
 async def restart(C: str, ha: HAProxy, box: Box, note: str = "") -> str:
-    """SIGTERM, /readyz 503 at once, HAProxy takes the box out, it exits by itself (code 0),
-    starts again with its config, ready, and UP in HAProxy."""
+    """SIGTERM, /readyz 503 at once (on the admin and on the listen port), HAProxy takes the box
+    out by its data-port check within drain_grace, it exits by itself (code 0), starts again with
+    its config, ready, and UP in HAProxy."""
     t = time.monotonic()
     box.proc.send_signal(signal.SIGTERM)
-    not_ready = None
-    while time.monotonic() - t < 2 and box.alive():
-        if await box.readyz() == 503:
-            not_ready = time.monotonic() - t
-            break
+    not_ready = data_not_ready = None
+    while time.monotonic() - t < 2 and box.alive() and (not_ready is None or data_not_ready is None):
+        admin, data = await asyncio.gather(box.readyz(), box.data_readyz())
+        now = time.monotonic() - t
+        if not_ready is None and admin == 503:
+            not_ready = now
+        if data_not_ready is None and data == 503:
+            data_not_ready = now
         await asyncio.sleep(0.02)  # not ordering: poll interval
     if not note:
         expect(not_ready is not None, f"{C}: {box.name}'s /readyz did not answer 503 within 2 s of SIGTERM")
-    down = None
-    while box.alive() and time.monotonic() - t < EXIT_LIMIT:
-        if down is None and ha.states().get(box.name, "").startswith("DOWN"):
-            down = time.monotonic() - t
+        expect(data_not_ready is not None, f"{C}: {box.name}'s /readyz on its listen port did not answer 503 within 2 s of SIGTERM")
+    # Until it exited and HAProxy has it DOWN (after the exit, for a box that closed its listener
+    # at once: drain_grace 0).
+    down = exited = None
+    why = ""
+    while time.monotonic() - t < EXIT_LIMIT and (exited is None or down is None):
+        now = time.monotonic() - t
+        if exited is None and not box.alive():
+            exited = now
+        if down is None:
+            row = ha.rows().get(box.name, {})
+            if row.get("status", "").startswith("DOWN"):
+                down = now
+                why = f"{row.get('check_status')} {row.get('check_code')}"
         await asyncio.sleep(0.05)  # not ordering: poll interval
-    exited = time.monotonic() - t
+    if not note:
+        expect(down is not None and down < DRAIN_GRACE and why == "L7STS 503",
+               f"{C}: HAProxy did not take {box.name} out by its check of /readyz on the listen port within drain_grace "
+               f"({DRAIN_GRACE:g} s): DOWN at {down}, last check {why!r}")
+    if exited is None:
+        exited = time.monotonic() - t
     if not expect(not box.alive(), f"{C}: {box.name} still running {EXIT_LIMIT:g} s after SIGTERM:\n{tail(box.log)}"):
         box.proc.kill()
         box.proc.wait()
@@ -724,8 +808,10 @@ async def restart(C: str, ha: HAProxy, box: Box, note: str = "") -> str:
     expect(await ha.wait_state({box.name: "UP"}, 15), f"{C}: HAProxy does not see {box.name} UP again: {ha.states()}")
     back = time.monotonic() - t
     fmt = lambda x: "-" if x is None else f"{x:.1f}s"  # noqa: E731
-    line = (f"{box.name}{' (' + note + ')' if note else ''}: /readyz 503 at {fmt(not_ready)}, DOWN in HAProxy at {fmt(down)}, "
-            f"exited at {exited:.1f}s (code {code}), UP again at {back:.1f}s")
+    line = (f"{box.name}{' (' + note + ')' if note else ''}: /readyz 503 at {fmt(not_ready)} (admin), {fmt(data_not_ready)} (listen), "
+            f"DOWN in HAProxy at {fmt(down)} ({why or '-'}), exited at {exited:.1f}s (code {code}), UP again at {back:.1f}s")
+    if not note:
+        DRAINS.append(f"{box.name} {fmt(data_not_ready)}/{fmt(down)} {why}")
     say(f"{C}: {line}")
     return line
 
@@ -848,6 +934,7 @@ async def check_b(fleet: Fleet, ha: HAProxy, tokens: list[str], out: Path) -> No
     expect(not M["client_errors"], f"{C}: modern clients broke: {M['client_errors'][:5]}")
     for k, line in enumerate(restarts, 1):
         figure(C, f"restart {k}", line)
+    figure(C, f"listen port /readyz 503 / HAProxy DOWN (its check) after SIGTERM, drain_grace {DRAIN_GRACE:g}s", ", ".join(DRAINS))
     retried, redispatched, answered_404 = haproxy_post_stats(ha.log.read_text(errors="replace").splitlines()[log_start:])
     figure(C, "POSTs answered 404 during the restarts, by box (HAProxy's log)", " ".join(f"{k}={v}" for k, v in sorted(answered_404.items())) or "none")
     figure(C, "POSTs HAProxy retried (redispatched) during the restarts", f"{retried} ({redispatched})")

@@ -3,11 +3,13 @@
 # HAProxy with docs/fleet/haproxy.cfg (PROXY protocol v2) and behind Debian's nginx with
 # docs/fleet/nginx.conf (X-Forwarded-For), driven by the pinned real MCP clients of tests/interop
 # (Python SDK 1.30 legacy sessions, Python SDK 2.3 modern 2026-07-28 callers, the TypeScript SDK).
-# Checks (tests/fleet/fleet.py): a) legacy sessions land on the box their id names, the audit's peer
-# is the client's own address, a per-peer limit applies to it; d) MRTR rounds with affinity by
+# Checks (tests/fleet/fleet.py): a) HAProxy's health checks reach /readyz on each box's listen port
+# (check-send-proxy), legacy sessions land on the box their id names, the audit's peer is the
+# client's own address, a per-peer limit applies to it; d) MRTR rounds with affinity by
 # Authorization, and the "other_instance" error straight at another box; b) a rolling restart under
-# load loses no modern call and sends no call upstream twice; c) the same routing through nginx,
-# peer from X-Forwarded-For. Prints a table of figures; exit non-zero on any failure.
+# load loses no modern call and sends no call upstream twice, each leaving box's listen-port /readyz
+# answers 503 and HAProxy takes it out within drain_grace; c) the same routing through nginx, peer
+# from X-Forwarded-For. Prints a table of figures; exit non-zero on any failure.
 # Needs haproxy and nginx (Debian: apt-get install haproxy nginx-light; .ci/run does) and the peers
 # of tests/interop/setup.sh (run here; fast when present). Logs: tests/fleet/out/ (git-ignored).
 # Env: MCP_EDGE_BIN  the binary to test (default: built here with cargo build --release).
@@ -46,7 +48,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# docs/fleet/k8s.yaml: parsed, and its rendered config checked (no cluster here).
+# docs/fleet/k8s.yaml: parsed, its probes and grace checked, its rendered config served and probed as
+# kubelet would (no cluster here).
 K8S_PY=python3
 python3 -c 'import yaml' >/dev/null 2>&1 || ! [ -x /usr/bin/python3 ] || K8S_PY=/usr/bin/python3
 k8s_rc=0
