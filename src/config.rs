@@ -30,6 +30,7 @@
 //! admin_listen = "127.0.0.1:9737"               # admin IP:port (default; port 0 when listen's is 0) or "off"
 //! state_directory = "/var/lib/mcp-edge"         # optional absolute path, default $STATE_DIRECTORY
 //! admin_socket = "/run/mcp-edge/admin.sock"     # operator socket (0600) or "off"; default $RUNTIME_DIRECTORY/admin.sock, else <state_directory>/admin.sock
+//! # instance_id, proxy_protocol, trusted_proxies, state_key_file, drain_grace: several boxes (config::fleet, config::network)
 //!
 //! [watchdog]                                    # whole section optional
 //! required_grace = "5m"                         # humantime, 1s..=24h: how long a required upstream may be down

@@ -103,6 +103,11 @@ impl Cidr {
                 .filter(|&n| n <= max)
                 .ok_or_else(|| format!("{s:?}: the prefix length must be 0 to {max}"))?,
         };
+        // Host bits cleared: the block as it is matched (and printed).
+        let addr = match addr {
+            IpAddr::V4(a) => IpAddr::V4((u32::from(a) & mask(bits, 32) as u32).into()),
+            IpAddr::V6(a) => IpAddr::V6((u128::from(a) & mask(bits, 128)).into()),
+        };
         Ok(Cidr { addr, bits })
     }
 
@@ -112,21 +117,25 @@ impl Cidr {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
             v4 => v4,
         };
-        let mask = |max: u32| match u32::from(self.bits) {
-            0 => 0u128,
-            b => u128::MAX << (max - b.min(max)),
-        };
         match (self.addr, ip) {
             (IpAddr::V4(a), IpAddr::V4(b)) => {
-                let m = mask(32) as u32;
+                let m = mask(self.bits, 32) as u32;
                 u32::from(a) & m == u32::from(b) & m
             }
             (IpAddr::V6(a), IpAddr::V6(b)) => {
-                let m = mask(128);
+                let m = mask(self.bits, 128);
                 u128::from(a) & m == u128::from(b) & m
             }
             _ => false,
         }
+    }
+}
+
+/// The mask of a `bits`-long prefix of a `max`-bit address (low bits).
+fn mask(bits: u8, max: u32) -> u128 {
+    match u32::from(bits).min(max) {
+        0 => 0,
+        b => (u128::MAX << (128 - b)) >> (128 - max),
     }
 }
 
@@ -225,6 +234,12 @@ fn trusted(ctx: &Ctx, raw: Option<&[String]>) -> Result<Vec<Cidr>> {
     }
     (raw.iter().enumerate())
         .map(|(i, s)| {
+            let key = format!("server.trusted_proxies[{i}]");
+            if let Some(c) = Cidr::parse(s).ok().filter(|c| c.bits == 0) {
+                ctx.note(format!(
+                    "{key}: {c} trusts every address: anyone may name its own client address"
+                ));
+            }
             Cidr::parse(s)
                 .map_err(|m| ctx.err(format!("server.trusted_proxies[{i}]"), m.to_string()))
         })
@@ -346,6 +361,11 @@ mod tests {
         assert!(!c.contains("10.0.1.1".parse().unwrap()));
         assert!(c.contains("::ffff:10.0.0.7".parse().unwrap()), "mapped");
         assert!(!c.contains("fd00::1".parse().unwrap()));
+        assert_eq!(
+            Cidr::parse("127.0.0.5/24").unwrap().to_string(),
+            "127.0.0.0/24"
+        );
+        assert_eq!(Cidr::parse("fd00::1/8").unwrap().to_string(), "fd00::/8");
         let one = Cidr::parse("127.0.0.1").unwrap();
         assert_eq!(one.to_string(), "127.0.0.1/32");
         assert!(one.contains("127.0.0.1".parse().unwrap()));

@@ -19,6 +19,11 @@
 //! tls_client_ca = "/etc/mcp-edge/tls/clients.pem" # optional, needs tls_cert: mTLS, a client certificate is required
 //! allow_unauthenticated = false                   # true: a non-loopback listen without any [[client]]
 //! admin_listen = "127.0.0.1:9737"                 # must be a loopback address (the admin API has no authentication)
+//! instance_id = "e1"                              # 1..=16 of [a-z0-9-]; default: machine id + listen port (config::fleet)
+//! proxy_protocol = false                          # true: connections from trusted_proxies begin with a PROXY v1/v2 header
+//! trusted_proxies = ["10.0.0.5/32"]               # balancers whose PROXY header / X-Forwarded-For names the client; <= 64
+//! state_key_file = "/etc/mcp-edge/state.key"      # 32..=1024 bytes, the same file on every box: signs requestState
+//! drain_grace = "5s"                              # 0s..=5m (default 5s): after SIGTERM, /readyz 503 while still serving
 //!
 //! [[client]]                                      # 0..=limits::MAX_CLIENTS of these
 //! name = "build-agent"                            # required, 1..=32 of [A-Za-z0-9_-], unique

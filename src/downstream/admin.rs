@@ -131,7 +131,8 @@ pub fn status_for(app: &App, tails: bool) -> Value {
     json!({
         "version": env!("CARGO_PKG_VERSION"),
         "instance": app.instance.as_str(),
-        "ready": app.ready.load(Ordering::Relaxed),
+        // As `/readyz` says: not while draining.
+        "ready": app.ready.load(Ordering::Relaxed) && !app.is_draining(),
         "draining": app.is_draining(),
         "sessions": {"active": active, "capacity": capacity},
         "heap": {

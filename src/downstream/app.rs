@@ -60,7 +60,7 @@ impl Peer {
         fleet: &crate::config::fleet::Fleet,
         headers: &http::HeaderMap,
     ) -> std::net::IpAddr {
-        let own = self.addr.ip();
+        let own = self.addr.ip().to_canonical();
         if fleet.proxy_protocol || !fleet.trusts(own) {
             return own;
         }

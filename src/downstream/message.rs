@@ -50,6 +50,12 @@ pub(super) async fn one(
     stream_ok: bool,
     request_bytes: usize,
 ) -> Result<Outcome, (Value, Refusal)> {
+    if !matches!(msg, Message::Request { .. }) {
+        // An answer or notification naming another box's session (or no
+        // session id at all) is refused as a request would be: 404, so it
+        // is not dropped unseen (a balancer that sent it to the wrong box).
+        head.session().map_err(|refused| (Value::Null, refused))?;
+    }
     let request = match msg {
         Message::Response { id, outcome } => {
             relayed_answer(app, head, id, outcome).await;

@@ -123,6 +123,9 @@ pub struct ParkedCalls {
     key: Option<hmac::Key>,
     /// The box whose states these are ([`ParkedCalls::of_fleet`]).
     instance: InstanceId,
+    /// The key is the fleet's (`server.state_key_file`): another box's
+    /// states verify here.
+    shared: bool,
     /// Random at start: this process's states only.
     incarnation: u64,
     epoch: Instant,
@@ -153,6 +156,7 @@ impl ParkedCalls {
             incarnation: incarnation(),
             key,
             instance: InstanceId::DEFAULT,
+            shared: false,
             epoch: now,
             ttl,
         }
@@ -165,14 +169,15 @@ impl ParkedCalls {
         self.instance = instance;
         if let Some(k) = key {
             self.key = Some(hmac::Key::new(hmac::HMAC_SHA256, k.expose()));
+            self.shared = true;
         }
         self
     }
 
-    /// The signature of `body` by this box.
-    fn tag(&self, key: &hmac::Key, body: &[u8]) -> hmac::Tag {
+    /// The signature of `body` by box `instance`.
+    fn tag(key: &hmac::Key, instance: InstanceId, body: &[u8]) -> hmac::Tag {
         let mut ctx = hmac::Context::with_key(key);
-        ctx.update(self.instance.as_str().as_bytes());
+        ctx.update(instance.as_str().as_bytes());
         ctx.update(b".");
         ctx.update(body);
         ctx.sign()
@@ -237,7 +242,7 @@ impl ParkedCalls {
         body[16..24].copy_from_slice(&ms.to_le_bytes());
         body[24..32].copy_from_slice(&self.incarnation.to_le_bytes());
         body[32..].copy_from_slice(&id);
-        let tag = self.tag(key, &body);
+        let tag = Self::tag(key, self.instance, &body);
         let mut raw = body.to_vec();
         raw.extend_from_slice(tag.as_ref());
         let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw);
@@ -263,14 +268,19 @@ impl ParkedCalls {
             .ok())
         .filter(|r| r.len() == BODY_LEN + TAG_LEN)
         .ok_or(StateError::Malformed)?;
+        let (body, tag) = raw.split_at(BODY_LEN);
+        // With the fleet's key another box's state verifies here, so the
+        // box it names is known to have issued it; without, it is named
+        // unverified (only that box could serve it anyway).
+        if issued == self.instance || self.shared {
+            let ok: bool = Self::tag(key, issued, body).as_ref().ct_eq(tag).into();
+            if !ok {
+                return Err(StateError::Forged);
+            }
+        }
         if issued != self.instance {
             let here = self.instance;
             return Err(StateError::OtherBox { issued, here });
-        }
-        let (body, tag) = raw.split_at(BODY_LEN);
-        let ok: bool = self.tag(key, body).as_ref().ct_eq(tag).into();
-        if !ok {
-            return Err(StateError::Forged);
         }
         let word = |r: std::ops::Range<usize>| {
             let mut b = [0u8; 8];

@@ -112,6 +112,20 @@ async fn ids_name_their_box_and_another_boxs_are_refused_naming_both() {
             .status,
         200
     );
+    // An answer or a notification for another box's session: 404 too,
+    // not accepted and dropped unseen.
+    for msg in [
+        json!({"jsonrpc": "2.0", "id": "x", "result": {}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}),
+    ] {
+        let r = post(addr, &[("mcp-session-id", &moved)], &msg).await;
+        assert_eq!(r.status, 404, "{}", r.raw);
+        assert_eq!(
+            r.body["error"]["data"]["reason"], "other_instance",
+            "{}",
+            r.raw
+        );
+    }
     // A task id and a requestState of another box: the same words.
     let task = format!("task-e2.{}", "0".repeat(36));
     let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",

@@ -193,5 +193,15 @@ fn a_state_names_its_box_and_a_shared_key_verifies_across_boxes() {
         two.resume(&renamed, 0, id, t0).err(),
         Some(StateError::Forged)
     );
+    // Another box's name on it: a box with the fleet's key sees the tag
+    // break; one without can only name the box the state claims.
+    let claimed = state.replacen("mcp-edge/1.e1.", "mcp-edge/1.e3.", 1);
+    assert_eq!(
+        two.resume(&claimed, 0, id, t0).err(),
+        Some(StateError::Forged)
+    );
+    let keyless = ParkedCalls::new(1, TTL, t0).of_fleet(e2, None);
+    let e = keyless.resume(&claimed, 0, id, t0).err();
+    assert!(matches!(e, Some(StateError::OtherBox { .. })), "{e:?}");
     assert_eq!(one.resume(&state, 0, id, t0).ok().map(|_| ()), Some(()));
 }
