@@ -450,3 +450,50 @@ async fn answer(s: &mut TcpStream, req: &[u8]) -> String {
         .unwrap();
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
+
+/// A call waiting for its client's answer (a sampling request relayed to
+/// it) when SIGTERM comes: the answer still reaches the draining box, the
+/// call finishes, and only then is its session told to initialize again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_waiting_for_its_clients_answer_finishes_in_the_drain() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gw, admin) = served(dir.path(), "5m").await;
+    let addr = gw.addr;
+    let sid = support::legacy_session_with(addr, "2025-11-25", json!({"sampling": {}})).await;
+    let call = json!({"jsonrpc": "2.0", "id": "c1", "method": "tools/call",
+        "params": {"name": "slow__ask", "arguments": {"question": "2+2?"}}});
+    let h = [("mcp-session-id", sid.as_str())];
+    let mut rx = support::sse::open("POST", addr, &h, &call.to_string()).await;
+    let req = rx.recv().await.expect("the relayed request").data;
+    assert_eq!(req["method"], "sampling/createMessage", "{req}");
+    gw.controls
+        .send(mcp_edge::gateway::Control::Stop)
+        .await
+        .unwrap();
+    eventually("/readyz 503", Duration::from_secs(10), || async {
+        readyz(admin).await == 503
+    })
+    .await;
+    let answer = json!({"jsonrpc": "2.0", "id": req["id"], "result": {"role": "assistant",
+        "model": "m", "content": {"type": "text", "text": "four"}}});
+    assert_eq!(post(addr, &h, &answer).await.status, 202);
+    let fin = rx.recv().await.expect("the call's answer").data;
+    assert_eq!(
+        support::content_text(&fin),
+        Some("client said: four"),
+        "{fin}"
+    );
+    drop(rx);
+    eventually(
+        "the session ended after its call",
+        Duration::from_secs(10),
+        || async {
+            support::call(addr, &sid, json!(2), "tools/list", json!({}))
+                .await
+                .status
+                == 404
+        },
+    )
+    .await;
+    gw.stop().await;
+}
