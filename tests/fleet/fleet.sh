@@ -10,7 +10,7 @@
 # load loses no modern call and sends no call upstream twice, each leaving box's listen-port /readyz
 # answers 503 and HAProxy takes it out within drain_grace; c) the same routing through nginx, peer
 # from X-Forwarded-For. Prints a table of figures; exit non-zero on any failure.
-# Needs haproxy and nginx (Debian: apt-get install haproxy nginx-light; .ci/run does) and the peers
+# Needs haproxy and nginx (Debian's haproxy and nginx-light: installed below when missing) and the peers
 # of tests/interop/setup.sh (run here; fast when present). Logs: tests/fleet/out/ (git-ignored).
 # Env: MCP_EDGE_BIN  the binary to test (default: built here with cargo build --release).
 set -euo pipefail
@@ -18,9 +18,25 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 OUT="$ROOT/tests/fleet/out"
 
-for tool in haproxy nginx node; do
-  command -v "$tool" >/dev/null 2>&1 || { echo "fleet: $tool not found (Debian: apt-get install haproxy nginx-light; .ci/run installs them)" >&2; exit 1; }
-done
+# Debian's haproxy and nginx-light, installed here when missing (as tests/arm.sh installs its own),
+# so the README's test command works on a fresh machine as .ci/run does; neither may start itself.
+missing=()
+command -v haproxy >/dev/null 2>&1 || missing+=(haproxy)
+command -v nginx >/dev/null 2>&1 || missing+=(nginx-light)
+if [ "${#missing[@]}" -gt 0 ]; then
+  [ "$(id -u)" = 0 ] || { echo "fleet: ${missing[*]} missing and not root to install them (Debian: apt-get install haproxy nginx-light)" >&2; exit 1; }
+  policy=/usr/sbin/policy-rc.d
+  wrote_policy=
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && wrote_policy=1
+  fi
+  echo "fleet: installing ${missing[*]}"
+  rc=0
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; } || rc=$?
+  [ -z "$wrote_policy" ] || rm -f "$policy"
+  [ "$rc" = 0 ] || { echo "fleet: apt-get install ${missing[*]} failed" >&2; exit 1; }
+fi
+command -v node >/dev/null 2>&1 || { echo "fleet: node not found (tests/interop/setup.sh needs it too)" >&2; exit 1; }
 if [ -n "${MCP_EDGE_BIN:-}" ]; then
   BIN="$(realpath "$MCP_EDGE_BIN")"
 else
