@@ -347,6 +347,9 @@ mod tests {
         let e = load(&format!("state_key_file = {p:?}")).unwrap_err();
         assert_eq!(e.key(), Some("server.state_key_file"));
         assert!(e.to_string().contains("5 bytes"), "{e}");
+        std::fs::write(&p, "k".repeat(crate::limits::MAX_STATE_KEY_BYTES + 1)).unwrap();
+        let e = load(&format!("state_key_file = {p:?}")).unwrap_err();
+        assert_eq!(e.key(), Some("server.state_key_file"), "too long: {e}");
         std::fs::write(&p, format!("{}\n", "k".repeat(44))).unwrap();
         let c = load(&format!("state_key_file = {p:?}")).unwrap();
         let (path, key) = c.server.fleet.state_key.as_ref().unwrap();

@@ -107,7 +107,49 @@ fn signature(first: &[u8]) -> Option<bool> {
 
 #[cfg(test)]
 mod tests {
-    use super::signature;
+    use super::{client_of, signature, Refused};
+    use crate::config::fleet::{Cidr, Fleet};
+    use tokio::io::AsyncWriteExt;
+
+    /// A connected pair on loopback: (the accepted side, its peer address, the client).
+    async fn pair() -> (
+        tokio::net::TcpStream,
+        std::net::SocketAddr,
+        tokio::net::TcpStream,
+    ) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = tokio::net::TcpStream::connect(l.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (s, addr) = l.accept().await.unwrap();
+        (s, addr, c)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trusted_proxy_gets_the_header_timeout_and_no_more() {
+        let fleet = Fleet {
+            proxy_protocol: true,
+            trusted_proxies: vec![Cidr::parse("127.0.0.1").unwrap()],
+            ..Fleet::default()
+        };
+        // Half a header, then silence: refused once PROXY_HEADER_TIMEOUT passes.
+        let (mut s, addr, mut c) = pair().await;
+        c.write_all(b"PROXY TCP4 192.0").await.unwrap();
+        let r = client_of(&mut s, addr, &fleet).await;
+        assert!(
+            matches!(r, Err(Refused::Timeout(t)) if t == crate::limits::PROXY_HEADER_TIMEOUT),
+            "{r:?}"
+        );
+        // From anyone else, the start of a signature and then silence is
+        // given up on (not a header) within the same bound.
+        let elsewhere = Fleet {
+            trusted_proxies: vec![Cidr::parse("10.9.9.9").unwrap()],
+            ..fleet
+        };
+        let (mut s, addr, mut c) = pair().await;
+        c.write_all(b"P").await.unwrap();
+        assert_eq!(client_of(&mut s, addr, &elsewhere).await.ok(), Some(addr));
+    }
 
     #[test]
     fn only_a_whole_signature_is_a_header() {
